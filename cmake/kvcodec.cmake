@@ -1,0 +1,71 @@
+# Helpers that give every kvcodec target the same standard, warnings and sanitizers.
+
+add_library(kvcodec_options INTERFACE)
+target_compile_features(kvcodec_options INTERFACE cxx_std_20)
+target_compile_options(kvcodec_options INTERFACE -Wall -Wextra -Wno-missing-field-initializers)
+if(KVCODEC_SANITIZE)
+  target_compile_options(kvcodec_options INTERFACE -fsanitize=${KVCODEC_SANITIZE} -fno-omit-frame-pointer
+                                                   -fno-sanitize-recover=all)
+  target_link_options(kvcodec_options INTERFACE -fsanitize=${KVCODEC_SANITIZE})
+endif()
+if(KVCODEC_BUILD_FUZZERS)
+  # Coverage instrumentation in every kvcodec library, so libFuzzer sees inside the parsers
+  # and not only the fuzz entry point.
+  target_compile_options(kvcodec_options INTERFACE -fsanitize=fuzzer-no-link)
+endif()
+
+# kvcodec_module(<name> SOURCES ... [PUBLIC_DEPS ...] [PRIVATE_DEPS ...])
+# A module library kvc_<name>; sources include each other as "module/file.h" from src/.
+function(kvcodec_module name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(kvc_${name} STATIC ${ARG_SOURCES})
+  target_include_directories(kvc_${name} PUBLIC "${PROJECT_SOURCE_DIR}/src")
+  target_link_libraries(kvc_${name} PUBLIC kvcodec_options ${ARG_PUBLIC_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+  set_target_properties(kvc_${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+endfunction()
+
+# kvcodec_test(<name> SOURCES ... DEPS ... LABEL unit|model|slow)
+function(kvcodec_test name)
+  if(NOT KVCODEC_BUILD_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(ARG "" "LABEL" "SOURCES;DEPS" ${ARGN})
+  if(NOT ARG_LABEL)
+    set(ARG_LABEL unit)
+  endif()
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE kvcodec_options ${ARG_DEPS} GTest::gtest GTest::gtest_main)
+  target_compile_definitions(${name} PRIVATE KVCODEC_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+                                             KVCODEC_TEST_MODEL="${PROJECT_SOURCE_DIR}/models/kvtiny/kvtiny.gguf")
+  gtest_discover_tests(${name} PROPERTIES LABELS ${ARG_LABEL} DISCOVERY_TIMEOUT 120)
+endfunction()
+
+# kvcodec_benchmark(<name> SOURCES ... DEPS ...)
+function(kvcodec_benchmark name)
+  if(NOT KVCODEC_BUILD_BENCHMARKS)
+    return()
+  endif()
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE kvcodec_options ${ARG_DEPS} benchmark::benchmark benchmark::benchmark_main)
+endfunction()
+
+# kvcodec_fuzzer(<name> SOURCE file.cc DEPS ...)
+# Always builds <name>_replay, which runs fuzz/corpus/<name>/* through the target as a ctest
+# test; with KVCODEC_BUILD_FUZZERS (clang) also builds the libFuzzer binary <name>_fuzz.
+function(kvcodec_fuzzer name)
+  cmake_parse_arguments(ARG "" "SOURCE" "DEPS" ${ARGN})
+  set(corpus "${PROJECT_SOURCE_DIR}/fuzz/corpus/${name}")
+  if(KVCODEC_BUILD_TESTS)
+    add_executable(${name}_replay ${ARG_SOURCE} "${PROJECT_SOURCE_DIR}/fuzz/replay_main.cc")
+    target_link_libraries(${name}_replay PRIVATE kvcodec_options ${ARG_DEPS})
+    add_test(NAME fuzz_replay.${name} COMMAND ${name}_replay "${corpus}")
+    set_tests_properties(fuzz_replay.${name} PROPERTIES LABELS unit)
+  endif()
+  if(KVCODEC_BUILD_FUZZERS)
+    add_executable(${name}_fuzz ${ARG_SOURCE})
+    target_link_libraries(${name}_fuzz PRIVATE kvcodec_options ${ARG_DEPS})
+    target_compile_options(${name}_fuzz PRIVATE -fsanitize=fuzzer)
+    target_link_options(${name}_fuzz PRIVATE -fsanitize=fuzzer)
+  endif()
+endfunction()

@@ -1,0 +1,102 @@
+/* kvcodec public C API: compress, store and restore LLM KV caches.
+ *
+ * Opaque handles, plain C types, no exceptions. Every function that can fail returns a
+ * kvc_status; on failure kvc_last_error() gives a one-line message for the calling thread.
+ * Buffers and strings the library allocates are released with kvc_free(). */
+#ifndef KVCODEC_H
+#define KVCODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum kvc_status {
+  KVC_OK = 0,
+  KVC_INVALID_ARGUMENT = 1,
+  KVC_CORRUPT = 2,
+  KVC_UNSUPPORTED = 3,
+  KVC_NOT_FOUND = 4,
+  KVC_IO_ERROR = 5,
+  KVC_INTERNAL = 6
+} kvc_status;
+
+typedef enum kvc_dtype { KVC_F32 = 0, KVC_F16 = 1, KVC_BF16 = 2 } kvc_dtype;
+
+typedef struct kvc_model kvc_model;     /* a loaded GGUF model */
+typedef struct kvc_session kvc_session; /* one llama.cpp context evaluating one sequence */
+typedef struct kvc_kv kvc_kv;           /* a KV cache: layers x tokens x kv_heads x head_dim, K and V */
+
+typedef struct kvc_shape {
+  uint32_t n_layers, n_kv_heads, head_dim, n_tokens;
+  kvc_dtype dtype;
+  int32_t pos_begin;
+} kvc_shape;
+
+typedef struct kvc_session_params {
+  uint32_t n_ctx;     /* 0: 2048 */
+  uint32_t n_batch;   /* 0: 512 */
+  int32_t n_threads;  /* 0: all cores */
+  kvc_dtype cache_type;
+  int flash_attn;
+} kvc_session_params;
+
+typedef struct kvc_eval_params {
+  const char* model_path;
+  const char* text_path;   /* NULL: eval.txt beside the model */
+  const char* codec;       /* NULL: "raw" */
+  const char* level;       /* NULL: the codec's default */
+  const char* codec_params; /* "key=value,key=value" or NULL */
+  uint32_t n_docs, ctx, cont; /* 0: 8, 1024, 128 */
+  int32_t n_threads;
+  kvc_dtype cache_type;
+  int progress; /* non-zero: a progress line on stderr */
+} kvc_eval_params;
+
+const char* kvc_version(void);
+const char* kvc_last_error(void);
+void kvc_free(void* p);
+
+/* Codecs and their levels as a JSON array (caller frees). */
+kvc_status kvc_codecs_json(char** out_json);
+
+kvc_status kvc_model_load(const char* path, kvc_model** out);
+void kvc_model_free(kvc_model* model);
+void kvc_model_fingerprint(const kvc_model* model, uint8_t out[16]);
+/* Model shape and metadata as a JSON object (caller frees). */
+kvc_status kvc_model_info_json(const kvc_model* model, char** out_json);
+kvc_status kvc_model_tokenize(const kvc_model* model, const char* text, size_t len, int add_bos, int32_t** out_tokens,
+                              size_t* out_n);
+
+void kvc_session_default_params(kvc_session_params* params);
+kvc_status kvc_session_create(const kvc_model* model, const kvc_session_params* params, kvc_session** out);
+void kvc_session_free(kvc_session* session);
+kvc_status kvc_session_eval(kvc_session* session, const int32_t* tokens, size_t n);
+kvc_status kvc_session_extract(const kvc_session* session, kvc_kv** out);
+kvc_status kvc_session_restore(kvc_session* session, const kvc_kv* kv);
+
+void kvc_kv_free(kvc_kv* kv);
+void kvc_kv_shape(const kvc_kv* kv, kvc_shape* out);
+/* llama.cpp's sequence-state bytes (llama_state_seq_get_data) <-> a KV cache. */
+kvc_status kvc_kv_from_llama_state(const uint8_t* data, size_t size, uint32_t n_kv_heads, kvc_kv** out);
+kvc_status kvc_kv_to_llama_state(const kvc_kv* kv, uint8_t** out, size_t* out_size);
+
+/* Encodes a KV cache (tokens [token_begin, token_begin + n_tokens) of it; n_tokens 0 = to the
+ * end) into .kvc bytes. */
+kvc_status kvc_encode(const kvc_kv* kv, uint32_t token_begin, uint32_t n_tokens, const char* codec, const char* level,
+                      const char* codec_params, const uint8_t fingerprint[16], uint8_t** out, size_t* out_size);
+/* Decodes .kvc bytes; with a non-NULL expected_fingerprint, a file of another model fails. */
+kvc_status kvc_decode(const uint8_t* data, size_t size, const uint8_t* expected_fingerprint, kvc_kv** out);
+/* The container header and sections of .kvc bytes as JSON (caller frees). */
+kvc_status kvc_inspect_json(const uint8_t* data, size_t size, char** out_json);
+
+/* Runs the accuracy evaluation; the report is a JSON object (caller frees). */
+kvc_status kvc_eval_json(const kvc_eval_params* params, char** out_json);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVCODEC_H */

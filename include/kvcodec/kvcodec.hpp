@@ -1,0 +1,184 @@
+// Thin C++ layer over the kvcodec C API: RAII handles and std types. Header-only; it adds no
+// behaviour of its own, so the C API stays the one contract.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "kvcodec/kvcodec.h"
+
+namespace kvcodec {
+
+struct Error {
+  kvc_status code = KVC_OK;
+  std::string message;
+};
+
+// A value or the error that prevented it.
+template <typename T>
+class Outcome {
+ public:
+  Outcome(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Outcome(Error error) : v_(std::move(error)) {}  // NOLINT(google-explicit-constructor)
+  bool ok() const { return std::holds_alternative<T>(v_); }
+  T& value() { return std::get<T>(v_); }
+  const T& value() const { return std::get<T>(v_); }
+  const Error& error() const { return std::get<Error>(v_); }
+
+ private:
+  std::variant<T, Error> v_;
+};
+
+inline Error LastError(kvc_status code) { return {code, kvc_last_error()}; }
+
+struct Freer {
+  void operator()(void* p) const { kvc_free(p); }
+};
+
+inline std::string TakeString(char* s) {
+  std::unique_ptr<char, Freer> owned(s);
+  return s ? std::string(s) : std::string();
+}
+
+inline std::vector<uint8_t> TakeBytes(uint8_t* p, size_t n) {
+  std::unique_ptr<uint8_t, Freer> owned(p);
+  return std::vector<uint8_t>(p, p + n);
+}
+
+struct KvDeleter {
+  void operator()(kvc_kv* kv) const { kvc_kv_free(kv); }
+};
+using Kv = std::unique_ptr<kvc_kv, KvDeleter>;
+
+inline kvc_shape Shape(const Kv& kv) {
+  kvc_shape s;
+  kvc_kv_shape(kv.get(), &s);
+  return s;
+}
+
+class Model {
+ public:
+  static Outcome<Model> Load(const std::string& path) {
+    kvc_model* m = nullptr;
+    if (kvc_status s = kvc_model_load(path.c_str(), &m); s != KVC_OK) return LastError(s);
+    return Model(m);
+  }
+  std::vector<uint8_t> Fingerprint() const {
+    std::vector<uint8_t> fp(16);
+    kvc_model_fingerprint(m_.get(), fp.data());
+    return fp;
+  }
+  Outcome<std::string> InfoJson() const {
+    char* json = nullptr;
+    if (kvc_status s = kvc_model_info_json(m_.get(), &json); s != KVC_OK) return LastError(s);
+    return TakeString(json);
+  }
+  Outcome<std::vector<int32_t>> Tokenize(const std::string& text, bool add_bos) const {
+    int32_t* tokens = nullptr;
+    size_t n = 0;
+    if (kvc_status s = kvc_model_tokenize(m_.get(), text.data(), text.size(), add_bos, &tokens, &n); s != KVC_OK)
+      return LastError(s);
+    std::unique_ptr<int32_t, Freer> owned(tokens);
+    return std::vector<int32_t>(tokens, tokens + n);
+  }
+  const kvc_model* get() const { return m_.get(); }
+
+ private:
+  struct Deleter {
+    void operator()(kvc_model* m) const { kvc_model_free(m); }
+  };
+  explicit Model(kvc_model* m) : m_(m) {}
+  std::unique_ptr<kvc_model, Deleter> m_;
+};
+
+class Session {
+ public:
+  static Outcome<Session> Create(const Model& model, const kvc_session_params& params) {
+    kvc_session* s = nullptr;
+    if (kvc_status st = kvc_session_create(model.get(), &params, &s); st != KVC_OK) return LastError(st);
+    return Session(s);
+  }
+  std::optional<Error> Eval(const std::vector<int32_t>& tokens) {
+    if (kvc_status s = kvc_session_eval(s_.get(), tokens.data(), tokens.size()); s != KVC_OK) return LastError(s);
+    return std::nullopt;
+  }
+  Outcome<Kv> Extract() const {
+    kvc_kv* kv = nullptr;
+    if (kvc_status s = kvc_session_extract(s_.get(), &kv); s != KVC_OK) return LastError(s);
+    return Kv(kv);
+  }
+  std::optional<Error> Restore(const Kv& kv) {
+    if (kvc_status s = kvc_session_restore(s_.get(), kv.get()); s != KVC_OK) return LastError(s);
+    return std::nullopt;
+  }
+
+ private:
+  struct Deleter {
+    void operator()(kvc_session* s) const { kvc_session_free(s); }
+  };
+  explicit Session(kvc_session* s) : s_(s) {}
+  std::unique_ptr<kvc_session, Deleter> s_;
+};
+
+inline Outcome<std::vector<uint8_t>> Encode(const Kv& kv, const std::string& codec, const std::string& level,
+                                            const std::string& params, const std::vector<uint8_t>& fingerprint,
+                                            uint32_t token_begin = 0, uint32_t n_tokens = 0) {
+  uint8_t* out = nullptr;
+  size_t n = 0;
+  const uint8_t zero[16] = {};
+  kvc_status s = kvc_encode(kv.get(), token_begin, n_tokens, codec.c_str(), level.empty() ? nullptr : level.c_str(),
+                            params.empty() ? nullptr : params.c_str(),
+                            fingerprint.size() == 16 ? fingerprint.data() : zero, &out, &n);
+  if (s != KVC_OK) return LastError(s);
+  return TakeBytes(out, n);
+}
+
+inline Outcome<Kv> Decode(const std::vector<uint8_t>& bytes, const std::vector<uint8_t>* expected_fingerprint) {
+  kvc_kv* kv = nullptr;
+  kvc_status s = kvc_decode(bytes.data(), bytes.size(),
+                            expected_fingerprint && expected_fingerprint->size() == 16 ? expected_fingerprint->data()
+                                                                                        : nullptr,
+                            &kv);
+  if (s != KVC_OK) return LastError(s);
+  return Kv(kv);
+}
+
+inline Outcome<Kv> KvFromLlamaState(const std::vector<uint8_t>& bytes, uint32_t n_kv_heads) {
+  kvc_kv* kv = nullptr;
+  if (kvc_status s = kvc_kv_from_llama_state(bytes.data(), bytes.size(), n_kv_heads, &kv); s != KVC_OK)
+    return LastError(s);
+  return Kv(kv);
+}
+
+inline Outcome<std::vector<uint8_t>> KvToLlamaState(const Kv& kv) {
+  uint8_t* out = nullptr;
+  size_t n = 0;
+  if (kvc_status s = kvc_kv_to_llama_state(kv.get(), &out, &n); s != KVC_OK) return LastError(s);
+  return TakeBytes(out, n);
+}
+
+inline Outcome<std::string> InspectJson(const std::vector<uint8_t>& bytes) {
+  char* json = nullptr;
+  if (kvc_status s = kvc_inspect_json(bytes.data(), bytes.size(), &json); s != KVC_OK) return LastError(s);
+  return TakeString(json);
+}
+
+inline Outcome<std::string> CodecsJson() {
+  char* json = nullptr;
+  if (kvc_status s = kvc_codecs_json(&json); s != KVC_OK) return LastError(s);
+  return TakeString(json);
+}
+
+inline Outcome<std::string> EvalJson(const kvc_eval_params& params) {
+  char* json = nullptr;
+  if (kvc_status s = kvc_eval_json(&params, &json); s != KVC_OK) return LastError(s);
+  return TakeString(json);
+}
+
+}  // namespace kvcodec

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs what kvcodec needs on Debian 12 and builds it. Idempotent and quick when nothing
+# changed: apt runs only for missing packages, llama.cpp is cached outside the clone
+# (scripts/setup-llama.sh), and the build is incremental.
+#   scripts/setup.sh [preset...]    (default preset: dev)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(
+  build-essential cmake ninja-build pkg-config git ca-certificates npm xxd
+  clang libclang-rt-14-dev
+  libcli11-dev nlohmann-json3-dev libxxhash-dev libgtest-dev libgmock-dev libbenchmark-dev
+)
+
+log() { echo "[setup] $*" >&2; }
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  log "installing ${missing[*]}"
+  sudo_cmd=()
+  [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+KVCODEC_LLAMA_ROOT="$(scripts/setup-llama.sh)"
+export KVCODEC_LLAMA_ROOT
+
+presets=("$@")
+((${#presets[@]})) || presets=(dev)
+for preset in "${presets[@]}"; do
+  if [[ ! -f "build/$preset/CMakeCache.txt" ]] || ! grep -q "KVCODEC_LLAMA_ROOT:PATH=$KVCODEC_LLAMA_ROOT\$" "build/$preset/CMakeCache.txt"; then
+    log "configuring preset $preset"
+    cmake --preset "$preset" -DKVCODEC_LLAMA_ROOT="$KVCODEC_LLAMA_ROOT" >/dev/null
+  fi
+  log "building preset $preset"
+  cmake --build --preset "$preset" -j"$(nproc)"
+done

@@ -1,0 +1,383 @@
+#!/usr/bin/python3
+"""Trains kvcodec's small Llama-architecture test model and converts it to GGUF.
+
+Text: the King James Bible from Debian's bible-kjv package (public domain), extracted with its
+`bible` command. Whole books are held out: some for calibration (calib.txt), others for
+evaluation (eval.txt); neither is trained on, and they share no book.
+
+The model is Llama as llama.cpp's "llama" architecture runs it: RMSNorm, rotary embeddings on
+adjacent channel pairs (llama.cpp's "normal" RoPE, as llama2.c and the original Llama do),
+grouped-query attention, SwiGLU, tied embeddings. It is written in llama2.c's checkpoint
+format (version 0) and converted with llama.cpp's llama-convert-llama2c-to-ggml.
+
+Run with Debian's Python (/usr/bin/python3: torch, numpy, sentencepiece), with
+OPENBLAS_NUM_THREADS=1 so torch and OpenBLAS do not fight over the cores.
+"""
+
+import argparse
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+import time
+
+import numpy as np
+import sentencepiece as spm
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+CALIB_BOOKS = ["Jeremiah", "Romans"]
+EVAL_BOOKS = ["Acts", "Ezekiel", "Hebrews"]
+
+
+def log(msg):
+    print(f"[train] {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- text
+
+
+def read_bible():
+    """Returns [(book, chapter_text)], one paragraph per chapter, verse numbers dropped."""
+    out = subprocess.run(["bible", "Gen1:1-Rev22:21"], check=True, capture_output=True, text=True).stdout
+    chapters = []
+    book, verses = None, []
+
+    def flush():
+        if book is not None and verses:
+            chapters.append((book, f"{book} {chapter_no}\n" + " ".join(verses)))
+
+    chapter_no = 0
+    for line in out.splitlines():
+        stripped = line.strip()
+        if not stripped:
+            continue
+        head = stripped.rsplit(" ", 1)
+        if not line.startswith(" ") and len(head) == 2 and head[1].isdigit():
+            flush()
+            book, chapter_no, verses = head[0], int(head[1]), []
+            continue
+        first, _, rest = stripped.partition(" ")
+        if line.startswith(" ") and first.isdigit():
+            verses.append(rest)
+        elif verses:
+            verses[-1] += " " + stripped  # a verse wrapped onto the next line
+    flush()
+    return chapters
+
+
+def split_text(chapters):
+    def join(books):
+        return "\n\n".join(text for book, text in chapters if book in books) + "\n"
+
+    held_out = set(CALIB_BOOKS) | set(EVAL_BOOKS)
+    train = "\n\n".join(text for book, text in chapters if book not in held_out) + "\n"
+    return train, join(CALIB_BOOKS), join(EVAL_BOOKS)
+
+
+# ---------------------------------------------------------------- tokenizer
+
+
+def train_tokenizer(train_text, vocab_size, work_dir):
+    corpus = os.path.join(work_dir, "train.txt")
+    with open(corpus, "w") as f:
+        f.write(train_text)
+    prefix = os.path.join(work_dir, "tok")
+    # Identity normalisation so llama.cpp's SPM tokenizer (which does not normalise) splits
+    # text the same way; byte fallback so any text encodes.
+    spm.SentencePieceTrainer.train(
+        input=corpus, model_prefix=prefix, model_type="bpe", vocab_size=vocab_size,
+        character_coverage=1.0, byte_fallback=True, split_digits=True,
+        allow_whitespace_only_pieces=True, normalization_rule_name="identity",
+        remove_extra_whitespaces=False, num_threads=2, minloglevel=2,
+        unk_id=0, bos_id=1, eos_id=2, pad_id=-1, user_defined_symbols=[])
+    return spm.SentencePieceProcessor(model_file=prefix + ".model")
+
+
+def export_tokenizer_llama2c(sp, path):
+    """llama2.c's tokenizer.bin: max_token_length, then per token (score f32, len u32, bytes)."""
+    pieces = []
+    for i in range(sp.get_piece_size()):
+        piece = sp.id_to_piece(i).replace("\u2581", " ")
+        pieces.append((piece.encode("utf-8"), sp.get_score(i)))
+    with open(path, "wb") as f:
+        f.write(struct.pack("<I", max(len(b) for b, _ in pieces)))
+        for b, score in pieces:
+            f.write(struct.pack("<fI", score, len(b)))
+            f.write(b)
+
+
+# ---------------------------------------------------------------- model
+
+
+class Config:
+    def __init__(self, a, vocab_size):
+        self.dim, self.n_layers, self.n_heads, self.n_kv_heads = a.dim, a.layers, a.heads, a.kv_heads
+        self.hidden_dim, self.vocab_size, self.seq_len = a.hidden, vocab_size, a.seq_len
+        self.head_dim = a.dim // a.heads
+        self.rope_theta = 10000.0
+        self.norm_eps = 1e-5
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rope_tables(cfg):
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2).float() / cfg.head_dim))
+    ang = torch.outer(torch.arange(cfg.seq_len).float(), inv)
+    return torch.cos(ang), torch.sin(ang)
+
+
+def apply_rope(x, cos, sin):
+    # x: (B, T, H, D); rotates channel pairs (2i, 2i+1) — llama.cpp's LLAMA_ROPE_TYPE_NORM.
+    T = x.shape[1]
+    xr = x.float().reshape(*x.shape[:-1], -1, 2)
+    a, b = xr[..., 0], xr[..., 1]
+    c, s = cos[:T].view(1, T, 1, -1), sin[:T].view(1, T, 1, -1)
+    return torch.stack((a * c - b * s, a * s + b * c), dim=-1).flatten(-2).type_as(x)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        kv_dim = cfg.n_kv_heads * cfg.head_dim
+        self.wq = nn.Linear(cfg.dim, cfg.dim, bias=False)
+        self.wk = nn.Linear(cfg.dim, kv_dim, bias=False)
+        self.wv = nn.Linear(cfg.dim, kv_dim, bias=False)
+        self.wo = nn.Linear(cfg.dim, cfg.dim, bias=False)
+        self.w1 = nn.Linear(cfg.dim, cfg.hidden_dim, bias=False)
+        self.w2 = nn.Linear(cfg.hidden_dim, cfg.dim, bias=False)
+        self.w3 = nn.Linear(cfg.dim, cfg.hidden_dim, bias=False)
+        self.attention_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+
+    def forward(self, x, cos, sin, mask):
+        cfg = self.cfg
+        B, T, _ = x.shape
+        h = self.attention_norm(x)
+        q = apply_rope(self.wq(h).view(B, T, cfg.n_heads, cfg.head_dim), cos, sin)
+        k = apply_rope(self.wk(h).view(B, T, cfg.n_kv_heads, cfg.head_dim), cos, sin)
+        v = self.wv(h).view(B, T, cfg.n_kv_heads, cfg.head_dim)
+        rep = cfg.n_heads // cfg.n_kv_heads
+        k = k.repeat_interleave(rep, dim=2)
+        v = v.repeat_interleave(rep, dim=2)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(cfg.head_dim) + mask[:T, :T]
+        out = (F.softmax(att.float(), dim=-1).type_as(q) @ v).transpose(1, 2).reshape(B, T, -1)
+        x = x + self.wo(out)
+        h = self.ffn_norm(x)
+        return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+
+
+class Llama(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        self.output.weight = self.tok_embeddings.weight
+        cos, sin = rope_tables(cfg)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+        mask = torch.full((cfg.seq_len, cfg.seq_len), float("-inf")).triu(1)
+        self.register_buffer("mask", mask, persistent=False)
+        self.apply(self._init)
+        for name, p in self.named_parameters():
+            if name.endswith("wo.weight") or name.endswith("w2.weight"):
+                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * cfg.n_layers))
+
+    @staticmethod
+    def _init(m):
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+
+    def forward(self, tokens):
+        x = self.tok_embeddings(tokens)
+        for layer in self.layers:
+            x = layer(x, self.cos, self.sin, self.mask)
+        return self.output(self.norm(x))
+
+
+def export_llama2c(model, path):
+    """llama2.c checkpoint version 0: 7 int32 config fields, then fp32 weights in its order."""
+    cfg = model.cfg
+    with open(path, "wb") as f:
+        # Positive vocab_size means a shared (tied) classifier.
+        f.write(struct.pack("<7i", cfg.dim, cfg.hidden_dim, cfg.n_layers, cfg.n_heads,
+                            cfg.n_kv_heads, cfg.vocab_size, cfg.seq_len))
+
+        def put(t):
+            f.write(t.detach().float().contiguous().numpy().astype("<f4").tobytes())
+
+        put(model.tok_embeddings.weight)
+        for name in ["attention_norm", "wq", "wk", "wv", "wo", "ffn_norm", "w1", "w2", "w3"]:
+            for layer in model.layers:
+                put(getattr(layer, name).weight)
+        put(model.norm.weight)
+        put(model.cos[: cfg.seq_len])  # freq_cis_real: the converter skips these
+        put(model.sin[: cfg.seq_len])
+
+
+# ---------------------------------------------------------------- training
+
+
+def batches(data, seq_len, batch_size, gen):
+    n = len(data) - seq_len - 1
+    while True:
+        idx = torch.randint(0, n, (batch_size,), generator=gen)
+        x = torch.stack([data[i : i + seq_len] for i in idx])
+        y = torch.stack([data[i + 1 : i + 1 + seq_len] for i in idx])
+        yield x, y
+
+
+@torch.no_grad()
+def perplexity(model, data, seq_len, max_windows):
+    model.eval()
+    total, count = 0.0, 0
+    for w in range(min(max_windows, (len(data) - 1) // seq_len)):
+        chunk = data[w * seq_len : w * seq_len + seq_len + 1]
+        logits = model(chunk[:-1].unsqueeze(0))
+        total += F.cross_entropy(logits[0].float(), chunk[1:], reduction="sum").item()
+        count += seq_len
+    model.train()
+    return math.exp(total / max(count, 1))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="output folder, e.g. models/kvtiny")
+    p.add_argument("--name", default="kvtiny")
+    p.add_argument("--llama-prefix", required=True, help="llama.cpp install prefix (scripts/setup-llama.sh)")
+    p.add_argument("--dim", type=int, default=256)
+    p.add_argument("--layers", type=int, default=6)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--kv-heads", type=int, default=2)
+    p.add_argument("--hidden", type=int, default=512)
+    p.add_argument("--vocab", type=int, default=2048)
+    p.add_argument("--seq-len", type=int, default=1536)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--short-seq-len", type=int, default=512,
+                   help="sequence length of the first phase (attention at full length is slow on CPU)")
+    p.add_argument("--short-batch", type=int, default=12)
+    p.add_argument("--short-frac", type=float, default=0.5,
+                   help="fraction of the time budget spent at --short-seq-len; the rest trains at --seq-len")
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--minutes", type=float, default=40.0, help="training wall-clock budget")
+    p.add_argument("--seed", type=int, default=1234)
+    a = p.parse_args()
+
+    torch.manual_seed(a.seed)
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    os.makedirs(a.out, exist_ok=True)
+    work = os.path.join(a.out, ".work")
+    os.makedirs(work, exist_ok=True)
+
+    chapters = read_bible()
+    train_text, calib_text, eval_text = split_text(chapters)
+    log(f"text: train {len(train_text)} chars, calib {len(calib_text)}, eval {len(eval_text)}")
+    with open(os.path.join(a.out, "calib.txt"), "w") as f:
+        f.write(calib_text)
+    with open(os.path.join(a.out, "eval.txt"), "w") as f:
+        f.write(eval_text)
+
+    sp = train_tokenizer(train_text, a.vocab, work)
+    tok_path = os.path.join(work, "tokenizer.bin")
+    export_tokenizer_llama2c(sp, tok_path)
+    train_ids = torch.tensor(sp.encode(train_text), dtype=torch.long)
+    eval_ids = torch.tensor(sp.encode(eval_text), dtype=torch.long)
+    log(f"tokens: train {len(train_ids)}, eval {len(eval_ids)}")
+
+    cfg = Config(a, sp.get_piece_size())
+    model = Llama(cfg)
+    n_params = sum(p.numel() for p in model.parameters())
+    log(f"model: dim {cfg.dim}, layers {cfg.n_layers}, heads {cfg.n_heads}/{cfg.n_kv_heads} kv, "
+        f"head_dim {cfg.head_dim}, ffn {cfg.hidden_dim}, vocab {cfg.vocab_size}, {n_params} params")
+
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=a.lr, betas=(0.9, 0.95))
+    gen = torch.Generator().manual_seed(a.seed)
+    short_data = batches(train_ids, a.short_seq_len, a.short_batch, gen)
+    long_data = batches(train_ids, cfg.seq_len, a.batch, gen)
+    budget = a.minutes * 60.0
+    warmup = 30
+    start = time.time()
+    step, tokens_seen, ema = 0, 0, None
+    # The learning rate follows the fraction of the time budget spent (cosine to 10%), so the
+    # run ends on schedule whatever this machine's speed.
+    while True:
+        frac = (time.time() - start) / budget
+        if frac >= 1.0:
+            break
+        lr = a.lr * min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        x, y = next(short_data if frac < a.short_frac else long_data)
+        loss = F.cross_entropy(model(x).view(-1, cfg.vocab_size), y.view(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        tokens_seen += x.numel()
+        ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
+        if step % 10 == 0:
+            el = time.time() - start
+            log(f"step {step} seq {x.shape[1]} loss {ema:.3f} lr {lr:.2e} {tokens_seen / el:.0f} tok/s "
+                f"{el / 60:.1f}/{a.minutes:.0f} min")
+    train_minutes = (time.time() - start) / 60.0
+    val_ppl = perplexity(model, eval_ids, cfg.seq_len, max_windows=16)
+    log(f"trained {step} steps, {tokens_seen} tokens in {train_minutes:.1f} min; eval ppl {val_ppl:.2f}")
+
+    ckpt = os.path.join(work, "model.bin")
+    export_llama2c(model, ckpt)
+    gguf = os.path.join(a.out, f"{a.name}.gguf")
+    subprocess.run([os.path.join(a.llama_prefix, "bin", "llama-convert-llama2c-to-ggml"),
+                    "--copy-vocab-from-model", tok_path, "--llama2c-model", ckpt,
+                    "--llama2c-output-model", gguf], check=True, capture_output=True,
+                   env=dict(os.environ, LD_LIBRARY_PATH=os.path.join(a.llama_prefix, "lib")))
+    # The converter writes a fixed context length of 128; record the one we trained at.
+    env = dict(os.environ, PYTHONPATH=os.path.join(a.llama_prefix, "share", "gguf-py"))
+    subprocess.run([sys.executable, "-m", "gguf.scripts.gguf_set_metadata", "--force", gguf,
+                    "llama.context_length", str(cfg.seq_len)], check=True, env=env, capture_output=True)
+
+    # Greedy continuation of a fixed prompt, so tests can check llama.cpp reproduces PyTorch.
+    model.eval()
+    prompt = "And it came to pass"
+    ids = [1] + sp.encode(prompt)
+    with torch.no_grad():
+        for _ in range(16):
+            ids.append(int(model(torch.tensor([ids]))[0, -1].argmax()))
+    meta = {
+        "name": a.name, "dim": cfg.dim, "n_layers": cfg.n_layers, "n_heads": cfg.n_heads,
+        "n_kv_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim, "ffn_dim": cfg.hidden_dim,
+        "vocab_size": cfg.vocab_size, "train_ctx": cfg.seq_len, "rope_theta": cfg.rope_theta,
+        "n_params": n_params, "train_steps": step, "short_seq_len": a.short_seq_len,
+        "short_frac": a.short_frac, "train_tokens": tokens_seen,
+        "train_minutes": round(train_minutes, 1), "eval_ppl_torch": round(val_ppl, 3),
+        "gguf_bytes": os.path.getsize(gguf), "seed": a.seed, "batch": a.batch, "lr": a.lr,
+        "greedy_prompt": prompt, "greedy_tokens_torch": ids,
+        "calib_books": CALIB_BOOKS, "eval_books": EVAL_BOOKS,
+    }
+    with open(os.path.join(a.out, "model.json"), "w") as f:
+        json.dump(meta, f, indent=2)
+    log(f"wrote {gguf} ({meta['gguf_bytes']} bytes)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+// IEEE fp16 and bfloat16 <-> fp32 conversion, bit-exact and portable (no F16C requirement),
+// rounding to nearest even as llama.cpp's ggml_fp32_to_fp16 does.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace kvc {
+
+inline float Fp16ToFp32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: renormalise
+      exp = 127 - 15 + 1;
+      while ((mant & 0x400) == 0) {
+        mant <<= 1;
+        --exp;
+      }
+      mant &= 0x3ff;
+      bits = sign | (exp << 23) | (mant << 13);
+    }
+  } else if (exp == 0x1f) {
+    bits = sign | 0x7f800000 | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+inline uint16_t Fp32ToFp16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000;
+  const uint32_t abs = x & 0x7fffffff;
+  if (abs > 0x7f800000) return static_cast<uint16_t>(sign | 0x7e00);  // NaN
+  if (abs >= 0x477ff000) return static_cast<uint16_t>(sign | 0x7c00);  // overflow -> inf
+  if (abs < 0x38800000) {  // result is subnormal or zero
+    if (abs < 0x33000000) return static_cast<uint16_t>(sign);
+    const uint32_t exp = abs >> 23;
+    const uint32_t mant = (abs & 0x7fffff) | 0x800000;
+    const uint32_t shift = 126 - exp;  // 14..24
+    uint32_t v = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1);
+    const uint32_t half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (v & 1))) ++v;
+    return static_cast<uint16_t>(sign | v);
+  }
+  uint32_t v = ((abs >> 13) - ((127 - 15) << 10));
+  const uint32_t rem = abs & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (v & 1))) ++v;
+  return static_cast<uint16_t>(sign | v);
+}
+
+inline float Bf16ToFp32(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+inline uint16_t Fp32ToBf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((x >> 16) | 0x40);  // quiet NaN
+  x += 0x7fff + ((x >> 16) & 1);
+  return static_cast<uint16_t>(x >> 16);
+}
+
+void Fp16ToFp32(const uint16_t* in, float* out, size_t n);
+void Fp32ToFp16(const float* in, uint16_t* out, size_t n);
+void Bf16ToFp32(const uint16_t* in, float* out, size_t n);
+void Fp32ToBf16(const float* in, uint16_t* out, size_t n);
+
+}  // namespace kvc

@@ -1,0 +1,46 @@
+#include "base/half.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+namespace kvc {
+namespace {
+
+TEST(Half, EveryFp16RoundTripsThroughFp32) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float f = Fp16ToFp32(static_cast<uint16_t>(h));
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(Fp16ToFp32(Fp32ToFp16(f))));
+      continue;
+    }
+    EXPECT_EQ(Fp32ToFp16(f), h) << "h=" << h;
+  }
+}
+
+TEST(Half, KnownValues) {
+  EXPECT_EQ(Fp32ToFp16(1.0f), 0x3c00);
+  EXPECT_EQ(Fp32ToFp16(-2.0f), 0xc000);
+  EXPECT_EQ(Fp32ToFp16(65504.0f), 0x7bff);
+  EXPECT_EQ(Fp32ToFp16(1e6f), 0x7c00);               // overflow to inf
+  EXPECT_EQ(Fp32ToFp16(5.960464477539063e-08f), 1);  // smallest subnormal
+  EXPECT_EQ(Fp32ToFp16(1.0f + 1.0f / 2048), 0x3c00);  // tie rounds to even
+  EXPECT_EQ(Fp32ToFp16(1.0f + 3.0f / 2048), 0x3c02);
+  EXPECT_FLOAT_EQ(Fp16ToFp32(0x3555), 0.333251953125f);
+}
+
+TEST(Half, Bf16) {
+  EXPECT_EQ(Fp32ToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(Bf16ToFp32(0x3f80), 1.0f);
+  for (uint32_t h = 0; h < 65536; h += 7) {
+    const float f = Bf16ToFp32(static_cast<uint16_t>(h));
+    if (!std::isnan(f)) {
+      EXPECT_EQ(Fp32ToBf16(f), h);
+    }
+  }
+  EXPECT_TRUE(std::isnan(Bf16ToFp32(Fp32ToBf16(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+}  // namespace
+}  // namespace kvc

@@ -1,0 +1,315 @@
+// The C API over the C++ library. Converts Status to kvc_status + a thread-local message and
+// copies results into malloc'd buffers the caller frees with kvc_free().
+#include "kvcodec/kvcodec.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "base/hash.h"
+#include "codecs/codec.h"
+#include "engine/evaluator.h"
+#include "engine/llama_engine.h"
+#include "engine/llama_state.h"
+
+struct kvc_model {
+  std::unique_ptr<kvc::LlamaModel> model;
+};
+struct kvc_session {
+  std::unique_ptr<kvc::LlamaSession> session;
+};
+struct kvc_kv {
+  kvc::KvCache cache;
+};
+
+namespace {
+
+thread_local std::string g_last_error;
+
+kvc_status Fail(const kvc::Status& status) {
+  g_last_error = status.ToString();
+  switch (status.code()) {
+    case kvc::StatusCode::kOk: return KVC_OK;
+    case kvc::StatusCode::kInvalidArgument: return KVC_INVALID_ARGUMENT;
+    case kvc::StatusCode::kCorrupt: return KVC_CORRUPT;
+    case kvc::StatusCode::kUnsupported: return KVC_UNSUPPORTED;
+    case kvc::StatusCode::kNotFound: return KVC_NOT_FOUND;
+    case kvc::StatusCode::kIoError: return KVC_IO_ERROR;
+    case kvc::StatusCode::kInternal: return KVC_INTERNAL;
+  }
+  return KVC_INTERNAL;
+}
+
+kvc_status NullArgument(const char* what) { return Fail(kvc::InvalidArgument(std::string(what) + " is NULL")); }
+
+char* CopyString(const std::string& s) {
+  char* out = static_cast<char*>(std::malloc(s.size() + 1));
+  if (out != nullptr) std::memcpy(out, s.c_str(), s.size() + 1);
+  return out;
+}
+
+uint8_t* CopyBytes(const std::vector<uint8_t>& bytes) {
+  uint8_t* out = static_cast<uint8_t*>(std::malloc(bytes.empty() ? 1 : bytes.size()));
+  if (out != nullptr && !bytes.empty()) std::memcpy(out, bytes.data(), bytes.size());
+  return out;
+}
+
+kvc::Result<std::map<std::string, std::string>> ParseParams(const char* text) {
+  std::map<std::string, std::string> params;
+  if (text == nullptr) return params;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return kvc::InvalidArgument("codec parameter '" + item + "' is not key=value");
+    }
+    params[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  return params;
+}
+
+kvc::SessionOptions ToSessionOptions(const kvc_session_params& p) {
+  kvc::SessionOptions o;
+  if (p.n_ctx) o.n_ctx = p.n_ctx;
+  if (p.n_batch) o.n_batch = p.n_batch;
+  o.n_threads = p.n_threads;
+  o.cache_type = static_cast<kvc::DType>(p.cache_type);
+  o.flash_attn = p.flash_attn != 0;
+  return o;
+}
+
+bool ValidDType(kvc_dtype d) { return kvc::IsValidDType(static_cast<uint8_t>(d)); }
+
+}  // namespace
+
+extern "C" {
+
+const char* kvc_version(void) { return "0.1.0"; }
+const char* kvc_last_error(void) { return g_last_error.c_str(); }
+void kvc_free(void* p) { std::free(p); }
+
+kvc_status kvc_codecs_json(char** out_json) {
+  if (out_json == nullptr) return NullArgument("out_json");
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const kvc::Codec* codec : kvc::AllCodecs()) {
+    const auto& info = codec->info();
+    list.push_back({{"name", info.name},
+                    {"id", info.id},
+                    {"version", info.version},
+                    {"levels", info.levels},
+                    {"default_level", info.default_level},
+                    {"params", info.params},
+                    {"description", info.description}});
+  }
+  *out_json = CopyString(list.dump(2));
+  return KVC_OK;
+}
+
+kvc_status kvc_model_load(const char* path, kvc_model** out) {
+  if (path == nullptr || out == nullptr) return NullArgument("path or out");
+  auto model = kvc::LlamaModel::Load(path);
+  if (!model.ok()) return Fail(model.status());
+  *out = new kvc_model{std::move(model).value()};
+  return KVC_OK;
+}
+
+void kvc_model_free(kvc_model* model) { delete model; }
+
+void kvc_model_fingerprint(const kvc_model* model, uint8_t out[16]) {
+  std::memcpy(out, model->model->fingerprint().data(), 16);
+}
+
+kvc_status kvc_model_info_json(const kvc_model* model, char** out_json) {
+  if (model == nullptr || out_json == nullptr) return NullArgument("model or out_json");
+  const kvc::ModelInfo& i = model->model->info();
+  nlohmann::ordered_json j = {{"path", model->model->path()},
+                              {"architecture", i.architecture},
+                              {"n_layers", i.n_layers},
+                              {"n_heads", i.n_heads},
+                              {"n_kv_heads", i.n_kv_heads},
+                              {"head_dim", i.head_dim},
+                              {"n_vocab", i.n_vocab},
+                              {"n_ctx_train", i.n_ctx_train},
+                              {"rope_type", i.rope.type == kvc::RopeType::kNormal ? "normal" : "neox"},
+                              {"rope_freq_base", i.rope.freq_base},
+                              {"fingerprint", kvc::HexString(model->model->fingerprint())}};
+  *out_json = CopyString(j.dump(2));
+  return KVC_OK;
+}
+
+kvc_status kvc_model_tokenize(const kvc_model* model, const char* text, size_t len, int add_bos, int32_t** out_tokens,
+                              size_t* out_n) {
+  if (model == nullptr || text == nullptr || out_tokens == nullptr || out_n == nullptr) return NullArgument("argument");
+  auto tokens = model->model->Tokenize(std::string_view(text, len), add_bos != 0);
+  if (!tokens.ok()) return Fail(tokens.status());
+  *out_n = tokens->size();
+  *out_tokens = static_cast<int32_t*>(std::malloc(std::max<size_t>(1, tokens->size()) * sizeof(int32_t)));
+  if (!tokens->empty()) std::memcpy(*out_tokens, tokens->data(), tokens->size() * sizeof(int32_t));
+  return KVC_OK;
+}
+
+void kvc_session_default_params(kvc_session_params* params) {
+  *params = kvc_session_params{};
+  params->n_ctx = 2048;
+  params->n_batch = 512;
+  params->cache_type = KVC_F16;
+}
+
+kvc_status kvc_session_create(const kvc_model* model, const kvc_session_params* params, kvc_session** out) {
+  if (model == nullptr || params == nullptr || out == nullptr) return NullArgument("model, params or out");
+  if (!ValidDType(params->cache_type)) return Fail(kvc::InvalidArgument("invalid cache_type"));
+  auto session = kvc::LlamaSession::Create(*model->model, ToSessionOptions(*params));
+  if (!session.ok()) return Fail(session.status());
+  *out = new kvc_session{std::move(session).value()};
+  return KVC_OK;
+}
+
+void kvc_session_free(kvc_session* session) { delete session; }
+
+kvc_status kvc_session_eval(kvc_session* session, const int32_t* tokens, size_t n) {
+  if (session == nullptr || tokens == nullptr) return NullArgument("session or tokens");
+  kvc::Status s = session->session->Eval(std::span(tokens, n), false);
+  return s.ok() ? KVC_OK : Fail(s);
+}
+
+kvc_status kvc_session_extract(const kvc_session* session, kvc_kv** out) {
+  if (session == nullptr || out == nullptr) return NullArgument("session or out");
+  auto kv = session->session->ExtractKv();
+  if (!kv.ok()) return Fail(kv.status());
+  *out = new kvc_kv{std::move(kv).value()};
+  return KVC_OK;
+}
+
+kvc_status kvc_session_restore(kvc_session* session, const kvc_kv* kv) {
+  if (session == nullptr || kv == nullptr) return NullArgument("session or kv");
+  kvc::Status s = session->session->RestoreKv(kv->cache);
+  return s.ok() ? KVC_OK : Fail(s);
+}
+
+void kvc_kv_free(kvc_kv* kv) { delete kv; }
+
+void kvc_kv_shape(const kvc_kv* kv, kvc_shape* out) {
+  const kvc::KvShape& s = kv->cache.shape();
+  *out = kvc_shape{s.n_layers, s.n_kv_heads, s.head_dim, s.n_tokens, static_cast<kvc_dtype>(kv->cache.dtype()),
+                   kv->cache.pos_begin()};
+}
+
+kvc_status kvc_kv_from_llama_state(const uint8_t* data, size_t size, uint32_t n_kv_heads, kvc_kv** out) {
+  if (data == nullptr || out == nullptr) return NullArgument("data or out");
+  auto kv = kvc::ParseLlamaSeqState(std::span(data, size), n_kv_heads);
+  if (!kv.ok()) return Fail(kv.status());
+  *out = new kvc_kv{std::move(kv).value()};
+  return KVC_OK;
+}
+
+kvc_status kvc_kv_to_llama_state(const kvc_kv* kv, uint8_t** out, size_t* out_size) {
+  if (kv == nullptr || out == nullptr || out_size == nullptr) return NullArgument("argument");
+  kvc::LlamaStateLayout layout;
+  layout.dtype = kv->cache.dtype();
+  auto blob = kvc::BuildLlamaSeqState(kv->cache, layout);
+  if (!blob.ok()) return Fail(blob.status());
+  *out = CopyBytes(*blob);
+  *out_size = blob->size();
+  return KVC_OK;
+}
+
+kvc_status kvc_encode(const kvc_kv* kv, uint32_t token_begin, uint32_t n_tokens, const char* codec_name,
+                      const char* level, const char* codec_params, const uint8_t fingerprint[16], uint8_t** out,
+                      size_t* out_size) {
+  if (kv == nullptr || codec_name == nullptr || fingerprint == nullptr || out == nullptr || out_size == nullptr) {
+    return NullArgument("argument");
+  }
+  const kvc::Codec* codec = kvc::FindCodec(codec_name);
+  if (codec == nullptr) return Fail(kvc::InvalidArgument(std::string("unknown codec '") + codec_name + "'"));
+  const uint32_t total = kv->cache.shape().n_tokens;
+  if (token_begin > total) return Fail(kvc::InvalidArgument("token_begin beyond the cache"));
+  auto view = kv->cache.View(token_begin, n_tokens == 0 ? total - token_begin : n_tokens);
+  if (!view.ok()) return Fail(view.status());
+  kvc::EncodeOptions options;
+  if (level != nullptr) options.level = level;
+  auto params = ParseParams(codec_params);
+  if (!params.ok()) return Fail(params.status());
+  options.params = std::move(params).value();
+  kvc::ModelFingerprint fp;
+  std::memcpy(fp.data(), fingerprint, 16);
+  auto bytes = kvc::EncodeKvc(*codec, *view, options, fp, token_begin);
+  if (!bytes.ok()) return Fail(bytes.status());
+  *out = CopyBytes(*bytes);
+  *out_size = bytes->size();
+  return KVC_OK;
+}
+
+kvc_status kvc_decode(const uint8_t* data, size_t size, const uint8_t* expected_fingerprint, kvc_kv** out) {
+  if (data == nullptr || out == nullptr) return NullArgument("data or out");
+  kvc::ModelFingerprint fp;
+  if (expected_fingerprint != nullptr) std::memcpy(fp.data(), expected_fingerprint, 16);
+  auto kv = kvc::DecodeKvc(std::span(data, size), expected_fingerprint ? &fp : nullptr);
+  if (!kv.ok()) return Fail(kv.status());
+  *out = new kvc_kv{std::move(kv).value()};
+  return KVC_OK;
+}
+
+kvc_status kvc_inspect_json(const uint8_t* data, size_t size, char** out_json) {
+  if (data == nullptr || out_json == nullptr) return NullArgument("data or out_json");
+  auto file = kvc::ReadKvc(std::span(data, size));
+  if (!file.ok()) return Fail(file.status());
+  const kvc::KvcHeader& h = file->header;
+  const kvc::Codec* codec = kvc::FindCodecById(h.codec_id);
+  nlohmann::ordered_json sections = nlohmann::ordered_json::array();
+  for (const auto& s : file->sections) {
+    char tag[16];
+    std::snprintf(tag, sizeof tag, "0x%08x", s.tag);
+    sections.push_back({{"tag", tag}, {"bytes", s.bytes.size()}});
+  }
+  const double ratio = static_cast<double>(h.shape.fp16_bytes()) / static_cast<double>(size);
+  nlohmann::ordered_json j = {{"format_version", kvc::kKvcFormatVersion},
+                              {"file_bytes", size},
+                              {"codec", codec ? codec->info().name : "unknown"},
+                              {"codec_id", h.codec_id},
+                              {"codec_version", h.codec_version},
+                              {"level", h.level},
+                              {"codec_params_bytes", h.codec_params.size()},
+                              {"n_layers", h.shape.n_layers},
+                              {"n_kv_heads", h.shape.n_kv_heads},
+                              {"head_dim", h.shape.head_dim},
+                              {"n_tokens", h.shape.n_tokens},
+                              {"dtype", kvc::DTypeName(h.dtype)},
+                              {"model_fingerprint", kvc::HexString(h.model_fingerprint)},
+                              {"token_begin", h.token_begin},
+                              {"pos_begin", h.pos_begin},
+                              {"bytes_fp16", h.shape.fp16_bytes()},
+                              {"compression_ratio", ratio},
+                              {"sections", sections}};
+  *out_json = CopyString(j.dump(2));
+  return KVC_OK;
+}
+
+kvc_status kvc_eval_json(const kvc_eval_params* p, char** out_json) {
+  if (p == nullptr || p->model_path == nullptr || out_json == nullptr) return NullArgument("params, model or out");
+  if (!ValidDType(p->cache_type)) return Fail(kvc::InvalidArgument("invalid cache_type"));
+  kvc::EvalOptions o;
+  o.model_path = p->model_path;
+  if (p->text_path) o.text_path = p->text_path;
+  if (p->codec) o.codec = p->codec;
+  if (p->level) o.encode.level = p->level;
+  auto params = ParseParams(p->codec_params);
+  if (!params.ok()) return Fail(params.status());
+  o.encode.params = std::move(params).value();
+  if (p->n_docs) o.n_docs = p->n_docs;
+  if (p->ctx) o.ctx = p->ctx;
+  if (p->cont) o.cont = p->cont;
+  o.session.n_threads = p->n_threads;
+  o.session.cache_type = static_cast<kvc::DType>(p->cache_type);
+  o.progress = p->progress != 0;
+  auto report = kvc::RunEval(o);
+  if (!report.ok()) return Fail(report.status());
+  *out_json = CopyString(kvc::EvalReportJson(*report));
+  return KVC_OK;
+}
+
+}  // extern "C"

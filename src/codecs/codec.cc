@@ -1,0 +1,132 @@
+#include "codecs/codec.h"
+
+#include <algorithm>
+#include <charconv>
+
+#include "codecs/quant/quant_codec.h"
+#include "codecs/raw/raw_codec.h"
+
+namespace kvc {
+namespace {
+
+// The one list of codecs. Explicit rather than self-registering so that linking a static
+// library can never silently drop a codec. To add one: include its header, add a static
+// instance and its pointer below (ids are checked for uniqueness by codec_test).
+const std::vector<const Codec*>& Registry() {
+  static const RawCodec raw;
+  static const QuantCodec quant;
+  static const std::vector<const Codec*> codecs = {&raw, &quant};
+  return codecs;
+}
+
+std::string Hex(const ModelFingerprint& fp) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(fp.size() * 2);
+  for (uint8_t b : fp) {
+    out.push_back(kDigits[b >> 4]);
+    out.push_back(kDigits[b & 15]);
+  }
+  return out;
+}
+
+}  // namespace
+
+const Codec* FindCodec(std::string_view name) {
+  for (const Codec* codec : Registry()) {
+    if (codec->info().name == name) return codec;
+  }
+  return nullptr;
+}
+
+const Codec* FindCodecById(uint16_t id) {
+  for (const Codec* codec : Registry()) {
+    if (codec->info().id == id) return codec;
+  }
+  return nullptr;
+}
+
+std::vector<const Codec*> AllCodecs() { return Registry(); }
+
+Result<std::vector<uint8_t>> EncodeKvc(const Codec& codec, const KvView& kv, const EncodeOptions& options,
+                                       const ModelFingerprint& fingerprint, uint32_t token_begin) {
+  const CodecInfo& info = codec.info();
+  auto encoded = codec.Encode(kv, options);
+  if (!encoded.ok()) return encoded.status().WithContext(info.name);
+
+  KvcHeader header;
+  header.codec_id = info.id;
+  header.codec_version = info.version;
+  header.level = std::move(encoded->level);
+  header.codec_params = std::move(encoded->params);
+  header.shape = kv.shape();
+  header.dtype = kv.dtype();
+  header.model_fingerprint = fingerprint;
+  header.token_begin = token_begin;
+  header.pos_begin = kv.pos_begin();
+  return WriteKvc(header, encoded->sections);
+}
+
+Result<KvCache> DecodeKvc(std::span<const uint8_t> bytes, const ModelFingerprint* expected_fingerprint) {
+  ASSIGN_OR_RETURN(const KvcFile file, ReadKvc(bytes));
+  const KvcHeader& h = file.header;
+  if (expected_fingerprint != nullptr && h.model_fingerprint != *expected_fingerprint) {
+    return InvalidArgument("made for another model (fingerprint " + Hex(h.model_fingerprint) +
+                           " != " + Hex(*expected_fingerprint) + ")");
+  }
+  const Codec* codec = FindCodecById(h.codec_id);
+  if (codec == nullptr) return Unsupported(FormatMessage("unknown codec id %u", h.codec_id));
+  const CodecInfo& info = codec->info();
+  if (h.codec_version != info.version) {
+    return Unsupported(FormatMessage("codec %s version %u not supported (this build reads version %u)",
+                                     info.name.c_str(), h.codec_version, info.version));
+  }
+
+  auto decoded = codec->Decode(file);
+  if (!decoded.ok()) return decoded.status().WithContext(info.name);
+  KvCache& cache = decoded.value();
+  // A codec bug (or a codec fooled by hostile params) must not hand the caller a cache that
+  // disagrees with what the header promises.
+  KVC_CHECK_CORRUPT(cache.shape() == h.shape, "%s decoded a shape other than the header's", info.name.c_str());
+  KVC_CHECK_CORRUPT(cache.dtype() == h.dtype, "%s decoded dtype %s, the header says %s", info.name.c_str(),
+                    DTypeName(cache.dtype()), DTypeName(h.dtype));
+  KVC_CHECK_CORRUPT(cache.pos_begin() == h.pos_begin, "%s decoded pos_begin %d, the header says %d",
+                    info.name.c_str(), cache.pos_begin(), h.pos_begin);
+  return std::move(decoded).value();
+}
+
+Result<uint32_t> ParamU32(const EncodeOptions& options, const std::string& key, uint32_t default_value,
+                          uint32_t min_value, uint32_t max_value) {
+  const auto it = options.params.find(key);
+  if (it == options.params.end()) return default_value;
+  const std::string& text = it->second;
+  uint64_t value = 0;
+  // from_chars alone would accept a prefix ("12abc") and is silent about signs being absent;
+  // requiring the whole string to be digits keeps "group_size=+8" or " 8" from meaning 8.
+  const bool all_digits =
+      !text.empty() && text.size() <= 10 && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!all_digits || std::from_chars(text.data(), text.data() + text.size(), value).ec != std::errc()) {
+    return InvalidArgument("parameter " + key + "='" + text + "' is not a decimal integer");
+  }
+  if (value < min_value || value > max_value) {
+    return InvalidArgument(FormatMessage("parameter %s=%s outside %u..%u", key.c_str(), text.c_str(), min_value,
+                                         max_value));
+  }
+  return static_cast<uint32_t>(value);
+}
+
+Status CheckKnownParams(const EncodeOptions& options, std::span<const std::string_view> known) {
+  for (const auto& [key, value] : options.params) {
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    if (known.empty()) return InvalidArgument("unknown parameter '" + key + "' (this codec takes no parameters)");
+    std::string list;
+    for (std::string_view k : known) {
+      if (!list.empty()) list += ", ";
+      list += k;
+    }
+    return InvalidArgument("unknown parameter '" + key + "' (known: " + list + ")");
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvc

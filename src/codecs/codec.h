@@ -1,0 +1,69 @@
+// One interface for every KV codec, and the registry that finds them by name or id.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "format/container.h"
+#include "tensor/kv_cache.h"
+
+namespace kvc {
+
+struct CodecInfo {
+  std::string name;         // "raw", "quant", ...
+  uint16_t id = 0;          // stored in .kvc headers; never reused
+  uint16_t version = 1;     // bumped when the codec's bytes change meaning
+  std::vector<std::string> levels;  // quality levels, best quality first
+  std::string default_level;
+  std::string description;
+  std::vector<std::string> params;  // names of accepted key=value parameters, with their defaults
+};
+
+// Level plus codec-specific parameters (e.g. group_size=128).
+struct EncodeOptions {
+  std::string level;  // empty: the codec's default level
+  std::map<std::string, std::string> params;
+};
+
+// What a codec produces: its parameters (stored in the header) and payload sections.
+struct EncodedKv {
+  std::string level;
+  std::vector<uint8_t> params;
+  std::vector<KvcSection> sections;
+};
+
+class Codec {
+ public:
+  virtual ~Codec() = default;
+  virtual const CodecInfo& info() const = 0;
+
+  // Deterministic: the same view and options give the same bytes.
+  virtual Result<EncodedKv> Encode(const KvView& kv, const EncodeOptions& options) const = 0;
+
+  // Rebuilds the tokens a .kvc file covers. `file` is hostile: every size is checked.
+  virtual Result<KvCache> Decode(const KvcFile& file) const = 0;
+};
+
+const Codec* FindCodec(std::string_view name);
+const Codec* FindCodecById(uint16_t id);
+std::vector<const Codec*> AllCodecs();
+
+// Encodes a view into a complete .kvc file.
+Result<std::vector<uint8_t>> EncodeKvc(const Codec& codec, const KvView& kv, const EncodeOptions& options,
+                                       const ModelFingerprint& fingerprint, uint32_t token_begin);
+
+// Parses, verifies and decodes a .kvc file with the codec its header names. When
+// `expected_fingerprint` is given, a file made for another model is an error.
+Result<KvCache> DecodeKvc(std::span<const uint8_t> bytes, const ModelFingerprint* expected_fingerprint = nullptr);
+
+// Helpers codecs share for parsing EncodeOptions::params.
+Result<uint32_t> ParamU32(const EncodeOptions& options, const std::string& key, uint32_t default_value,
+                          uint32_t min_value, uint32_t max_value);
+Status CheckKnownParams(const EncodeOptions& options, std::span<const std::string_view> known);
+
+}  // namespace kvc

@@ -1,0 +1,297 @@
+#include "codecs/codec.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <set>
+
+#include "base/byte_io.h"
+
+namespace kvc {
+namespace {
+
+constexpr ModelFingerprint kFp{0xde, 0xad, 0xbe, 0xef, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0xff};
+
+KvCache MakeCache(const KvShape& shape, DType dtype, uint32_t seed, int32_t pos_begin = 0) {
+  KvCache cache = KvCache::Create(shape, dtype, pos_begin).value();
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> buf(shape.layer_elems());
+  for (KvKind kind : kKvKinds) {
+    for (uint32_t l = 0; l < shape.n_layers; ++l) {
+      for (size_t i = 0; i < buf.size(); ++i) {
+        const size_t c = i % shape.row_elems();
+        buf[i] = (kind == KvKind::kKey && c % 7 == 2 ? 30.0f : 1.0f) * normal(rng) + (kind == KvKind::kKey ? c % 5 : 0);
+      }
+      cache.WriteRowsF32(kind, l, 0, shape.n_tokens, buf.data());
+    }
+  }
+  return cache;
+}
+
+std::vector<std::pair<const Codec*, std::string>> AllCodecLevels() {
+  std::vector<std::pair<const Codec*, std::string>> out;
+  for (const Codec* codec : AllCodecs()) {
+    for (const std::string& level : codec->info().levels) out.emplace_back(codec, level);
+  }
+  return out;
+}
+
+TEST(Registry, FindsCodecsByNameAndId) {
+  ASSERT_NE(FindCodec("raw"), nullptr);
+  ASSERT_NE(FindCodec("quant"), nullptr);
+  EXPECT_EQ(FindCodec("raw")->info().id, 1);
+  EXPECT_EQ(FindCodec("quant")->info().id, 2);
+  EXPECT_EQ(FindCodecById(1), FindCodec("raw"));
+  EXPECT_EQ(FindCodecById(2), FindCodec("quant"));
+  EXPECT_EQ(FindCodec("nope"), nullptr);
+  EXPECT_EQ(FindCodec(""), nullptr);
+  EXPECT_EQ(FindCodecById(0), nullptr);
+  EXPECT_EQ(FindCodecById(65535), nullptr);
+}
+
+TEST(Registry, NamesAndIdsAreUniqueAndInfoIsComplete) {
+  std::set<std::string> names;
+  std::set<uint16_t> ids;
+  const auto codecs = AllCodecs();
+  ASSERT_GE(codecs.size(), 2u);
+  for (const Codec* codec : codecs) {
+    const CodecInfo& info = codec->info();
+    EXPECT_TRUE(names.insert(info.name).second) << info.name;
+    EXPECT_TRUE(ids.insert(info.id).second) << info.name;
+    EXPECT_NE(info.id, 0) << info.name;
+    EXPECT_GE(info.version, 1) << info.name;
+    EXPECT_FALSE(info.description.empty()) << info.name;
+    ASSERT_FALSE(info.levels.empty()) << info.name;
+    EXPECT_NE(std::find(info.levels.begin(), info.levels.end(), info.default_level), info.levels.end()) << info.name;
+    EXPECT_EQ(&codec->info(), &info) << "info() must return a stable reference";
+  }
+}
+
+TEST(ParamU32, ParsesChecksAndDefaults) {
+  const EncodeOptions none;
+  EXPECT_EQ(ParamU32(none, "g", 7, 1, 10).value(), 7u);
+  const EncodeOptions ok{.params = {{"g", "10"}, {"z", "0"}, {"max", "4294967295"}}};
+  EXPECT_EQ(ParamU32(ok, "g", 7, 1, 10).value(), 10u);
+  EXPECT_EQ(ParamU32(ok, "z", 7, 0, 10).value(), 0u);
+  EXPECT_EQ(ParamU32(ok, "max", 0, 0, 0xffffffff).value(), 0xffffffffu);
+
+  for (const char* bad : {"", "abc", "-1", "+8", " 8", "8 ", "0x10", "1e3", "4294967296", "99999999999999999999"}) {
+    const EncodeOptions options{.params = {{"g", bad}}};
+    auto r = ParamU32(options, "g", 7, 0, 0xffffffff);
+    ASSERT_FALSE(r.ok()) << "'" << bad << "'";
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  }
+  auto low = ParamU32({.params = {{"g", "0"}}}, "g", 7, 1, 10);
+  ASSERT_FALSE(low.ok());
+  EXPECT_EQ(low.status().message(), "parameter g=0 outside 1..10");
+  auto high = ParamU32({.params = {{"g", "11"}}}, "g", 7, 1, 10);
+  ASSERT_FALSE(high.ok());
+  EXPECT_EQ(high.status().message(), "parameter g=11 outside 1..10");
+  auto text = ParamU32({.params = {{"g", "x"}}}, "g", 7, 1, 10);
+  EXPECT_EQ(text.status().message(), "parameter g='x' is not a decimal integer");
+}
+
+TEST(CheckKnownParams, NamesTheKnownKeys) {
+  static constexpr std::string_view kKnown[] = {"group_size", "bits"};
+  EXPECT_TRUE(CheckKnownParams({.params = {{"bits", "4"}}}, kKnown).ok());
+  EXPECT_TRUE(CheckKnownParams({}, {}).ok());
+  const Status s = CheckKnownParams({.params = {{"gruop_size", "4"}}}, kKnown);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "unknown parameter 'gruop_size' (known: group_size, bits)");
+  const Status none = CheckKnownParams({.params = {{"x", "1"}}}, {});
+  EXPECT_EQ(none.message(), "unknown parameter 'x' (this codec takes no parameters)");
+}
+
+TEST(EncodeKvc, HeaderDescribesTheView) {
+  const KvCache cache = MakeCache({2, 2, 8, 40}, DType::kBF16, 1, /*pos_begin=*/100);
+  const KvView view = cache.View(16, 20).value();
+  for (const auto& [codec, level] : AllCodecLevels()) {
+    auto bytes = EncodeKvc(*codec, view, {.level = level}, kFp, 1016);
+    ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+    const KvcHeader h = ReadKvc(*bytes).value().header;
+    EXPECT_EQ(h.codec_id, codec->info().id);
+    EXPECT_EQ(h.codec_version, codec->info().version);
+    EXPECT_EQ(h.level, level);
+    EXPECT_EQ(h.shape, (KvShape{2, 2, 8, 20}));
+    EXPECT_EQ(h.dtype, DType::kBF16);
+    EXPECT_EQ(h.model_fingerprint, kFp);
+    EXPECT_EQ(h.token_begin, 1016u);
+    EXPECT_EQ(h.pos_begin, 116);
+
+    auto decoded = DecodeKvc(*bytes, &kFp);
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    EXPECT_EQ(decoded->shape(), h.shape);
+    EXPECT_EQ(decoded->dtype(), DType::kBF16);
+    EXPECT_EQ(decoded->pos_begin(), 116);
+  }
+}
+
+TEST(EncodeKvc, DefaultLevelIsRecorded) {
+  const KvCache cache = MakeCache({1, 1, 4, 4}, DType::kF16, 2);
+  for (const Codec* codec : AllCodecs()) {
+    auto bytes = EncodeKvc(*codec, cache.View(), {}, kFp, 0);
+    ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+    EXPECT_EQ(ReadKvc(*bytes).value().header.level, codec->info().default_level);
+  }
+}
+
+TEST(EncodeKvc, ErrorsNameTheCodec) {
+  const KvCache cache = MakeCache({1, 1, 4, 4}, DType::kF16, 2);
+  auto bytes = EncodeKvc(*FindCodec("quant"), cache.View(), {.level = "3"}, kFp, 0);
+  ASSERT_FALSE(bytes.ok());
+  EXPECT_EQ(bytes.status().message().rfind("quant: ", 0), 0u) << bytes.status().ToString();
+}
+
+TEST(EncodeKvc, IsDeterministic) {
+  const KvCache cache = MakeCache({3, 2, 16, 130}, DType::kF16, 3);
+  for (const auto& [codec, level] : AllCodecLevels()) {
+    const auto a = EncodeKvc(*codec, cache.View(), {.level = level}, kFp, 0).value();
+    const auto b = EncodeKvc(*codec, cache.View(), {.level = level}, kFp, 0).value();
+    EXPECT_EQ(a, b) << codec->info().name << " " << level;
+    // A copy of the cache elsewhere in memory encodes the same, too.
+    const KvCache copy = cache.View().Copy().value();
+    EXPECT_EQ(a, EncodeKvc(*codec, copy.View(), {.level = level}, kFp, 0).value());
+  }
+}
+
+TEST(DecodeKvc, FingerprintMismatchIsAnError) {
+  const KvCache cache = MakeCache({1, 1, 4, 4}, DType::kF16, 4);
+  const auto bytes = EncodeKvc(*FindCodec("raw"), cache.View(), {}, kFp, 0).value();
+  EXPECT_TRUE(DecodeKvc(bytes).ok());
+  EXPECT_TRUE(DecodeKvc(bytes, &kFp).ok());
+  ModelFingerprint other = kFp;
+  other[15] = 0x01;
+  auto r = DecodeKvc(bytes, &other);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "made for another model (fingerprint deadbeef000102030405060708090aff != "
+            "deadbeef000102030405060708090a01)");
+}
+
+TEST(DecodeKvc, UnknownCodecOrVersionIsUnsupported) {
+  const KvCache cache = MakeCache({1, 1, 4, 4}, DType::kF16, 5);
+  const auto bytes = EncodeKvc(*FindCodec("raw"), cache.View(), {}, kFp, 0).value();
+  KvcFile file = ReadKvc(bytes).value();
+  std::vector<KvcSection> sections;
+  for (const auto& s : file.sections) sections.push_back({s.tag, {s.bytes.begin(), s.bytes.end()}});
+
+  KvcHeader unknown = file.header;
+  unknown.codec_id = 999;
+  auto r = DecodeKvc(WriteKvc(unknown, sections).value());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnsupported);
+  EXPECT_EQ(r.status().message(), "unknown codec id 999");
+
+  KvcHeader newer = file.header;
+  newer.codec_version = 2;
+  r = DecodeKvc(WriteKvc(newer, sections).value());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(r.status().message().find("version 2"), std::string::npos) << r.status().ToString();
+}
+
+// The CRCs make every single-byte change detectable; the test pins that no such change ever
+// reaches a codec as valid input, and (under ASan) that none crashes.
+TEST(DecodeKvc, EveryFlippedByteFails) {
+  const KvCache cache = MakeCache({2, 1, 6, 5}, DType::kF16, 6);
+  for (const auto& [codec, level] : AllCodecLevels()) {
+    const auto good = EncodeKvc(*codec, cache.View(), {.level = level, .params = {}}, kFp, 3).value();
+    ASSERT_TRUE(DecodeKvc(good).ok());
+    for (size_t i = 0; i < good.size(); ++i) {
+      std::vector<uint8_t> bad = good;
+      bad[i] ^= 0xFF;
+      auto r = DecodeKvc(bad);
+      ASSERT_FALSE(r.ok()) << codec->info().name << " " << level << ": flipping byte " << i << " went unnoticed";
+    }
+    for (size_t n = 0; n < good.size(); ++n) {
+      ASSERT_FALSE(DecodeKvc(std::span(good).first(n)).ok()) << "truncated to " << n;
+    }
+  }
+}
+
+// ---- Fuzz corpus ---------------------------------------------------------------------------
+
+const std::filesystem::path kCorpus = std::filesystem::path(KVCODEC_SOURCE_DIR) / "fuzz/corpus/codecs";
+
+// The direct-decode input of codecs_fuzz.cc ("mode 2"); keep in step with its parser.
+std::vector<uint8_t> DirectInput(uint8_t selector, const KvcHeader& h, const std::vector<KvcSection>& sections) {
+  ByteWriter w;
+  w.U8(selector);
+  w.U8(static_cast<uint8_t>(h.level.size()));
+  w.Bytes(h.level.data(), h.level.size());
+  w.U16(static_cast<uint16_t>(h.codec_params.size()));
+  w.Bytes(h.codec_params);
+  w.U8(static_cast<uint8_t>(sections.size()));
+  for (const KvcSection& s : sections) {
+    w.U32(s.tag);
+    w.U32(static_cast<uint32_t>(s.bytes.size()));
+    w.Bytes(s.bytes);
+  }
+  return w.Take();
+}
+
+std::vector<uint8_t> ReadFile(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// The seeds are only useful while they are valid: a format change must regenerate them.
+TEST(FuzzCorpus, KvcSeedsDecode) {
+  size_t n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(kCorpus)) {
+    if (entry.path().extension() != ".kvc") continue;
+    const auto bytes = ReadFile(entry.path());
+    auto r = DecodeKvc(bytes);
+    EXPECT_TRUE(r.ok()) << entry.path() << ": " << r.status().ToString()
+                        << " (regenerate: codecs_test --gtest_also_run_disabled_tests "
+                           "--gtest_filter=FuzzCorpus.DISABLED_Regenerate)";
+    ++n;
+  }
+  EXPECT_GE(n, 3u);
+}
+
+// Rewrites fuzz/corpus/codecs/ in the source tree. Direct-mode shapes: codecs_fuzz.cc kShapes.
+TEST(FuzzCorpus, DISABLED_Regenerate) {
+  struct Seed {
+    const char* name;
+    const char* codec;
+    uint8_t codec_index;
+    EncodeOptions options;
+    uint8_t shape_index;
+    KvShape shape;
+    DType dtype;
+  };
+  const Seed seeds[] = {
+      {"raw_f16", "raw", 0, {}, 1, {2, 2, 8, 5}, DType::kF16},
+      {"raw_f32", "raw", 0, {}, 2, {1, 3, 5, 7}, DType::kF32},
+      {"quant8_f16", "quant", 1, {.level = "8", .params = {{"group_size", "4"}}}, 1, {2, 2, 8, 5}, DType::kF16},
+      {"quant4_bf16", "quant", 1, {.level = "4", .params = {{"group_size", "3"}}}, 2, {1, 3, 5, 7}, DType::kBF16},
+      {"quant4_g1", "quant", 1, {.level = "4", .params = {{"group_size", "1"}}}, 0, {1, 1, 4, 3}, DType::kF16},
+      {"quant8_big_group", "quant", 1, {.level = "8"}, 3, {3, 2, 4, 9}, DType::kF32},
+  };
+  std::filesystem::create_directories(kCorpus);
+  for (const Seed& seed : seeds) {
+    const KvCache cache = MakeCache(seed.shape, seed.dtype, 42, 7);
+    const auto kvc = EncodeKvc(*FindCodec(seed.codec), cache.View(), seed.options, kFp, 7).value();
+    std::ofstream(kCorpus / (std::string(seed.name) + ".kvc"), std::ios::binary)
+        .write(reinterpret_cast<const char*>(kvc.data()), static_cast<std::streamsize>(kvc.size()));
+
+    const KvcFile file = ReadKvc(kvc).value();
+    std::vector<KvcSection> sections;
+    for (const auto& s : file.sections) sections.push_back({s.tag, {s.bytes.begin(), s.bytes.end()}});
+    const uint8_t dtype_bits = seed.dtype == DType::kF16 ? 0 : seed.dtype == DType::kF32 ? 1 : 2;
+    const uint8_t selector = static_cast<uint8_t>(seed.codec_index | dtype_bits << 4 | seed.shape_index << 6);
+    const auto direct = DirectInput(selector, file.header, sections);
+    std::ofstream(kCorpus / (std::string("mode2_") + seed.name + ".bin"), std::ios::binary)
+        .write(reinterpret_cast<const char*>(direct.data()), static_cast<std::streamsize>(direct.size()));
+  }
+}
+
+}  // namespace
+}  // namespace kvc

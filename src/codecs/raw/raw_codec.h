@@ -1,0 +1,22 @@
+// raw: the KV cache stored as fp16, uncompressed. The baseline every ratio is measured against
+// and the reference for lossless reuse. Section layout: src/codecs/FORMATS.md.
+#pragma once
+
+#include "codecs/codec.h"
+
+namespace kvc {
+
+class RawCodec final : public Codec {
+ public:
+  // Registered under this id in every .kvc header; never reuse it.
+  static constexpr uint16_t kId = 1;
+
+  const CodecInfo& info() const override;
+  // Level "fp16" (the only one). An fp16 source is copied bit for bit; fp32 and bf16 sources
+  // are rounded to nearest even. A finite value that overflows fp16 is an InvalidArgument.
+  Result<EncodedKv> Encode(const KvView& kv, const EncodeOptions& options) const override;
+  // Restores the header's dtype (the source's), converting from fp16 where it differs.
+  Result<KvCache> Decode(const KvcFile& file) const override;
+};
+
+}  // namespace kvc

@@ -1,0 +1,185 @@
+#include "codecs/raw/raw_codec.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+
+#include "base/half.h"
+
+namespace kvc {
+namespace {
+
+constexpr ModelFingerprint kFp{1, 2, 3};
+
+// Random KV with per-channel offsets for keys and a few large-magnitude channels.
+KvCache MakeCache(const KvShape& shape, DType dtype, uint32_t seed) {
+  KvCache cache = KvCache::Create(shape, dtype).value();
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const size_t channels = shape.row_elems();
+  std::vector<float> offset(channels);
+  std::vector<float> magnitude(channels);
+  for (size_t c = 0; c < channels; ++c) {
+    offset[c] = 2.0f * normal(rng);
+    magnitude[c] = c % 17 == 3 ? 40.0f : 1.0f;
+  }
+  std::vector<float> buf(shape.layer_elems());
+  for (KvKind kind : kKvKinds) {
+    for (uint32_t l = 0; l < shape.n_layers; ++l) {
+      for (size_t i = 0; i < buf.size(); ++i) {
+        const size_t c = i % channels;
+        buf[i] = kind == KvKind::kKey ? offset[c] + magnitude[c] * normal(rng) : 0.5f * normal(rng);
+      }
+      cache.WriteRowsF32(kind, l, 0, shape.n_tokens, buf.data());
+    }
+  }
+  return cache;
+}
+
+Result<std::vector<uint8_t>> Encode(const KvCache& cache, const EncodeOptions& options = {}) {
+  return EncodeKvc(*FindCodec("raw"), cache.View(), options, kFp, 0);
+}
+
+// Re-serialises a valid file after `edit` changed its header or sections (fresh CRCs), so the
+// codec, not the container, meets the damage.
+std::vector<uint8_t> Rewrite(const std::vector<uint8_t>& bytes,
+                             const std::function<void(KvcHeader&, std::vector<KvcSection>&)>& edit) {
+  KvcFile file = ReadKvc(bytes).value();
+  std::vector<KvcSection> sections;
+  for (const auto& s : file.sections) sections.push_back({s.tag, {s.bytes.begin(), s.bytes.end()}});
+  edit(file.header, sections);
+  return WriteKvc(file.header, sections).value();
+}
+
+const KvShape kShape{.n_layers = 3, .n_kv_heads = 2, .head_dim = 8, .n_tokens = 21};
+
+TEST(RawCodec, Info) {
+  const CodecInfo& info = RawCodec().info();
+  EXPECT_EQ(info.name, "raw");
+  EXPECT_EQ(info.id, 1);
+  EXPECT_EQ(info.levels, std::vector<std::string>{"fp16"});
+  EXPECT_EQ(info.default_level, "fp16");
+}
+
+TEST(RawCodec, Fp16RoundTripIsBitExact) {
+  KvCache cache = MakeCache(kShape, DType::kF16, 1);
+  // Values a conversion through fp32 could disturb: NaN payloads, inf, -0, subnormals.
+  const uint16_t specials[] = {0x7e01, 0xfc00, 0x7c00, 0x8000, 0x0001, 0x83ff, 0x7bff};
+  auto k = cache.Bytes(KvKind::kKey);
+  for (size_t i = 0; i < std::size(specials); ++i) std::memcpy(k.data() + 2 * (7 * i + 1), &specials[i], 2);
+  cache.set_pos_begin(42);
+
+  auto bytes = Encode(cache, {.level = "fp16"});
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  auto decoded = DecodeKvc(*bytes);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_TRUE(*decoded == cache);
+}
+
+TEST(RawCodec, Fp32RoundTripIsExactToFp16Rounding) {
+  const KvCache cache = MakeCache(kShape, DType::kF32, 2);
+  auto bytes = Encode(cache);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  auto decoded = DecodeKvc(*bytes);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  ASSERT_EQ(decoded->dtype(), DType::kF32);
+  ASSERT_EQ(decoded->shape(), kShape);
+  std::vector<float> in(kShape.layer_elems());
+  std::vector<float> out(kShape.layer_elems());
+  for (KvKind kind : kKvKinds) {
+    for (uint32_t l = 0; l < kShape.n_layers; ++l) {
+      cache.ReadRowsF32(kind, l, 0, kShape.n_tokens, in.data());
+      decoded->ReadRowsF32(kind, l, 0, kShape.n_tokens, out.data());
+      for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(out[i], Fp16ToFp32(Fp32ToFp16(in[i]))) << i;
+    }
+  }
+}
+
+TEST(RawCodec, Bf16SourceIsRestoredAsBf16) {
+  const KvCache cache = MakeCache(kShape, DType::kBF16, 3);
+  auto decoded = DecodeKvc(Encode(cache).value());
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  ASSERT_EQ(decoded->dtype(), DType::kBF16);
+  std::vector<float> in(kShape.layer_elems());
+  std::vector<float> out(kShape.layer_elems());
+  cache.ReadRowsF32(KvKind::kValue, 1, 0, kShape.n_tokens, in.data());
+  decoded->ReadRowsF32(KvKind::kValue, 1, 0, kShape.n_tokens, out.data());
+  for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(out[i], Bf16ToFp32(Fp32ToBf16(Fp16ToFp32(Fp32ToFp16(in[i])))));
+}
+
+TEST(RawCodec, ZeroTokens) {
+  KvShape shape = kShape;
+  shape.n_tokens = 0;
+  for (DType dtype : {DType::kF16, DType::kF32}) {
+    const KvCache cache = KvCache::Create(shape, dtype).value();
+    auto decoded = DecodeKvc(Encode(cache).value());
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    EXPECT_TRUE(*decoded == cache);
+  }
+}
+
+TEST(RawCodec, FileIsFp16SizePlusHeaders) {
+  const KvCache cache = MakeCache(kShape, DType::kF16, 4);
+  const auto bytes = Encode(cache).value();
+  EXPECT_GE(bytes.size(), kShape.fp16_bytes());
+  EXPECT_LE(bytes.size(), kShape.fp16_bytes() + 200);
+}
+
+TEST(RawCodec, Fp32OverflowIsAnError) {
+  KvCache cache = MakeCache(kShape, DType::kF32, 5);
+  const float big = 70000.0f;
+  std::memcpy(cache.Bytes(KvKind::kValue).data() + 4 * 100, &big, 4);
+  auto bytes = Encode(cache);
+  ASSERT_FALSE(bytes.ok());
+  EXPECT_EQ(bytes.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bytes.status().message().find("fp16 range"), std::string::npos) << bytes.status().ToString();
+
+  // inf is not an overflow: raw keeps it, as it keeps NaN.
+  const float inf = std::numeric_limits<float>::infinity();
+  std::memcpy(cache.Bytes(KvKind::kValue).data() + 4 * 100, &inf, 4);
+  auto decoded = DecodeKvc(Encode(cache).value());
+  ASSERT_TRUE(decoded.ok());
+  float got;
+  std::memcpy(&got, decoded->Bytes(KvKind::kValue).data() + 4 * 100, 4);
+  EXPECT_EQ(got, inf);
+}
+
+TEST(RawCodec, BadOptionsAreClearErrors) {
+  const KvCache cache = MakeCache(kShape, DType::kF16, 6);
+  auto bad_level = Encode(cache, {.level = "8"});
+  ASSERT_FALSE(bad_level.ok());
+  EXPECT_EQ(bad_level.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_level.status().message().find("unknown level '8'"), std::string::npos);
+
+  auto bad_param = Encode(cache, {.params = {{"group_size", "4"}}});
+  ASSERT_FALSE(bad_param.ok());
+  EXPECT_EQ(bad_param.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_param.status().message().find("unknown parameter 'group_size'"), std::string::npos);
+}
+
+TEST(RawCodec, DamagedSectionsAreCorrupt) {
+  const auto good = Encode(MakeCache(kShape, DType::kF16, 7)).value();
+  const std::vector<std::pair<const char*, std::function<void(KvcHeader&, std::vector<KvcSection>&)>>> edits = {
+      {"short K", [](KvcHeader&, std::vector<KvcSection>& s) { s[0].bytes.pop_back(); }},
+      {"long V", [](KvcHeader&, std::vector<KvcSection>& s) { s[1].bytes.push_back(0); }},
+      {"odd-sized K", [](KvcHeader&, std::vector<KvcSection>& s) { s[0].bytes.resize(s[0].bytes.size() - 1); }},
+      {"missing V", [](KvcHeader&, std::vector<KvcSection>& s) { s.pop_back(); }},
+      {"extra", [](KvcHeader&, std::vector<KvcSection>& s) { s.push_back({0x4B, {}}); }},
+      {"swapped", [](KvcHeader&, std::vector<KvcSection>& s) { std::swap(s[0].tag, s[1].tag); }},
+      {"params", [](KvcHeader& h, std::vector<KvcSection>&) { h.codec_params = {1}; }},
+      {"level", [](KvcHeader& h, std::vector<KvcSection>&) { h.level = "8"; }},
+      {"more tokens", [](KvcHeader& h, std::vector<KvcSection>&) { ++h.shape.n_tokens; }},
+  };
+  for (const auto& [name, edit] : edits) {
+    auto decoded = DecodeKvc(Rewrite(good, edit));
+    ASSERT_FALSE(decoded.ok()) << name;
+    EXPECT_EQ(decoded.status().code(), StatusCode::kCorrupt) << name << ": " << decoded.status().ToString();
+  }
+}
+
+}  // namespace
+}  // namespace kvc

@@ -1,0 +1,191 @@
+#include "engine/evaluator.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+#include "base/progress.h"
+
+namespace kvc {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+Result<std::string> ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("cannot read evaluation text " + path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// log-softmax of one logits row, in double for stable sums.
+void LogSoftmax(std::span<const float> logits, std::vector<double>* out) {
+  out->resize(logits.size());
+  double max = -INFINITY;
+  for (float v : logits) max = std::max(max, static_cast<double>(v));
+  double sum = 0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v) - max);
+  const double log_z = max + std::log(sum);
+  for (size_t i = 0; i < logits.size(); ++i) (*out)[i] = static_cast<double>(logits[i]) - log_z;
+}
+
+size_t ArgMax(std::span<const float> v) {
+  size_t best = 0;
+  for (size_t i = 1; i < v.size(); ++i)
+    if (v[i] > v[best]) best = i;
+  return best;
+}
+
+// Per-document scoring of the continuation: logits rows are copied out because llama.cpp
+// overwrites them at the next decode.
+std::vector<std::vector<float>> ContinuationLogits(LlamaSession& session, uint32_t cont) {
+  std::vector<std::vector<float>> rows(cont);
+  for (uint32_t i = 0; i < cont; ++i) {
+    auto row = session.Logits(static_cast<int>(i));
+    rows[i].assign(row.begin(), row.end());
+  }
+  return rows;
+}
+
+}  // namespace
+
+Result<std::vector<std::vector<int32_t>>> MakeDocuments(const std::vector<int32_t>& stream, int32_t bos,
+                                                        uint32_t n_docs, uint32_t doc_tokens) {
+  if (doc_tokens < 2) return InvalidArgument("documents need at least 2 tokens");
+  const size_t body = doc_tokens - 1;
+  const size_t available = stream.size() / body;
+  if (available < n_docs) {
+    return InvalidArgument(FormatMessage("evaluation text has %zu tokens: enough for %zu documents of %u tokens, not %u",
+                                         stream.size(), available, doc_tokens, n_docs));
+  }
+  std::vector<std::vector<int32_t>> docs(n_docs);
+  for (uint32_t d = 0; d < n_docs; ++d) {
+    docs[d].reserve(doc_tokens);
+    docs[d].push_back(bos);
+    docs[d].insert(docs[d].end(), stream.begin() + d * body, stream.begin() + (d + 1) * body);
+  }
+  return docs;
+}
+
+Result<EvalReport> RunEval(const EvalOptions& options) {
+  if (options.n_docs == 0) return InvalidArgument("--docs must be at least 1");
+  if (options.ctx < 2) return InvalidArgument("--ctx must be at least 2");
+  if (options.cont < 1 || options.cont > 4096) return InvalidArgument("--cont must be in 1..4096");
+  const Codec* codec = FindCodec(options.codec);
+  if (codec == nullptr) return InvalidArgument("unknown codec '" + options.codec + "' (see `kvcodec codecs`)");
+
+  const auto t_start = Clock::now();
+  ASSIGN_OR_RETURN(auto model, LlamaModel::Load(options.model_path));
+  const std::string text_path =
+      options.text_path.empty()
+          ? (std::filesystem::path(options.model_path).parent_path() / "eval.txt").string()
+          : options.text_path;
+  ASSIGN_OR_RETURN(std::string text, ReadText(text_path));
+  ASSIGN_OR_RETURN(std::vector<int32_t> stream, model->Tokenize(text, /*add_bos=*/false));
+  const uint32_t doc_tokens = options.ctx + options.cont + 1;
+  ASSIGN_OR_RETURN(auto docs, MakeDocuments(stream, model->bos_token(), options.n_docs, doc_tokens));
+
+  SessionOptions session_options = options.session;
+  session_options.n_ctx = options.ctx + options.cont + 16;
+  session_options.n_batch = std::max<uint32_t>(512, options.cont);
+  ASSIGN_OR_RETURN(auto base, LlamaSession::Create(*model, session_options));
+  ASSIGN_OR_RETURN(auto restored, LlamaSession::Create(*model, session_options));
+
+  EvalReport report;
+  report.model = options.model_path;
+  report.codec = codec->info().name;
+  report.n_docs = options.n_docs;
+  report.ctx = options.ctx;
+  report.cont = options.cont;
+  report.kv_dtype = DTypeName(session_options.cache_type);
+  double nll_base = 0, nll_codec = 0, kl_sum = 0, encode_s = 0, decode_s = 0;
+  uint64_t agree = 0, scored = 0;
+  std::vector<double> lp_base, lp_codec;
+
+  ProgressBar progress("eval " + report.codec, options.n_docs, options.progress);
+  for (const auto& doc : docs) {
+    const std::span<const int32_t> context(doc.data(), options.ctx);
+    const std::span<const int32_t> cont_in(doc.data() + options.ctx, options.cont);
+
+    base->Clear();
+    RETURN_IF_ERROR(base->Eval(context, false));
+    ASSIGN_OR_RETURN(KvCache kv, base->ExtractKv());
+    RETURN_IF_ERROR(base->Eval(cont_in, true));
+    const auto base_rows = ContinuationLogits(*base, options.cont);
+
+    const auto t0 = Clock::now();
+    ASSIGN_OR_RETURN(std::vector<uint8_t> file, EncodeKvc(*codec, kv.View(), options.encode, model->fingerprint(), 0));
+    const auto t1 = Clock::now();
+    ASSIGN_OR_RETURN(KvCache decoded, DecodeKvc(file, &model->fingerprint()));
+    const auto t2 = Clock::now();
+    encode_s += Seconds(t0, t1);
+    decode_s += Seconds(t1, t2);
+    if (report.level.empty()) {
+      ASSIGN_OR_RETURN(KvcFile parsed, ReadKvc(file));
+      report.level = parsed.header.level;
+    }
+    report.bytes_fp16 += kv.shape().fp16_bytes();
+    report.bytes_stored += file.size();
+
+    RETURN_IF_ERROR(restored->RestoreKv(decoded));
+    RETURN_IF_ERROR(restored->Eval(cont_in, true));
+    for (uint32_t i = 0; i < options.cont; ++i) {
+      const auto codec_row = restored->Logits(static_cast<int>(i));
+      const int32_t target = doc[options.ctx + 1 + i];
+      LogSoftmax(base_rows[i], &lp_base);
+      LogSoftmax(codec_row, &lp_codec);
+      nll_base -= lp_base[static_cast<size_t>(target)];
+      nll_codec -= lp_codec[static_cast<size_t>(target)];
+      double kl = 0;
+      for (size_t v = 0; v < lp_base.size(); ++v) kl += std::exp(lp_base[v]) * (lp_base[v] - lp_codec[v]);
+      kl_sum += std::max(0.0, kl);
+      agree += ArgMax(base_rows[i]) == ArgMax(codec_row);
+      ++scored;
+    }
+    progress.Advance();
+  }
+  progress.Finish();
+
+  report.compression_ratio = static_cast<double>(report.bytes_fp16) / static_cast<double>(report.bytes_stored);
+  report.ppl_base = std::exp(nll_base / static_cast<double>(scored));
+  report.ppl_codec = std::exp(nll_codec / static_cast<double>(scored));
+  report.ppl_delta_pct = 100.0 * (report.ppl_codec - report.ppl_base) / report.ppl_base;
+  report.top1_agreement = static_cast<double>(agree) / static_cast<double>(scored);
+  report.kl_mean = kl_sum / static_cast<double>(scored);
+  report.encode_mb_s = encode_s > 0 ? static_cast<double>(report.bytes_fp16) / 1e6 / encode_s : 0;
+  report.decode_mb_s = decode_s > 0 ? static_cast<double>(report.bytes_fp16) / 1e6 / decode_s : 0;
+  report.seconds = Seconds(t_start, Clock::now());
+  return report;
+}
+
+std::string EvalReportJson(const EvalReport& r) {
+  nlohmann::ordered_json j;
+  j["codec"] = r.codec;
+  j["level"] = r.level;
+  j["n_docs"] = r.n_docs;
+  j["ctx"] = r.ctx;
+  j["cont"] = r.cont;
+  j["bytes_fp16"] = r.bytes_fp16;
+  j["bytes_stored"] = r.bytes_stored;
+  j["compression_ratio"] = r.compression_ratio;
+  j["ppl_base"] = r.ppl_base;
+  j["ppl_codec"] = r.ppl_codec;
+  j["ppl_delta_pct"] = r.ppl_delta_pct;
+  j["top1_agreement"] = r.top1_agreement;
+  j["kl_mean"] = r.kl_mean;
+  j["encode_mb_s"] = r.encode_mb_s;
+  j["decode_mb_s"] = r.decode_mb_s;
+  j["model"] = r.model;
+  j["kv_dtype"] = r.kv_dtype;
+  j["seconds"] = r.seconds;
+  return j.dump(2);
+}
+
+}  // namespace kvc

@@ -1,0 +1,33 @@
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "engine/evaluator.h"
+
+namespace kvc {
+namespace {
+
+TEST(MakeDocuments, ConsecutiveWindowsEachWithBos) {
+  std::vector<int32_t> stream(100);
+  std::iota(stream.begin(), stream.end(), 10);
+  auto docs = MakeDocuments(stream, 1, 3, 11);
+  ASSERT_TRUE(docs.ok());
+  ASSERT_EQ(docs->size(), 3u);
+  for (const auto& d : *docs) {
+    ASSERT_EQ(d.size(), 11u);
+    EXPECT_EQ(d[0], 1);
+  }
+  EXPECT_EQ((*docs)[0][1], 10);
+  EXPECT_EQ((*docs)[1][1], 20);  // no overlap between documents
+  EXPECT_EQ((*docs)[2][10], 39);
+}
+
+TEST(MakeDocuments, TooShortTextSaysHowManyFit) {
+  std::vector<int32_t> stream(50);
+  auto docs = MakeDocuments(stream, 1, 8, 11);
+  ASSERT_FALSE(docs.ok());
+  EXPECT_NE(docs.status().message().find("enough for 5 documents"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvc

@@ -1,0 +1,62 @@
+#include "engine/evaluator.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace kvc {
+namespace {
+
+EvalOptions SmallEval(const std::string& codec, const std::string& level) {
+  EvalOptions options;
+  options.model_path = KVCODEC_TEST_MODEL;
+  options.codec = codec;
+  options.encode.level = level;
+  options.n_docs = 2;
+  options.ctx = 256;
+  options.cont = 32;
+  options.progress = false;
+  return options;
+}
+
+TEST(Evaluator, RawCodecIsExact) {
+  auto report = RunEval(SmallEval("raw", ""));
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->ppl_delta_pct, 0.0);
+  EXPECT_EQ(report->top1_agreement, 1.0);
+  EXPECT_EQ(report->kl_mean, 0.0);
+  EXPECT_GT(report->ppl_base, 1.0);
+  EXPECT_NEAR(report->compression_ratio, 1.0, 0.01);
+}
+
+TEST(Evaluator, QuantCodecIsCloseAndSmaller) {
+  auto report = RunEval(SmallEval("quant", "8"));
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_GE(report->compression_ratio, 1.9);
+  EXPECT_LT(std::abs(report->ppl_delta_pct), 2.0);
+  EXPECT_GT(report->top1_agreement, 0.9);
+  EXPECT_GT(report->kl_mean, 0.0);  // lossy: not bit-identical
+}
+
+TEST(Evaluator, JsonHasTheContractFields) {
+  EvalReport r;
+  r.codec = "raw";
+  const auto j = nlohmann::json::parse(EvalReportJson(r));
+  for (const char* key : {"codec", "level", "n_docs", "ctx", "cont", "bytes_fp16", "bytes_stored", "compression_ratio",
+                          "ppl_base", "ppl_codec", "ppl_delta_pct", "top1_agreement", "kl_mean", "encode_mb_s",
+                          "decode_mb_s"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+}
+
+TEST(Evaluator, ClearErrors) {
+  auto bad_codec = RunEval(SmallEval("nope", ""));
+  EXPECT_EQ(bad_codec.status().code(), StatusCode::kInvalidArgument);
+  auto opts = SmallEval("raw", "");
+  opts.n_docs = 100000;
+  auto too_many = RunEval(opts);
+  EXPECT_NE(too_many.status().message().find("enough for"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvc

@@ -1,0 +1,264 @@
+#include "engine/llama_engine.h"
+
+#include <ggml.h>
+#include <gguf.h>
+#include <llama.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "base/hash.h"
+#include "base/log.h"
+#include "engine/llama_state.h"
+
+namespace kvc {
+namespace {
+
+// llama.cpp logs model loading in detail; keep only its warnings and errors unless asked.
+void QuietLog(ggml_log_level level, const char* text, void*) {
+  if (level >= GGML_LOG_LEVEL_WARN || GetLogLevel() == LogLevel::kDebug) std::fputs(text, stderr);
+}
+
+void InitBackendOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llama_log_set(QuietLog, nullptr);
+    llama_backend_init();
+  });
+}
+
+std::string MetaString(const llama_model* model, const std::string& key) {
+  char buf[256];
+  const int32_t n = llama_model_meta_val_str(model, key.c_str(), buf, sizeof buf);
+  return n < 0 ? std::string() : std::string(buf);
+}
+
+Result<ModelFingerprint> FingerprintGguf(const std::string& path) {
+  ggml_context* meta = nullptr;
+  gguf_init_params params{/*no_alloc=*/true, /*ctx=*/&meta};
+  gguf_context* gguf = gguf_init_from_file(path.c_str(), params);
+  if (gguf == nullptr) return InvalidArgument("cannot read GGUF metadata of " + path);
+  Xxh3Hasher h;
+  const int64_t n_tensors = gguf_get_n_tensors(gguf);
+  h.Update(&n_tensors, sizeof n_tensors);
+  for (int64_t i = 0; i < n_tensors; ++i) {
+    const char* name = gguf_get_tensor_name(gguf, i);
+    h.Update(name, std::strlen(name) + 1);
+    const int32_t type = gguf_get_tensor_type(gguf, i);
+    const uint64_t offset = gguf_get_tensor_offset(gguf, i);
+    h.Update(&type, sizeof type);
+    h.Update(&offset, sizeof offset);
+    if (const ggml_tensor* t = ggml_get_tensor(meta, name)) h.Update(t->ne, sizeof t->ne);
+  }
+  gguf_free(gguf);
+  ggml_free(meta);
+  return h.Digest();
+}
+
+ggml_type GgmlType(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return GGML_TYPE_F32;
+    case DType::kF16: return GGML_TYPE_F16;
+    case DType::kBF16: return GGML_TYPE_BF16;
+  }
+  return GGML_TYPE_F16;
+}
+
+}  // namespace
+
+LlamaModel::~LlamaModel() {
+  if (model_ != nullptr) llama_model_free(model_);
+}
+
+Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return NotFound("model file not found: " + path);
+  InitBackendOnce();
+  std::unique_ptr<LlamaModel> m(new LlamaModel());
+  m->path_ = path;
+  llama_model_params params = llama_model_default_params();
+  params.n_gpu_layers = 0;
+  m->model_ = llama_model_load_from_file(path.c_str(), params);
+  if (m->model_ == nullptr) return InvalidArgument("llama.cpp could not load the model " + path);
+  ASSIGN_OR_RETURN(m->fingerprint_, FingerprintGguf(path));
+
+  ModelInfo& info = m->info_;
+  info.architecture = MetaString(m->model_, "general.architecture");
+  info.n_layers = static_cast<uint32_t>(llama_model_n_layer(m->model_));
+  info.n_heads = static_cast<uint32_t>(llama_model_n_head(m->model_));
+  info.n_kv_heads = static_cast<uint32_t>(llama_model_n_head_kv(m->model_));
+  info.n_vocab = static_cast<uint32_t>(llama_vocab_n_tokens(llama_model_get_vocab(m->model_)));
+  info.n_ctx_train = static_cast<uint32_t>(llama_model_n_ctx_train(m->model_));
+  const std::string key_length = MetaString(m->model_, info.architecture + ".attention.key_length");
+  info.head_dim = key_length.empty() ? static_cast<uint32_t>(llama_model_n_embd(m->model_)) / std::max(1u, info.n_heads)
+                                     : static_cast<uint32_t>(std::atoi(key_length.c_str()));
+  switch (llama_model_rope_type(m->model_)) {
+    case LLAMA_ROPE_TYPE_NORM: info.rope.type = RopeType::kNormal; break;
+    case LLAMA_ROPE_TYPE_NEOX: info.rope.type = RopeType::kNeox; break;
+    default:
+      return Unsupported("model " + path + " uses a RoPE variant kvcodec does not handle (only normal and neox)");
+  }
+  const std::string base = MetaString(m->model_, info.architecture + ".rope.freq_base");
+  info.rope.freq_base = base.empty() ? 10000.0f : static_cast<float>(std::atof(base.c_str()));
+  info.rope.freq_scale = llama_model_rope_freq_scale_train(m->model_);
+  const std::string n_rot = MetaString(m->model_, info.architecture + ".rope.dimension_count");
+  info.rope.n_rot = n_rot.empty() ? info.head_dim : static_cast<uint32_t>(std::atoi(n_rot.c_str()));
+  return m;
+}
+
+Result<std::vector<int32_t>> LlamaModel::Tokenize(std::string_view text, bool add_bos) const {
+  const llama_vocab* vocab = llama_model_get_vocab(model_);
+  std::vector<llama_token> tokens(text.size() + 2);
+  int32_t n = llama_tokenize(vocab, text.data(), static_cast<int32_t>(text.size()), tokens.data(),
+                             static_cast<int32_t>(tokens.size()), add_bos, /*parse_special=*/false);
+  if (n < 0) {
+    tokens.resize(static_cast<size_t>(-n));
+    n = llama_tokenize(vocab, text.data(), static_cast<int32_t>(text.size()), tokens.data(),
+                       static_cast<int32_t>(tokens.size()), add_bos, false);
+  }
+  if (n < 0) return Internal("tokenization failed");
+  tokens.resize(static_cast<size_t>(n));
+  return std::vector<int32_t>(tokens.begin(), tokens.end());
+}
+
+std::string LlamaModel::TokenText(int32_t token) const {
+  char buf[256];
+  const int32_t n = llama_token_to_piece(llama_model_get_vocab(model_), token, buf, sizeof buf, 0, false);
+  return n < 0 ? std::string() : std::string(buf, static_cast<size_t>(n));
+}
+
+int32_t LlamaModel::bos_token() const { return llama_vocab_bos(llama_model_get_vocab(model_)); }
+
+LlamaSession::~LlamaSession() {
+  if (ctx_ != nullptr) llama_free(ctx_);
+}
+
+Result<std::unique_ptr<LlamaSession>> LlamaSession::Create(const LlamaModel& model, const SessionOptions& options) {
+  if (options.n_ctx == 0 || options.n_batch == 0) return InvalidArgument("n_ctx and n_batch must be positive");
+  std::unique_ptr<LlamaSession> s(new LlamaSession());
+  s->model_ = &model;
+  s->options_ = options;
+  llama_context_params params = llama_context_default_params();
+  params.n_ctx = options.n_ctx;
+  params.n_batch = options.n_batch;
+  params.n_ubatch = options.n_batch;
+  params.n_seq_max = 1;
+  const int threads = options.n_threads > 0 ? options.n_threads
+                                            : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  params.n_threads = threads;
+  params.n_threads_batch = threads;
+  // Explicit, never AUTO: the V layout (transposed or not) depends on it, and restore must
+  // write the layout the context uses.
+  params.flash_attn_type = options.flash_attn ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+  params.type_k = GgmlType(options.cache_type);
+  params.type_v = GgmlType(options.cache_type);
+  params.kv_unified = true;
+  params.no_perf = true;
+  s->ctx_ = llama_init_from_model(model.raw(), params);
+  if (s->ctx_ == nullptr) return Internal("llama.cpp could not create a context");
+  s->n_vocab_ = model.info().n_vocab;
+  return s;
+}
+
+Status LlamaSession::Eval(std::span<const int32_t> tokens, bool all_logits) {
+  if (tokens.empty()) return InvalidArgument("nothing to evaluate");
+  if (n_cached_ + tokens.size() > options_.n_ctx) {
+    return InvalidArgument(FormatMessage("%zu more tokens do not fit the context (%u used of %u)", tokens.size(),
+                                         n_cached_, options_.n_ctx));
+  }
+  // llama.cpp keeps only the last decode call's logits, so "all logits" must fit one call.
+  if (all_logits && tokens.size() > options_.n_batch) {
+    return InvalidArgument(FormatMessage("all logits for %zu tokens needs n_batch >= %zu", tokens.size(), tokens.size()));
+  }
+  last_logit_rows_.assign(tokens.size(), -1);
+  llama_batch batch = llama_batch_init(static_cast<int32_t>(options_.n_batch), 0, 1);
+  Status status = Status::Ok();
+  for (size_t start = 0; start < tokens.size() && status.ok(); start += options_.n_batch) {
+    const size_t n = std::min<size_t>(options_.n_batch, tokens.size() - start);
+    batch.n_tokens = static_cast<int32_t>(n);
+    for (size_t i = 0; i < n; ++i) {
+      const size_t global = start + i;
+      batch.token[i] = tokens[global];
+      batch.pos[i] = next_pos_ + static_cast<int32_t>(global);
+      batch.n_seq_id[i] = 1;
+      batch.seq_id[i][0] = 0;
+      const bool want = all_logits || global + 1 == tokens.size();
+      batch.logits[i] = want;
+      if (want) last_logit_rows_[global] = static_cast<int32_t>(i);
+    }
+    const int32_t rc = llama_decode(ctx_, batch);
+    if (rc != 0) {
+      status = Internal(FormatMessage("llama_decode failed with code %d", rc));
+      break;
+    }
+  }
+  llama_batch_free(batch);
+  if (status.ok()) {
+    next_pos_ += static_cast<int32_t>(tokens.size());
+    n_cached_ += static_cast<uint32_t>(tokens.size());
+  }
+  return status;
+}
+
+std::span<const float> LlamaSession::Logits(int i) const {
+  const int idx = i < 0 ? static_cast<int>(last_logit_rows_.size()) - 1 : i;
+  const float* row = llama_get_logits_ith(ctx_, last_logit_rows_[static_cast<size_t>(idx)]);
+  return {row, n_vocab_};
+}
+
+Result<KvCache> LlamaSession::ExtractKv() const {
+  const size_t size = llama_state_seq_get_size(ctx_, 0);
+  std::vector<uint8_t> blob(size);
+  const size_t written = llama_state_seq_get_data(ctx_, blob.data(), blob.size(), 0);
+  if (written == 0 || written > size) return Internal("llama_state_seq_get_data failed");
+  blob.resize(written);
+  return ParseLlamaSeqState(blob, model_->info().n_kv_heads);
+}
+
+Status LlamaSession::RestoreKv(const KvCache& kv) {
+  const ModelInfo& info = model_->info();
+  if (kv.shape().n_layers != info.n_layers || kv.shape().n_kv_heads != info.n_kv_heads ||
+      kv.shape().head_dim != info.head_dim) {
+    return InvalidArgument(FormatMessage("KV shape (%u layers, %u heads, head_dim %u) does not fit this model (%u, %u, %u)",
+                                         kv.shape().n_layers, kv.shape().n_kv_heads, kv.shape().head_dim, info.n_layers,
+                                         info.n_kv_heads, info.head_dim));
+  }
+  if (kv.pos_begin() < 0) return InvalidArgument("restore needs non-negative positions");
+  if (kv.shape().n_tokens > options_.n_ctx) return InvalidArgument("KV cache is longer than the context");
+  const KvCache* source = &kv;
+  KvCache converted;
+  if (kv.dtype() != options_.cache_type) {
+    ASSIGN_OR_RETURN(converted, kv.ConvertTo(options_.cache_type));
+    source = &converted;
+  }
+  LlamaStateLayout layout;
+  layout.dtype = options_.cache_type;
+  layout.v_trans = !options_.flash_attn;
+  ASSIGN_OR_RETURN(std::vector<uint8_t> blob, BuildLlamaSeqState(*source, layout));
+  Clear();
+  const size_t read = llama_state_seq_set_data(ctx_, blob.data(), blob.size(), 0);
+  if (read != blob.size()) return Internal("llama.cpp rejected the restored KV state");
+  next_pos_ = kv.pos_begin() + static_cast<int32_t>(kv.shape().n_tokens);
+  n_cached_ = kv.shape().n_tokens;
+  return Status::Ok();
+}
+
+Status LlamaSession::SetNextPosition(int32_t pos) {
+  if (n_cached_ != 0) return InvalidArgument("the next position can only be set on an empty session");
+  if (pos < 0) return InvalidArgument("positions are non-negative");
+  next_pos_ = pos;
+  return Status::Ok();
+}
+
+void LlamaSession::Clear() {
+  llama_memory_clear(llama_get_memory(ctx_), true);
+  next_pos_ = 0;
+  n_cached_ = 0;
+}
+
+}  // namespace kvc

@@ -1,0 +1,111 @@
+// The llama.cpp adapter: the only code in kvcodec that includes llama.cpp headers.
+// Loads a GGUF model, prefills token sequences, and moves a sequence's KV cache out of and
+// back into a llama.cpp context through its sequence-state API.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "format/container.h"
+#include "tensor/kv_cache.h"
+#include "tensor/rope.h"
+
+struct llama_model;
+struct llama_context;
+
+namespace kvc {
+
+struct ModelInfo {
+  std::string architecture;
+  uint32_t n_layers = 0;
+  uint32_t n_heads = 0;
+  uint32_t n_kv_heads = 0;
+  uint32_t head_dim = 0;
+  uint32_t n_vocab = 0;
+  uint32_t n_ctx_train = 0;
+  RopeParams rope;
+};
+
+class LlamaModel {
+ public:
+  ~LlamaModel();
+  LlamaModel(const LlamaModel&) = delete;
+  LlamaModel& operator=(const LlamaModel&) = delete;
+
+  // Fails with a clear error when the file is missing or not a model llama.cpp can run.
+  static Result<std::unique_ptr<LlamaModel>> Load(const std::string& path);
+
+  const ModelInfo& info() const { return info_; }
+  // xxh3-128 of the model file's tensor metadata (names, types, shapes, offsets) and its
+  // hyper-parameters: equal for the same weights layout, different for another model.
+  const ModelFingerprint& fingerprint() const { return fingerprint_; }
+  const std::string& path() const { return path_; }
+
+  Result<std::vector<int32_t>> Tokenize(std::string_view text, bool add_bos) const;
+  std::string TokenText(int32_t token) const;
+  int32_t bos_token() const;
+
+  llama_model* raw() const { return model_; }
+
+ private:
+  LlamaModel() = default;
+  llama_model* model_ = nullptr;
+  ModelInfo info_;
+  ModelFingerprint fingerprint_{};
+  std::string path_;
+};
+
+struct SessionOptions {
+  uint32_t n_ctx = 2048;
+  uint32_t n_batch = 512;
+  int n_threads = 0;           // 0: all cores
+  DType cache_type = DType::kF16;  // K and V cache type: f16, bf16 or f32
+  bool flash_attn = false;     // on: V is stored untransposed
+};
+
+// One llama.cpp context evaluating one sequence (seq 0).
+class LlamaSession {
+ public:
+  ~LlamaSession();
+  LlamaSession(const LlamaSession&) = delete;
+  LlamaSession& operator=(const LlamaSession&) = delete;
+
+  static Result<std::unique_ptr<LlamaSession>> Create(const LlamaModel& model, const SessionOptions& options);
+
+  // Evaluates `tokens` at positions next_position()...; keeps logits for every token when
+  // `all_logits`, else only for the last.
+  Status Eval(std::span<const int32_t> tokens, bool all_logits);
+  // Logits of the i-th token of the last Eval call (i = -1: the last one).
+  std::span<const float> Logits(int i) const;
+
+  // The sequence's KV cache as llama.cpp holds it (dtype = the cache type).
+  Result<KvCache> ExtractKv() const;
+  // Replaces the sequence with `kv` (converted to the cache type if needed); the next Eval
+  // continues at position kv.pos_begin() + kv.shape().n_tokens.
+  Status RestoreKv(const KvCache& kv);
+  void Clear();
+  // Makes an empty session's next token sit at `pos` instead of 0 (RoPE tests use this).
+  Status SetNextPosition(int32_t pos);
+
+  int32_t next_position() const { return next_pos_; }
+  uint32_t n_cached() const { return n_cached_; }
+  uint32_t n_vocab() const { return n_vocab_; }
+  const SessionOptions& options() const { return options_; }
+
+ private:
+  LlamaSession() = default;
+  const LlamaModel* model_ = nullptr;
+  llama_context* ctx_ = nullptr;
+  SessionOptions options_;
+  int32_t next_pos_ = 0;
+  uint32_t n_cached_ = 0;
+  uint32_t n_vocab_ = 0;
+  std::vector<int32_t> last_logit_rows_;  // batch index -> logits row, for the last Eval
+};
+
+}  // namespace kvc

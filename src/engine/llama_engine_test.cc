@@ -1,0 +1,181 @@
+// Tests against the committed test model (models/kvtiny): real llama.cpp, real KV.
+#include "engine/llama_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "engine/llama_state.h"
+
+namespace kvc {
+namespace {
+
+const LlamaModel& Model() {
+  static std::unique_ptr<LlamaModel> model = [] {
+    auto m = LlamaModel::Load(KVCODEC_TEST_MODEL);
+    if (!m.ok()) {
+      ADD_FAILURE() << m.status().ToString();
+      std::abort();
+    }
+    return std::move(m).value();
+  }();
+  return *model;
+}
+
+std::vector<int32_t> SomeTokens(size_t n) {
+  std::ifstream in(std::string(KVCODEC_SOURCE_DIR) + "/models/kvtiny/eval.txt");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto tokens = Model().Tokenize(text.substr(0, 20000), true).value();
+  tokens.resize(n);
+  return tokens;
+}
+
+std::unique_ptr<LlamaSession> NewSession(DType cache_type, bool flash_attn, uint32_t n_ctx = 512) {
+  SessionOptions options;
+  options.n_ctx = n_ctx;
+  options.n_batch = 512;
+  options.cache_type = cache_type;
+  options.flash_attn = flash_attn;
+  auto session = LlamaSession::Create(Model(), options);
+  EXPECT_TRUE(session.ok()) << session.status().ToString();
+  return std::move(session).value();
+}
+
+TEST(LlamaModel, ShapeIsWhatTheTestModelPromises) {
+  const ModelInfo& info = Model().info();
+  EXPECT_EQ(info.architecture, "llama");
+  EXPECT_GE(info.n_layers, 4u);
+  EXPECT_LT(info.n_kv_heads, info.n_heads);  // grouped-query attention
+  EXPECT_GE(info.head_dim, 64u);
+  EXPECT_GE(info.n_ctx_train, 1024u);
+  EXPECT_EQ(info.rope.type, RopeType::kNormal);
+}
+
+TEST(LlamaModel, ReproducesPyTorchGreedyOutput) {
+  std::ifstream in(std::string(KVCODEC_SOURCE_DIR) + "/models/kvtiny/model.json");
+  const auto meta = nlohmann::json::parse(in);
+  const std::vector<int32_t> expected = meta["greedy_tokens_torch"];
+  auto prompt = Model().Tokenize(meta["greedy_prompt"].get<std::string>(), true).value();
+  ASSERT_LT(prompt.size(), expected.size());
+  EXPECT_TRUE(std::equal(prompt.begin(), prompt.end(), expected.begin())) << "tokenizers disagree";
+  auto session = NewSession(DType::kF32, false);
+  std::vector<int32_t> out = prompt;
+  ASSERT_TRUE(session->Eval(prompt, false).ok());
+  while (out.size() < expected.size()) {
+    const auto logits = session->Logits(-1);
+    const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    out.push_back(next);
+    ASSERT_TRUE(session->Eval(std::span(&out.back(), 1), false).ok());
+  }
+  EXPECT_EQ(out, expected);
+}
+
+TEST(LlamaModel, FingerprintIsStableAndMissingModelIsAClearError) {
+  auto again = LlamaModel::Load(KVCODEC_TEST_MODEL);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)->fingerprint(), Model().fingerprint());
+  auto missing = LlamaModel::Load("/nonexistent/model.gguf");
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+}
+
+class RoundTrip : public ::testing::TestWithParam<std::tuple<DType, bool>> {};
+
+// Extract after a prefill, restore into a fresh context: the continuation's logits must be
+// bit-identical to the uninterrupted run's.
+TEST_P(RoundTrip, RestoredContextGivesBitIdenticalLogits) {
+  const auto [cache_type, flash_attn] = GetParam();
+  const auto tokens = SomeTokens(300);
+  const std::span<const int32_t> prefix(tokens.data(), 280), cont(tokens.data() + 280, 20);
+
+  auto a = NewSession(cache_type, flash_attn);
+  ASSERT_TRUE(a->Eval(prefix, false).ok());
+  auto kv = a->ExtractKv();
+  ASSERT_TRUE(kv.ok()) << kv.status().ToString();
+  EXPECT_EQ(kv->dtype(), cache_type);
+  EXPECT_EQ(kv->shape().n_tokens, 280u);
+  EXPECT_EQ(kv->shape().n_layers, Model().info().n_layers);
+  EXPECT_EQ(kv->shape().n_kv_heads, Model().info().n_kv_heads);
+  EXPECT_EQ(kv->shape().head_dim, Model().info().head_dim);
+  ASSERT_TRUE(a->Eval(cont, true).ok());
+
+  auto b = NewSession(cache_type, flash_attn);
+  ASSERT_TRUE(b->RestoreKv(*kv).ok());
+  EXPECT_EQ(b->next_position(), 280);
+  ASSERT_TRUE(b->Eval(cont, true).ok());
+  for (int i = 0; i < 20; ++i) {
+    const auto la = a->Logits(i), lb = b->Logits(i);
+    ASSERT_EQ(std::memcmp(la.data(), lb.data(), la.size_bytes()), 0) << "logits differ at continuation token " << i;
+  }
+  // And the restored context holds exactly the same KV.
+  auto kv_b = b->ExtractKv();
+  ASSERT_TRUE(kv_b.ok());
+  auto kv_b_prefix = kv_b->View(0, 280).value().Copy().value();
+  EXPECT_EQ(kv_b_prefix, *kv);
+}
+
+INSTANTIATE_TEST_SUITE_P(CacheTypes, RoundTrip,
+                         ::testing::Combine(::testing::Values(DType::kF16, DType::kF32), ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::string(DTypeName(std::get<0>(info.param))) +
+                                  (std::get<1>(info.param) ? "_flash" : "_vtrans");
+                         });
+
+TEST(RoundTrip, RestoreConvertsDTypeAndRejectsWrongShapes) {
+  const auto tokens = SomeTokens(64);
+  auto a = NewSession(DType::kF32, false);
+  ASSERT_TRUE(a->Eval(tokens, false).ok());
+  auto kv = a->ExtractKv().value();
+  auto b = NewSession(DType::kF16, false);
+  EXPECT_TRUE(b->RestoreKv(kv).ok());  // f32 -> f16 cache
+  auto wrong = KvCache::Create({1, 1, 8, 4}, DType::kF16).value();
+  Status s = b->RestoreKv(wrong);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("does not fit this model"), std::string::npos);
+}
+
+// Keys in llama.cpp's cache carry RoPE. The same tokens evaluated at positions 0.. and at
+// 1000.. have the same pre-RoPE keys (attention depends on relative positions only), so
+// undoing our RoPE at each run's positions must bring both to the same vectors: this checks
+// our rotation against the one llama.cpp applied.
+TEST(Rope, UndoMatchesLlamaCppKeysAtTwoOffsets) {
+  const auto tokens = SomeTokens(48);
+  auto a = NewSession(DType::kF32, false, 2048);
+  ASSERT_TRUE(a->Eval(tokens, false).ok());
+  auto b = NewSession(DType::kF32, false, 2048);
+  ASSERT_TRUE(b->SetNextPosition(1000).ok());
+  ASSERT_TRUE(b->Eval(tokens, false).ok());
+  auto ka = a->ExtractKv().value(), kb = b->ExtractKv().value();
+  ASSERT_EQ(kb.pos_begin(), 1000);
+  const ModelInfo& info = Model().info();
+  const size_t n = ka.shape().layer_elems();
+  std::vector<float> ra(n), rb(n), reapplied(n);
+  double max_diff = 0, max_abs = 0, max_reapply = 0;
+  for (uint32_t l = 0; l < info.n_layers; ++l) {
+    ka.ReadRowsF32(KvKind::kKey, l, 0, 48, ra.data());
+    kb.ReadRowsF32(KvKind::kKey, l, 0, 48, rb.data());
+    const std::vector<float> original = rb;
+    RotateRows(info.rope, ra.data(), 48, info.n_kv_heads, info.head_dim, 0, true);
+    RotateRows(info.rope, rb.data(), 48, info.n_kv_heads, info.head_dim, 1000, true);
+    reapplied = rb;
+    RotateRows(info.rope, reapplied.data(), 48, info.n_kv_heads, info.head_dim, 1000, false);
+    for (size_t i = 0; i < n; ++i) {
+      max_diff = std::max(max_diff, static_cast<double>(std::fabs(ra[i] - rb[i])));
+      max_abs = std::max(max_abs, static_cast<double>(std::fabs(ra[i])));
+      max_reapply = std::max(max_reapply, static_cast<double>(std::fabs(reapplied[i] - original[i])));
+    }
+  }
+  EXPECT_LT(max_diff, 2e-3 * max_abs) << "max |diff| " << max_diff << " of max |k| " << max_abs;
+  EXPECT_LT(max_reapply, 1e-4 * max_abs);
+  // Without undoing RoPE the two runs' keys differ a lot: the check above is not vacuous.
+  ka.ReadRowsF32(KvKind::kKey, 1, 0, 48, ra.data());
+  kb.ReadRowsF32(KvKind::kKey, 1, 0, 48, rb.data());
+  double raw_diff = 0;
+  for (size_t i = 0; i < n; ++i) raw_diff = std::max(raw_diff, static_cast<double>(std::fabs(ra[i] - rb[i])));
+  EXPECT_GT(raw_diff, 0.1 * max_abs);
+}
+
+}  // namespace
+}  // namespace kvc

@@ -1,0 +1,189 @@
+#include "engine/llama_state.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "base/byte_io.h"
+
+namespace kvc {
+namespace {
+
+Result<DType> DTypeFromGgml(int32_t type) {
+  switch (type) {
+    case kGgmlTypeF32: return DType::kF32;
+    case kGgmlTypeF16: return DType::kF16;
+    case kGgmlTypeBF16: return DType::kBF16;
+    default:
+      return Unsupported(FormatMessage("KV cache type %d (ggml_type) is not supported; use an f16, bf16 or f32 cache",
+                                       type));
+  }
+}
+
+int32_t GgmlFromDType(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return kGgmlTypeF32;
+    case DType::kF16: return kGgmlTypeF16;
+    case DType::kBF16: return kGgmlTypeBF16;
+  }
+  return -1;
+}
+
+}  // namespace
+
+Result<KvCache> ParseLlamaSeqState(std::span<const uint8_t> blob, uint32_t n_kv_heads) {
+  ByteReader r(blob);
+  uint32_t magic, n_stream;
+  int32_t seq_id;
+  RETURN_IF_ERROR(r.U32(&magic, "state magic"));
+  KVC_CHECK_CORRUPT(magic == kLlamaStateMagic, "not a llama.cpp sequence state (magic 0x%08x)", magic);
+  RETURN_IF_ERROR(r.I32(&seq_id, "seq_id"));
+  RETURN_IF_ERROR(r.U32(&n_stream, "n_stream"));
+  KVC_CHECK_CORRUPT(n_stream >= 1 && n_stream <= 4096, "n_stream %u out of range", n_stream);
+  KVC_CHECK_CORRUPT(n_kv_heads >= 1, "n_kv_heads must be positive");
+
+  bool found = false;
+  KvCache out;
+  for (uint32_t s = 0; s < n_stream; ++s) {
+    uint32_t cell_count;
+    RETURN_IF_ERROR(r.U32(&cell_count, "cell_count"));
+    if (cell_count == 0) continue;
+    KVC_CHECK_CORRUPT(!found, "sequence has cells in more than one stream");
+    found = true;
+    KVC_CHECK_CORRUPT(cell_count <= kMaxTokens, "cell_count %u exceeds %u", cell_count, kMaxTokens);
+    // Each cell's metadata is at least 12 bytes: reject counts the blob cannot hold before
+    // allocating for them.
+    KVC_CHECK_CORRUPT(uint64_t{cell_count} * 12 <= r.remaining(), "cell_count %u larger than the state", cell_count);
+    std::vector<int32_t> pos(cell_count);
+    for (uint32_t i = 0; i < cell_count; ++i) {
+      uint32_t n_seq;
+      RETURN_IF_ERROR(r.I32(&pos[i], "cell pos"));
+      RETURN_IF_ERROR(r.U32(&n_seq, "cell n_seq_id"));
+      KVC_CHECK_CORRUPT(n_seq == 1, "cell %u belongs to %u sequences (expected 1)", i, n_seq);
+      int32_t cell_seq;
+      RETURN_IF_ERROR(r.I32(&cell_seq, "cell seq_id"));
+    }
+    // Cells may sit anywhere in the ring; order them by position.
+    std::vector<uint32_t> order(cell_count);
+    std::iota(order.begin(), order.end(), 0u);
+    std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return pos[a] < pos[b]; });
+    for (uint32_t i = 1; i < cell_count; ++i) {
+      KVC_CHECK_CORRUPT(pos[order[i]] == pos[order[i - 1]] + 1,
+                        "positions are not consecutive (%d then %d); only contiguous sequences are supported",
+                        pos[order[i - 1]], pos[order[i]]);
+    }
+
+    uint32_t v_trans, n_layer;
+    RETURN_IF_ERROR(r.U32(&v_trans, "v_trans"));
+    RETURN_IF_ERROR(r.U32(&n_layer, "n_layer"));
+    KVC_CHECK_CORRUPT(v_trans <= 1, "v_trans %u is not 0 or 1", v_trans);
+    KVC_CHECK_CORRUPT(n_layer >= 1 && n_layer <= kMaxLayers, "n_layer %u out of range", n_layer);
+
+    DType dtype = DType::kF16;
+    size_t row_elems = 0;
+    for (KvKind kind : kKvKinds) {
+      for (uint32_t l = 0; l < n_layer; ++l) {
+        int32_t type;
+        RETURN_IF_ERROR(r.I32(&type, "tensor type"));
+        ASSIGN_OR_RETURN(DType layer_dtype, DTypeFromGgml(type));
+        const size_t elem = DTypeSize(layer_dtype);
+        uint64_t row_bytes;
+        const bool transposed = kind == KvKind::kValue && v_trans;
+        if (transposed) {
+          uint32_t elem_bytes, n_embd;
+          RETURN_IF_ERROR(r.U32(&elem_bytes, "V element size"));
+          RETURN_IF_ERROR(r.U32(&n_embd, "V embedding size"));
+          KVC_CHECK_CORRUPT(elem_bytes == elem, "V element size %u does not match its type", elem_bytes);
+          row_bytes = uint64_t{n_embd} * elem;
+        } else {
+          RETURN_IF_ERROR(r.U64(&row_bytes, "row size"));
+        }
+        KVC_CHECK_CORRUPT(row_bytes % elem == 0 && row_bytes > 0, "row size %llu not a multiple of the element size",
+                          static_cast<unsigned long long>(row_bytes));
+        const uint64_t elems = row_bytes / elem;
+        KVC_CHECK_CORRUPT(elems % n_kv_heads == 0 && elems / n_kv_heads <= kMaxHeadDim,
+                          "row of %llu values does not split into %u heads", static_cast<unsigned long long>(elems),
+                          n_kv_heads);
+        if (kind == KvKind::kKey && l == 0) {
+          dtype = layer_dtype;
+          row_elems = elems;
+          const KvShape shape{n_layer, n_kv_heads, static_cast<uint32_t>(elems / n_kv_heads), cell_count};
+          RETURN_IF_ERROR(ValidateShape(shape, dtype).WithContext("sequence state"));
+          ASSIGN_OR_RETURN(out, KvCache::Create(shape, dtype, cell_count ? pos[order[0]] : 0));
+        }
+        KVC_CHECK_CORRUPT(layer_dtype == dtype && elems == row_elems,
+                          "layer %u %s has another type or width than layer 0 K", l, KvKindName(kind));
+        std::span<const uint8_t> data;
+        RETURN_IF_ERROR(r.Bytes(row_bytes * cell_count, &data, "tensor data"));
+        if (!transposed) {
+          for (uint32_t i = 0; i < cell_count; ++i) {
+            std::memcpy(out.RowBytes(kind, l, i, 1).data(), data.data() + size_t{order[i]} * row_bytes, row_bytes);
+          }
+        } else {
+          // Transposed: element j of every cell, then element j+1 ...
+          auto dst = out.RowBytes(kind, l, 0, cell_count);
+          for (uint64_t j = 0; j < elems; ++j) {
+            for (uint32_t i = 0; i < cell_count; ++i) {
+              std::memcpy(dst.data() + (size_t{i} * elems + j) * elem, data.data() + (j * cell_count + order[i]) * elem,
+                          elem);
+            }
+          }
+        }
+      }
+    }
+  }
+  KVC_CHECK_CORRUPT(found, "sequence state holds no cells");
+  KVC_CHECK_CORRUPT(r.empty(), "%zu unexpected bytes after the sequence state", r.remaining());
+  return out;
+}
+
+Result<std::vector<uint8_t>> BuildLlamaSeqState(const KvCache& kv, const LlamaStateLayout& layout) {
+  if (kv.dtype() != layout.dtype) return InvalidArgument("KV dtype differs from the context's cache type");
+  if (layout.stream >= layout.n_stream) return InvalidArgument("stream index out of range");
+  const KvShape& s = kv.shape();
+  if (s.n_tokens == 0) return InvalidArgument("nothing to restore (0 tokens)");
+  const size_t elem = DTypeSize(kv.dtype());
+  const size_t row_elems = s.row_elems();
+  ByteWriter w;
+  w.U32(kLlamaStateMagic);
+  w.I32(layout.seq_id);
+  w.U32(layout.n_stream);
+  for (uint32_t st = 0; st < layout.n_stream; ++st) {
+    if (st != layout.stream) {
+      w.U32(0);
+      continue;
+    }
+    w.U32(s.n_tokens);
+    for (uint32_t i = 0; i < s.n_tokens; ++i) {
+      w.I32(kv.pos_begin() + static_cast<int32_t>(i));
+      w.U32(1);
+      w.I32(layout.seq_id);
+    }
+    w.U32(layout.v_trans ? 1 : 0);
+    w.U32(s.n_layers);
+    const int32_t type = GgmlFromDType(kv.dtype());
+    for (KvKind kind : kKvKinds) {
+      for (uint32_t l = 0; l < s.n_layers; ++l) {
+        w.I32(type);
+        const auto rows = kv.RowBytes(kind, l, 0, s.n_tokens);
+        if (kind == KvKind::kValue && layout.v_trans) {
+          w.U32(static_cast<uint32_t>(elem));
+          w.U32(static_cast<uint32_t>(row_elems));
+          std::vector<uint8_t> t(rows.size());
+          for (size_t j = 0; j < row_elems; ++j) {
+            for (uint32_t i = 0; i < s.n_tokens; ++i) {
+              std::memcpy(t.data() + (j * s.n_tokens + i) * elem, rows.data() + (size_t{i} * row_elems + j) * elem, elem);
+            }
+          }
+          w.Bytes(t);
+        } else {
+          w.U64(row_elems * elem);
+          w.Bytes(rows);
+        }
+      }
+    }
+  }
+  return w.Take();
+}
+
+}  // namespace kvc

@@ -1,0 +1,43 @@
+// llama.cpp's per-sequence state blob (llama_state_seq_get_data / _set_data) <-> KvCache.
+//
+// The blob layout is llama.cpp's (src/llama-kv-cache.cpp, state_write for one sequence):
+//   u32 magic 0xaf143cd8, i32 seq_id, u32 n_stream, then per stream: u32 cell_count and, when
+//   non-zero, cell_count × (i32 pos, u32 n_seq_id, n_seq_id × i32 seq_id), then
+//   u32 v_trans, u32 n_layer, per layer (i32 k_type, u64 k_row_bytes, cell_count rows), then
+//   V per layer: untransposed (i32 type, u64 row_bytes, rows) or transposed
+//   (i32 type, u32 elem_bytes, u32 n_embd_v, n_embd_v × cell_count elements).
+// The parser treats the blob as hostile (it is also fed from files and the fuzzer).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+#include "tensor/kv_cache.h"
+
+namespace kvc {
+
+inline constexpr uint32_t kLlamaStateMagic = 0xaf143cd8;
+// ggml_type ids of the cache types we read and write.
+inline constexpr int32_t kGgmlTypeF32 = 0;
+inline constexpr int32_t kGgmlTypeF16 = 1;
+inline constexpr int32_t kGgmlTypeBF16 = 30;
+
+struct LlamaStateLayout {
+  uint32_t n_stream = 1;  // streams in the target context (1 unless kv_unified is off with several sequences)
+  uint32_t stream = 0;    // the stream the sequence lives in
+  bool v_trans = true;    // V stored transposed (llama.cpp does so unless flash attention is on)
+  DType dtype = DType::kF16;  // the context's K and V cache type
+  int32_t seq_id = 0;
+};
+
+// Parses a sequence state blob into a KvCache with the cache's own dtype. `n_kv_heads` splits
+// each row into heads. Cells are returned in position order; positions must be consecutive.
+Result<KvCache> ParseLlamaSeqState(std::span<const uint8_t> blob, uint32_t n_kv_heads);
+
+// Serialises `kv` (whose dtype must equal layout.dtype) as a blob llama_state_seq_set_data
+// accepts for a context with `layout`.
+Result<std::vector<uint8_t>> BuildLlamaSeqState(const KvCache& kv, const LlamaStateLayout& layout);
+
+}  // namespace kvc

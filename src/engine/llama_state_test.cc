@@ -1,0 +1,87 @@
+#include "engine/llama_state.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace kvc {
+namespace {
+
+KvCache RandomCache(DType dtype, uint32_t tokens, int32_t pos_begin) {
+  auto cache = KvCache::Create({3, 2, 8, tokens}, dtype, pos_begin).value();
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist;
+  std::vector<float> row(cache.shape().layer_elems());
+  for (KvKind kind : kKvKinds)
+    for (uint32_t l = 0; l < 3; ++l) {
+      for (float& v : row) v = dist(rng);
+      cache.WriteRowsF32(kind, l, 0, tokens, row.data());
+    }
+  return cache;
+}
+
+class LlamaStateTest : public ::testing::TestWithParam<std::tuple<DType, bool>> {};
+
+TEST_P(LlamaStateTest, BuildThenParseIsIdentity) {
+  const auto [dtype, v_trans] = GetParam();
+  const KvCache kv = RandomCache(dtype, 5, 3);
+  LlamaStateLayout layout;
+  layout.dtype = dtype;
+  layout.v_trans = v_trans;
+  auto blob = BuildLlamaSeqState(kv, layout);
+  ASSERT_TRUE(blob.ok()) << blob.status().ToString();
+  auto parsed = ParseLlamaSeqState(*blob, 2);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(*parsed, kv);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, LlamaStateTest,
+                         ::testing::Combine(::testing::Values(DType::kF16, DType::kF32, DType::kBF16),
+                                            ::testing::Bool()));
+
+TEST(LlamaState, SeveralStreamsOneUsed) {
+  const KvCache kv = RandomCache(DType::kF16, 4, 0);
+  LlamaStateLayout layout;
+  layout.n_stream = 3;
+  layout.stream = 1;
+  auto blob = BuildLlamaSeqState(kv, layout);
+  ASSERT_TRUE(blob.ok());
+  auto parsed = ParseLlamaSeqState(*blob, 2);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(*parsed, kv);
+}
+
+TEST(LlamaState, EveryTruncationFails) {
+  const KvCache kv = RandomCache(DType::kF16, 3, 0);
+  auto blob = BuildLlamaSeqState(kv, {}).value();
+  for (size_t n = 0; n < blob.size(); ++n) {
+    auto parsed = ParseLlamaSeqState(std::span(blob.data(), n), 2);
+    EXPECT_FALSE(parsed.ok()) << "prefix " << n;
+  }
+}
+
+TEST(LlamaState, RejectsHostileHeaders) {
+  const KvCache kv = RandomCache(DType::kF16, 3, 0);
+  auto blob = BuildLlamaSeqState(kv, {}).value();
+  auto bad_magic = blob;
+  bad_magic[0] ^= 1;
+  EXPECT_NE(ParseLlamaSeqState(bad_magic, 2).status().message().find("magic"), std::string::npos);
+  auto huge_cells = blob;
+  huge_cells[12] = 0xff;  // cell_count low byte
+  huge_cells[13] = 0xff;
+  EXPECT_FALSE(ParseLlamaSeqState(huge_cells, 2).ok());
+  auto trailing = blob;
+  trailing.push_back(0);
+  EXPECT_FALSE(ParseLlamaSeqState(trailing, 2).ok());
+  EXPECT_FALSE(ParseLlamaSeqState(blob, 3).ok());  // 16 values per row do not split into 3 heads
+}
+
+TEST(LlamaState, TypeMismatchIsAnError) {
+  const KvCache kv = RandomCache(DType::kF16, 3, 0);
+  LlamaStateLayout layout;
+  layout.dtype = DType::kF32;
+  EXPECT_FALSE(BuildLlamaSeqState(kv, layout).ok());
+}
+
+}  // namespace
+}  // namespace kvc

@@ -1,0 +1,59 @@
+// The .kvc container: one encoded token range of one model's KV cache, self-describing.
+// Layout and every field: docs/format.md. The reader treats every byte as hostile.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "tensor/kv_cache.h"
+
+namespace kvc {
+
+inline constexpr uint32_t kKvcFormatVersion = 1;
+inline constexpr size_t kMaxCodecParamsBytes = 1 << 20;
+inline constexpr size_t kMaxLevelNameBytes = 64;
+inline constexpr uint32_t kMaxSections = 4096;
+
+using ModelFingerprint = std::array<uint8_t, 16>;
+
+struct KvcHeader {
+  uint16_t codec_id = 0;
+  uint16_t codec_version = 0;
+  std::string level;                  // the quality level the codec encoded at, e.g. "8"
+  std::vector<uint8_t> codec_params;  // opaque to the container; the codec parses it
+  KvShape shape;                      // shape.n_tokens = tokens covered
+  DType dtype = DType::kF16;          // dtype the decoder restores to
+  ModelFingerprint model_fingerprint{};
+  uint32_t token_begin = 0;  // index of the first covered token in the source sequence
+  int32_t pos_begin = 0;     // position of the first covered token
+
+  bool operator==(const KvcHeader&) const = default;
+};
+
+struct KvcSection {
+  uint32_t tag = 0;  // codec-defined meaning
+  std::vector<uint8_t> bytes;
+};
+
+struct KvcSectionView {
+  uint32_t tag = 0;
+  std::span<const uint8_t> bytes;  // points into the buffer given to ReadKvc
+};
+
+struct KvcFile {
+  KvcHeader header;
+  std::vector<KvcSectionView> sections;
+};
+
+// Serialises header and sections; fails on values the format cannot hold.
+Result<std::vector<uint8_t>> WriteKvc(const KvcHeader& header, const std::vector<KvcSection>& sections);
+
+// Parses and verifies (magic, version, limits, header CRC, every section CRC, no trailing
+// bytes). The returned section spans point into `bytes`, which must outlive the result.
+Result<KvcFile> ReadKvc(std::span<const uint8_t> bytes);
+
+}  // namespace kvc

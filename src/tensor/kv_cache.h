@@ -1,0 +1,129 @@
+// The canonical KV cache: what every codec encodes and the engine restores.
+//
+// Memory layout, for each of K and V: [layer][token][kv_head][channel], row-major. Token-major
+// within a layer (as llama.cpp stores K) keeps any token range of a layer contiguous, so a
+// KvView over a chunk of tokens needs no copy.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace kvc {
+
+enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+
+size_t DTypeSize(DType dtype);
+const char* DTypeName(DType dtype);
+Result<DType> ParseDType(std::string_view name);
+bool IsValidDType(uint8_t value);
+
+enum class KvKind : uint8_t { kKey = 0, kValue = 1 };
+inline constexpr KvKind kKvKinds[] = {KvKind::kKey, KvKind::kValue};
+const char* KvKindName(KvKind kind);
+
+struct KvShape {
+  uint32_t n_layers = 0;
+  uint32_t n_kv_heads = 0;
+  uint32_t head_dim = 0;
+  uint32_t n_tokens = 0;
+
+  // Values per token per layer (kv_heads * head_dim).
+  size_t row_elems() const { return size_t{n_kv_heads} * head_dim; }
+  size_t layer_elems() const { return row_elems() * n_tokens; }
+  // Values in K (or in V).
+  size_t elems() const { return layer_elems() * n_layers; }
+  // Bytes of K and V together stored as fp16: the numerator of every compression ratio.
+  size_t fp16_bytes() const { return 2 * elems() * 2; }
+  bool operator==(const KvShape&) const = default;
+};
+
+// Rejects shapes a decoder must never allocate: zero dimensions where not allowed, or sizes
+// past the limits below. Hostile headers are checked with this before any allocation.
+inline constexpr uint32_t kMaxLayers = 1024;
+inline constexpr uint32_t kMaxKvHeads = 1024;
+inline constexpr uint32_t kMaxHeadDim = 4096;
+inline constexpr uint32_t kMaxTokens = 1u << 22;
+inline constexpr uint64_t kMaxKvBytes = uint64_t{16} << 30;
+Status ValidateShape(const KvShape& shape, DType dtype);
+
+class KvView;
+
+class KvCache {
+ public:
+  KvCache() = default;
+  // Zero-filled cache; fails on invalid shapes (see ValidateShape).
+  static Result<KvCache> Create(const KvShape& shape, DType dtype, int32_t pos_begin = 0);
+
+  const KvShape& shape() const { return shape_; }
+  DType dtype() const { return dtype_; }
+  // Position (in the sequence) of token 0; tokens occupy consecutive positions.
+  int32_t pos_begin() const { return pos_begin_; }
+  void set_pos_begin(int32_t pos) { pos_begin_ = pos; }
+
+  std::span<uint8_t> Bytes(KvKind kind) { return kind == KvKind::kKey ? std::span(k_) : std::span(v_); }
+  std::span<const uint8_t> Bytes(KvKind kind) const { return kind == KvKind::kKey ? std::span(k_) : std::span(v_); }
+  // The rows of `n_tokens` tokens from `token` in one layer, as stored.
+  std::span<uint8_t> RowBytes(KvKind kind, uint32_t layer, uint32_t token, uint32_t n_tokens);
+  std::span<const uint8_t> RowBytes(KvKind kind, uint32_t layer, uint32_t token, uint32_t n_tokens) const;
+
+  // Converting copies of n_tokens rows ([token][head][channel]) of one layer.
+  void ReadRowsF32(KvKind kind, uint32_t layer, uint32_t token, uint32_t n_tokens, float* out) const;
+  void WriteRowsF32(KvKind kind, uint32_t layer, uint32_t token, uint32_t n_tokens, const float* in);
+
+  KvView View() const;
+  Result<KvView> View(uint32_t token_begin, uint32_t n_tokens) const;
+
+  Result<KvCache> ConvertTo(DType dtype) const;
+  // Appends `other`'s tokens (same layers/heads/head_dim/dtype) after this cache's.
+  Status Append(const KvView& other);
+
+  bool operator==(const KvCache& other) const;
+
+ private:
+  KvShape shape_;
+  DType dtype_ = DType::kF16;
+  int32_t pos_begin_ = 0;
+  std::vector<uint8_t> k_;
+  std::vector<uint8_t> v_;
+};
+
+// A token range of a KvCache; cheap to copy; the cache must outlive it.
+class KvView {
+ public:
+  KvView() = default;
+  KvView(const KvCache* cache, uint32_t token_begin, uint32_t n_tokens)
+      : cache_(cache), token_begin_(token_begin), n_tokens_(n_tokens) {}
+
+  KvShape shape() const;
+  DType dtype() const { return cache_->dtype(); }
+  int32_t pos_begin() const { return cache_->pos_begin() + static_cast<int32_t>(token_begin_); }
+  uint32_t token_begin() const { return token_begin_; }
+  uint32_t n_tokens() const { return n_tokens_; }
+
+  // Rows of this view's tokens [token, token + n) (relative to the view) in one layer.
+  std::span<const uint8_t> RowBytes(KvKind kind, uint32_t layer, uint32_t token, uint32_t n) const {
+    return cache_->RowBytes(kind, layer, token_begin_ + token, n);
+  }
+  std::span<const uint8_t> LayerBytes(KvKind kind, uint32_t layer) const {
+    return RowBytes(kind, layer, 0, n_tokens_);
+  }
+  void ReadRowsF32(KvKind kind, uint32_t layer, uint32_t token, uint32_t n, float* out) const {
+    cache_->ReadRowsF32(kind, layer, token_begin_ + token, n, out);
+  }
+  void ReadLayerF32(KvKind kind, uint32_t layer, float* out) const { ReadRowsF32(kind, layer, 0, n_tokens_, out); }
+
+  // An owning copy of the range.
+  Result<KvCache> Copy() const;
+
+ private:
+  const KvCache* cache_ = nullptr;
+  uint32_t token_begin_ = 0;
+  uint32_t n_tokens_ = 0;
+};
+
+}  // namespace kvc

@@ -1,0 +1,75 @@
+#include "tensor/kv_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+namespace kvc {
+namespace {
+
+KvCache Counting(DType dtype, uint32_t tokens) {
+  auto cache = KvCache::Create({2, 2, 4, tokens}, dtype, 5).value();
+  std::vector<float> row(cache.shape().layer_elems());
+  for (KvKind kind : kKvKinds)
+    for (uint32_t l = 0; l < 2; ++l) {
+      std::iota(row.begin(), row.end(), static_cast<float>(1000 * l + (kind == KvKind::kValue ? 500 : 0)));
+      cache.WriteRowsF32(kind, l, 0, tokens, row.data());
+    }
+  return cache;
+}
+
+TEST(KvCache, ShapeArithmetic) {
+  KvShape s{6, 2, 64, 1024};
+  EXPECT_EQ(s.row_elems(), 128u);
+  EXPECT_EQ(s.elems(), 6u * 128 * 1024);
+  EXPECT_EQ(s.fp16_bytes(), 2u * 2 * 6 * 128 * 1024);
+}
+
+TEST(KvCache, CreateRejectsBadShapes) {
+  EXPECT_FALSE(KvCache::Create({0, 2, 4, 1}, DType::kF16).ok());
+  EXPECT_FALSE(KvCache::Create({2, 0, 4, 1}, DType::kF16).ok());
+  EXPECT_FALSE(KvCache::Create({2, 2, kMaxHeadDim + 1, 1}, DType::kF16).ok());
+  EXPECT_FALSE(KvCache::Create({kMaxLayers, kMaxKvHeads, kMaxHeadDim, kMaxTokens}, DType::kF32).ok());
+  EXPECT_TRUE(KvCache::Create({2, 2, 4, 0}, DType::kF16).ok());  // empty ranges are allowed
+}
+
+TEST(KvCache, ViewsAreTokenRanges) {
+  const KvCache cache = Counting(DType::kF32, 10);
+  auto view = cache.View(3, 4);
+  ASSERT_TRUE(view.ok());
+  EXPECT_EQ(view->shape().n_tokens, 4u);
+  EXPECT_EQ(view->pos_begin(), 8);
+  std::vector<float> rows(4 * 8);
+  view->ReadLayerF32(KvKind::kValue, 1, rows.data());
+  EXPECT_EQ(rows[0], 1000 + 500 + 3 * 8);  // layer 1, V, token 3, first value
+  EXPECT_FALSE(cache.View(8, 3).ok());
+  EXPECT_FALSE(cache.View(11, 0).ok());
+}
+
+TEST(KvCache, CopyAndAppendRebuildTheCache) {
+  const KvCache cache = Counting(DType::kF16, 9);
+  auto head = cache.View(0, 4).value().Copy().value();
+  const auto tail = cache.View(4, 5).value();
+  ASSERT_TRUE(head.Append(tail).ok());
+  EXPECT_EQ(head, cache);
+  const KvCache other = Counting(DType::kF32, 2);
+  EXPECT_FALSE(head.Append(other.View()).ok());  // dtype differs
+}
+
+TEST(KvCache, DTypeConversion) {
+  const KvCache f32 = Counting(DType::kF32, 3);
+  for (DType to : {DType::kF16, DType::kBF16}) {
+    auto converted = f32.ConvertTo(to);
+    ASSERT_TRUE(converted.ok());
+    auto back = converted->ConvertTo(DType::kF32).value();
+    std::vector<float> a(f32.shape().layer_elems()), b(a.size());
+    f32.ReadRowsF32(KvKind::kKey, 1, 0, 3, a.data());
+    back.ReadRowsF32(KvKind::kKey, 1, 0, 3, b.data());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], std::abs(a[i]) * (to == DType::kF16 ? 1e-3 : 8e-3));
+  }
+  EXPECT_EQ(ParseDType("bf16").value(), DType::kBF16);
+  EXPECT_FALSE(ParseDType("q8_0").ok());
+}
+
+}  // namespace
+}  // namespace kvc

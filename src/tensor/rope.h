@@ -1,0 +1,25 @@
+// Rotary position embedding as llama.cpp applies it to keys, so keys taken from its cache can
+// be rotated back to position 0 (what transform coding fits a basis on) and forward again.
+#pragma once
+
+#include <cstdint>
+
+namespace kvc {
+
+// llama.cpp's LLAMA_ROPE_TYPE_NORM rotates adjacent channel pairs (2i, 2i+1);
+// LLAMA_ROPE_TYPE_NEOX rotates (i, i + n_rot/2).
+enum class RopeType : uint8_t { kNormal = 0, kNeox = 1 };
+
+struct RopeParams {
+  RopeType type = RopeType::kNormal;
+  uint32_t n_rot = 0;  // rotated channels per head (the rest pass through); 0 = head_dim
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;  // linear position scaling (1 = none)
+};
+
+// Rotates `n_tokens` rows laid out [token][head][channel] in place; token t sits at position
+// pos_begin + t. `inverse` rotates back (undoes the embedding).
+void RotateRows(const RopeParams& params, float* rows, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim,
+                int32_t pos_begin, bool inverse);
+
+}  // namespace kvc

@@ -1,0 +1,81 @@
+#include "tensor/rope.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+namespace kvc {
+namespace {
+
+std::vector<float> Random(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist;
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+class RopeTest : public ::testing::TestWithParam<RopeType> {};
+
+TEST_P(RopeTest, UndoInvertsApply) {
+  RopeParams p;
+  p.type = GetParam();
+  const uint32_t tokens = 7, heads = 3, dim = 64;
+  const auto original = Random(tokens * heads * dim, 1);
+  auto x = original;
+  RotateRows(p, x.data(), tokens, heads, dim, 4000, false);
+  RotateRows(p, x.data(), tokens, heads, dim, 4000, true);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], original[i], 2e-4f);
+}
+
+// What makes it RoPE: a query at position m and a key at position n give a dot product that
+// depends only on m - n.
+TEST_P(RopeTest, DotProductDependsOnRelativePositionOnly) {
+  RopeParams p;
+  p.type = GetParam();
+  const uint32_t dim = 64;
+  const auto q0 = Random(dim, 2), k0 = Random(dim, 3);
+  auto dot_at = [&](int32_t m, int32_t n) {
+    auto q = q0, k = k0;
+    RotateRows(p, q.data(), 1, 1, dim, m, false);
+    RotateRows(p, k.data(), 1, 1, dim, n, false);
+    double s = 0;
+    for (uint32_t i = 0; i < dim; ++i) s += static_cast<double>(q[i]) * k[i];
+    return s;
+  };
+  EXPECT_NEAR(dot_at(10, 3), dot_at(110, 103), 1e-3);
+  EXPECT_GT(std::fabs(dot_at(10, 3) - dot_at(10, 9)), 1e-3);
+}
+
+TEST_P(RopeTest, PartialRotationLeavesTheRestAlone) {
+  RopeParams p;
+  p.type = GetParam();
+  p.n_rot = 32;
+  const auto original = Random(64, 4);
+  auto x = original;
+  RotateRows(p, x.data(), 1, 1, 64, 17, false);
+  for (int i = 32; i < 64; ++i) EXPECT_EQ(x[i], original[i]);
+  bool changed = false;
+  for (int i = 0; i < 32; ++i) changed |= x[i] != original[i];
+  EXPECT_TRUE(changed);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, RopeTest, ::testing::Values(RopeType::kNormal, RopeType::kNeox));
+
+TEST(Rope, NormalPairsAdjacentNeoxPairsHalves) {
+  RopeParams normal, neox;
+  neox.type = RopeType::kNeox;
+  std::vector<float> a(8, 0.0f), b(8, 0.0f);
+  a[0] = b[0] = 1.0f;  // rotating channel 0 moves energy into its partner only
+  RotateRows(normal, a.data(), 1, 1, 8, 1, false);
+  RotateRows(neox, b.data(), 1, 1, 8, 1, false);
+  EXPECT_NEAR(a[1], std::sin(1.0f), 1e-6);
+  EXPECT_NEAR(b[4], std::sin(1.0f), 1e-6);
+  EXPECT_EQ(a[4], 0.0f);
+  EXPECT_EQ(b[1], 0.0f);
+}
+
+}  // namespace
+}  // namespace kvc

@@ -1,0 +1,300 @@
+// kvcodec: compress, inspect and evaluate LLM KV caches from the command line.
+// Uses only the public API; every error is one line on stderr and a non-zero exit.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kvcodec/kvcodec.hpp"
+
+namespace {
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "kvcodec: error: %s\n", message.c_str());
+  return 1;
+}
+
+int Fail(const kvcodec::Error& error) { return Fail(error.message); }
+
+std::string DefaultModel() {
+  const char* env = std::getenv("KVCODEC_MODEL");
+  return env != nullptr ? env : KVCODEC_DEFAULT_MODEL;
+}
+
+bool ReadFile(const std::string& path, std::vector<uint8_t>* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  out->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return true;
+}
+
+bool WriteFile(const std::string& path, const std::vector<uint8_t>& bytes) {
+  // Written beside the target and renamed, so a failed write never leaves a half file.
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return false;
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    if (!out) return false;
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+std::string JoinParams(const std::vector<std::string>& params) {
+  std::string joined;
+  for (const auto& p : params) joined += (joined.empty() ? "" : ",") + p;
+  return joined;
+}
+
+kvc_dtype ParseCacheType(const std::string& s) {
+  if (s == "f32") return KVC_F32;
+  if (s == "bf16") return KVC_BF16;
+  return KVC_F16;
+}
+
+struct EvalArgs {
+  std::string model = DefaultModel(), text, codec = "raw", level, cache_type = "f16";
+  std::vector<std::string> params;
+  uint32_t docs = 8, ctx = 1024, cont = 128;
+  int threads = 0;
+  bool json = false, quiet = false;
+};
+
+int RunEval(const EvalArgs& a) {
+  kvc_eval_params p{};
+  p.model_path = a.model.c_str();
+  p.text_path = a.text.empty() ? nullptr : a.text.c_str();
+  p.codec = a.codec.c_str();
+  p.level = a.level.empty() ? nullptr : a.level.c_str();
+  const std::string params = JoinParams(a.params);
+  p.codec_params = params.empty() ? nullptr : params.c_str();
+  p.n_docs = a.docs;
+  p.ctx = a.ctx;
+  p.cont = a.cont;
+  p.n_threads = a.threads;
+  p.cache_type = ParseCacheType(a.cache_type);
+  p.progress = a.quiet ? 0 : 1;
+  auto report = kvcodec::EvalJson(p);
+  if (!report.ok()) return Fail(report.error());
+  if (a.json) {
+    std::cout << report.value() << "\n";
+    return 0;
+  }
+  const auto j = nlohmann::json::parse(report.value());
+  std::printf("codec %s level %s: %u docs, ctx %u, cont %u\n", j["codec"].get<std::string>().c_str(),
+              j["level"].get<std::string>().c_str(), a.docs, a.ctx, a.cont);
+  std::printf("  compression ratio  %.2fx  (%llu fp16 bytes -> %llu stored)\n", j["compression_ratio"].get<double>(),
+              j["bytes_fp16"].get<unsigned long long>(), j["bytes_stored"].get<unsigned long long>());
+  std::printf("  perplexity         %.4f -> %.4f  (%+.3f%%)\n", j["ppl_base"].get<double>(),
+              j["ppl_codec"].get<double>(), j["ppl_delta_pct"].get<double>());
+  std::printf("  top-1 agreement    %.4f\n", j["top1_agreement"].get<double>());
+  std::printf("  mean KL            %.6f\n", j["kl_mean"].get<double>());
+  std::printf("  encode / decode    %.1f / %.1f MB/s\n", j["encode_mb_s"].get<double>(), j["decode_mb_s"].get<double>());
+  return 0;
+}
+
+int RunCodecs(bool json) {
+  auto codecs = kvcodec::CodecsJson();
+  if (!codecs.ok()) return Fail(codecs.error());
+  if (json) {
+    std::cout << codecs.value() << "\n";
+    return 0;
+  }
+  for (const auto& c : nlohmann::json::parse(codecs.value())) {
+    std::string levels;
+    for (const auto& l : c["levels"]) levels += (levels.empty() ? "" : ", ") + l.get<std::string>();
+    std::string params;
+    for (const auto& p : c["params"]) params += (params.empty() ? "" : ", ") + p.get<std::string>();
+    std::printf("%-10s levels: %s (default %s)%s%s\n           %s\n", c["name"].get<std::string>().c_str(),
+                levels.c_str(), c["default_level"].get<std::string>().c_str(), params.empty() ? "" : "; params: ",
+                params.c_str(), c["description"].get<std::string>().c_str());
+  }
+  return 0;
+}
+
+struct EncodeArgs {
+  std::string model = DefaultModel(), text, kv_dump, codec = "raw", level, out, cache_type = "f16";
+  std::vector<std::string> params;
+  uint32_t tokens = 0, kv_heads = 0, token_begin = 0, n_tokens = 0;
+};
+
+int RunEncode(const EncodeArgs& a) {
+  kvcodec::Kv kv;
+  std::vector<uint8_t> fingerprint(16, 0);
+  if (!a.kv_dump.empty()) {
+    std::vector<uint8_t> bytes;
+    if (!ReadFile(a.kv_dump, &bytes)) return Fail("cannot read KV dump " + a.kv_dump);
+    uint32_t heads = a.kv_heads;
+    if (heads == 0 || !a.text.empty()) {
+      auto model = kvcodec::Model::Load(a.model);
+      if (!model.ok()) return Fail(model.error());
+      fingerprint = model.value().Fingerprint();
+      if (heads == 0) heads = nlohmann::json::parse(model.value().InfoJson().value())["n_kv_heads"].get<uint32_t>();
+    }
+    auto parsed = kvcodec::KvFromLlamaState(bytes, heads);
+    if (!parsed.ok()) return Fail(parsed.error());
+    kv = std::move(parsed.value());
+  } else {
+    if (a.text.empty()) return Fail("give --text FILE (with --model) or --kv DUMP");
+    std::vector<uint8_t> text;
+    if (!ReadFile(a.text, &text)) return Fail("cannot read text " + a.text);
+    auto model = kvcodec::Model::Load(a.model);
+    if (!model.ok()) return Fail(model.error());
+    fingerprint = model.value().Fingerprint();
+    auto tokens = model.value().Tokenize(std::string(text.begin(), text.end()), true);
+    if (!tokens.ok()) return Fail(tokens.error());
+    std::vector<int32_t> ids = tokens.value();
+    if (a.tokens > 0 && ids.size() > a.tokens) ids.resize(a.tokens);
+    kvc_session_params sp;
+    kvc_session_default_params(&sp);
+    sp.n_ctx = static_cast<uint32_t>(ids.size()) + 8;
+    sp.cache_type = ParseCacheType(a.cache_type);
+    auto session = kvcodec::Session::Create(model.value(), sp);
+    if (!session.ok()) return Fail(session.error());
+    if (auto err = session.value().Eval(ids)) return Fail(*err);
+    auto extracted = session.value().Extract();
+    if (!extracted.ok()) return Fail(extracted.error());
+    kv = std::move(extracted.value());
+  }
+  auto bytes = kvcodec::Encode(kv, a.codec, a.level, JoinParams(a.params), fingerprint, a.token_begin, a.n_tokens);
+  if (!bytes.ok()) return Fail(bytes.error());
+  if (!WriteFile(a.out, bytes.value())) return Fail("cannot write " + a.out);
+  const kvc_shape s = kvcodec::Shape(kv);
+  const uint32_t covered = a.n_tokens ? a.n_tokens : s.n_tokens - a.token_begin;
+  const double fp16 = 4.0 * s.n_layers * s.n_kv_heads * s.head_dim * covered;
+  std::printf("wrote %s: %u tokens, %zu bytes (%.2fx vs fp16)\n", a.out.c_str(), covered, bytes.value().size(),
+              fp16 / static_cast<double>(bytes.value().size()));
+  return 0;
+}
+
+int RunDecode(const std::string& in, const std::string& out, const std::string& model_path) {
+  std::vector<uint8_t> bytes;
+  if (!ReadFile(in, &bytes)) return Fail("cannot read " + in);
+  std::vector<uint8_t> fingerprint;
+  if (!model_path.empty()) {
+    auto model = kvcodec::Model::Load(model_path);
+    if (!model.ok()) return Fail(model.error());
+    fingerprint = model.value().Fingerprint();
+  }
+  auto kv = kvcodec::Decode(bytes, fingerprint.empty() ? nullptr : &fingerprint);
+  if (!kv.ok()) return Fail(in + ": " + kv.error().message);
+  const kvc_shape s = kvcodec::Shape(kv.value());
+  if (!out.empty()) {
+    auto state = kvcodec::KvToLlamaState(kv.value());
+    if (!state.ok()) return Fail(state.error());
+    if (!WriteFile(out, state.value())) return Fail("cannot write " + out);
+  }
+  std::printf("decoded %s: %u layers x %u tokens x %u kv heads x %u dims%s%s\n", in.c_str(), s.n_layers, s.n_tokens,
+              s.n_kv_heads, s.head_dim, out.empty() ? "" : " -> llama.cpp sequence state ", out.c_str());
+  return 0;
+}
+
+int RunInspect(const std::string& path, bool json) {
+  std::vector<uint8_t> bytes;
+  if (!ReadFile(path, &bytes)) return Fail("cannot read " + path);
+  auto info = kvcodec::InspectJson(bytes);
+  if (!info.ok()) return Fail(path + ": " + info.error().message);
+  if (json) {
+    std::cout << info.value() << "\n";
+    return 0;
+  }
+  const auto j = nlohmann::json::parse(info.value());
+  std::printf("%s: .kvc v%u, %llu bytes\n", path.c_str(), j["format_version"].get<unsigned>(),
+              j["file_bytes"].get<unsigned long long>());
+  std::printf("  codec        %s (id %u, v%u), level %s, %llu param bytes\n", j["codec"].get<std::string>().c_str(),
+              j["codec_id"].get<unsigned>(), j["codec_version"].get<unsigned>(), j["level"].get<std::string>().c_str(),
+              j["codec_params_bytes"].get<unsigned long long>());
+  std::printf("  shape        %u layers x %u tokens x %u kv heads x %u dims, %s\n", j["n_layers"].get<unsigned>(),
+              j["n_tokens"].get<unsigned>(), j["n_kv_heads"].get<unsigned>(), j["head_dim"].get<unsigned>(),
+              j["dtype"].get<std::string>().c_str());
+  std::printf("  tokens       [%u, %u), first position %d\n", j["token_begin"].get<unsigned>(),
+              j["token_begin"].get<unsigned>() + j["n_tokens"].get<unsigned>(), j["pos_begin"].get<int>());
+  std::printf("  model        %s\n", j["model_fingerprint"].get<std::string>().c_str());
+  std::printf("  ratio        %.2fx vs fp16 (%llu bytes)\n", j["compression_ratio"].get<double>(),
+              j["bytes_fp16"].get<unsigned long long>());
+  int i = 0;
+  for (const auto& s : j["sections"]) {
+    std::printf("  section %-4d tag %s, %llu bytes\n", i++, s["tag"].get<std::string>().c_str(),
+                s["bytes"].get<unsigned long long>());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvcodec: compress, inspect and evaluate LLM KV caches"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", kvc_version());
+
+  bool codecs_json = false;
+  auto* codecs = app.add_subcommand("codecs", "List codecs, their levels and parameters");
+  codecs->add_flag("--json", codecs_json, "Print JSON");
+
+  EvalArgs ev;
+  auto* eval = app.add_subcommand("eval", "Measure a codec's accuracy on a real model (compress, restore, compare)");
+  eval->add_option("--model", ev.model, "GGUF model")->capture_default_str();
+  eval->add_option("--codec", ev.codec, "Codec (see `kvcodec codecs`)")->capture_default_str();
+  eval->add_option("--level", ev.level, "Codec level (default: the codec's default)");
+  eval->add_option("--param", ev.params, "Codec parameter key=value (repeatable)");
+  eval->add_option("--docs", ev.docs, "Documents to evaluate")->capture_default_str()->check(CLI::Range(1u, 100000u));
+  eval->add_option("--ctx", ev.ctx, "Context tokens whose KV is compressed")->capture_default_str()->check(CLI::Range(2u, 1u << 20));
+  eval->add_option("--cont", ev.cont, "Continuation tokens scored")->capture_default_str()->check(CLI::Range(1u, 4096u));
+  eval->add_option("--text", ev.text, "Evaluation text (default: eval.txt beside the model)");
+  eval->add_option("--cache-type", ev.cache_type, "llama.cpp KV cache type")->check(CLI::IsMember({"f16", "f32", "bf16"}))->capture_default_str();
+  eval->add_option("--threads", ev.threads, "Threads for llama.cpp (0: all cores)");
+  eval->add_flag("--json", ev.json, "Print the report as JSON");
+  eval->add_flag("--quiet", ev.quiet, "No progress line");
+
+  EncodeArgs en;
+  auto* encode = app.add_subcommand("encode", "Encode a KV cache (from a model + text, or a KV dump) into a .kvc file");
+  encode->add_option("--model", en.model, "GGUF model (prefills --text; fingerprints the file)")->capture_default_str();
+  encode->add_option("--text", en.text, "Text file to prefill");
+  encode->add_option("--tokens", en.tokens, "Keep at most this many tokens of the text");
+  encode->add_option("--kv", en.kv_dump, "KV dump: llama.cpp sequence-state bytes (llama_state_seq_get_data)");
+  encode->add_option("--kv-heads", en.kv_heads, "KV heads of the dump (default: from --model)");
+  encode->add_option("--codec", en.codec, "Codec")->capture_default_str();
+  encode->add_option("--level", en.level, "Codec level");
+  encode->add_option("--param", en.params, "Codec parameter key=value (repeatable)");
+  encode->add_option("--token-begin", en.token_begin, "First token to encode");
+  encode->add_option("--n-tokens", en.n_tokens, "Tokens to encode (0: to the end)");
+  encode->add_option("--cache-type", en.cache_type, "llama.cpp KV cache type")->check(CLI::IsMember({"f16", "f32", "bf16"}))->capture_default_str();
+  encode->add_option("-o,--out", en.out, "Output .kvc file")->required();
+
+  std::string decode_in, decode_out, decode_model;
+  auto* decode = app.add_subcommand("decode", "Decode and verify a .kvc file (optionally to a llama.cpp sequence state)");
+  decode->add_option("file", decode_in, ".kvc file")->required();
+  decode->add_option("-o,--out", decode_out, "Write the KV as llama.cpp sequence-state bytes");
+  decode->add_option("--model", decode_model, "Check the file was made for this model");
+
+  std::string inspect_in;
+  bool inspect_json = false;
+  auto* inspect = app.add_subcommand("inspect", "Print a .kvc file's header and sections");
+  inspect->add_option("file", inspect_in, ".kvc file")->required();
+  inspect->add_flag("--json", inspect_json, "Print JSON");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return Fail(std::string(e.what()) + " (see --help)");
+  }
+
+  if (*codecs) return RunCodecs(codecs_json);
+  if (*eval) return RunEval(ev);
+  if (*encode) return RunEncode(en);
+  if (*decode) return RunDecode(decode_in, decode_out, decode_model);
+  if (*inspect) return RunInspect(inspect_in, inspect_json);
+  return Fail("no command");
+}
