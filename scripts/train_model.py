@@ -256,7 +256,58 @@ def perplexity(model, data, seq_len, max_windows):
     return math.exp(total / max(count, 1))
 
 
+def write_readme(out_dir):
+    """models/<name>/README.md from model.json, so the figures there are the run's own."""
+    with open(os.path.join(out_dir, "model.json")) as f:
+        m = json.load(f)
+    text = f"""# {m['name']}: kvcodec's test model
+
+A small Llama-architecture model trained by `scripts/train_model.py` on the King James Bible
+(public domain; Debian package `bible-kjv`), converted to GGUF with llama.cpp's
+`llama-convert-llama2c-to-ggml`. Tests and benchmarks use this committed file; nothing
+retrains it.
+
+| | |
+|---|---|
+| architecture | llama (RMSNorm, SwiGLU, RoPE "normal" = adjacent pairs, tied embeddings) |
+| layers | {m['n_layers']} |
+| model dim / FFN dim | {m['dim']} / {m['ffn_dim']} |
+| attention heads / KV heads | {m['n_heads']} / {m['n_kv_heads']} (grouped-query attention) |
+| head_dim | {m['head_dim']} |
+| vocabulary | {m['vocab_size']} (SentencePiece BPE with byte fallback) |
+| parameters | {m['n_params']:,} |
+| training context | {m['train_ctx']} tokens (first {round(100 * m['short_frac'])}% of the time at {m['short_seq_len']}) |
+| training | {m['train_steps']} steps, {m['train_tokens']:,} tokens, {m['train_minutes']} min on 2 CPU cores |
+| validation perplexity (PyTorch, held-out books, {m['train_ctx']}-token windows) | {m['eval_ppl_torch']} |
+| GGUF size | {m['gguf_bytes']:,} bytes (f32 weights) |
+
+Files:
+- `{m['name']}.gguf`: the model.
+- `calib.txt`: calibration text (books {", ".join(m['calib_books'])}); never trained on.
+- `eval.txt`: evaluation text (books {", ".join(m['eval_books'])}); never trained on, disjoint
+  from the calibration text.
+- `model.json`: the run's settings and figures, and a greedy continuation computed by PyTorch
+  that a test checks llama.cpp reproduces token for token.
+
+Reproduce (about {round(m['train_minutes'])} minutes on 2 cores, plus a few for text and tokenizer):
+
+```
+OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/train_model.py --out models/{m['name']} \\
+    --name {m['name']} --llama-prefix "$(scripts/setup-llama.sh)" --layers {m['n_layers']} \\
+    --dim {m['dim']} --heads {m['n_heads']} --kv-heads {m['n_kv_heads']} --hidden {m['ffn_dim']} \\
+    --vocab {m['vocab_size']} --seq-len {m['train_ctx']}
+```
+(needs Debian's python3-torch, python3-numpy and python3-sentencepiece; training is
+time-budgeted, so the weights differ run to run.)
+"""
+    with open(os.path.join(out_dir, "README.md"), "w") as f:
+        f.write(text)
+
+
 def main():
+    if "--write-readme" in sys.argv:
+        write_readme(sys.argv[sys.argv.index("--write-readme") + 1])
+        return
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="output folder, e.g. models/kvtiny")
     p.add_argument("--name", default="kvtiny")
@@ -376,6 +427,7 @@ def main():
     }
     with open(os.path.join(a.out, "model.json"), "w") as f:
         json.dump(meta, f, indent=2)
+    write_readme(a.out)
     log(f"wrote {gguf} ({meta['gguf_bytes']} bytes)")
 
 

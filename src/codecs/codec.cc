@@ -90,8 +90,8 @@ Result<KvCache> DecodeKvc(std::span<const uint8_t> bytes, const ModelFingerprint
   KVC_CHECK_CORRUPT(cache.shape() == h.shape, "%s decoded a shape other than the header's", info.name.c_str());
   KVC_CHECK_CORRUPT(cache.dtype() == h.dtype, "%s decoded dtype %s, the header says %s", info.name.c_str(),
                     DTypeName(cache.dtype()), DTypeName(h.dtype));
-  KVC_CHECK_CORRUPT(cache.pos_begin() == h.pos_begin, "%s decoded pos_begin %d, the header says %d",
-                    info.name.c_str(), cache.pos_begin(), h.pos_begin);
+  KVC_CHECK_CORRUPT(cache.pos_begin() == h.pos_begin, "%s decoded pos_begin %d, the header says %d", info.name.c_str(),
+                    cache.pos_begin(), h.pos_begin);
   return std::move(decoded).value();
 }
 
@@ -103,14 +103,14 @@ Result<uint32_t> ParamU32(const EncodeOptions& options, const std::string& key, 
   uint64_t value = 0;
   // from_chars alone would accept a prefix ("12abc") and is silent about signs being absent;
   // requiring the whole string to be digits keeps "group_size=+8" or " 8" from meaning 8.
-  const bool all_digits =
-      !text.empty() && text.size() <= 10 && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  const bool all_digits = !text.empty() && text.size() <= 10 &&
+                          std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
   if (!all_digits || std::from_chars(text.data(), text.data() + text.size(), value).ec != std::errc()) {
     return InvalidArgument("parameter " + key + "='" + text + "' is not a decimal integer");
   }
   if (value < min_value || value > max_value) {
-    return InvalidArgument(FormatMessage("parameter %s=%s outside %u..%u", key.c_str(), text.c_str(), min_value,
-                                         max_value));
+    return InvalidArgument(
+        FormatMessage("parameter %s=%s outside %u..%u", key.c_str(), text.c_str(), min_value, max_value));
   }
   return static_cast<uint32_t>(value);
 }
@@ -119,12 +119,13 @@ Status CheckKnownParams(const EncodeOptions& options, std::span<const std::strin
   for (const auto& [key, value] : options.params) {
     if (std::find(known.begin(), known.end(), key) != known.end()) continue;
     if (known.empty()) return InvalidArgument("unknown parameter '" + key + "' (this codec takes no parameters)");
-    std::string list;
-    for (std::string_view k : known) {
-      if (!list.empty()) list += ", ";
-      list += k;
+    std::string message = "unknown parameter '" + key + "' (known: ";
+    for (size_t i = 0; i < known.size(); ++i) {
+      if (i > 0) message += ", ";
+      message += known[i];
     }
-    return InvalidArgument("unknown parameter '" + key + "' (known: " + list + ")");
+    message += ")";
+    return InvalidArgument(std::move(message));
   }
   return Status::Ok();
 }

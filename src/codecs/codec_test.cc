@@ -258,26 +258,28 @@ TEST(FuzzCorpus, KvcSeedsDecode) {
 
 // Rewrites fuzz/corpus/codecs/ in the source tree. Direct-mode shapes: codecs_fuzz.cc kShapes.
 TEST(FuzzCorpus, DISABLED_Regenerate) {
+  // The shapes of the direct mode: codecs_fuzz.cc kShapes.
+  constexpr KvShape kDirectShapes[4] = {{1, 1, 4, 3}, {2, 2, 8, 5}, {1, 3, 5, 7}, {3, 2, 4, 9}};
   struct Seed {
     const char* name;
     const char* codec;
-    uint8_t codec_index;
     EncodeOptions options;
-    uint8_t shape_index;
-    KvShape shape;
     DType dtype;
+    uint8_t codec_index;  // in AllCodecs()
+    uint8_t shape_index;  // in kDirectShapes
   };
   const Seed seeds[] = {
-      {"raw_f16", "raw", 0, {}, 1, {2, 2, 8, 5}, DType::kF16},
-      {"raw_f32", "raw", 0, {}, 2, {1, 3, 5, 7}, DType::kF32},
-      {"quant8_f16", "quant", 1, {.level = "8", .params = {{"group_size", "4"}}}, 1, {2, 2, 8, 5}, DType::kF16},
-      {"quant4_bf16", "quant", 1, {.level = "4", .params = {{"group_size", "3"}}}, 2, {1, 3, 5, 7}, DType::kBF16},
-      {"quant4_g1", "quant", 1, {.level = "4", .params = {{"group_size", "1"}}}, 0, {1, 1, 4, 3}, DType::kF16},
-      {"quant8_big_group", "quant", 1, {.level = "8"}, 3, {3, 2, 4, 9}, DType::kF32},
+      {"raw_f16", "raw", {}, DType::kF16, 0, 1},
+      {"raw_f32", "raw", {}, DType::kF32, 0, 2},
+      {"quant8_f16", "quant", {.level = "8", .params = {{"group_size", "4"}}}, DType::kF16, 1, 1},
+      {"quant4_bf16", "quant", {.level = "4", .params = {{"group_size", "3"}}}, DType::kBF16, 1, 2},
+      {"quant4_g1", "quant", {.level = "4", .params = {{"group_size", "1"}}}, DType::kF16, 1, 0},
+      {"quant8_big_group", "quant", {.level = "8"}, DType::kF32, 1, 3},
   };
   std::filesystem::create_directories(kCorpus);
   for (const Seed& seed : seeds) {
-    const KvCache cache = MakeCache(seed.shape, seed.dtype, 42, 7);
+    ASSERT_EQ(AllCodecs()[seed.codec_index], FindCodec(seed.codec));
+    const KvCache cache = MakeCache(kDirectShapes[seed.shape_index], seed.dtype, 42, 7);
     const auto kvc = EncodeKvc(*FindCodec(seed.codec), cache.View(), seed.options, kFp, 7).value();
     std::ofstream(kCorpus / (std::string(seed.name) + ".kvc"), std::ios::binary)
         .write(reinterpret_cast<const char*>(kvc.data()), static_cast<std::streamsize>(kvc.size()));

@@ -29,7 +29,7 @@ constexpr uint8_t kMaxSectionsPerInput = 8;
 
 void Check(bool ok, const char* what) {
   if (ok) return;
-  std::fprintf(stderr, "codecs_fuzz: %s\n", what);
+  (void)std::fprintf(stderr, "codecs_fuzz: %s\n", what);
   std::abort();
 }
 

@@ -67,6 +67,7 @@ std::span<const uint8_t> KvCache::RowBytes(KvKind kind, uint32_t layer, uint32_t
 void KvCache::ReadRowsF32(KvKind kind, uint32_t layer, uint32_t token, uint32_t n_tokens, float* out) const {
   const auto bytes = RowBytes(kind, layer, token, n_tokens);
   const size_t n = size_t{n_tokens} * shape_.row_elems();
+  if (n == 0) return;  // empty spans may hold null pointers, which memcpy must not see
   switch (dtype_) {
     case DType::kF32: std::memcpy(out, bytes.data(), n * 4); break;
     case DType::kF16: Fp16ToFp32(reinterpret_cast<const uint16_t*>(bytes.data()), out, n); break;
@@ -77,6 +78,7 @@ void KvCache::ReadRowsF32(KvKind kind, uint32_t layer, uint32_t token, uint32_t 
 void KvCache::WriteRowsF32(KvKind kind, uint32_t layer, uint32_t token, uint32_t n_tokens, const float* in) {
   const auto bytes = RowBytes(kind, layer, token, n_tokens);
   const size_t n = size_t{n_tokens} * shape_.row_elems();
+  if (n == 0) return;
   switch (dtype_) {
     case DType::kF32: std::memcpy(bytes.data(), in, n * 4); break;
     case DType::kF16: Fp32ToFp16(in, reinterpret_cast<uint16_t*>(bytes.data()), n); break;
@@ -122,9 +124,9 @@ Status KvCache::Append(const KvView& other) {
     for (uint32_t l = 0; l < shape_.n_layers; ++l) {
       uint8_t* dst = joined.data() + size_t{l} * merged.n_tokens * row;
       const auto mine = RowBytes(kind, l, 0, shape_.n_tokens);
-      std::memcpy(dst, mine.data(), mine.size());
+      if (!mine.empty()) std::memcpy(dst, mine.data(), mine.size());
       const auto theirs = other.LayerBytes(kind, l);
-      std::memcpy(dst + mine.size(), theirs.data(), theirs.size());
+      if (!theirs.empty()) std::memcpy(dst + mine.size(), theirs.data(), theirs.size());
     }
     (kind == KvKind::kKey ? k_ : v_) = std::move(joined);
   }
@@ -148,7 +150,7 @@ Result<KvCache> KvView::Copy() const {
   for (KvKind kind : kKvKinds) {
     for (uint32_t l = 0; l < out.shape().n_layers; ++l) {
       const auto src = LayerBytes(kind, l);
-      std::memcpy(out.RowBytes(kind, l, 0, n_tokens_).data(), src.data(), src.size());
+      if (!src.empty()) std::memcpy(out.RowBytes(kind, l, 0, n_tokens_).data(), src.data(), src.size());
     }
   }
   return out;

@@ -73,3 +73,23 @@ TEST(KvCache, DTypeConversion) {
 
 }  // namespace
 }  // namespace kvc
+
+namespace kvc {
+namespace {
+
+TEST(KvCache, ZeroTokenCachesAreHandled) {
+  for (DType dtype : {DType::kF32, DType::kF16}) {
+    auto empty = KvCache::Create({2, 2, 4, 0}, dtype).value();
+    std::vector<float> none;
+    empty.ReadRowsF32(KvKind::kKey, 1, 0, 0, none.data());
+    empty.WriteRowsF32(KvKind::kValue, 0, 0, 0, none.data());
+    auto copy = empty.View().Copy();
+    ASSERT_TRUE(copy.ok());
+    EXPECT_EQ(*copy, empty);
+    ASSERT_TRUE(copy->Append(empty.View()).ok());
+    EXPECT_EQ(copy->shape().n_tokens, 0u);
+  }
+}
+
+}  // namespace
+}  // namespace kvc

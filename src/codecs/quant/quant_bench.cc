@@ -39,7 +39,7 @@ void BM_QuantEncode(benchmark::State& state) {
   const Codec& codec = *FindCodec("quant");
   const KvView view = Cache().View();
   const EncodeOptions options = Options(state);
-  for (auto _ : state) {
+  for (auto _ : state) {  // NOLINT(clang-analyzer-deadcode.DeadStores)
     auto encoded = codec.Encode(view, options);
     if (!encoded.ok()) {
       state.SkipWithError(encoded.status().ToString().c_str());
@@ -59,7 +59,7 @@ void BM_QuantDecode(benchmark::State& state) {
   // Times the codec alone, not the container's CRC pass.
   const KvcFile file = ReadKvc(*bytes).value();
   const Codec& codec = *FindCodec("quant");
-  for (auto _ : state) {
+  for (auto _ : state) {  // NOLINT(clang-analyzer-deadcode.DeadStores)
     auto decoded = codec.Decode(file);
     if (!decoded.ok()) {
       state.SkipWithError(decoded.status().ToString().c_str());

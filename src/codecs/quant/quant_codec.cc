@@ -44,8 +44,8 @@ Result<QuantParams> ParseParams(std::span<const uint8_t> bytes) {
   RETURN_IF_ERROR(r.U32(&p.group_size, "params.group_size"));
   KVC_CHECK_CORRUPT(r.empty(), "params hold %zu bytes, expected 5", bytes.size());
   KVC_CHECK_CORRUPT(bits == 4 || bits == 8, "params: bits %u is not 4 or 8", bits);
-  KVC_CHECK_CORRUPT(p.group_size >= 1 && p.group_size <= QuantCodec::kMaxGroupSize, "params: group_size %u outside 1..%u",
-                    p.group_size, QuantCodec::kMaxGroupSize);
+  KVC_CHECK_CORRUPT(p.group_size >= 1 && p.group_size <= QuantCodec::kMaxGroupSize,
+                    "params: group_size %u outside 1..%u", p.group_size, QuantCodec::kMaxGroupSize);
   p.bits = bits;
   return p;
 }
@@ -65,7 +65,8 @@ LayerLayout LayoutOf(KvKind kind, const KvShape& shape, const QuantParams& p) {
   const uint64_t tokens = shape.n_tokens;
   const uint64_t channels = shape.row_elems();
   LayerLayout l;
-  l.n_groups = kind == KvKind::kKey ? CeilDiv(tokens, p.group_size) * channels : tokens * CeilDiv(channels, p.group_size);
+  l.n_groups =
+      kind == KvKind::kKey ? CeilDiv(tokens, p.group_size) * channels : tokens * CeilDiv(channels, p.group_size);
   l.stats_bytes = l.n_groups * kStatBytes;
   l.code_bytes = CeilDiv(tokens * channels * p.bits, 8);
   return l;
@@ -75,7 +76,9 @@ LayerLayout LayoutOf(KvKind kind, const KvShape& shape, const QuantParams& p) {
 // every element of the group at or above the stored minimum, so no element is clipped.
 uint16_t Fp16RoundDown(float x) {
   uint16_t h = Fp32ToFp16(x);
-  if (Fp16ToFp32(h) > x) h = (h & 0x8000) ? static_cast<uint16_t>(h + 1) : (h == 0 ? 0x8001 : static_cast<uint16_t>(h - 1));
+  // Rounding keeps the sign (a small negative x gives -0, never +0), so one step away from
+  // or towards zero in the sign-magnitude encoding is the next fp16 down.
+  if (Fp16ToFp32(h) > x) h = static_cast<uint16_t>((h & 0x8000) ? h + 1 : h - 1);
   return h;
 }
 
@@ -96,7 +99,9 @@ struct GroupStat {
 
 inline GroupStat MakeStat(float lo, float hi, float levels, float* min_out, float* inv_scale_out) {
   GroupStat st;
-  st.min_h = Fp16RoundDown(lo);
+  // + 0.0f turns -0 into +0: which zero a min reduction returns depends on its evaluation
+  // order (vectorised or not), and the stored bytes must not.
+  st.min_h = Fp16RoundDown(lo + 0.0f);
   const float m = Fp16ToFp32(st.min_h);
   st.scale_h = Fp16RoundUp((hi - m) / levels);
   const float s = Fp16ToFp32(st.scale_h);
@@ -106,10 +111,12 @@ inline GroupStat MakeStat(float lo, float hi, float levels, float* min_out, floa
   return st;
 }
 
-// x >= m holds for every element of the group, so v >= 0 and truncating v + 0.5 rounds.
+// x >= m holds for every element of the group, so 0 <= v <= levels < 2^23, where adding and
+// subtracting 2^23 rounds to nearest even exactly, unlike truncating v + 0.5 (0.49999997 + 0.5
+// is 1.0 in fp32); and unlike std::nearbyint it vectorises without SSE4.1.
 inline uint8_t QuantiseOne(float x, float m, float inv_scale, float levels) {
   const float v = std::min((x - m) * inv_scale, levels);
-  return static_cast<uint8_t>(static_cast<int32_t>(v + 0.5f));
+  return static_cast<uint8_t>((v + 0x1.0p23f) - 0x1.0p23f);
 }
 
 void PutStat(uint8_t* p, GroupStat st) {
@@ -308,8 +315,8 @@ Result<EncodedKv> QuantCodec::Encode(const KvView& kv, const EncodeOptions& opti
       uint8_t* code_bytes = stats + layout.stats_bytes;
       kv.ReadLayerF32(kind, l, x.data());
       if (!AllInFp16Range(x.data(), layer_elems)) {
-        return InvalidArgument(
-            FormatMessage("%s layer %u holds NaN, inf or a value beyond fp16 range (|x| > 65504)", KvKindName(kind), l));
+        return InvalidArgument(FormatMessage("%s layer %u holds NaN, inf or a value beyond fp16 range (|x| > 65504)",
+                                             KvKindName(kind), l));
       }
       // 8-bit codes go straight into the section; 4-bit ones are packed afterwards.
       uint8_t* dst = p.bits == 8 ? code_bytes : codes.data();

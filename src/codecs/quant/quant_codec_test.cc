@@ -66,8 +66,8 @@ size_t CeilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
 // FORMATS.md) and checks, element by element, |decoded - input| <= scale/2 (plus fp32 rounding
 // and the rounding of the restored dtype), and that each scale is as tight as fp16 storage of
 // (min, scale) allows.
-void ExpectWithinHalfScale(const KvCache& in, const KvCache& out, const std::vector<uint8_t>& file_bytes,
-                           uint32_t bits, uint32_t group) {
+void ExpectWithinHalfScale(const KvCache& in, const KvCache& out, const std::vector<uint8_t>& file_bytes, uint32_t bits,
+                           uint32_t group) {
   const KvcFile file = ReadKvc(file_bytes).value();
   const KvShape& shape = in.shape();
   const size_t tokens = shape.n_tokens;
@@ -91,7 +91,9 @@ void ExpectWithinHalfScale(const KvCache& in, const KvCache& out, const std::vec
       // Group of element (t, c), then its bound.
       std::vector<double> lo(n_groups, INFINITY);
       std::vector<double> hi(n_groups, -INFINITY);
-      auto group_of = [&](size_t t, size_t c) { return key ? (t / group) * channels + c : t * CeilDiv(channels, group) + c / group; };
+      auto group_of = [&](size_t t, size_t c) {
+        return key ? (t / group) * channels + c : t * CeilDiv(channels, group) + c / group;
+      };
       for (size_t t = 0; t < tokens; ++t) {
         for (size_t c = 0; c < channels; ++c) {
           const size_t g = group_of(t, c);
@@ -155,7 +157,8 @@ const Case kCases[] = {
     {"zero_tokens_fp32", {2, 2, 8, 0}, 128, DType::kF32},
 };
 
-INSTANTIATE_TEST_SUITE_P(Shapes, QuantRoundTrip, ::testing::Combine(::testing::ValuesIn(kCases), ::testing::Values(8u, 4u)),
+INSTANTIATE_TEST_SUITE_P(Shapes, QuantRoundTrip,
+                         ::testing::Combine(::testing::ValuesIn(kCases), ::testing::Values(8u, 4u)),
                          [](const auto& info) {
                            return std::string(std::get<0>(info.param).name) + "_" +
                                   std::to_string(std::get<1>(info.param)) + "bit";
@@ -243,7 +246,7 @@ TEST(QuantCodec, ExtremeMagnitudesStayFinite) {
 TEST(QuantCodec, NonFiniteOrOutOfRangeInputIsInvalidArgument) {
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), -70000.0f}) {
     KvCache cache = MakeCache({2, 1, 8, 8}, DType::kF32, 3);
-    std::memcpy(cache.Bytes(KvKind::kValue).data() + 4 * 77, &bad, 4);
+    std::memcpy(cache.Bytes(KvKind::kValue).data() + size_t{4} * 77, &bad, 4);
     auto bytes = Encode(cache, {});
     ASSERT_FALSE(bytes.ok()) << bad;
     EXPECT_EQ(bytes.status().code(), StatusCode::kInvalidArgument);
@@ -278,18 +281,30 @@ TEST(QuantCodec, DamagedFilesAreCorrupt) {
       {"short K", &good4, [](KvcHeader&, std::vector<KvcSection>& s) { s[0].bytes.pop_back(); }},
       {"long V", &good8, [](KvcHeader&, std::vector<KvcSection>& s) { s[1].bytes.push_back(0); }},
       {"missing V", &good8, [](KvcHeader&, std::vector<KvcSection>& s) { s.pop_back(); }},
-      {"extra section", &good8, [](KvcHeader&, std::vector<KvcSection>& s) { s.push_back({0x56, {}}); }},
+      {"extra section", &good8,
+       [](KvcHeader&, std::vector<KvcSection>& s) {
+         s.push_back({0x56, {}});
+       }},
       {"swapped tags", &good8, [](KvcHeader&, std::vector<KvcSection>& s) { std::swap(s[0].tag, s[1].tag); }},
       {"no params", &good8, [](KvcHeader& h, std::vector<KvcSection>&) { h.codec_params.clear(); }},
       {"long params", &good8, [](KvcHeader& h, std::vector<KvcSection>&) { h.codec_params.push_back(0); }},
-      {"bits 5", &good8, [](KvcHeader& h, std::vector<KvcSection>&) { h.codec_params[0] = 5; h.level = "5"; }},
+      {"bits 5", &good8,
+       [](KvcHeader& h, std::vector<KvcSection>&) {
+         h.codec_params[0] = 5;
+         h.level = "5";
+       }},
       {"group 0", &good8, [](KvcHeader& h, std::vector<KvcSection>&) { h.codec_params[1] = 0; }},
-      {"group 2^32-1", &good8, [](KvcHeader& h, std::vector<KvcSection>&) { std::fill_n(&h.codec_params[1], 4, 0xff); }},
+      {"group 2^32-1", &good8,
+       [](KvcHeader& h, std::vector<KvcSection>&) { std::fill_n(&h.codec_params[1], 4, 0xff); }},
       {"level says 4", &good8, [](KvcHeader& h, std::vector<KvcSection>&) { h.level = "4"; }},
       {"bits say 8", &good4, [](KvcHeader& h, std::vector<KvcSection>&) { h.codec_params[0] = 8; }},
       {"group 5", &good8, [](KvcHeader& h, std::vector<KvcSection>&) { h.codec_params[1] = 5; }},
       {"more tokens", &good4, [](KvcHeader& h, std::vector<KvcSection>&) { ++h.shape.n_tokens; }},
-      {"inf min", &good8, [](KvcHeader&, std::vector<KvcSection>& s) { s[0].bytes[1] = 0x7c; s[0].bytes[0] = 0; }},
+      {"inf min", &good8,
+       [](KvcHeader&, std::vector<KvcSection>& s) {
+         s[0].bytes[1] = 0x7c;
+         s[0].bytes[0] = 0;
+       }},
       {"NaN scale", &good8, [](KvcHeader&, std::vector<KvcSection>& s) { s[1].bytes[7] = 0x7e; }},
       {"negative scale", &good8, [](KvcHeader&, std::vector<KvcSection>& s) { s[1].bytes[3] |= 0x80; }},
       // 6 channels x 5 tokens = 30 codes per layer: even, so use a one-layer odd case below.

@@ -28,7 +28,8 @@ bool ToFp16(const float* in, uint16_t* out, size_t n) {
     std::memcpy(&bits, &in[i], 4);
     const uint16_t h = Fp32ToFp16(in[i]);
     out[i] = h;
-    overflow |= static_cast<uint32_t>((h & 0x7fff) == 0x7c00) & static_cast<uint32_t>((bits & 0x7f800000) != 0x7f800000);
+    overflow |=
+        static_cast<uint32_t>((h & 0x7fff) == 0x7c00) & static_cast<uint32_t>((bits & 0x7f800000) != 0x7f800000);
   }
   return overflow == 0;
 }
@@ -77,8 +78,8 @@ Result<EncodedKv> RawCodec::Encode(const KvView& kv, const EncodeOptions& option
       // The section buffer comes from operator new and every layer starts at an even offset,
       // so it is suitably aligned for uint16_t.
       if (!ToFp16(f32.data(), reinterpret_cast<uint16_t*>(dst), layer_elems)) {
-        return InvalidArgument(FormatMessage("%s layer %u holds a value beyond fp16 range (|x| > 65504)",
-                                             KvKindName(kind), l));
+        return InvalidArgument(
+            FormatMessage("%s layer %u holds a value beyond fp16 range (|x| > 65504)", KvKindName(kind), l));
       }
     }
   }

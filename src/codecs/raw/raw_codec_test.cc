@@ -132,7 +132,7 @@ TEST(RawCodec, FileIsFp16SizePlusHeaders) {
 TEST(RawCodec, Fp32OverflowIsAnError) {
   KvCache cache = MakeCache(kShape, DType::kF32, 5);
   const float big = 70000.0f;
-  std::memcpy(cache.Bytes(KvKind::kValue).data() + 4 * 100, &big, 4);
+  std::memcpy(cache.Bytes(KvKind::kValue).data() + size_t{4} * 100, &big, 4);
   auto bytes = Encode(cache);
   ASSERT_FALSE(bytes.ok());
   EXPECT_EQ(bytes.status().code(), StatusCode::kInvalidArgument);
@@ -140,11 +140,11 @@ TEST(RawCodec, Fp32OverflowIsAnError) {
 
   // inf is not an overflow: raw keeps it, as it keeps NaN.
   const float inf = std::numeric_limits<float>::infinity();
-  std::memcpy(cache.Bytes(KvKind::kValue).data() + 4 * 100, &inf, 4);
+  std::memcpy(cache.Bytes(KvKind::kValue).data() + size_t{4} * 100, &inf, 4);
   auto decoded = DecodeKvc(Encode(cache).value());
   ASSERT_TRUE(decoded.ok());
   float got;
-  std::memcpy(&got, decoded->Bytes(KvKind::kValue).data() + 4 * 100, 4);
+  std::memcpy(&got, decoded->Bytes(KvKind::kValue).data() + size_t{4} * 100, 4);
   EXPECT_EQ(got, inf);
 }
 
@@ -168,10 +168,13 @@ TEST(RawCodec, DamagedSectionsAreCorrupt) {
       {"long V", [](KvcHeader&, std::vector<KvcSection>& s) { s[1].bytes.push_back(0); }},
       {"odd-sized K", [](KvcHeader&, std::vector<KvcSection>& s) { s[0].bytes.resize(s[0].bytes.size() - 1); }},
       {"missing V", [](KvcHeader&, std::vector<KvcSection>& s) { s.pop_back(); }},
-      {"extra", [](KvcHeader&, std::vector<KvcSection>& s) { s.push_back({0x4B, {}}); }},
+      {"extra",
+       [](KvcHeader&, std::vector<KvcSection>& s) {
+         s.push_back({0x4B, {}});
+       }},
       {"swapped", [](KvcHeader&, std::vector<KvcSection>& s) { std::swap(s[0].tag, s[1].tag); }},
       {"params", [](KvcHeader& h, std::vector<KvcSection>&) { h.codec_params = {1}; }},
-      {"level", [](KvcHeader& h, std::vector<KvcSection>&) { h.level = "8"; }},
+      {"level", [](KvcHeader& h, std::vector<KvcSection>&) { h.level = "q8"; }},
       {"more tokens", [](KvcHeader& h, std::vector<KvcSection>&) { ++h.shape.n_tokens; }},
   };
   for (const auto& [name, edit] : edits) {
