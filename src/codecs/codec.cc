@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "base/hash.h"
 #include "codecs/quant/quant_codec.h"
 #include "codecs/raw/raw_codec.h"
 
@@ -17,17 +18,6 @@ const std::vector<const Codec*>& Registry() {
   static const QuantCodec quant;
   static const std::vector<const Codec*> codecs = {&raw, &quant};
   return codecs;
-}
-
-std::string Hex(const ModelFingerprint& fp) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(fp.size() * 2);
-  for (uint8_t b : fp) {
-    out.push_back(kDigits[b >> 4]);
-    out.push_back(kDigits[b & 15]);
-  }
-  return out;
 }
 
 }  // namespace
@@ -71,8 +61,8 @@ Result<KvCache> DecodeKvc(std::span<const uint8_t> bytes, const ModelFingerprint
   ASSIGN_OR_RETURN(const KvcFile file, ReadKvc(bytes));
   const KvcHeader& h = file.header;
   if (expected_fingerprint != nullptr && h.model_fingerprint != *expected_fingerprint) {
-    return InvalidArgument("made for another model (fingerprint " + Hex(h.model_fingerprint) +
-                           " != " + Hex(*expected_fingerprint) + ")");
+    return InvalidArgument("made for another model (fingerprint " + HexString(h.model_fingerprint) +
+                           " != " + HexString(*expected_fingerprint) + ")");
   }
   const Codec* codec = FindCodecById(h.codec_id);
   if (codec == nullptr) return Unsupported(FormatMessage("unknown codec id %u", h.codec_id));

@@ -1,0 +1,353 @@
+#include "entropy/rans.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <queue>
+#include <utility>
+
+#include "entropy/varint.h"
+
+namespace kvc {
+namespace {
+
+// Invariants (L = 2^16, n = scale_bits <= 15, f = a symbol's frequency):
+//   both states always lie in [L, 2^32);
+//   the encoder emits the low 16 bits before coding a symbol when x >= f << (32 - n), which
+//   leaves x in [f << (16 - n), f << (32 - n)), where coding cannot overflow 32 bits;
+//   the decoder's x' = f * (x >> n) + slot - start is >= 2 for any x >= L, so one 16-bit
+//   read always renormalises it, and each decode step exactly inverts one encode step.
+// Words are little-endian u16, written back to front by the encoder, read front to back.
+
+inline uint64_t MulHi64(uint64_t a, uint64_t b) {
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(a) * b) >> 64);
+}
+
+inline void PutU32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+inline uint32_t GetU32(const uint8_t* p) {
+  return p[0] | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16) |
+         (static_cast<uint32_t>(p[3]) << 24);
+}
+
+inline uint32_t GetU16(const uint8_t* p) { return p[0] | (static_cast<uint32_t>(p[1]) << 8); }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// FrequencyTable
+
+FrequencyTable FrequencyTable::Build(std::span<const uint32_t> freqs, uint32_t scale_bits) {
+  FrequencyTable t;
+  t.scale_bits_ = scale_bits;
+  const uint32_t total = 1u << scale_bits;
+  t.dec_.resize(freqs.size());
+  t.enc_.resize(freqs.size());
+  t.slot_symbol_.resize(total);
+  uint32_t start = 0;
+  for (size_t s = 0; s < freqs.size(); ++s) {
+    const uint32_t f = freqs[s];
+    t.dec_[s] = f | (start << 16);
+    if (f != 0) {
+      EncSymbol& e = t.enc_[s];
+      e.rcp = ((uint64_t{1} << 63) + f - 1) / f;
+      e.renorm = static_cast<uint32_t>((uint64_t{f} << (32 - scale_bits)) - 1);
+      e.start = static_cast<uint16_t>(start);
+      e.cmpl = static_cast<uint16_t>(total - f);
+      std::fill_n(t.slot_symbol_.begin() + start, f, static_cast<uint16_t>(s));
+    }
+    start += f;
+  }
+  return t;
+}
+
+Result<FrequencyTable> FrequencyTable::FromFrequencies(std::span<const uint32_t> freqs, uint32_t scale_bits) {
+  if (scale_bits < kMinScaleBits || scale_bits > kMaxScaleBits) {
+    return InvalidArgument(FormatMessage("scale_bits %u outside %u..%u", scale_bits, kMinScaleBits, kMaxScaleBits));
+  }
+  if (freqs.empty() || freqs.size() > kMaxAlphabetSize) {
+    return InvalidArgument(FormatMessage("alphabet size %zu outside 1..%u", freqs.size(), kMaxAlphabetSize));
+  }
+  uint64_t sum = 0;
+  for (uint32_t f : freqs) sum += f;
+  if (sum != (uint64_t{1} << scale_bits)) {
+    return InvalidArgument(FormatMessage("frequencies sum to %llu, not %u", static_cast<unsigned long long>(sum),
+                                         1u << scale_bits));
+  }
+  return Build(freqs, scale_bits);
+}
+
+Result<FrequencyTable> FrequencyTable::FromCounts(std::span<const uint64_t> counts, uint32_t scale_bits) {
+  if (scale_bits < kMinScaleBits || scale_bits > kMaxScaleBits) {
+    return InvalidArgument(FormatMessage("scale_bits %u outside %u..%u", scale_bits, kMinScaleBits, kMaxScaleBits));
+  }
+  if (counts.empty() || counts.size() > kMaxAlphabetSize) {
+    return InvalidArgument(FormatMessage("alphabet size %zu outside 1..%u", counts.size(), kMaxAlphabetSize));
+  }
+  const uint32_t target = 1u << scale_bits;
+  uint64_t total = 0;
+  size_t present = 0;
+  for (uint64_t c : counts) {
+    if (__builtin_add_overflow(total, c, &total)) return InvalidArgument("symbol counts overflow 64 bits");
+    present += c != 0;
+  }
+  if (present == 0) return InvalidArgument("all symbol counts are zero");
+  if (present > target) {
+    return InvalidArgument(
+        FormatMessage("%zu symbols present but scale_bits %u gives only %u slots", present, scale_bits, target));
+  }
+
+  // Round down, lifting present symbols to 1; then move the sum to the target one unit at a
+  // time, always where it costs least: a symbol of count c coded at frequency f costs
+  // c * log2(total / f) bits, so a unit added to f saves c * log2((f + 1) / f), and a unit
+  // taken away costs c * log2(f / (f - 1)). Ties go to the lower symbol, for determinism.
+  std::vector<uint32_t> freqs(counts.size());
+  uint64_t sum = 0;
+  for (size_t s = 0; s < counts.size(); ++s) {
+    if (counts[s] == 0) continue;
+    const auto f = static_cast<uint64_t>(static_cast<unsigned __int128>(counts[s]) * target / total);
+    freqs[s] = static_cast<uint32_t>(std::max<uint64_t>(f, 1));
+    sum += freqs[s];
+  }
+  using Entry = std::pair<double, uint32_t>;
+  if (sum < target) {
+    auto gain = [&](uint32_t s) {
+      return static_cast<double>(counts[s]) * std::log1p(1.0 / freqs[s]);
+    };
+    auto worse = [](const Entry& a, const Entry& b) { return a.first < b.first || (a.first == b.first && a.second > b.second); };
+    std::priority_queue<Entry, std::vector<Entry>, decltype(worse)> heap(worse);
+    for (uint32_t s = 0; s < counts.size(); ++s) {
+      if (freqs[s] != 0) heap.emplace(gain(s), s);
+    }
+    for (; sum < target; ++sum) {
+      const uint32_t s = heap.top().second;
+      heap.pop();
+      ++freqs[s];
+      heap.emplace(gain(s), s);
+    }
+  } else if (sum > target) {
+    // Only the lift to 1 overshoots, and present <= target, so some symbol has f >= 2.
+    auto loss = [&](uint32_t s) {
+      return static_cast<double>(counts[s]) * -std::log1p(-1.0 / freqs[s]);
+    };
+    auto worse = [](const Entry& a, const Entry& b) { return a.first > b.first || (a.first == b.first && a.second > b.second); };
+    std::priority_queue<Entry, std::vector<Entry>, decltype(worse)> heap(worse);
+    for (uint32_t s = 0; s < counts.size(); ++s) {
+      if (freqs[s] >= 2) heap.emplace(loss(s), s);
+    }
+    for (; sum > target; --sum) {
+      const uint32_t s = heap.top().second;
+      heap.pop();
+      --freqs[s];
+      if (freqs[s] >= 2) heap.emplace(loss(s), s);
+    }
+  }
+  return Build(freqs, scale_bits);
+}
+
+void FrequencyTable::AppendTo(ByteWriter* w) const {
+  PutVarint(w, dec_.size());
+  w->U8(static_cast<uint8_t>(scale_bits_));
+  for (size_t s = 0; s < dec_.size();) {
+    const uint32_t f = dec_[s] & 0xffff;
+    if (f != 0) {
+      PutVarint(w, f);
+      ++s;
+      continue;
+    }
+    size_t run = 1;
+    while (s + run < dec_.size() && (dec_[s + run] & 0xffff) == 0) ++run;
+    PutVarint(w, 0);
+    PutVarint(w, run - 1);
+    s += run;
+  }
+}
+
+Result<FrequencyTable> FrequencyTable::Parse(ByteReader* r, uint32_t max_alphabet_size) {
+  max_alphabet_size = std::min(max_alphabet_size, kMaxAlphabetSize);
+  uint64_t alphabet = 0;
+  RETURN_IF_ERROR(ReadVarint(r, max_alphabet_size, &alphabet, "frequency table alphabet size"));
+  KVC_CHECK_CORRUPT(alphabet >= 1, "frequency table alphabet size is 0");
+  uint8_t scale_bits = 0;
+  RETURN_IF_ERROR(r->U8(&scale_bits, "frequency table scale_bits"));
+  KVC_CHECK_CORRUPT(scale_bits >= kMinScaleBits && scale_bits <= kMaxScaleBits,
+                    "frequency table scale_bits %u outside %u..%u", scale_bits, kMinScaleBits, kMaxScaleBits);
+  const uint32_t target = 1u << scale_bits;
+  std::vector<uint32_t> freqs(alphabet);
+  uint64_t sum = 0;
+  bool after_zero_run = false;
+  for (size_t s = 0; s < alphabet;) {
+    uint64_t f = 0;
+    RETURN_IF_ERROR(ReadVarint(r, target, &f, "frequency table frequency"));
+    if (f != 0) {
+      freqs[s++] = static_cast<uint32_t>(f);
+      sum += f;
+      after_zero_run = false;
+      continue;
+    }
+    // Two adjacent runs would be a second spelling of one longer run.
+    KVC_CHECK_CORRUPT(!after_zero_run, "frequency table: zero run at symbol %zu follows another", s);
+    uint64_t more = 0;
+    RETURN_IF_ERROR(ReadVarint(r, alphabet - s - 1, &more, "frequency table zero run"));
+    s += 1 + more;
+    after_zero_run = true;
+  }
+  KVC_CHECK_CORRUPT(sum == target, "frequency table sums to %llu, not %u", static_cast<unsigned long long>(sum),
+                    target);
+  return Build(freqs, scale_bits);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encoding
+
+namespace {
+
+// One encode step: renormalise, then x' = (x / f) * 2^n + x % f + start, computed as
+// x + start + q * (2^n - f) with q = x / f from the reciprocal.
+template <typename Sym>
+inline void EncodeStep(uint32_t& x, const Sym& s, uint8_t*& p) {
+  if (x > s.renorm) {
+    p -= 2;
+    p[0] = static_cast<uint8_t>(x);
+    p[1] = static_cast<uint8_t>(x >> 8);
+    x >>= 16;
+  }
+  const auto q = static_cast<uint32_t>(MulHi64(uint64_t{x} << 1, s.rcp));
+  x = x + s.start + q * s.cmpl;
+}
+
+// Codes n symbols, symbol i given by at(i), last to first, into a buffer filled from its end;
+// at most one 16-bit word per symbol, so 2n + 8 bytes always suffice.
+template <typename At>
+std::vector<uint8_t> EncodeCore(size_t n, At at) {
+  const size_t cap = 2 * n + kRansStreamHeaderBytes;
+  std::unique_ptr<uint8_t[]> buf(new uint8_t[cap]);
+  uint8_t* const end = buf.get() + cap;
+  uint8_t* p = end;
+  uint32_t x[kRansStates];
+  for (uint32_t& s : x) s = kRansStateLow;
+  size_t i = n;
+  while (i % kRansStates != 0) {
+    --i;
+    EncodeStep(x[i % kRansStates], at(i), p);
+  }
+  while (i > 0) {
+    i -= kRansStates;
+    for (size_t k = kRansStates; k-- > 0;) EncodeStep(x[k], at(i + k), p);
+  }
+  p -= kRansStreamHeaderBytes;
+  for (size_t k = 0; k < kRansStates; ++k) PutU32(p + 4 * k, x[k]);
+  return std::vector<uint8_t>(p, end);
+}
+
+}  // namespace
+
+Result<std::vector<uint8_t>> RansEncoder::Finish() {
+  std::vector<const FrequencyTable::EncSymbol*> pending = std::move(pending_);
+  pending_.clear();
+  if (failed_) {
+    failed_ = false;
+    return InvalidArgument(FormatMessage("rANS: symbol %u at position %zu has frequency 0 in its table", bad_symbol_,
+                                         bad_position_));
+  }
+  return EncodeCore(pending.size(), [&](size_t i) -> const FrequencyTable::EncSymbol& { return *pending[i]; });
+}
+
+Result<std::vector<uint8_t>> RansEncodeBytes(const FrequencyTable& table, std::span<const uint8_t> symbols) {
+  // A 256-entry copy makes every byte a valid index; uncodable ones keep rcp == 0 and are
+  // collected without a branch in the loop.
+  FrequencyTable::EncSymbol enc[256];
+  std::copy_n(table.enc_.begin(), std::min<size_t>(table.enc_.size(), 256), enc);
+  uint64_t bad = 0;
+  std::vector<uint8_t> out = EncodeCore(symbols.size(), [&](size_t i) -> const FrequencyTable::EncSymbol& {
+    const FrequencyTable::EncSymbol& s = enc[symbols[i]];
+    bad |= s.rcp == 0;
+    return s;
+  });
+  if (bad) {
+    for (size_t i = 0; i < symbols.size(); ++i) {
+      if (enc[symbols[i]].rcp == 0) {
+        return InvalidArgument(
+            FormatMessage("rANS: byte %u at position %zu has frequency 0 in the table", symbols[i], i));
+      }
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decoding
+
+Result<RansDecoder> RansDecoder::Open(std::span<const uint8_t> stream) {
+  KVC_CHECK_CORRUPT(stream.size() >= kRansStreamHeaderBytes, "rANS stream of %zu bytes is shorter than its header",
+                    stream.size());
+  RansDecoder d;
+  for (size_t k = 0; k < kRansStates; ++k) {
+    d.state_[k] = GetU32(stream.data() + 4 * k);
+    KVC_CHECK_CORRUPT(d.state_[k] >= kRansStateLow, "rANS initial state %zu (0x%x) is below 0x%x", k, d.state_[k],
+                      kRansStateLow);
+  }
+  d.pos_ = stream.data() + kRansStreamHeaderBytes;
+  d.end_ = stream.data() + stream.size();
+  return d;
+}
+
+Status RansDecoder::Finish() const {
+  KVC_CHECK_CORRUPT(!overrun_, "rANS stream ends before the last symbol");
+  KVC_CHECK_CORRUPT(pos_ == end_, "rANS stream has %zu bytes left after the last symbol",
+                    static_cast<size_t>(end_ - pos_));
+  for (size_t k = 0; k < kRansStates; ++k) {
+    KVC_CHECK_CORRUPT(state_[k] == kRansStateLow, "rANS final state %zu (0x%x) is not the initial 0x%x", k,
+                      state_[k], kRansStateLow);
+  }
+  return Status::Ok();
+}
+
+Status RansDecodeBytes(const FrequencyTable& table, std::span<const uint8_t> stream, std::span<uint8_t> out) {
+  if (table.alphabet_size() > 256) {
+    return InvalidArgument(FormatMessage("rANS byte decoding needs an alphabet of at most 256, not %u",
+                                         table.alphabet_size()));
+  }
+  ASSIGN_OR_RETURN(RansDecoder d, RansDecoder::Open(stream));
+  const uint32_t scale = table.scale_bits_;
+  const uint32_t mask = (1u << scale) - 1;
+  const uint16_t* const lut = table.slot_symbol_.data();
+  const uint32_t* const dec = table.dec_.data();
+  uint32_t x[kRansStates];
+  std::copy_n(d.state_, kRansStates, x);
+  const uint8_t* pos = d.pos_;
+  const uint8_t* const end = d.end_;
+  const size_t n = out.size();
+  uint8_t* const dst = out.data();
+
+  auto decode = [&](uint32_t& x) -> uint8_t {
+    const uint32_t slot = x & mask;
+    const uint32_t symbol = lut[slot];
+    const uint32_t info = dec[symbol];
+    x = (info & 0xffff) * (x >> scale) + slot - (info >> 16);
+    return static_cast<uint8_t>(symbol);
+  };
+  // Whether a state needs a word is data-dependent and unpredictable, so the hot loop reads
+  // one unconditionally and keeps it or not; it runs only while enough bytes remain for
+  // every state to read.
+  auto refill_unchecked = [&](uint32_t& x) {
+    const uint32_t need = x < kRansStateLow;
+    const uint32_t word = GetU16(pos);
+    x = need ? (x << 16) | word : x;
+    pos += 2 * need;
+  };
+  size_t i = 0;
+  for (; i + kRansStates <= n && end - pos >= static_cast<ptrdiff_t>(2 * kRansStates); i += kRansStates) {
+    for (size_t k = 0; k < kRansStates; ++k) dst[i + k] = decode(x[k]);
+    for (size_t k = 0; k < kRansStates; ++k) refill_unchecked(x[k]);
+  }
+  std::copy_n(x, kRansStates, d.state_);
+  d.pos_ = pos;
+  // i is a multiple of kRansStates here, so the next symbol uses state 0, as Get expects.
+  for (; i < n; ++i) dst[i] = static_cast<uint8_t>(d.Get(table));
+  return d.Finish();
+}
+
+}  // namespace kvc
