@@ -21,11 +21,13 @@ rm -f "$out"/*.json
 models=(models/kvtiny/kvtiny.gguf)
 for model in "${models[@]}"; do
   name=$(basename "$model" .gguf)
-  # Every codec at every level it lists.
+  # Every codec at every level it lists, numbered so the table keeps the registry's order.
+  i=0
   while IFS=' ' read -r codec level; do
+    i=$((i + 1))
     echo "== $name $codec $level" >&2
     $kvcodec eval --model "$model" --codec "$codec" --level "$level" --docs "$docs" --ctx "$ctx" --cont "$cont" \
-      --json --quiet > "$out/$name-$codec-$level.json"
+      --json --quiet > "$out/$name-$(printf %02d $i)-$codec-$level.json"
   done < <($kvcodec codecs --json | /usr/bin/python3 -c '
 import json, sys
 for c in json.load(sys.stdin):

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
-  build-essential cmake ninja-build pkg-config git ca-certificates npm xxd
+  build-essential cmake ninja-build pkg-config git ca-certificates xxd
   clang libclang-rt-14-dev
   libcli11-dev nlohmann-json3-dev libxxhash-dev libgtest-dev libgmock-dev libbenchmark-dev
 )
@@ -18,6 +18,9 @@ missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# npm fetches llama.cpp's pinned source; a machine may already have Node.js from elsewhere,
+# and Debian's npm package would conflict with it.
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if ((${#missing[@]})); then
   log "installing ${missing[*]}"
   sudo_cmd=()

@@ -19,10 +19,17 @@
 namespace kvc {
 namespace {
 
-// llama.cpp logs model loading in detail; keep only its warnings and errors unless asked.
+// llama.cpp logs model loading in detail, and warns about harmless metadata of converted
+// models; pass on only its errors unless KVCODEC_LOG asks for more, so the CLI's stderr stays
+// one line per error.
 void QuietLog(ggml_log_level level, const char* text, void*) {
-  if (level >= GGML_LOG_LEVEL_WARN || GetLogLevel() == LogLevel::kDebug) std::fputs(text, stderr);
+  const LogLevel ours = GetLogLevel();
+  const bool show = level == GGML_LOG_LEVEL_ERROR || ours == LogLevel::kDebug ||
+                    (ours == LogLevel::kInfo && level >= GGML_LOG_LEVEL_WARN);
+  if (show) std::fputs(text, stderr);
 }
+
+bool NoProgressDots(float, void*) { return true; }
 
 void InitBackendOnce() {
   static std::once_flag once;
@@ -83,6 +90,7 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& path) {
   m->path_ = path;
   llama_model_params params = llama_model_default_params();
   params.n_gpu_layers = 0;
+  params.progress_callback = NoProgressDots;
   m->model_ = llama_model_load_from_file(path.c_str(), params);
   if (m->model_ == nullptr) return InvalidArgument("llama.cpp could not load the model " + path);
   ASSIGN_OR_RETURN(m->fingerprint_, FingerprintGguf(path));

@@ -42,6 +42,12 @@ TEST(Block, EmptyAndTinyInputsAreStored) {
   }
 }
 
+TEST(Block, MatchesTheDocumentedExample) {
+  // src/entropy/FORMATS.md, "Entropy block".
+  const uint8_t data[] = {1, 2, 3};
+  EXPECT_EQ(RoundTrip(data, EntropyMethod::kStored), (std::vector<uint8_t>{0, 3, 1, 2, 3}));
+}
+
 TEST(Block, AllEqualBytesShrinkToAFewBytes) {
   const std::vector<uint8_t> data(1 << 20, 0x33);
   const auto rans = RoundTrip(data, EntropyMethod::kRans);

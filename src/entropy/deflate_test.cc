@@ -60,6 +60,7 @@ TEST(Deflate, ThreadsUseTheirOwnState) {
   const std::vector<uint8_t> data = testing::PackedNibbles(100000, 1.0, 4);
   const std::vector<uint8_t> expected = DeflateCompress(data, 6).value();
   std::vector<std::thread> threads;
+  threads.reserve(4);
   std::vector<int> ok(4, 0);
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {

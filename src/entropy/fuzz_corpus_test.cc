@@ -60,8 +60,8 @@ std::vector<uint8_t> RansCountsInput(const std::vector<std::vector<uint8_t>>& co
     w.U8(static_cast<uint8_t>(scales[k] - 10));
     w.U8(static_cast<uint8_t>(counts[k].size() - 1));
     w.Bytes(counts[k]);
-    tables.push_back(FrequencyTable::FromCounts(std::vector<uint64_t>(counts[k].begin(), counts[k].end()), scales[k])
-                         .value());
+    tables.push_back(
+        FrequencyTable::FromCounts(std::vector<uint64_t>(counts[k].begin(), counts[k].end()), scales[k]).value());
   }
   RansEncoder enc;
   for (size_t i = 0; i < symbols.size(); ++i) enc.Put(tables[i % tables.size()], symbols[i]);
@@ -145,7 +145,8 @@ TEST(EntropyFuzzCorpus, DISABLED_Regenerate) {
       {"rans_nibbles", nibbles, EntropyMethod::kRans},
       {"rans_text", text, EntropyMethod::kRans},
       {"rans_all_equal", std::vector<uint8_t>(5000, 9), EntropyMethod::kRans},
-      {"rans_two_symbols", [] {
+      {"rans_two_symbols",
+       [] {
          std::vector<uint8_t> v(200);
          for (size_t i = 0; i < v.size(); i += 7) v[i] = 255;
          return v;

@@ -12,7 +12,7 @@ namespace kvc {
 namespace {
 
 // Invariants (L = 2^16, n = scale_bits <= 15, f = a symbol's frequency):
-//   both states always lie in [L, 2^32);
+//   every state always lies in [L, 2^32);
 //   the encoder emits the low 16 bits before coding a symbol when x >= f << (32 - n), which
 //   leaves x in [f << (16 - n), f << (32 - n)), where coding cannot overflow 32 bits;
 //   the decoder's x' = f * (x >> n) + slot - start is >= 2 for any x >= L, so one 16-bit
@@ -73,8 +73,8 @@ Result<FrequencyTable> FrequencyTable::FromFrequencies(std::span<const uint32_t>
   uint64_t sum = 0;
   for (uint32_t f : freqs) sum += f;
   if (sum != (uint64_t{1} << scale_bits)) {
-    return InvalidArgument(FormatMessage("frequencies sum to %llu, not %u", static_cast<unsigned long long>(sum),
-                                         1u << scale_bits));
+    return InvalidArgument(
+        FormatMessage("frequencies sum to %llu, not %u", static_cast<unsigned long long>(sum), 1u << scale_bits));
   }
   return Build(freqs, scale_bits);
 }
@@ -113,10 +113,10 @@ Result<FrequencyTable> FrequencyTable::FromCounts(std::span<const uint64_t> coun
   }
   using Entry = std::pair<double, uint32_t>;
   if (sum < target) {
-    auto gain = [&](uint32_t s) {
-      return static_cast<double>(counts[s]) * std::log1p(1.0 / freqs[s]);
+    auto gain = [&](uint32_t s) { return static_cast<double>(counts[s]) * std::log1p(1.0 / freqs[s]); };
+    auto worse = [](const Entry& a, const Entry& b) {
+      return a.first < b.first || (a.first == b.first && a.second > b.second);
     };
-    auto worse = [](const Entry& a, const Entry& b) { return a.first < b.first || (a.first == b.first && a.second > b.second); };
     std::priority_queue<Entry, std::vector<Entry>, decltype(worse)> heap(worse);
     for (uint32_t s = 0; s < counts.size(); ++s) {
       if (freqs[s] != 0) heap.emplace(gain(s), s);
@@ -129,10 +129,10 @@ Result<FrequencyTable> FrequencyTable::FromCounts(std::span<const uint64_t> coun
     }
   } else if (sum > target) {
     // Only the lift to 1 overshoots, and present <= target, so some symbol has f >= 2.
-    auto loss = [&](uint32_t s) {
-      return static_cast<double>(counts[s]) * -std::log1p(-1.0 / freqs[s]);
+    auto loss = [&](uint32_t s) { return static_cast<double>(counts[s]) * -std::log1p(-1.0 / freqs[s]); };
+    auto worse = [](const Entry& a, const Entry& b) {
+      return a.first > b.first || (a.first == b.first && a.second > b.second);
     };
-    auto worse = [](const Entry& a, const Entry& b) { return a.first > b.first || (a.first == b.first && a.second > b.second); };
     std::priority_queue<Entry, std::vector<Entry>, decltype(worse)> heap(worse);
     for (uint32_t s = 0; s < counts.size(); ++s) {
       if (freqs[s] >= 2) heap.emplace(loss(s), s);
@@ -219,7 +219,7 @@ inline void EncodeStep(uint32_t& x, const Sym& s, uint8_t*& p) {
 }
 
 // Codes n symbols, symbol i given by at(i), last to first, into a buffer filled from its end;
-// at most one 16-bit word per symbol, so 2n + 8 bytes always suffice.
+// at most one 16-bit word per symbol, so 2n bytes plus the header always suffice.
 template <typename At>
 std::vector<uint8_t> EncodeCore(size_t n, At at) {
   const size_t cap = 2 * n + kRansStreamHeaderBytes;
@@ -249,8 +249,8 @@ Result<std::vector<uint8_t>> RansEncoder::Finish() {
   pending_.clear();
   if (failed_) {
     failed_ = false;
-    return InvalidArgument(FormatMessage("rANS: symbol %u at position %zu has frequency 0 in its table", bad_symbol_,
-                                         bad_position_));
+    return InvalidArgument(
+        FormatMessage("rANS: symbol %u at position %zu has frequency 0 in its table", bad_symbol_, bad_position_));
   }
   return EncodeCore(pending.size(), [&](size_t i) -> const FrequencyTable::EncSymbol& { return *pending[i]; });
 }
@@ -299,16 +299,16 @@ Status RansDecoder::Finish() const {
   KVC_CHECK_CORRUPT(pos_ == end_, "rANS stream has %zu bytes left after the last symbol",
                     static_cast<size_t>(end_ - pos_));
   for (size_t k = 0; k < kRansStates; ++k) {
-    KVC_CHECK_CORRUPT(state_[k] == kRansStateLow, "rANS final state %zu (0x%x) is not the initial 0x%x", k,
-                      state_[k], kRansStateLow);
+    KVC_CHECK_CORRUPT(state_[k] == kRansStateLow, "rANS final state %zu (0x%x) is not the initial 0x%x", k, state_[k],
+                      kRansStateLow);
   }
   return Status::Ok();
 }
 
 Status RansDecodeBytes(const FrequencyTable& table, std::span<const uint8_t> stream, std::span<uint8_t> out) {
   if (table.alphabet_size() > 256) {
-    return InvalidArgument(FormatMessage("rANS byte decoding needs an alphabet of at most 256, not %u",
-                                         table.alphabet_size()));
+    return InvalidArgument(
+        FormatMessage("rANS byte decoding needs an alphabet of at most 256, not %u", table.alphabet_size()));
   }
   ASSIGN_OR_RETURN(RansDecoder d, RansDecoder::Open(stream));
   const uint32_t scale = table.scale_bits_;
@@ -336,10 +336,11 @@ Status RansDecodeBytes(const FrequencyTable& table, std::span<const uint8_t> str
     const uint32_t need = x < kRansStateLow;
     const uint32_t word = GetU16(pos);
     x = need ? (x << 16) | word : x;
-    pos += 2 * need;
+    pos += size_t{2} * need;
   };
   size_t i = 0;
-  for (; i + kRansStates <= n && end - pos >= static_cast<ptrdiff_t>(2 * kRansStates); i += kRansStates) {
+  constexpr ptrdiff_t kMaxReadPerRound = ptrdiff_t{2} * kRansStates;
+  for (; i + kRansStates <= n && end - pos >= kMaxReadPerRound; i += kRansStates) {
     for (size_t k = 0; k < kRansStates; ++k) dst[i + k] = decode(x[k]);
     for (size_t k = 0; k < kRansStates; ++k) refill_unchecked(x[k]);
   }

@@ -64,24 +64,27 @@ class FrequencyTable {
     uint16_t cmpl = 0;    // (1 << scale_bits) - freq: x' = x + start + q * cmpl
   };
 
+  // Private so that no table exists without its lookup tables (decoding indexes them blindly).
+  FrequencyTable() = default;
   static FrequencyTable Build(std::span<const uint32_t> freqs, uint32_t scale_bits);
 
   uint32_t scale_bits_ = 0;
-  std::vector<uint32_t> dec_;            // per symbol: freq | start << 16
-  std::vector<uint16_t> slot_symbol_;    // per slot in [0, 1 << scale_bits): the symbol owning it
-  std::vector<EncSymbol> enc_;           // per symbol
+  std::vector<uint32_t> dec_;          // per symbol: freq | start << 16
+  std::vector<uint16_t> slot_symbol_;  // per slot in [0, 1 << scale_bits): the symbol owning it
+  std::vector<EncSymbol> enc_;         // per symbol
 };
 
 // Interleaved states; a power of two.
-inline constexpr uint32_t kRansStates = 8;
+inline constexpr uint32_t kRansStates = 4;
 // Lowest value of a normalised state; every state starts and must end here.
 inline constexpr uint32_t kRansStateLow = 1u << 16;
 // A stream is the initial decoder states (u32 each) then 16-bit words.
-inline constexpr size_t kRansStreamHeaderBytes = 4 * kRansStates;
+inline constexpr size_t kRansStreamHeaderBytes = size_t{4} * kRansStates;
 
 // Multi-context encoder: Put symbols in decoding order, each with its table; Finish codes them
-// (rANS encodes last to first, hence the buffering: 8 bytes per symbol until Finish).
-// Tables must outlive the encoder up to Finish.
+// (rANS encodes last to first, hence the buffering: 8 bytes per symbol until Finish). Put keeps
+// pointers into the tables, so they must stay alive and in place (moving a table keeps its
+// storage; copying does not) until Finish.
 class RansEncoder {
  public:
   void Reserve(size_t n) { pending_.reserve(n); }
@@ -107,8 +110,9 @@ class RansEncoder {
 };
 
 // Decodes a stream symbol by symbol, the caller naming each symbol's table in the order the
-// encoder was given them. Never reads outside the stream: running out of input is remembered
-// and reported by Finish, while Get keeps returning (meaningless) symbols.
+// encoder was given them. Never reads outside the stream or the tables, whatever the bytes or
+// tables: running out of input is remembered and reported by Finish, while Get keeps returning
+// (meaningless) symbols. Get returns a symbol of non-zero frequency in `table`.
 class RansDecoder {
  public:
   // kCorrupt if the stream is shorter than its header or a state is not normalised.

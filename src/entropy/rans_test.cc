@@ -114,8 +114,7 @@ TEST(FrequencyTable, FromCountsRejectsBadArguments) {
   EXPECT_EQ(FrequencyTable::FromCounts({}, 12).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(FrequencyTable::FromCounts(std::vector<uint64_t>(4097, 1), 15).status().code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(FrequencyTable::FromCounts(std::vector<uint64_t>(10, 0), 12).status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(FrequencyTable::FromCounts(std::vector<uint64_t>(10, 0), 12).status().code(), StatusCode::kInvalidArgument);
   // 1025 present symbols cannot each keep a slot out of 1024.
   EXPECT_EQ(FrequencyTable::FromCounts(std::vector<uint64_t>(1025, 1), 10).status().code(),
             StatusCode::kInvalidArgument);
@@ -154,6 +153,17 @@ TEST(FrequencyTable, SerialisationRoundTripsAndIsCompact) {
   auto big_back = ParseAll(Serialise(*big));
   ASSERT_TRUE(big_back.ok()) << big_back.status().ToString();
   ExpectSameTable(*big, *big_back);
+}
+
+TEST(FrequencyTable, MatchesTheDocumentedExample) {
+  // src/entropy/FORMATS.md, "Frequency table".
+  const std::vector<uint8_t> bytes = {0x04, 0x0a, 0x80, 0x06, 0x00, 0x01, 0x80, 0x02};
+  auto t = FrequencyTable::FromFrequencies(std::vector<uint32_t>{768, 0, 0, 256}, 10);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(Serialise(*t), bytes);
+  auto parsed = ParseAll(bytes);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  ExpectSameTable(*t, *parsed);
 }
 
 TEST(FrequencyTable, ParseRejectsHostileTables) {
@@ -255,8 +265,8 @@ TEST(Rans, ComesWithinOnePercentOfOrderZeroEntropy) {
       ASSERT_TRUE(stream.ok());
       const double total = static_cast<double>(stream->size() + Serialise(*t).size());
       const double overhead = total / entropy - 1;
-      std::printf("laplacian b=%.1f scale=%u: entropy %.0f B (%.3f bits/byte), rANS %.0f B incl. table: %+.3f%%\n",
-                  b, scale, entropy, entropy * 8 / data.size(), total, 100 * overhead);
+      std::printf("laplacian b=%.1f scale=%u: entropy %.0f B (%.3f bits/byte), rANS %.0f B incl. table: %+.3f%%\n", b,
+                  scale, entropy, entropy * 8 / data.size(), total, 100 * overhead);
       EXPECT_LT(overhead, 0.01);
       Status st;
       EXPECT_EQ(DecodeAllBytes(*t, *stream, data.size(), &st), data);
