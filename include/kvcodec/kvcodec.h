@@ -53,7 +53,20 @@ typedef struct kvc_eval_params {
   int32_t n_threads;
   kvc_dtype cache_type;
   int progress; /* non-zero: a progress line on stderr */
+  const char* calibration; /* .kvcal for kvtc; NULL: <model>.kvcal beside the model, if present */
 } kvc_eval_params;
+
+typedef struct kvc_calibrate_params {
+  const char* model_path;
+  const char* text_path;  /* NULL: calib.txt beside the model */
+  const char* out_path;   /* NULL: <model>.kvcal beside the model */
+  const char* grouping;   /* "layer" (default), "layer-head" or "all" */
+  uint32_t group_size;    /* 0: 16 */
+  uint32_t max_tokens;    /* 0: the whole text */
+  uint32_t window;        /* 0: 1024 */
+  int32_t n_threads;
+  int progress;
+} kvc_calibrate_params;
 
 const char* kvc_version(void);
 const char* kvc_last_error(void);
@@ -91,6 +104,13 @@ kvc_status kvc_encode(const kvc_kv* kv, uint32_t token_begin, uint32_t n_tokens,
 kvc_status kvc_decode(const uint8_t* data, size_t size, const uint8_t* expected_fingerprint, kvc_kv** out);
 /* The container header and sections of .kvc bytes as JSON (caller frees). */
 kvc_status kvc_inspect_json(const uint8_t* data, size_t size, char** out_json);
+
+/* Calibrations (.kvcal) kvc_encode and kvc_decode may use (kvtc): loaded once per process;
+ * kvc_encode picks the one loaded last for the fingerprint it is given. */
+kvc_status kvc_calibration_load(const char* path);
+
+/* Fits a KVTC calibration and writes it; the report is a JSON object (caller frees). */
+kvc_status kvc_calibrate_json(const kvc_calibrate_params* params, char** out_json);
 
 /* Runs the accuracy evaluation; the report is a JSON object (caller frees). */
 kvc_status kvc_eval_json(const kvc_eval_params* params, char** out_json);

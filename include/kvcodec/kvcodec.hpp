@@ -175,6 +175,17 @@ inline Outcome<std::string> CodecsJson() {
   return TakeString(json);
 }
 
+inline std::optional<Error> LoadCalibration(const std::string& path) {
+  if (kvc_status s = kvc_calibration_load(path.c_str()); s != KVC_OK) return LastError(s);
+  return std::nullopt;
+}
+
+inline Outcome<std::string> CalibrateJson(const kvc_calibrate_params& params) {
+  char* json = nullptr;
+  if (kvc_status s = kvc_calibrate_json(&params, &json); s != KVC_OK) return LastError(s);
+  return TakeString(json);
+}
+
 inline Outcome<std::string> EvalJson(const kvc_eval_params& params) {
   char* json = nullptr;
   if (kvc_status s = kvc_eval_json(&params, &json); s != KVC_OK) return LastError(s);

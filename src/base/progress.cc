@@ -34,7 +34,9 @@ void ProgressBar::Draw(bool force) {
   if (!enabled_) return;
   const auto now = std::chrono::steady_clock::now();
   const double since_draw = std::chrono::duration<double>(now - last_draw_).count();
+  if (!tty_ && done_ == drawn_) return;  // a log gets one line per state, not repeats
   if (!force && since_draw < (tty_ ? 0.2 : 5.0) && done_ < total_) return;
+  drawn_ = done_;
   last_draw_ = now;
   const double elapsed = std::chrono::duration<double>(now - start_).count();
   const double frac = total_ ? static_cast<double>(done_) / static_cast<double>(total_) : 1.0;

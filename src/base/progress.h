@@ -21,6 +21,7 @@ class ProgressBar {
   std::string label_;
   size_t total_;
   size_t done_ = 0;
+  size_t drawn_ = static_cast<size_t>(-1);  // done_ at the last draw
   bool enabled_;
   bool tty_;
   bool finished_ = false;

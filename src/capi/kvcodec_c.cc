@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -11,9 +12,12 @@
 
 #include "base/hash.h"
 #include "codecs/codec.h"
+#include "engine/calibrate.h"
 #include "engine/evaluator.h"
 #include "engine/llama_engine.h"
 #include "engine/llama_state.h"
+#include "kvtc/calibration_registry.h"
+#include "kvtc/kvcal.h"
 
 struct kvc_model {
   std::unique_ptr<kvc::LlamaModel> model;
@@ -28,6 +32,13 @@ struct kvc_kv {
 namespace {
 
 thread_local std::string g_last_error;
+
+// Process-wide: a .kvc file names its calibration by hash, so whoever decodes it must be able
+// to find the calibration some earlier call loaded.
+kvc::CalibrationRegistry& Calibrations() {
+  static kvc::CalibrationRegistry registry;
+  return registry;
+}
 
 kvc_status Fail(const kvc::Status& status) {
   g_last_error = status.ToString();
@@ -237,7 +248,8 @@ kvc_status kvc_encode(const kvc_kv* kv, uint32_t token_begin, uint32_t n_tokens,
   options.params = std::move(params).value();
   kvc::ModelFingerprint fp;
   std::memcpy(fp.data(), fingerprint, 16);
-  auto bytes = kvc::EncodeKvc(*codec, *view, options, fp, token_begin);
+  const kvc::CodecContext context{&Calibrations(), &fp, nullptr};
+  auto bytes = kvc::EncodeKvc(*codec, *view, options, fp, token_begin, context);
   if (!bytes.ok()) return Fail(bytes.status());
   *out = CopyBytes(*bytes);
   *out_size = bytes->size();
@@ -248,7 +260,8 @@ kvc_status kvc_decode(const uint8_t* data, size_t size, const uint8_t* expected_
   if (data == nullptr || out == nullptr) return NullArgument("data or out");
   kvc::ModelFingerprint fp;
   if (expected_fingerprint != nullptr) std::memcpy(fp.data(), expected_fingerprint, 16);
-  auto kv = kvc::DecodeKvc(std::span(data, size), expected_fingerprint ? &fp : nullptr);
+  const kvc::CodecContext context{&Calibrations(), expected_fingerprint ? &fp : nullptr, nullptr};
+  auto kv = kvc::DecodeKvc(std::span(data, size), expected_fingerprint ? &fp : nullptr, context);
   if (!kv.ok()) return Fail(kv.status());
   *out = new kvc_kv{std::move(kv).value()};
   return KVC_OK;
@@ -296,6 +309,7 @@ kvc_status kvc_eval_json(const kvc_eval_params* p, char** out_json) {
   o.model_path = p->model_path;
   if (p->text_path) o.text_path = p->text_path;
   if (p->codec) o.codec = p->codec;
+  if (p->calibration) o.calibration = p->calibration;
   if (p->level) o.encode.level = p->level;
   auto params = ParseParams(p->codec_params);
   if (!params.ok()) return Fail(params.status());
@@ -309,6 +323,40 @@ kvc_status kvc_eval_json(const kvc_eval_params* p, char** out_json) {
   auto report = kvc::RunEval(o);
   if (!report.ok()) return Fail(report.status());
   *out_json = CopyString(kvc::EvalReportJson(*report));
+  return KVC_OK;
+}
+
+kvc_status kvc_calibration_load(const char* path) {
+  if (path == nullptr) return NullArgument("path");
+  auto loaded = Calibrations().Load(path);
+  return loaded.ok() ? KVC_OK : Fail(loaded.status());
+}
+
+kvc_status kvc_calibrate_json(const kvc_calibrate_params* p, char** out_json) {
+  if (p == nullptr || p->model_path == nullptr || out_json == nullptr) return NullArgument("params, model or out");
+  kvc::CalibrateOptions o;
+  o.model_path = p->model_path;
+  if (p->text_path) o.text_path = p->text_path;
+  if (p->grouping) {
+    auto grouping = kvc::ParseKvtcGrouping(p->grouping);
+    if (!grouping.ok()) return Fail(grouping.status());
+    o.grouping = *grouping;
+  }
+  if (p->group_size) o.group_size = p->group_size;
+  o.max_tokens = p->max_tokens;
+  if (p->window) o.window = p->window;
+  o.session.n_threads = p->n_threads;
+  o.progress = p->progress != 0;
+  kvc::KvtcCalibration calibration;
+  auto report = kvc::RunCalibrate(o, &calibration);
+  if (!report.ok()) return Fail(report.status());
+  const std::string out = p->out_path ? p->out_path
+                                      : std::filesystem::path(o.model_path).replace_extension(".kvcal").string();
+  kvc::Status saved = kvc::SaveKvcal(calibration, out);
+  if (!saved.ok()) return Fail(saved);
+  auto json = nlohmann::ordered_json::parse(kvc::CalibrateReportJson(*report));
+  json["out"] = out;
+  *out_json = CopyString(json.dump(2));
   return KVC_OK;
 }
 

@@ -4,6 +4,7 @@
 #include <charconv>
 
 #include "base/hash.h"
+#include "codecs/kvtc/kvtc_codec.h"
 #include "codecs/quant/quant_codec.h"
 #include "codecs/raw/raw_codec.h"
 
@@ -16,7 +17,8 @@ namespace {
 const std::vector<const Codec*>& Registry() {
   static const RawCodec raw;
   static const QuantCodec quant;
-  static const std::vector<const Codec*> codecs = {&raw, &quant};
+  static const KvtcCodec kvtc;
+  static const std::vector<const Codec*> codecs = {&raw, &quant, &kvtc};
   return codecs;
 }
 
@@ -39,9 +41,10 @@ const Codec* FindCodecById(uint16_t id) {
 std::vector<const Codec*> AllCodecs() { return Registry(); }
 
 Result<std::vector<uint8_t>> EncodeKvc(const Codec& codec, const KvView& kv, const EncodeOptions& options,
-                                       const ModelFingerprint& fingerprint, uint32_t token_begin) {
+                                       const ModelFingerprint& fingerprint, uint32_t token_begin,
+                                       const CodecContext& context) {
   const CodecInfo& info = codec.info();
-  auto encoded = codec.Encode(kv, options);
+  auto encoded = codec.Encode(kv, options, context);
   if (!encoded.ok()) return encoded.status().WithContext(info.name);
 
   KvcHeader header;
@@ -57,7 +60,8 @@ Result<std::vector<uint8_t>> EncodeKvc(const Codec& codec, const KvView& kv, con
   return WriteKvc(header, encoded->sections);
 }
 
-Result<KvCache> DecodeKvc(std::span<const uint8_t> bytes, const ModelFingerprint* expected_fingerprint) {
+Result<KvCache> DecodeKvc(std::span<const uint8_t> bytes, const ModelFingerprint* expected_fingerprint,
+                          const CodecContext& context) {
   ASSIGN_OR_RETURN(const KvcFile file, ReadKvc(bytes));
   const KvcHeader& h = file.header;
   if (expected_fingerprint != nullptr && h.model_fingerprint != *expected_fingerprint) {
@@ -72,7 +76,7 @@ Result<KvCache> DecodeKvc(std::span<const uint8_t> bytes, const ModelFingerprint
                                      info.name.c_str(), h.codec_version, info.version));
   }
 
-  auto decoded = codec->Decode(file);
+  auto decoded = codec->Decode(file, context);
   if (!decoded.ok()) return decoded.status().WithContext(info.name);
   KvCache& cache = decoded.value();
   // A codec bug (or a codec fooled by hostile params) must not hand the caller a cache that

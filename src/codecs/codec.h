@@ -22,6 +22,7 @@ struct CodecInfo {
   std::string default_level;
   std::string description;
   std::vector<std::string> params;  // names of accepted key=value parameters, with their defaults
+  bool needs_calibration = false;    // encodes and decodes only with a calibration in the CodecContext
 };
 
 // Level plus codec-specific parameters (e.g. group_size=128).
@@ -37,16 +38,28 @@ struct EncodedKv {
   std::vector<KvcSection> sections;
 };
 
+class CalibrationRegistry;
+class ThreadPool;
+
+// What a codec may use beyond its input: calibrations (kvtc finds its basis here, by model when
+// encoding and by hash when decoding) and a thread pool. Not owned; any may be null.
+struct CodecContext {
+  CalibrationRegistry* calibrations = nullptr;
+  const ModelFingerprint* model = nullptr;  // the model the KV belongs to, when known
+  ThreadPool* pool = nullptr;
+};
+
 class Codec {
  public:
   virtual ~Codec() = default;
   virtual const CodecInfo& info() const = 0;
 
   // Deterministic: the same view and options give the same bytes.
-  virtual Result<EncodedKv> Encode(const KvView& kv, const EncodeOptions& options) const = 0;
+  virtual Result<EncodedKv> Encode(const KvView& kv, const EncodeOptions& options,
+                                   const CodecContext& context) const = 0;
 
   // Rebuilds the tokens a .kvc file covers. `file` is hostile: every size is checked.
-  virtual Result<KvCache> Decode(const KvcFile& file) const = 0;
+  virtual Result<KvCache> Decode(const KvcFile& file, const CodecContext& context) const = 0;
 };
 
 const Codec* FindCodec(std::string_view name);
@@ -55,11 +68,13 @@ std::vector<const Codec*> AllCodecs();
 
 // Encodes a view into a complete .kvc file.
 Result<std::vector<uint8_t>> EncodeKvc(const Codec& codec, const KvView& kv, const EncodeOptions& options,
-                                       const ModelFingerprint& fingerprint, uint32_t token_begin);
+                                       const ModelFingerprint& fingerprint, uint32_t token_begin,
+                                       const CodecContext& context = {});
 
 // Parses, verifies and decodes a .kvc file with the codec its header names. When
 // `expected_fingerprint` is given, a file made for another model is an error.
-Result<KvCache> DecodeKvc(std::span<const uint8_t> bytes, const ModelFingerprint* expected_fingerprint = nullptr);
+Result<KvCache> DecodeKvc(std::span<const uint8_t> bytes, const ModelFingerprint* expected_fingerprint = nullptr,
+                          const CodecContext& context = {});
 
 // Helpers codecs share for parsing EncodeOptions::params.
 Result<uint32_t> ParamU32(const EncodeOptions& options, const std::string& key, uint32_t default_value,

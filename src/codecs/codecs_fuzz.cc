@@ -84,7 +84,7 @@ void DirectDecode(const uint8_t* data, size_t size) {
   }
   if (!r.empty()) return;  // one encoding per input keeps the corpus free of duplicates
 
-  auto decoded = codec->Decode(file);
+  auto decoded = codec->Decode(file, {});
   if (decoded.ok()) CheckMatchesHeader(*decoded, h);
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/progress.h"
+#include "kvtc/calibration_registry.h"
 
 namespace kvc {
 namespace {
@@ -92,6 +93,22 @@ Result<EvalReport> RunEval(const EvalOptions& options) {
   const uint32_t doc_tokens = options.ctx + options.cont + 1;
   ASSIGN_OR_RETURN(auto docs, MakeDocuments(stream, model->bos_token(), options.n_docs, doc_tokens));
 
+  CalibrationRegistry calibrations;
+  {
+    std::string path = options.calibration;
+    if (path.empty()) {
+      const std::string beside = std::filesystem::path(options.model_path).replace_extension(".kvcal").string();
+      std::error_code ec;
+      if (std::filesystem::is_regular_file(beside, ec)) path = beside;
+    }
+    if (!path.empty()) {
+      auto loaded = calibrations.Load(path);
+      if (!loaded.ok()) return loaded.status();
+    }
+  }
+  // One thread: encode_mb_s and decode_mb_s are per-core figures.
+  const CodecContext codec_context{&calibrations, &model->fingerprint(), nullptr};
+
   SessionOptions session_options = options.session;
   session_options.n_ctx = options.ctx + options.cont + 16;
   session_options.n_batch = std::max<uint32_t>(512, options.cont);
@@ -121,9 +138,9 @@ Result<EvalReport> RunEval(const EvalOptions& options) {
     const auto base_rows = ContinuationLogits(*base, options.cont);
 
     const auto t0 = Clock::now();
-    ASSIGN_OR_RETURN(std::vector<uint8_t> file, EncodeKvc(*codec, kv.View(), options.encode, model->fingerprint(), 0));
+    ASSIGN_OR_RETURN(std::vector<uint8_t> file, EncodeKvc(*codec, kv.View(), options.encode, model->fingerprint(), 0, codec_context));
     const auto t1 = Clock::now();
-    ASSIGN_OR_RETURN(KvCache decoded, DecodeKvc(file, &model->fingerprint()));
+    ASSIGN_OR_RETURN(KvCache decoded, DecodeKvc(file, &model->fingerprint(), codec_context));
     const auto t2 = Clock::now();
     encode_s += Seconds(t0, t1);
     decode_s += Seconds(t1, t2);

@@ -17,6 +17,7 @@ struct EvalOptions {
   std::string text_path;  // empty: eval.txt beside the model
   std::string codec = "raw";
   EncodeOptions encode;
+  std::string calibration;  // .kvcal for kvtc; empty: <model>.kvcal beside the model, if present
   uint32_t n_docs = 8;
   uint32_t ctx = 1024;   // context tokens per document (BOS included) whose KV is compressed
   uint32_t cont = 128;   // teacher-forced continuation tokens scored after the context

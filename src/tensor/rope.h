@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace kvc {
 
@@ -15,11 +16,30 @@ struct RopeParams {
   uint32_t n_rot = 0;  // rotated channels per head (the rest pass through); 0 = head_dim
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;  // linear position scaling (1 = none)
+
+  bool operator==(const RopeParams&) const = default;
 };
 
 // Rotates `n_tokens` rows laid out [token][head][channel] in place; token t sits at position
 // pos_begin + t. `inverse` rotates back (undoes the embedding).
 void RotateRows(const RopeParams& params, float* rows, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim,
                 int32_t pos_begin, bool inverse);
+
+// Cos/sin of every (position, pair) of a token range, computed once and applied to any number
+// of layers and heads: decoders rotate every layer's keys at the same positions.
+class RopeTable {
+ public:
+  RopeTable(const RopeParams& params, uint32_t head_dim, int32_t pos_begin, uint32_t n_tokens);
+  // Same contract as RotateRows for the table's positions.
+  void Rotate(float* rows, uint32_t n_heads, bool inverse) const;
+
+ private:
+  RopeParams params_;
+  uint32_t head_dim_;
+  uint32_t n_rot_;
+  uint32_t n_tokens_;
+  std::vector<float> cos_;  // [token][pair]
+  std::vector<float> sin_;
+};
 
 }  // namespace kvc

@@ -79,3 +79,23 @@ TEST(Rope, NormalPairsAdjacentNeoxPairsHalves) {
 
 }  // namespace
 }  // namespace kvc
+
+namespace kvc {
+namespace {
+
+TEST(RopeTable, MatchesRotateRows) {
+  for (RopeType type : {RopeType::kNormal, RopeType::kNeox}) {
+    RopeParams p;
+    p.type = type;
+    const uint32_t tokens = 5, heads = 2, dim = 64;
+    std::vector<float> a(tokens * heads * dim);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.37f * static_cast<float>(i));
+    auto b = a;
+    RotateRows(p, a.data(), tokens, heads, dim, 300, true);
+    RopeTable(p, dim, 300, tokens).Rotate(b.data(), heads, true);
+    EXPECT_EQ(a, b);
+  }
+}
+
+}  // namespace
+}  // namespace kvc

@@ -59,7 +59,7 @@ kvc_dtype ParseCacheType(const std::string& s) {
 }
 
 struct EvalArgs {
-  std::string model = DefaultModel(), text, codec = "raw", level, cache_type = "f16";
+  std::string model = DefaultModel(), text, codec = "raw", level, cache_type = "f16", calibration;
   std::vector<std::string> params;
   uint32_t docs = 8, ctx = 1024, cont = 128;
   int threads = 0;
@@ -80,6 +80,7 @@ int RunEval(const EvalArgs& a) {
   p.n_threads = a.threads;
   p.cache_type = ParseCacheType(a.cache_type);
   p.progress = a.quiet ? 0 : 1;
+  p.calibration = a.calibration.empty() ? nullptr : a.calibration.c_str();
   auto report = kvcodec::EvalJson(p);
   if (!report.ok()) return Fail(report.error());
   if (a.json) {
@@ -119,12 +120,15 @@ int RunCodecs(bool json) {
 }
 
 struct EncodeArgs {
-  std::string model = DefaultModel(), text, kv_dump, codec = "raw", level, out, cache_type = "f16";
+  std::string model = DefaultModel(), text, kv_dump, codec = "raw", level, out, cache_type = "f16", calibration;
   std::vector<std::string> params;
   uint32_t tokens = 0, kv_heads = 0, token_begin = 0, n_tokens = 0;
 };
 
 int RunEncode(const EncodeArgs& a) {
+  if (!a.calibration.empty()) {
+    if (auto err = kvcodec::LoadCalibration(a.calibration)) return Fail(*err);
+  }
   kvcodec::Kv kv;
   std::vector<uint8_t> fingerprint(16, 0);
   if (!a.kv_dump.empty()) {
@@ -173,7 +177,11 @@ int RunEncode(const EncodeArgs& a) {
   return 0;
 }
 
-int RunDecode(const std::string& in, const std::string& out, const std::string& model_path) {
+int RunDecode(const std::string& in, const std::string& out, const std::string& model_path,
+              const std::vector<std::string>& calibrations) {
+  for (const auto& c : calibrations) {
+    if (auto err = kvcodec::LoadCalibration(c)) return Fail(*err);
+  }
   std::vector<uint8_t> bytes;
   if (!ReadFile(in, &bytes)) return Fail("cannot read " + in);
   std::vector<uint8_t> fingerprint;
@@ -192,6 +200,45 @@ int RunDecode(const std::string& in, const std::string& out, const std::string& 
   }
   std::printf("decoded %s: %u layers x %u tokens x %u kv heads x %u dims%s%s\n", in.c_str(), s.n_layers, s.n_tokens,
               s.n_kv_heads, s.head_dim, out.empty() ? "" : " -> llama.cpp sequence state ", out.c_str());
+  return 0;
+}
+
+struct CalibrateArgs {
+  std::string model = DefaultModel(), text, out, grouping = "layer";
+  uint32_t group_size = 16, tokens = 0, window = 1024;
+  int threads = 0;
+  bool json = false, quiet = false;
+};
+
+int RunCalibrate(const CalibrateArgs& a) {
+  kvc_calibrate_params p{};
+  p.model_path = a.model.c_str();
+  p.text_path = a.text.empty() ? nullptr : a.text.c_str();
+  p.out_path = a.out.empty() ? nullptr : a.out.c_str();
+  p.grouping = a.grouping.c_str();
+  p.group_size = a.group_size;
+  p.max_tokens = a.tokens;
+  p.window = a.window;
+  p.n_threads = a.threads;
+  p.progress = a.quiet ? 0 : 1;
+  auto report = kvcodec::CalibrateJson(p);
+  if (!report.ok()) return Fail(report.error());
+  if (a.json) {
+    std::cout << report.value() << "\n";
+    return 0;
+  }
+  const auto j = nlohmann::json::parse(report.value());
+  std::printf("wrote %s: grouping %s, group size %u, fitted on %u tokens, allocations measured on %u\n",
+              j["out"].get<std::string>().c_str(), j["grouping"].get<std::string>().c_str(),
+              j["group_size"].get<unsigned>(), j["fit_tokens"].get<unsigned>(), j["heldout_tokens"].get<unsigned>());
+  std::printf("  variance in the top 8 components: keys %.1f%%, values %.1f%%\n",
+              100 * j["key_variance_top8"].get<double>(), 100 * j["value_variance_top8"].get<double>());
+  std::printf("  %8s %12s %14s %14s\n", "ratio", "bits/value", "rel. MSE", "RWF bits/val");
+  for (const auto& r : j["rungs"]) {
+    std::printf("  %8g %12.3f %14.5f %14.3f\n", r["target_ratio"].get<double>(),
+                r["allocated_bits_per_value"].get<double>(), r["heldout_rel_mse"].get<double>(),
+                r["rwf_bits_per_value"].get<double>());
+  }
   return 0;
 }
 
@@ -249,6 +296,7 @@ int main(int argc, char** argv) {
   eval->add_option("--text", ev.text, "Evaluation text (default: eval.txt beside the model)");
   eval->add_option("--cache-type", ev.cache_type, "llama.cpp KV cache type")->check(CLI::IsMember({"f16", "f32", "bf16"}))->capture_default_str();
   eval->add_option("--threads", ev.threads, "Threads for llama.cpp (0: all cores)");
+  eval->add_option("--calibration", ev.calibration, "KVTC calibration (default: <model>.kvcal if present)");
   eval->add_flag("--json", ev.json, "Print the report as JSON");
   eval->add_flag("--quiet", ev.quiet, "No progress line");
 
@@ -265,6 +313,7 @@ int main(int argc, char** argv) {
   encode->add_option("--token-begin", en.token_begin, "First token to encode");
   encode->add_option("--n-tokens", en.n_tokens, "Tokens to encode (0: to the end)");
   encode->add_option("--cache-type", en.cache_type, "llama.cpp KV cache type")->check(CLI::IsMember({"f16", "f32", "bf16"}))->capture_default_str();
+  encode->add_option("--calibration", en.calibration, "KVTC calibration (.kvcal)");
   encode->add_option("-o,--out", en.out, "Output .kvc file")->required();
 
   std::string decode_in, decode_out, decode_model;
@@ -272,6 +321,21 @@ int main(int argc, char** argv) {
   decode->add_option("file", decode_in, ".kvc file")->required();
   decode->add_option("-o,--out", decode_out, "Write the KV as llama.cpp sequence-state bytes");
   decode->add_option("--model", decode_model, "Check the file was made for this model");
+  std::vector<std::string> decode_calibrations;
+  decode->add_option("--calibration", decode_calibrations, "KVTC calibration(s) the file may name");
+
+  CalibrateArgs ca;
+  auto* calibrate = app.add_subcommand("calibrate", "Fit KVTC's PCA bases and bit allocations for a model");
+  calibrate->add_option("--model", ca.model, "GGUF model")->capture_default_str();
+  calibrate->add_option("--text", ca.text, "Calibration text (default: calib.txt beside the model)");
+  calibrate->add_option("--out", ca.out, "Output .kvcal (default: <model>.kvcal)");
+  calibrate->add_option("--tokens", ca.tokens, "Use at most this many tokens of the text (0: all)");
+  calibrate->add_option("--group", ca.grouping, "Features sharing a basis")->check(CLI::IsMember({"layer", "layer-head", "all"}))->capture_default_str();
+  calibrate->add_option("--group-size", ca.group_size, "Components sharing one scale")->capture_default_str()->check(CLI::Range(1u, 4096u));
+  calibrate->add_option("--window", ca.window, "Tokens per prefill")->capture_default_str()->check(CLI::Range(64u, 1u << 20));
+  calibrate->add_option("--threads", ca.threads, "Threads for llama.cpp (0: all cores)");
+  calibrate->add_flag("--json", ca.json, "Print the report as JSON");
+  calibrate->add_flag("--quiet", ca.quiet, "No progress line");
 
   std::string inspect_in;
   bool inspect_json = false;
@@ -294,7 +358,8 @@ int main(int argc, char** argv) {
   if (*codecs) return RunCodecs(codecs_json);
   if (*eval) return RunEval(ev);
   if (*encode) return RunEncode(en);
-  if (*decode) return RunDecode(decode_in, decode_out, decode_model);
+  if (*decode) return RunDecode(decode_in, decode_out, decode_model, decode_calibrations);
+  if (*calibrate) return RunCalibrate(ca);
   if (*inspect) return RunInspect(inspect_in, inspect_json);
   return Fail("no command");
 }

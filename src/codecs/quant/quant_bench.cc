@@ -40,7 +40,7 @@ void BM_QuantEncode(benchmark::State& state) {
   const KvView view = Cache().View();
   const EncodeOptions options = Options(state);
   for (auto _ : state) {  // NOLINT(clang-analyzer-deadcode.DeadStores)
-    auto encoded = codec.Encode(view, options);
+    auto encoded = codec.Encode(view, options, {});
     if (!encoded.ok()) {
       state.SkipWithError(encoded.status().ToString().c_str());
       return;
@@ -60,7 +60,7 @@ void BM_QuantDecode(benchmark::State& state) {
   const KvcFile file = ReadKvc(*bytes).value();
   const Codec& codec = *FindCodec("quant");
   for (auto _ : state) {  // NOLINT(clang-analyzer-deadcode.DeadStores)
-    auto decoded = codec.Decode(file);
+    auto decoded = codec.Decode(file, {});
     if (!decoded.ok()) {
       state.SkipWithError(decoded.status().ToString().c_str());
       return;

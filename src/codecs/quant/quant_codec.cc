@@ -288,7 +288,7 @@ const CodecInfo& QuantCodec::info() const {
   return info;
 }
 
-Result<EncodedKv> QuantCodec::Encode(const KvView& kv, const EncodeOptions& options) const {
+Result<EncodedKv> QuantCodec::Encode(const KvView& kv, const EncodeOptions& options, const CodecContext&) const {
   ASSIGN_OR_RETURN(const QuantParams p, ParseOptions(options));
   const KvShape shape = kv.shape();
   const uint32_t tokens = shape.n_tokens;
@@ -331,7 +331,7 @@ Result<EncodedKv> QuantCodec::Encode(const KvView& kv, const EncodeOptions& opti
   return out;
 }
 
-Result<KvCache> QuantCodec::Decode(const KvcFile& file) const {
+Result<KvCache> QuantCodec::Decode(const KvcFile& file, const CodecContext&) const {
   const KvcHeader& h = file.header;
   if (Status s = ValidateShape(h.shape, h.dtype); !s.ok()) return Corrupt("shape: " + s.message());
   ASSIGN_OR_RETURN(const QuantParams p, ParseParams(h.codec_params));

@@ -20,9 +20,9 @@ class QuantCodec final : public Codec {
   // Levels "8" (default) and "4"; param group_size (1..65536, default 128). Inputs must be
   // finite and within fp16 range (|x| <= 65504), otherwise InvalidArgument. Every element is
   // reconstructed within scale/2 of its input (plus fp32 rounding), scale being its group's.
-  Result<EncodedKv> Encode(const KvView& kv, const EncodeOptions& options) const override;
+  Result<EncodedKv> Encode(const KvView& kv, const EncodeOptions& options, const CodecContext& context) const override;
   // Self-describing: bits and group_size come from the header's codec params.
-  Result<KvCache> Decode(const KvcFile& file) const override;
+  Result<KvCache> Decode(const KvcFile& file, const CodecContext& context) const override;
 };
 
 }  // namespace kvc

@@ -49,7 +49,7 @@ const CodecInfo& RawCodec::info() const {
   return info;
 }
 
-Result<EncodedKv> RawCodec::Encode(const KvView& kv, const EncodeOptions& options) const {
+Result<EncodedKv> RawCodec::Encode(const KvView& kv, const EncodeOptions& options, const CodecContext&) const {
   RETURN_IF_ERROR(CheckKnownParams(options, {}));
   if (!options.level.empty() && options.level != kLevel) {
     return InvalidArgument("unknown level '" + options.level + "' (raw levels: fp16)");
@@ -86,7 +86,7 @@ Result<EncodedKv> RawCodec::Encode(const KvView& kv, const EncodeOptions& option
   return out;
 }
 
-Result<KvCache> RawCodec::Decode(const KvcFile& file) const {
+Result<KvCache> RawCodec::Decode(const KvcFile& file, const CodecContext&) const {
   const KvcHeader& h = file.header;
   if (Status s = ValidateShape(h.shape, h.dtype); !s.ok()) return Corrupt("shape: " + s.message());
   KVC_CHECK_CORRUPT(h.level == kLevel, "level '%s' is not fp16", h.level.c_str());

@@ -14,9 +14,9 @@ class RawCodec final : public Codec {
   const CodecInfo& info() const override;
   // Level "fp16" (the only one). An fp16 source is copied bit for bit; fp32 and bf16 sources
   // are rounded to nearest even. A finite value that overflows fp16 is an InvalidArgument.
-  Result<EncodedKv> Encode(const KvView& kv, const EncodeOptions& options) const override;
+  Result<EncodedKv> Encode(const KvView& kv, const EncodeOptions& options, const CodecContext& context) const override;
   // Restores the header's dtype (the source's), converting from fp16 where it differs.
-  Result<KvCache> Decode(const KvcFile& file) const override;
+  Result<KvCache> Decode(const KvcFile& file, const CodecContext& context) const override;
 };
 
 }  // namespace kvc

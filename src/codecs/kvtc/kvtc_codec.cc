@@ -1,0 +1,567 @@
+#include "codecs/kvtc/kvtc_codec.h"
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <optional>
+
+#include "base/byte_io.h"
+#include "base/half.h"
+#include "base/thread_pool.h"
+#include "entropy/block.h"
+#include "entropy/deflate.h"
+#include "entropy/rans.h"
+#include "kvtc/calibration_registry.h"
+#include "kvtc/pca.h"
+#include "kvtc/quantizer.h"
+#include "tensor/rope.h"
+
+namespace kvc {
+namespace {
+
+constexpr uint32_t kTagExempt = 0x58;  // 'X': fp16 rows of the sink and window tokens
+constexpr uint32_t kTagScales = 0x53;  // 'S': per-token group scales (fp16), block-coded
+constexpr uint32_t kTagCodes = 0x43;   // 'C': quantised coefficients, entropy-coded
+constexpr uint8_t kParamsVersion = 1;
+constexpr size_t kParamsBytes = 1 + 16 + 4 + 4 + 4 + 1;
+constexpr uint32_t kMaxBits = 8;
+
+enum class CodesMethod : uint8_t { kPacked = 0, kDeflate = 1, kRans = 2 };
+
+struct KvtcParams {
+  Hash128 calibration{};
+  float target_ratio = 0;
+  uint32_t sinks = 4;
+  uint32_t window = 0;
+  CodesMethod entropy = CodesMethod::kRans;
+};
+
+std::vector<uint8_t> WriteParams(const KvtcParams& p) {
+  ByteWriter w;
+  w.U8(kParamsVersion);
+  w.Bytes(p.calibration.data(), p.calibration.size());
+  w.F32(p.target_ratio);
+  w.U32(p.sinks);
+  w.U32(p.window);
+  w.U8(static_cast<uint8_t>(p.entropy));
+  return w.Take();
+}
+
+Result<KvtcParams> ReadParams(std::span<const uint8_t> bytes) {
+  ByteReader r(bytes);
+  KvtcParams p;
+  uint8_t version, entropy;
+  RETURN_IF_ERROR(r.U8(&version, "kvtc params version"));
+  KVC_CHECK_CORRUPT(version == kParamsVersion, "kvtc params version %u (expected %u)", version, kParamsVersion);
+  std::span<const uint8_t> hash;
+  RETURN_IF_ERROR(r.Bytes(16, &hash, "calibration hash"));
+  std::memcpy(p.calibration.data(), hash.data(), 16);
+  RETURN_IF_ERROR(r.F32(&p.target_ratio, "target ratio"));
+  RETURN_IF_ERROR(r.U32(&p.sinks, "sinks"));
+  RETURN_IF_ERROR(r.U32(&p.window, "window"));
+  RETURN_IF_ERROR(r.U8(&entropy, "entropy method"));
+  KVC_CHECK_CORRUPT(r.empty(), "kvtc params have %zu trailing bytes", r.remaining());
+  KVC_CHECK_CORRUPT(entropy <= static_cast<uint8_t>(CodesMethod::kRans), "unknown entropy method %u", entropy);
+  KVC_CHECK_CORRUPT(std::isfinite(p.target_ratio) && p.target_ratio > 0, "target ratio is not a positive number");
+  p.entropy = static_cast<CodesMethod>(entropy);
+  return p;
+}
+
+// Tokens [0, prefix) are attention sinks and [n - suffix, n) the recent window: both fp16.
+struct ExemptRanges {
+  uint32_t prefix = 0;
+  uint32_t suffix = 0;
+  uint32_t middle() const { return total - prefix - suffix; }
+  uint32_t total = 0;
+};
+
+ExemptRanges Exempt(uint32_t n_tokens, int32_t pos_begin, uint32_t sinks, uint32_t window) {
+  ExemptRanges e;
+  e.total = n_tokens;
+  if (pos_begin < static_cast<int64_t>(sinks)) {
+    e.prefix = static_cast<uint32_t>(std::min<int64_t>(int64_t{sinks} - pos_begin, n_tokens));
+  }
+  e.suffix = std::min(window, n_tokens - e.prefix);
+  return e;
+}
+
+// Where one basis's vectors come from: a run of layers, and a run of heads within each.
+struct BasisSlice {
+  uint32_t layer_begin, n_layers, head_begin, n_heads;
+};
+
+BasisSlice SliceOf(const KvtcCalibration& c, uint32_t basis) {
+  switch (c.grouping) {
+    case KvtcGrouping::kLayerHead: return {basis / c.n_kv_heads, 1, basis % c.n_kv_heads, 1};
+    case KvtcGrouping::kLayer: return {basis, 1, 0, c.n_kv_heads};
+    case KvtcGrouping::kAll: return {0, c.n_layers, 0, c.n_kv_heads};
+  }
+  return {0, 0, 0, 0};
+}
+
+// Per-basis view into the flat bit allocation.
+struct BasisPlan {
+  std::span<const uint8_t> bits;  // groups kept (trailing all-zero groups dropped)
+  uint32_t n_keep = 0;            // coefficients kept
+  size_t n_codes = 0;             // per token
+  size_t n_scales = 0;            // per token
+};
+
+std::vector<BasisPlan> PlanBases(const KvtcCalibration& c, const BitAllocation& alloc) {
+  std::vector<BasisPlan> plans(c.bases.size());
+  size_t offset = 0;
+  for (uint32_t i = 0; i < c.bases.size(); ++i) {
+    const uint32_t groups = c.n_groups(i);
+    std::span<const uint8_t> bits(alloc.bits.data() + offset, groups);
+    offset += groups;
+    uint32_t kept = groups;
+    while (kept > 0 && bits[kept - 1] == 0) --kept;
+    BasisPlan& p = plans[i];
+    p.bits = bits.first(kept);
+    p.n_keep = std::min(kept * c.group_size, c.bases[i].n_components);
+    for (uint32_t g = 0; g < kept; ++g) {
+      const uint32_t len = std::min(c.group_size, p.n_keep - g * c.group_size);
+      if (bits[g] > 0) {
+        p.n_codes += len;
+        p.n_scales += 1;
+      }
+    }
+  }
+  return plans;
+}
+
+const BitAllocation* FindAllocation(const KvtcCalibration& c, float ratio) {
+  for (const auto& a : c.allocations)
+    if (a.target_ratio == ratio) return &a;
+  return nullptr;
+}
+
+std::string LevelsOf(const KvtcCalibration& c) {
+  std::string s;
+  for (const auto& a : c.allocations) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", a.target_ratio);
+    s += (s.empty() ? "" : ", ") + std::string(buf);
+  }
+  return s;
+}
+
+Status CheckShape(const KvtcCalibration& c, const KvShape& s) {
+  if (s.n_layers != c.n_layers || s.n_kv_heads != c.n_kv_heads || s.head_dim != c.head_dim) {
+    return InvalidArgument(FormatMessage("KV shape %ux%ux%u does not match the calibration's %ux%ux%u", s.n_layers,
+                                         s.n_kv_heads, s.head_dim, c.n_layers, c.n_kv_heads, c.head_dim));
+  }
+  return Status::Ok();
+}
+
+// Code widths of a basis's codes, in the quantiser's group-major order.
+template <typename F>
+void ForEachCodeRun(const KvtcCalibration& c, const BasisPlan& p, uint32_t n_tokens, F&& run) {
+  for (uint32_t g = 0; g < p.bits.size(); ++g) {
+    if (p.bits[g] == 0) continue;
+    const uint32_t len = std::min(c.group_size, p.n_keep - g * c.group_size);
+    run(p.bits[g], size_t{len} * n_tokens);
+  }
+}
+
+void PackBits(std::span<const uint8_t> codes, std::span<const uint8_t> widths_per_code, std::vector<uint8_t>* out) {
+  uint64_t acc = 0;
+  uint32_t n_acc = 0;
+  for (size_t i = 0; i < codes.size(); ++i) {
+    acc |= uint64_t{codes[i]} << n_acc;
+    n_acc += widths_per_code[i];
+    while (n_acc >= 8) {
+      out->push_back(static_cast<uint8_t>(acc));
+      acc >>= 8;
+      n_acc -= 8;
+    }
+  }
+  if (n_acc > 0) out->push_back(static_cast<uint8_t>(acc));
+}
+
+Status UnpackBits(std::span<const uint8_t> packed, std::span<const uint8_t> widths_per_code, std::span<uint8_t> codes) {
+  uint64_t total_bits = 0;
+  for (uint8_t w : widths_per_code) total_bits += w;
+  KVC_CHECK_CORRUPT(packed.size() == (total_bits + 7) / 8, "packed codes are %zu bytes, expected %llu", packed.size(),
+                    static_cast<unsigned long long>((total_bits + 7) / 8));
+  uint64_t acc = 0;
+  uint32_t n_acc = 0;
+  size_t in = 0;
+  for (size_t i = 0; i < codes.size(); ++i) {
+    const uint32_t w = widths_per_code[i];
+    while (n_acc < w) {
+      acc |= uint64_t{packed[in++]} << n_acc;
+      n_acc += 8;
+    }
+    codes[i] = static_cast<uint8_t>(acc & ((1u << w) - 1));
+    acc >>= w;
+    n_acc -= w;
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<uint8_t>> EncodeCodes(std::span<const uint8_t> codes, std::span<const uint8_t> widths,
+                                         CodesMethod method) {
+  std::vector<uint8_t> packed;
+  PackBits(codes, widths, &packed);
+  std::vector<uint8_t> best;
+  best.push_back(static_cast<uint8_t>(CodesMethod::kPacked));
+  best.insert(best.end(), packed.begin(), packed.end());
+  if (method == CodesMethod::kDeflate) {
+    ASSIGN_OR_RETURN(std::vector<uint8_t> deflated, DeflateCompress(packed, 6));
+    if (deflated.size() + 1 < best.size()) {
+      best.assign(1, static_cast<uint8_t>(CodesMethod::kDeflate));
+      best.insert(best.end(), deflated.begin(), deflated.end());
+    }
+  } else if (method == CodesMethod::kRans && !codes.empty()) {
+    // One table per code width: codes of equal width come from the same kind of quantiser and
+    // share a shape of distribution.
+    std::array<std::vector<uint64_t>, kMaxBits + 1> counts;
+    for (uint32_t w = 1; w <= kMaxBits; ++w) counts[w].assign(size_t{1} << w, 0);
+    for (size_t i = 0; i < codes.size(); ++i) ++counts[widths[i]][codes[i]];
+    ByteWriter w;
+    w.U8(static_cast<uint8_t>(CodesMethod::kRans));
+    uint8_t mask = 0;
+    std::array<std::optional<FrequencyTable>, kMaxBits + 1> tables;
+    for (uint32_t b = 1; b <= kMaxBits; ++b) {
+      if (std::all_of(counts[b].begin(), counts[b].end(), [](uint64_t c) { return c == 0; })) continue;
+      mask |= static_cast<uint8_t>(1u << (b - 1));
+      ASSIGN_OR_RETURN(FrequencyTable t, FrequencyTable::FromCounts(counts[b], b <= 4 ? 12 : 14));
+      tables[b].emplace(std::move(t));
+    }
+    w.U8(mask);
+    for (uint32_t b = 1; b <= kMaxBits; ++b)
+      if (tables[b]) tables[b]->AppendTo(&w);
+    RansEncoder enc;
+    enc.Reserve(codes.size());
+    for (size_t i = 0; i < codes.size(); ++i) enc.Put(*tables[widths[i]], codes[i]);
+    ASSIGN_OR_RETURN(std::vector<uint8_t> stream, enc.Finish());
+    w.Bytes(stream);
+    if (w.size() < best.size()) best = w.Take();
+  }
+  return best;
+}
+
+Status DecodeCodes(std::span<const uint8_t> section, std::span<const uint8_t> widths, std::span<uint8_t> codes) {
+  ByteReader r(section);
+  uint8_t method;
+  RETURN_IF_ERROR(r.U8(&method, "codes method"));
+  std::span<const uint8_t> rest;
+  RETURN_IF_ERROR(r.Bytes(r.remaining(), &rest, "codes"));
+  switch (static_cast<CodesMethod>(method)) {
+    case CodesMethod::kPacked: return UnpackBits(rest, widths, codes);
+    case CodesMethod::kDeflate: {
+      uint64_t total_bits = 0;
+      for (uint8_t w : widths) total_bits += w;
+      std::vector<uint8_t> packed((total_bits + 7) / 8);
+      RETURN_IF_ERROR(DeflateDecompress(rest, packed));
+      return UnpackBits(packed, widths, codes);
+    }
+    case CodesMethod::kRans: {
+      ByteReader tr(rest);
+      uint8_t mask;
+      RETURN_IF_ERROR(tr.U8(&mask, "code table mask"));
+      std::array<std::optional<FrequencyTable>, kMaxBits + 1> tables;
+      for (uint32_t b = 1; b <= kMaxBits; ++b) {
+        if ((mask & (1u << (b - 1))) == 0) continue;
+        ASSIGN_OR_RETURN(FrequencyTable t, FrequencyTable::Parse(&tr, 1u << b));
+        tables[b].emplace(std::move(t));
+      }
+      for (uint8_t w : widths) KVC_CHECK_CORRUPT(tables[w].has_value(), "no code table for %u-bit codes", w);
+      std::span<const uint8_t> stream;
+      RETURN_IF_ERROR(tr.Bytes(tr.remaining(), &stream, "code stream"));
+      ASSIGN_OR_RETURN(RansDecoder dec, RansDecoder::Open(stream));
+      for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<uint8_t>(dec.Get(*tables[widths[i]]));
+      return dec.Finish();
+    }
+  }
+  return Corrupt(FormatMessage("unknown codes method %u", method));
+}
+
+// fp32 rows of the middle tokens, per kind and layer; keys with RoPE undone.
+using LayerRows = std::array<std::vector<std::vector<float>>, 2>;
+
+void Gather(const KvtcCalibration& c, const BasisSlice& s, const std::vector<std::vector<float>>& layers, uint32_t n,
+            float* x) {
+  const size_t row = size_t{c.n_kv_heads} * c.head_dim;
+  const size_t piece = size_t{s.n_heads} * c.head_dim;
+  const size_t dim = piece * s.n_layers;
+  for (uint32_t t = 0; t < n; ++t) {
+    for (uint32_t l = 0; l < s.n_layers; ++l) {
+      const float* src = layers[s.layer_begin + l].data() + t * row + size_t{s.head_begin} * c.head_dim;
+      std::memcpy(x + t * dim + l * piece, src, piece * sizeof(float));
+    }
+  }
+}
+
+void Scatter(const KvtcCalibration& c, const BasisSlice& s, const float* x, uint32_t n,
+             std::vector<std::vector<float>>* layers) {
+  const size_t row = size_t{c.n_kv_heads} * c.head_dim;
+  const size_t piece = size_t{s.n_heads} * c.head_dim;
+  const size_t dim = piece * s.n_layers;
+  for (uint32_t t = 0; t < n; ++t) {
+    for (uint32_t l = 0; l < s.n_layers; ++l) {
+      float* dst = (*layers)[s.layer_begin + l].data() + t * row + size_t{s.head_begin} * c.head_dim;
+      std::memcpy(dst, x + t * dim + l * piece, piece * sizeof(float));
+    }
+  }
+}
+
+void RunParallel(ThreadPool* pool, size_t n, const std::function<void(size_t)>& body) {
+  if (pool != nullptr) {
+    pool->ParallelFor(n, body);
+  } else {
+    for (size_t i = 0; i < n; ++i) body(i);
+  }
+}
+
+Result<std::shared_ptr<const LoadedCalibration>> CalibrationForEncode(const EncodeOptions& options,
+                                                                      const CodecContext& context) {
+  if (context.calibrations == nullptr) return InvalidArgument("kvtc needs a calibration registry");
+  auto it = options.params.find("calibration");
+  if (it != options.params.end()) return context.calibrations->Load(it->second);
+  if (context.model != nullptr) {
+    if (auto found = context.calibrations->FindForModel(*context.model)) return found;
+  }
+  return InvalidArgument("kvtc needs a calibration: run `kvcodec calibrate` and pass calibration=FILE.kvcal");
+}
+
+}  // namespace
+
+const CodecInfo& KvtcCodec::info() const {
+  static const CodecInfo info{
+      .name = "kvtc",
+      .id = 3,
+      .version = 1,
+      .levels = {"4", "8", "12", "16", "20", "24", "32", "48", "64"},
+      .default_level = "16",
+      .description = "transform coding: PCA basis from `kvcodec calibrate`, DP bit allocation per target ratio "
+                     "(the level), per-token group scales, rANS; sink/window tokens kept fp16",
+      .params = {"calibration=<file.kvcal> (default: the one loaded for the model)", "sinks=4", "window=0",
+                 "entropy=rans|deflate|none"},
+      .needs_calibration = true,
+  };
+  return info;
+}
+
+Result<EncodedKv> KvtcCodec::Encode(const KvView& kv, const EncodeOptions& options, const CodecContext& context) const {
+  static constexpr std::string_view kKnown[] = {"calibration", "sinks", "window", "entropy"};
+  RETURN_IF_ERROR(CheckKnownParams(options, kKnown));
+  ASSIGN_OR_RETURN(auto loaded, CalibrationForEncode(options, context));
+  const KvtcCalibration& cal = loaded->calibration;
+  if (context.model != nullptr && cal.model_fingerprint != *context.model) {
+    return InvalidArgument("kvtc: calibration " + loaded->path + " was made for another model");
+  }
+  RETURN_IF_ERROR(CheckShape(cal, kv.shape()));
+
+  KvtcParams p;
+  p.calibration = loaded->hash;
+  const std::string level = options.level.empty() ? info().default_level : options.level;
+  float ratio = 0;
+  auto [ptr, ec] = std::from_chars(level.data(), level.data() + level.size(), ratio);
+  if (ec != std::errc() || ptr != level.data() + level.size()) return InvalidArgument("kvtc level '" + level + "' is not a number");
+  const BitAllocation* alloc = FindAllocation(cal, ratio);
+  if (alloc == nullptr) {
+    return InvalidArgument("kvtc level " + level + " is not in the calibration (has " + LevelsOf(cal) + ")");
+  }
+  p.target_ratio = ratio;
+  ASSIGN_OR_RETURN(p.sinks, ParamU32(options, "sinks", 4, 0, kMaxTokens));
+  ASSIGN_OR_RETURN(p.window, ParamU32(options, "window", 0, 0, kMaxTokens));
+  if (auto it = options.params.find("entropy"); it != options.params.end()) {
+    if (it->second == "rans") p.entropy = CodesMethod::kRans;
+    else if (it->second == "deflate") p.entropy = CodesMethod::kDeflate;
+    else if (it->second == "none") p.entropy = CodesMethod::kPacked;
+    else return InvalidArgument("kvtc entropy must be rans, deflate or none");
+  }
+
+  const KvShape shape = kv.shape();
+  const ExemptRanges ex = Exempt(shape.n_tokens, kv.pos_begin(), p.sinks, p.window);
+  const uint32_t n = ex.middle();
+  const size_t row = shape.row_elems();
+
+  // Exempt rows as fp16.
+  KvcSection exempt{kTagExempt, {}};
+  {
+    std::vector<float> buf(row * std::max(ex.prefix, ex.suffix));
+    std::vector<uint16_t> half(buf.size());
+    for (KvKind kind : kKvKinds) {
+      for (uint32_t l = 0; l < shape.n_layers; ++l) {
+        for (auto [begin, count] : {std::pair{0u, ex.prefix}, std::pair{shape.n_tokens - ex.suffix, ex.suffix}}) {
+          if (count == 0) continue;
+          kv.ReadRowsF32(kind, l, begin, count, buf.data());
+          for (size_t i = 0; i < count * row; ++i) {
+            if (!std::isfinite(buf[i]) || std::fabs(buf[i]) > 65504.0f) {
+              return InvalidArgument(FormatMessage("kvtc: %s layer %u holds a value fp16 cannot store", KvKindName(kind), l));
+            }
+          }
+          Fp32ToFp16(buf.data(), half.data(), count * row);
+          const auto* bytes = reinterpret_cast<const uint8_t*>(half.data());
+          for (size_t i = 0; i < count * row; ++i) {  // little-endian on every platform we write
+            exempt.bytes.push_back(bytes[2 * i]);
+            exempt.bytes.push_back(bytes[2 * i + 1]);
+          }
+        }
+      }
+    }
+  }
+
+  // Middle tokens: K with RoPE undone, as fp32 rows per layer.
+  LayerRows rows;
+  const RopeTable rope(cal.rope, shape.head_dim, kv.pos_begin() + static_cast<int32_t>(ex.prefix), n);
+  for (KvKind kind : kKvKinds) {
+    auto& layers = rows[static_cast<int>(kind)];
+    layers.assign(shape.n_layers, std::vector<float>(row * n));
+    RunParallel(context.pool, shape.n_layers, [&](size_t l) {
+      if (n == 0) return;
+      kv.ReadRowsF32(kind, static_cast<uint32_t>(l), ex.prefix, n, layers[l].data());
+      if (kind == KvKind::kKey && cal.keys_rope_undone) rope.Rotate(layers[l].data(), shape.n_kv_heads, true);
+    });
+  }
+  for (KvKind kind : kKvKinds) {
+    for (const auto& layer : rows[static_cast<int>(kind)]) {
+      for (float v : layer) {
+        if (!std::isfinite(v)) return InvalidArgument("kvtc: KV holds a NaN or infinity");
+      }
+    }
+  }
+
+  const std::vector<BasisPlan> plans = PlanBases(cal, *alloc);
+  const uint32_t n_bases = cal.n_bases();
+  std::vector<QuantizedBlock> blocks(plans.size());
+  RunParallel(context.pool, plans.size(), [&](size_t i) {
+    const BasisPlan& plan = plans[i];
+    if (n == 0 || plan.n_keep == 0) return;
+    const PcaBasis& basis = cal.bases[i];
+    const auto& layers = rows[i < n_bases ? 0 : 1];
+    std::vector<float> x(size_t{n} * basis.dim), coeffs(size_t{n} * plan.n_keep);
+    Gather(cal, SliceOf(cal, static_cast<uint32_t>(i % n_bases)), layers, n, x.data());
+    Project(basis, x.data(), n, plan.n_keep, coeffs.data());
+    QuantizeBlock(coeffs.data(), n, plan.n_keep, cal.group_size, plan.bits, &blocks[i]);
+  });
+
+  std::vector<uint8_t> codes, widths;
+  ByteWriter scales;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    codes.insert(codes.end(), blocks[i].codes.begin(), blocks[i].codes.end());
+    ForEachCodeRun(cal, plans[i], n, [&](uint8_t bits, size_t count) { widths.insert(widths.end(), count, bits); });
+    for (uint16_t s : blocks[i].scales) scales.U16(s);
+  }
+  if (codes.size() != widths.size()) return Internal("kvtc: quantiser produced an unexpected number of codes");
+
+  EncodedKv out;
+  out.level = level;
+  out.params = WriteParams(p);
+  out.sections.push_back(std::move(exempt));
+  ASSIGN_OR_RETURN(std::vector<uint8_t> scale_block, EncodeBlock(scales.bytes(), EntropyMethod::kRans));
+  out.sections.push_back({kTagScales, std::move(scale_block)});
+  ASSIGN_OR_RETURN(std::vector<uint8_t> code_bytes, EncodeCodes(codes, widths, p.entropy));
+  out.sections.push_back({kTagCodes, std::move(code_bytes)});
+  return out;
+}
+
+Result<KvCache> KvtcCodec::Decode(const KvcFile& file, const CodecContext& context) const {
+  const KvcHeader& h = file.header;
+  ASSIGN_OR_RETURN(KvtcParams p, ReadParams(h.codec_params));
+  if (context.calibrations == nullptr) return InvalidArgument("kvtc needs a calibration registry to decode");
+  auto loaded = context.calibrations->FindByHash(p.calibration);
+  if (loaded == nullptr) {
+    return NotFound("kvtc: calibration " + HexString(p.calibration) +
+                    " is not loaded (pass the .kvcal the file was encoded with)");
+  }
+  const KvtcCalibration& cal = loaded->calibration;
+  RETURN_IF_ERROR(CheckShape(cal, h.shape));
+  const BitAllocation* alloc = FindAllocation(cal, p.target_ratio);
+  KVC_CHECK_CORRUPT(alloc != nullptr, "kvtc target ratio %g is not in the calibration", p.target_ratio);
+  KVC_CHECK_CORRUPT(file.sections.size() == 3 && file.sections[0].tag == kTagExempt &&
+                        file.sections[1].tag == kTagScales && file.sections[2].tag == kTagCodes,
+                    "kvtc expects sections X, S, C");
+
+  const KvShape& shape = h.shape;
+  const ExemptRanges ex = Exempt(shape.n_tokens, h.pos_begin, p.sinks, p.window);
+  const uint32_t n = ex.middle();
+  const size_t row = shape.row_elems();
+  ASSIGN_OR_RETURN(KvCache out, KvCache::Create(shape, h.dtype, h.pos_begin));
+
+  // Exempt rows.
+  const size_t exempt_values = size_t{2} * shape.n_layers * (ex.prefix + ex.suffix) * row;
+  KVC_CHECK_CORRUPT(file.sections[0].bytes.size() == exempt_values * 2, "kvtc exempt section is %zu bytes, expected %zu",
+                    file.sections[0].bytes.size(), exempt_values * 2);
+  {
+    const uint8_t* src = file.sections[0].bytes.data();
+    std::vector<uint16_t> half(row * std::max(ex.prefix, ex.suffix));
+    std::vector<float> buf(half.size());
+    for (KvKind kind : kKvKinds) {
+      for (uint32_t l = 0; l < shape.n_layers; ++l) {
+        for (auto [begin, count] : {std::pair{0u, ex.prefix}, std::pair{shape.n_tokens - ex.suffix, ex.suffix}}) {
+          if (count == 0) continue;
+          for (size_t i = 0; i < count * row; ++i, src += 2) half[i] = static_cast<uint16_t>(src[0] | (src[1] << 8));
+          Fp16ToFp32(half.data(), buf.data(), count * row);
+          out.WriteRowsF32(kind, l, begin, count, buf.data());
+        }
+      }
+    }
+  }
+  if (n == 0) return out;
+
+  const std::vector<BasisPlan> plans = PlanBases(cal, *alloc);
+  size_t total_codes = 0, total_scales = 0;
+  for (const auto& plan : plans) {
+    total_codes += plan.n_codes * n;
+    total_scales += plan.n_scales * n;
+  }
+  std::vector<uint8_t> scale_bytes(total_scales * 2);
+  RETURN_IF_ERROR(DecodeBlockInto(file.sections[1].bytes, scale_bytes).WithContext("kvtc scales"));
+  std::vector<uint8_t> widths;
+  widths.reserve(total_codes);
+  for (const auto& plan : plans) {
+    ForEachCodeRun(cal, plan, n, [&](uint8_t bits, size_t count) { widths.insert(widths.end(), count, bits); });
+  }
+  std::vector<uint8_t> codes(total_codes);
+  RETURN_IF_ERROR(DecodeCodes(file.sections[2].bytes, widths, codes).WithContext("kvtc codes"));
+
+  LayerRows rows;
+  for (auto& layers : rows) layers.assign(shape.n_layers, std::vector<float>(row * n));
+  const uint32_t n_bases = cal.n_bases();
+  std::vector<Status> statuses(plans.size());
+  std::vector<size_t> code_offset(plans.size() + 1, 0), scale_offset(plans.size() + 1, 0);
+  for (size_t i = 0; i < plans.size(); ++i) {
+    code_offset[i + 1] = code_offset[i] + plans[i].n_codes * n;
+    scale_offset[i + 1] = scale_offset[i] + plans[i].n_scales * n;
+  }
+  // Each basis writes only its own slice of its kind's rows, so the tasks never share memory.
+  RunParallel(context.pool, plans.size(), [&](size_t i) {
+    const BasisPlan& plan = plans[i];
+    const PcaBasis& basis = cal.bases[i];
+    QuantizedBlock block;
+    block.codes.assign(codes.begin() + code_offset[i], codes.begin() + code_offset[i + 1]);
+    block.scales.resize(plan.n_scales * n);
+    for (size_t s = 0; s < block.scales.size(); ++s) {
+      const size_t at = 2 * (scale_offset[i] + s);
+      block.scales[s] = static_cast<uint16_t>(scale_bytes[at] | (scale_bytes[at + 1] << 8));
+    }
+    std::vector<float> coeffs(size_t{n} * plan.n_keep), x(size_t{n} * basis.dim);
+    if (plan.n_keep > 0) {
+      statuses[i] = DequantizeBlock(block, n, plan.n_keep, cal.group_size, plan.bits, coeffs.data());
+      if (!statuses[i].ok()) return;
+    }
+    Reconstruct(basis, coeffs.data(), n, plan.n_keep, x.data());
+    Scatter(cal, SliceOf(cal, static_cast<uint32_t>(i % n_bases)), x.data(), n, &rows[i < n_bases ? 0 : 1]);
+  });
+  for (const Status& s : statuses) RETURN_IF_ERROR(s.WithContext("kvtc"));
+
+  const RopeTable rope(cal.rope, shape.head_dim, h.pos_begin + static_cast<int32_t>(ex.prefix), n);
+  RunParallel(context.pool, size_t{2} * shape.n_layers, [&](size_t j) {
+    const KvKind kind = j < shape.n_layers ? KvKind::kKey : KvKind::kValue;
+    const uint32_t l = static_cast<uint32_t>(j % shape.n_layers);
+    auto& layer = rows[static_cast<int>(kind)][l];
+    if (kind == KvKind::kKey && cal.keys_rope_undone) rope.Rotate(layer.data(), shape.n_kv_heads, false);
+    for (float& v : layer) v = std::clamp(v, -65504.0f, 65504.0f);
+    out.WriteRowsF32(kind, l, ex.prefix, n, layer.data());
+  });
+  return out;
+}
+
+}  // namespace kvc

@@ -1,0 +1,19 @@
+// kvtc: KV-cache transform coding (design brief §2.1). Keys have RoPE undone, K and V are
+// projected on a calibrated PCA basis, coefficients are quantised per token in groups with the
+// bit widths a dynamic programme chose for the target ratio (the level), and the codes are
+// entropy-coded. The first `sinks` positions and the last `window` tokens stay fp16.
+// Layout: docs/format.md, "kvtc".
+#pragma once
+
+#include "codecs/codec.h"
+
+namespace kvc {
+
+class KvtcCodec final : public Codec {
+ public:
+  const CodecInfo& info() const override;
+  Result<EncodedKv> Encode(const KvView& kv, const EncodeOptions& options, const CodecContext& context) const override;
+  Result<KvCache> Decode(const KvcFile& file, const CodecContext& context) const override;
+};
+
+}  // namespace kvc

@@ -1,0 +1,72 @@
+// A KVTC calibration: the PCA bases (with means) that kvtc projects K and V onto, and the bit
+// allocations the dynamic programme chose for each target ratio. Made once per model by
+// `kvcodec calibrate`, stored as a .kvcal file (docs/format.md), named by .kvc files by hash.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/hash.h"
+#include "base/status.h"
+#include "format/container.h"
+#include "tensor/rope.h"
+
+namespace kvc {
+
+// Which features share one PCA basis.
+enum class KvtcGrouping : uint8_t {
+  kLayerHead = 0,  // one basis per (layer, KV head), basis b = (layer b / n_kv_heads, head b % n_kv_heads)
+  kLayer = 1,      // one basis per layer: a token's heads concatenated (n_kv_heads * head_dim)
+  kAll = 2,        // one basis for the model: a token's layers concatenated (n_layers * heads * head_dim)
+};
+
+const char* KvtcGroupingName(KvtcGrouping grouping);
+Result<KvtcGrouping> ParseKvtcGrouping(std::string_view name);
+
+struct PcaBasis {
+  uint32_t dim = 0;           // features per vector
+  uint32_t n_components = 0;  // stored components, by decreasing variance (<= dim)
+  std::vector<float> mean;        // [dim]
+  std::vector<float> components;  // [n_components][dim], orthonormal rows
+  std::vector<float> eigenvalues; // [n_components], variance of each coefficient on the fit data
+
+  bool operator==(const PcaBasis&) const = default;
+};
+
+struct BitAllocation {
+  float target_ratio = 0;  // fp16 bits / allocated bits (codes + scales), before entropy coding
+  // Bits (0..8) per component group: every basis's groups one after another, K bases first,
+  // then V; basis i has n_groups(i) = ceil(n_components / group_size) of them.
+  std::vector<uint8_t> bits;
+  double heldout_rel_mse = 0;  // mean over tensors of (squared error / variance) on held-back tokens
+
+  bool operator==(const BitAllocation&) const = default;
+};
+
+struct KvtcCalibration {
+  ModelFingerprint model_fingerprint{};
+  uint32_t n_layers = 0;
+  uint32_t n_kv_heads = 0;
+  uint32_t head_dim = 0;
+  RopeParams rope;
+  bool keys_rope_undone = true;  // K was rotated back to position 0 before fitting
+  KvtcGrouping grouping = KvtcGrouping::kLayer;
+  uint32_t group_size = 16;      // consecutive components sharing one scale
+  uint32_t fit_tokens = 0;       // tokens the bases were fitted on
+  uint32_t heldout_tokens = 0;   // tokens the allocations were measured on
+  std::vector<PcaBasis> bases;   // K bases then V bases (n_bases() each)
+  std::vector<BitAllocation> allocations;  // by increasing target_ratio
+
+  uint32_t n_bases() const;      // bases per kind (K or V) for the grouping
+  uint32_t basis_dim() const;    // features per vector for the grouping
+  uint32_t n_groups(uint32_t basis_index) const;
+  bool operator==(const KvtcCalibration&) const = default;
+};
+
+// Checks internal consistency (sizes, orthonormal-enough bases, bits in range); a reader
+// calls it on everything it parses.
+Status ValidateCalibration(const KvtcCalibration& calibration);
+
+}  // namespace kvc

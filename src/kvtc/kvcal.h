@@ -1,0 +1,63 @@
+// The .kvcal file: a KvtcCalibration on disk. Layout and every field: docs/format.md (.kvcal).
+// The reader treats every byte as hostile; the layout is canonical, so writing what was read
+// reproduces the file byte for byte and KvcalHash names one calibration exactly.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/hash.h"
+#include "base/status.h"
+#include "kvtc/calibration.h"
+
+namespace kvc {
+
+inline constexpr uint32_t kKvcalFormatVersion = 1;
+
+// Limits ValidateCalibration enforces on top of the KV shape limits (tensor/kv_cache.h), so a
+// hostile file can never make a reader allocate more than about 1 GiB of floats.
+inline constexpr uint32_t kMaxKvtcBasisDim = 65536;
+inline constexpr uint64_t kMaxKvtcFloats = uint64_t{1} << 28;  // means + components + eigenvalues
+inline constexpr uint32_t kMaxKvtcAllocations = 256;
+inline constexpr uint64_t kMaxKvtcAllocationBits = uint64_t{1} << 28;  // bit widths, all allocations together
+inline constexpr uint32_t kMaxKvtcGroupSize = 4096;
+inline constexpr uint8_t kMaxKvtcBits = 8;
+// How far a component row's norm may stray from 1, and the dot product of two neighbouring
+// rows from 0.
+inline constexpr double kKvtcUnitNormTolerance = 1e-3;
+inline constexpr double kKvtcAdjacentDotTolerance = 1e-2;
+// Eigenvalue i may exceed eigenvalue i-1 by this fraction of eigenvalue i-1 plus
+// kKvtcEigenvalueAbsSlack times eigenvalue 0 (rounding, not a wrong order).
+inline constexpr double kKvtcEigenvalueRelSlack = 1e-4;
+inline constexpr double kKvtcEigenvalueAbsSlack = 1e-6;
+
+// The part of ValidateCalibration that needs neither bases nor allocations: shape, grouping,
+// group size, RoPE parameters, basis dimension, and whether the smallest possible bases for
+// the grouping fit the float limit. A reader checks it before allocating anything.
+[[nodiscard]] Status ValidateCalibrationHeader(const KvtcCalibration& calibration);
+
+// Serialises a calibration; kInvalidArgument (from ValidateCalibration) for one that a reader
+// would reject.
+[[nodiscard]] Result<std::vector<uint8_t>> WriteKvcal(const KvtcCalibration& calibration);
+
+// Parses and verifies a .kvcal image: magic, version, limits, every CRC, no trailing bytes,
+// then ValidateCalibration. Damage is kCorrupt, an unknown format version kUnsupported.
+[[nodiscard]] Result<KvtcCalibration> ReadKvcal(std::span<const uint8_t> bytes);
+
+// xxh3-128 of the whole file: the name a .kvc file uses for the calibration it was encoded with.
+Hash128 KvcalHash(std::span<const uint8_t> file_bytes);
+
+// Writes `path` atomically: the bytes go to a temporary file beside it, which is renamed over
+// `path` only once complete, so readers see the old file or the new one, never a partial one.
+[[nodiscard]] Status SaveKvcal(const KvtcCalibration& calibration, const std::string& path);
+
+// Reads and verifies `path`; kIoError naming the path if it cannot be read, and parse errors
+// prefixed with the path. `hash_out`, when given, receives KvcalHash of the file's bytes.
+[[nodiscard]] Result<KvtcCalibration> LoadKvcal(const std::string& path, Hash128* hash_out = nullptr);
+
+// Refuses a calibration fitted on another model: kInvalidArgument naming both fingerprints.
+[[nodiscard]] Status CheckCalibrationModel(const KvtcCalibration& calibration, const ModelFingerprint& model);
+
+}  // namespace kvc
