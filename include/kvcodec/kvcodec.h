@@ -112,6 +112,22 @@ kvc_status kvc_calibration_load(const char* path);
 /* Fits a KVTC calibration and writes it; the report is a JSON object (caller frees). */
 kvc_status kvc_calibrate_json(const kvc_calibrate_params* params, char** out_json);
 
+typedef struct kvc_bench_codec_params {
+  const char* model_path;
+  const char* text_path;    /* NULL: eval.txt beside the model */
+  const char* calibration;  /* NULL: <model>.kvcal beside the model, if present */
+  const char* codec;        /* NULL: "kvtc" */
+  const char* level;
+  const char* codec_params;
+  uint32_t ctx;             /* 0: 1024 */
+  uint32_t chunk;           /* 0: 256 */
+  int32_t n_threads;        /* 0: every core */
+  double min_seconds;       /* 0: 1.0 */
+} kvc_bench_codec_params;
+
+/* Codec encode/decode MB/s on a real KV cache, one thread and all cores, beside memcpy (JSON). */
+kvc_status kvc_bench_codec_json(const kvc_bench_codec_params* params, char** out_json);
+
 /* Runs the accuracy evaluation; the report is a JSON object (caller frees). */
 kvc_status kvc_eval_json(const kvc_eval_params* params, char** out_json);
 

@@ -44,3 +44,39 @@ TEST(Half, Bf16) {
 
 }  // namespace
 }  // namespace kvc
+
+namespace kvc {
+namespace {
+
+// The bulk converters (vectorised where the CPU allows) must agree with the scalar ones on
+// every fp16 value and on fp32 values around every rounding boundary, NaN aside.
+TEST(Half, BulkMatchesScalar) {
+  std::vector<uint16_t> all(65536);
+  for (uint32_t h = 0; h < 65536; ++h) all[h] = static_cast<uint16_t>(h);
+  std::vector<float> f(all.size());
+  Fp16ToFp32(all.data(), f.data(), all.size());
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float s = Fp16ToFp32(static_cast<uint16_t>(h));
+    if (std::isnan(s)) {
+      EXPECT_TRUE(std::isnan(f[h]));
+    } else {
+      EXPECT_EQ(f[h], s) << h;
+    }
+  }
+  std::vector<float> probe;
+  for (uint32_t h = 0; h < 0x7c00; h += 3) {
+    const float a = Fp16ToFp32(static_cast<uint16_t>(h)), b = Fp16ToFp32(static_cast<uint16_t>(h + 1));
+    for (float v : {a, (a + b) / 2, std::nextafter((a + b) / 2, 0.0f), std::nextafter((a + b) / 2, 1e9f)}) {
+      probe.push_back(v);
+      probe.push_back(-v);
+    }
+  }
+  probe.push_back(1e9f);
+  probe.push_back(-70000.0f);
+  std::vector<uint16_t> bulk(probe.size());
+  Fp32ToFp16(probe.data(), bulk.data(), probe.size());
+  for (size_t i = 0; i < probe.size(); ++i) EXPECT_EQ(bulk[i], Fp32ToFp16(probe[i])) << probe[i];
+}
+
+}  // namespace
+}  // namespace kvc

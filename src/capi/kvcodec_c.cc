@@ -13,6 +13,7 @@
 #include "base/hash.h"
 #include "codecs/codec.h"
 #include "engine/calibrate.h"
+#include "engine/codec_bench.h"
 #include "engine/evaluator.h"
 #include "engine/llama_engine.h"
 #include "engine/llama_state.h"
@@ -357,6 +358,27 @@ kvc_status kvc_calibrate_json(const kvc_calibrate_params* p, char** out_json) {
   auto json = nlohmann::ordered_json::parse(kvc::CalibrateReportJson(*report));
   json["out"] = out;
   *out_json = CopyString(json.dump(2));
+  return KVC_OK;
+}
+
+kvc_status kvc_bench_codec_json(const kvc_bench_codec_params* p, char** out_json) {
+  if (p == nullptr || p->model_path == nullptr || out_json == nullptr) return NullArgument("params, model or out");
+  kvc::CodecBenchOptions o;
+  o.model_path = p->model_path;
+  if (p->text_path) o.text_path = p->text_path;
+  if (p->calibration) o.calibration = p->calibration;
+  if (p->codec) o.codec = p->codec;
+  if (p->level) o.encode.level = p->level;
+  auto params = ParseParams(p->codec_params);
+  if (!params.ok()) return Fail(params.status());
+  o.encode.params = std::move(params).value();
+  if (p->ctx) o.ctx = p->ctx;
+  if (p->chunk) o.chunk = p->chunk;
+  o.threads = p->n_threads;
+  if (p->min_seconds > 0) o.min_seconds = p->min_seconds;
+  auto report = kvc::RunCodecBench(o);
+  if (!report.ok()) return Fail(report.status());
+  *out_json = CopyString(kvc::CodecBenchReportJson(*report));
   return KVC_OK;
 }
 
