@@ -295,7 +295,7 @@ Reproduce (about {round(m['train_minutes'])} minutes on 2 cores, plus a few for 
 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/train_model.py --out models/{m['name']} \\
     --name {m['name']} --llama-prefix "$(scripts/setup-llama.sh)" --layers {m['n_layers']} \\
     --dim {m['dim']} --heads {m['n_heads']} --kv-heads {m['n_kv_heads']} --hidden {m['ffn_dim']} \\
-    --vocab {m['vocab_size']} --seq-len {m['train_ctx']}
+    --vocab {m['vocab_size']} --seq-len {m['train_ctx']} --minutes {round(m['train_minutes'])} --seed {m['seed']}
 ```
 (needs Debian's python3-torch, python3-numpy and python3-sentencepiece; training is
 time-budgeted, so the weights differ run to run.)
