@@ -1,5 +1,7 @@
 #include "base/byte_io.h"
 
+#include <algorithm>
+
 namespace kvc {
 
 Status ByteReader::Need(size_t n, const char* field) const {
@@ -75,6 +77,18 @@ Status ByteReader::String(std::string* out, size_t max_len, const char* field) {
 Status ByteReader::Skip(size_t n, const char* field) {
   RETURN_IF_ERROR(Need(n, field));
   offset_ += n;
+  return Status::Ok();
+}
+
+Status ExpectMagicAndVersion(ByteReader& r, std::span<const uint8_t> magic, uint32_t version, const char* format) {
+  std::span<const uint8_t> got;
+  RETURN_IF_ERROR(r.Bytes(magic.size(), &got, "magic"));
+  if (!std::equal(got.begin(), got.end(), magic.begin())) return Corrupt(FormatMessage("not a %s file (bad magic)", format));
+  uint32_t got_version;
+  RETURN_IF_ERROR(r.U32(&got_version, "format_version"));
+  if (got_version != version) {
+    return Unsupported(FormatMessage("format version %u not supported (this build reads %u)", got_version, version));
+  }
   return Status::Ok();
 }
 

@@ -86,4 +86,8 @@ class ByteReader {
   size_t offset_ = 0;
 };
 
+// Reads a format's magic and u32 version: kCorrupt "not a <format> file (bad magic)" or
+// kUnsupported "format version N not supported (this build reads V)".
+Status ExpectMagicAndVersion(ByteReader& r, std::span<const uint8_t> magic, uint32_t version, const char* format);
+
 }  // namespace kvc

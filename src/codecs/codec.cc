@@ -44,7 +44,11 @@ Result<std::vector<uint8_t>> EncodeKvc(const Codec& codec, const KvView& kv, con
                                        const ModelFingerprint& fingerprint, uint32_t token_begin,
                                        const CodecContext& context) {
   const CodecInfo& info = codec.info();
-  auto encoded = codec.Encode(kv, options, context);
+  // The file will claim `fingerprint`: codecs that check their inputs against the model (kvtc's
+  // calibration) must check against that one.
+  CodecContext with_model = context;
+  if (with_model.model == nullptr) with_model.model = &fingerprint;
+  auto encoded = codec.Encode(kv, options, with_model);
   if (!encoded.ok()) return encoded.status().WithContext(info.name);
 
   KvcHeader header;

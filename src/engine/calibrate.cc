@@ -8,6 +8,8 @@
 #include <sstream>
 
 #include "base/progress.h"
+#include "engine/model_files.h"
+#include "kvtc/basis_layout.h"
 #include "kvtc/bit_allocation.h"
 #include "kvtc/pca.h"
 #include "kvtc/quantizer.h"
@@ -18,30 +20,6 @@ namespace kvc {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Copies one basis's vectors ([n][dim]) out of per-layer rows ([n][heads * head_dim]).
-void GatherBasis(const KvtcCalibration& c, uint32_t basis, const std::vector<std::vector<float>>& layers, size_t n,
-                 float* x) {
-  uint32_t layer_begin = 0, n_layers = 1, head_begin = 0, n_heads = c.n_kv_heads;
-  if (c.grouping == KvtcGrouping::kLayerHead) {
-    layer_begin = basis / c.n_kv_heads;
-    head_begin = basis % c.n_kv_heads;
-    n_heads = 1;
-  } else if (c.grouping == KvtcGrouping::kLayer) {
-    layer_begin = basis;
-  } else {
-    n_layers = c.n_layers;
-  }
-  const size_t row = size_t{c.n_kv_heads} * c.head_dim;
-  const size_t piece = size_t{n_heads} * c.head_dim;
-  const size_t dim = piece * n_layers;
-  for (size_t t = 0; t < n; ++t) {
-    for (uint32_t l = 0; l < n_layers; ++l) {
-      std::memcpy(x + t * dim + l * piece, layers[layer_begin + l].data() + t * row + size_t{head_begin} * c.head_dim,
-                  piece * sizeof(float));
-    }
-  }
-}
 
 // The (kind, layer) tensor a basis belongs to, for weighting errors by that tensor's variance;
 // a basis spanning every layer is one tensor per kind.
@@ -65,14 +43,9 @@ Result<CalibrateReport> RunCalibrate(const CalibrateOptions& options, KvtcCalibr
   if (!(options.heldout_fraction > 0 && options.heldout_fraction < 1)) return InvalidArgument("held-out fraction must be in (0, 1)");
   ASSIGN_OR_RETURN(auto model, LlamaModel::Load(options.model_path));
   const ModelInfo& info = model->info();
-  const std::string text_path =
-      options.text_path.empty() ? (std::filesystem::path(options.model_path).parent_path() / "calib.txt").string()
-                                : options.text_path;
-  std::ifstream in(text_path, std::ios::binary);
-  if (!in) return NotFound("cannot read calibration text " + text_path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  ASSIGN_OR_RETURN(std::vector<int32_t> stream, model->Tokenize(ss.str(), false));
+  ASSIGN_OR_RETURN(std::string text,
+                   ReadTextFile(BesideModel(options.model_path, "calib.txt", options.text_path)));
+  ASSIGN_OR_RETURN(std::vector<int32_t> stream, model->Tokenize(text, false));
   if (options.max_tokens > 0 && stream.size() > options.max_tokens) stream.resize(options.max_tokens);
   const size_t body = options.window - 1;
   const size_t n_windows = stream.size() / body;

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "base/thread_pool.h"
-#include "kvtc/calibration_registry.h"
+#include "engine/model_files.h"
 
 namespace kvc {
 namespace {
@@ -37,13 +37,8 @@ Result<CodecBenchReport> RunCodecBench(const CodecBenchOptions& o) {
   if (codec == nullptr) return InvalidArgument("unknown codec '" + o.codec + "'");
   if (o.chunk == 0 || o.ctx < o.chunk) return InvalidArgument("need ctx >= chunk > 0");
   ASSIGN_OR_RETURN(auto model, LlamaModel::Load(o.model_path));
-  const std::string text_path =
-      o.text_path.empty() ? (std::filesystem::path(o.model_path).parent_path() / "eval.txt").string() : o.text_path;
-  std::ifstream in(text_path, std::ios::binary);
-  if (!in) return NotFound("cannot read " + text_path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  ASSIGN_OR_RETURN(std::vector<int32_t> tokens, model->Tokenize(ss.str(), true));
+  ASSIGN_OR_RETURN(std::string text, ReadTextFile(BesideModel(o.model_path, "eval.txt", o.text_path)));
+  ASSIGN_OR_RETURN(std::vector<int32_t> tokens, model->Tokenize(text, true));
   if (tokens.size() < o.ctx) return InvalidArgument("text too short for --ctx");
   tokens.resize(o.ctx);
   SessionOptions so;
@@ -53,13 +48,7 @@ Result<CodecBenchReport> RunCodecBench(const CodecBenchOptions& o) {
   ASSIGN_OR_RETURN(KvCache kv, session->ExtractKv());
 
   CalibrationRegistry calibrations;
-  std::string cal_path = o.calibration;
-  if (cal_path.empty()) {
-    const std::string beside = std::filesystem::path(o.model_path).replace_extension(".kvcal").string();
-    std::error_code ec;
-    if (std::filesystem::is_regular_file(beside, ec)) cal_path = beside;
-  }
-  if (!cal_path.empty()) RETURN_IF_ERROR(calibrations.Load(cal_path).status());
+  RETURN_IF_ERROR(LoadModelCalibration(calibrations, o.model_path, o.calibration));
   const CodecContext context{&calibrations, &model->fingerprint(), nullptr};
 
   CodecBenchReport r;

@@ -3,13 +3,11 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <vector>
 
 #include "base/progress.h"
-#include "kvtc/calibration_registry.h"
+#include "engine/model_files.h"
 
 namespace kvc {
 namespace {
@@ -17,14 +15,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-Result<std::string> ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("cannot read evaluation text " + path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // log-softmax of one logits row, in double for stable sums.
 void LogSoftmax(std::span<const float> logits, std::vector<double>* out) {
@@ -84,28 +74,14 @@ Result<EvalReport> RunEval(const EvalOptions& options) {
 
   const auto t_start = Clock::now();
   ASSIGN_OR_RETURN(auto model, LlamaModel::Load(options.model_path));
-  const std::string text_path =
-      options.text_path.empty()
-          ? (std::filesystem::path(options.model_path).parent_path() / "eval.txt").string()
-          : options.text_path;
-  ASSIGN_OR_RETURN(std::string text, ReadText(text_path));
+  ASSIGN_OR_RETURN(std::string text,
+                   ReadTextFile(BesideModel(options.model_path, "eval.txt", options.text_path)));
   ASSIGN_OR_RETURN(std::vector<int32_t> stream, model->Tokenize(text, /*add_bos=*/false));
   const uint32_t doc_tokens = options.ctx + options.cont + 1;
   ASSIGN_OR_RETURN(auto docs, MakeDocuments(stream, model->bos_token(), options.n_docs, doc_tokens));
 
   CalibrationRegistry calibrations;
-  {
-    std::string path = options.calibration;
-    if (path.empty()) {
-      const std::string beside = std::filesystem::path(options.model_path).replace_extension(".kvcal").string();
-      std::error_code ec;
-      if (std::filesystem::is_regular_file(beside, ec)) path = beside;
-    }
-    if (!path.empty()) {
-      auto loaded = calibrations.Load(path);
-      if (!loaded.ok()) return loaded.status();
-    }
-  }
+  RETURN_IF_ERROR(LoadModelCalibration(calibrations, options.model_path, options.calibration));
   // One thread: encode_mb_s and decode_mb_s are per-core figures.
   const CodecContext codec_context{&calibrations, &model->fingerprint(), nullptr};
 

@@ -3,7 +3,7 @@
 // Encoding never expands data beyond the stored form (1 + varint(size) + size bytes): when
 // the preferred method does not shrink the data, the block is stored. Output is deterministic
 // (the same input and arguments give the same bytes). There is no checksum: the container's
-// section CRC covers the block. Byte layout: src/entropy/FORMATS.md.
+// section CRC covers the block. Byte layout: docs/format.md.
 #pragma once
 
 #include <cstddef>

@@ -43,7 +43,7 @@ TEST(Block, EmptyAndTinyInputsAreStored) {
 }
 
 TEST(Block, MatchesTheDocumentedExample) {
-  // src/entropy/FORMATS.md, "Entropy block".
+  // docs/format.md, "Entropy block".
   const uint8_t data[] = {1, 2, 3};
   EXPECT_EQ(RoundTrip(data, EntropyMethod::kStored), (std::vector<uint8_t>{0, 3, 1, 2, 3}));
 }

@@ -8,7 +8,7 @@
 // uses state i % kRansStates. Every symbol may use a different FrequencyTable, and tables may
 // have different scale_bits; the decoder must be given the same table sequence the encoder
 // used. A stream carries no table, length or checksum: the caller stores those.
-// Byte layouts: src/entropy/FORMATS.md.
+// Byte layouts: docs/format.md.
 #pragma once
 
 #include <cstddef>
@@ -38,7 +38,7 @@ class FrequencyTable {
   // Takes frequencies as they are; InvalidArgument unless they sum to exactly 1 << scale_bits.
   [[nodiscard]] static Result<FrequencyTable> FromFrequencies(std::span<const uint32_t> freqs, uint32_t scale_bits);
 
-  // Appends the compact serialisation (FORMATS.md, "Frequency table").
+  // Appends the compact serialisation (docs/format.md, "Frequency table").
   void AppendTo(ByteWriter* w) const;
   // Parses one serialised table from hostile bytes: kCorrupt unless the alphabet size is in
   // 1..max_alphabet_size (<= 4096), scale_bits in 10..15, the encoding canonical and the

@@ -156,7 +156,7 @@ TEST(FrequencyTable, SerialisationRoundTripsAndIsCompact) {
 }
 
 TEST(FrequencyTable, MatchesTheDocumentedExample) {
-  // src/entropy/FORMATS.md, "Frequency table".
+  // docs/format.md, "Frequency table".
   const std::vector<uint8_t> bytes = {0x04, 0x0a, 0x80, 0x06, 0x00, 0x01, 0x80, 0x02};
   auto t = FrequencyTable::FromFrequencies(std::vector<uint32_t>{768, 0, 0, 256}, 10);
   ASSERT_TRUE(t.ok());

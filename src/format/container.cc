@@ -130,16 +130,7 @@ Result<std::vector<uint8_t>> WriteKvc(const KvcHeader& header, const std::vector
 
 Result<KvcFile> ReadKvc(std::span<const uint8_t> bytes) {
   ByteReader r(bytes);
-  std::span<const uint8_t> magic;
-  RETURN_IF_ERROR(r.Bytes(sizeof(kMagic), &magic, "magic"));
-  if (!std::equal(magic.begin(), magic.end(), kMagic)) return Corrupt("not a .kvc file (bad magic)");
-
-  uint32_t version;
-  RETURN_IF_ERROR(r.U32(&version, "format_version"));
-  if (version != kKvcFormatVersion) {
-    return Unsupported(
-        FormatMessage("format version %u not supported (this build reads %u)", version, kKvcFormatVersion));
-  }
+  RETURN_IF_ERROR(ExpectMagicAndVersion(r, std::span(kMagic), kKvcFormatVersion, ".kvc"));
 
   uint32_t header_length;
   RETURN_IF_ERROR(r.U32(&header_length, "header_length"));

@@ -302,15 +302,7 @@ Result<std::vector<uint8_t>> WriteKvcal(const KvtcCalibration& c) {
 
 Result<KvtcCalibration> ReadKvcal(std::span<const uint8_t> bytes) {
   ByteReader r(bytes);
-  std::span<const uint8_t> magic;
-  RETURN_IF_ERROR(r.Bytes(sizeof(kMagic), &magic, "magic"));
-  if (!std::equal(magic.begin(), magic.end(), kMagic)) return Corrupt("not a .kvcal file (bad magic)");
-  uint32_t version;
-  RETURN_IF_ERROR(r.U32(&version, "format_version"));
-  if (version != kKvcalFormatVersion) {
-    return Unsupported(
-        FormatMessage("format version %u not supported (this build reads %u)", version, kKvcalFormatVersion));
-  }
+  RETURN_IF_ERROR(ExpectMagicAndVersion(r, std::span(kMagic), kKvcalFormatVersion, ".kvcal"));
   uint32_t header_length;
   RETURN_IF_ERROR(r.U32(&header_length, "header_length"));
   KVC_CHECK_CORRUPT(header_length == kHeaderBodyBytes, "header_length %u is not %zu", header_length, kHeaderBodyBytes);

@@ -26,6 +26,10 @@ namespace {
 std::atomic<size_t> g_largest_allocation{0};
 }  // namespace
 
+// The replacements below pair malloc with free by design; gcc's inliner cannot see that.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
 void* operator new(size_t n) {
   size_t seen = g_largest_allocation.load(std::memory_order_relaxed);
   while (n > seen && !g_largest_allocation.compare_exchange_weak(seen, n, std::memory_order_relaxed)) {

@@ -2,7 +2,7 @@
 // channel (a group is group_size consecutive tokens of one channel), values per token (a group
 // is group_size consecutive channels of one token's row), because key outliers live in fixed
 // channels while value outliers do not. Each group stores an fp16 (min, scale).
-// Byte layout: src/codecs/FORMATS.md.
+// Byte layout: docs/format.md.
 #pragma once
 
 #include "codecs/codec.h"

@@ -63,7 +63,7 @@ std::vector<uint8_t> Rewrite(const std::vector<uint8_t>& bytes,
 size_t CeilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
 
 // Reads the stored scale of every group straight from the section bytes (the layout of
-// FORMATS.md) and checks, element by element, |decoded - input| <= scale/2 (plus fp32 rounding
+// docs/format.md) and checks, element by element, |decoded - input| <= scale/2 (plus fp32 rounding
 // and the rounding of the restored dtype), and that each scale is as tight as fp16 storage of
 // (min, scale) allows.
 void ExpectWithinHalfScale(const KvCache& in, const KvCache& out, const std::vector<uint8_t>& file_bytes, uint32_t bits,

@@ -1,5 +1,5 @@
 // raw: the KV cache stored as fp16, uncompressed. The baseline every ratio is measured against
-// and the reference for lossless reuse. Section layout: src/codecs/FORMATS.md.
+// and the reference for lossless reuse. Section layout: docs/format.md.
 #pragma once
 
 #include "codecs/codec.h"
