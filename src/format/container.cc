@@ -23,14 +23,6 @@ constexpr size_t kSectionPrefixBytes = 4 + 8 + 4;
 // The section CRC covers the tag and length as well as the bytes: the tag and length are not
 // under the header CRC, and a flipped tag that still passed would hand a codec the wrong
 // section.
-uint32_t SectionCrc(uint32_t tag, uint64_t length, std::span<const uint8_t> bytes) {
-  ByteWriter prefix;
-  prefix.U32(tag);
-  prefix.U64(length);
-  const uint32_t crc = Crc32c(prefix.bytes().data(), prefix.size());
-  return Crc32cExtend(crc, bytes.data(), bytes.size());
-}
-
 // Checks shared by writer and reader, so WriteKvc never emits what ReadKvc rejects. Returns
 // the message of the first violation; the caller picks the status code.
 Status CheckHeaderFields(const KvcHeader& h, size_t n_sections) {
@@ -92,6 +84,14 @@ Status ParseHeaderBody(ByteReader& r, KvcHeader* h, uint32_t* n_sections) {
 std::string SectionName(uint32_t index, uint32_t tag) { return FormatMessage("section %u (tag 0x%08x)", index, tag); }
 
 }  // namespace
+
+uint32_t SectionCrc(uint32_t tag, uint64_t length, std::span<const uint8_t> data) {
+  ByteWriter prefix;
+  prefix.U32(tag);
+  prefix.U64(length);
+  const uint32_t crc = Crc32c(prefix.bytes().data(), prefix.size());
+  return Crc32cExtend(crc, data.data(), data.size());
+}
 
 Result<std::vector<uint8_t>> WriteKvc(const KvcHeader& header, const std::vector<KvcSection>& sections) {
   RETURN_IF_ERROR(CheckHeaderFields(header, sections.size()));

@@ -49,6 +49,10 @@ struct KvcFile {
   std::vector<KvcSectionView> sections;
 };
 
+// The CRC32C every kvcodec section carries (.kvc and .kvcal alike): over its tag (u32 LE),
+// its length (u64 LE) and its data, so a damaged tag or length cannot pass for another section.
+uint32_t SectionCrc(uint32_t tag, uint64_t length, std::span<const uint8_t> data);
+
 // Serialises header and sections; fails on values the format cannot hold.
 Result<std::vector<uint8_t>> WriteKvc(const KvcHeader& header, const std::vector<KvcSection>& sections);
 

@@ -54,12 +54,6 @@ uint64_t BasisDataBytes(uint64_t dim, uint64_t n_components) {
   return kBasisFieldsBytes + 4 * (dim + n_components * dim + n_components);
 }
 
-// The section CRC covers tag and length as well as the data: they lie outside the header
-// CRC, and a damaged length or tag that still verified would misdirect the reader.
-uint32_t SectionCrc(const uint8_t* prefix, const uint8_t* data, size_t n) {
-  return Crc32cExtend(Crc32c(prefix, 4 + 8), data, n);
-}
-
 std::string TagName(uint32_t tag) {
   std::string s;
   for (int i = 0; i < 4; ++i) {
@@ -85,28 +79,32 @@ void PutF64(ByteWriter& w, double v) {
   w.U64(bits);
 }
 
-// Writes the prefix with the CRC still zero; FinishSection fills it in once the data is written.
-size_t BeginSection(ByteWriter& w, uint32_t tag, uint64_t length) {
-  const size_t start = w.size();
+// A section being written straight into the file's writer; its CRC is patched in at the end.
+struct OpenSection {
+  size_t start;
+  uint32_t tag;
+  uint64_t length;
+};
+
+OpenSection BeginSection(ByteWriter& w, uint32_t tag, uint64_t length) {
+  const OpenSection section{w.size(), tag, length};
   w.U32(tag);
   w.U64(length);
   w.U32(0);
-  return start;
+  return section;
 }
 
-void FinishSection(ByteWriter& w, size_t start) {
-  const uint8_t* p = w.bytes().data() + start;
-  const size_t n = w.size() - start - kSectionPrefixBytes;
-  w.PatchU32(start + 4 + 8, SectionCrc(p, p + kSectionPrefixBytes, n));
+void FinishSection(ByteWriter& w, const OpenSection& section) {
+  const size_t data_start = section.start + kSectionPrefixBytes;
+  const std::span<const uint8_t> data(w.bytes().data() + data_start, w.size() - data_start);
+  w.PatchU32(section.start + 4 + 8, SectionCrc(section.tag, section.length, data));
 }
 
 // --- reading ---
 
-// Reads one section's prefix and data from `r` (positioned in `file`) and verifies its CRC,
+// Reads one section's prefix and data from `r` and verifies its CRC,
 // then its tag, so a damaged tag is reported as damage rather than as a misplaced section.
-Status ReadSection(std::span<const uint8_t> file, ByteReader& r, uint32_t expected_tag,
-                   std::span<const uint8_t>* data) {
-  const size_t start = r.offset();
+Status ReadSection(ByteReader& r, uint32_t expected_tag, std::span<const uint8_t>* data) {
   uint32_t tag;
   uint64_t length;
   uint32_t stored_crc;
@@ -116,7 +114,7 @@ Status ReadSection(std::span<const uint8_t> file, ByteReader& r, uint32_t expect
   // Compared as u64 before narrowing, so a huge length cannot wrap an offset.
   KVC_CHECK_CORRUPT(length <= r.remaining(), "length %" PRIu64 " exceeds the %zu bytes left", length, r.remaining());
   RETURN_IF_ERROR(r.Bytes(static_cast<size_t>(length), data, "section data"));
-  const uint32_t crc = SectionCrc(file.data() + start, data->data(), data->size());
+  const uint32_t crc = SectionCrc(tag, length, *data);
   KVC_CHECK_CORRUPT(crc == stored_crc, "CRC32C mismatch (stored 0x%08x, computed 0x%08x)", stored_crc, crc);
   KVC_CHECK_CORRUPT(tag == expected_tag, "tag %s where %s belongs", TagName(tag).c_str(),
                     TagName(expected_tag).c_str());
@@ -276,18 +274,18 @@ Result<std::vector<uint8_t>> WriteKvcal(const KvtcCalibration& c) {
   for (size_t i = 0; i < c.bases.size(); ++i) {
     const PcaBasis& b = c.bases[i];
     const bool key = i < n_bases;
-    const size_t start = BeginSection(w, key ? kTagKeyBasis : kTagValueBasis, BasisDataBytes(b.dim, b.n_components));
+    const OpenSection section = BeginSection(w, key ? kTagKeyBasis : kTagValueBasis, BasisDataBytes(b.dim, b.n_components));
     w.U32(static_cast<uint32_t>(key ? i : i - n_bases));
     w.U32(b.dim);
     w.U32(b.n_components);
     PutFloats(w, b.mean);
     PutFloats(w, b.components);
     PutFloats(w, b.eigenvalues);
-    FinishSection(w, start);
+    FinishSection(w, section);
     total_groups += c.n_groups(static_cast<uint32_t>(i));
   }
 
-  const size_t start =
+  const OpenSection allocations =
       BeginSection(w, kTagAllocations,
                    kAllocationsFieldsBytes + c.allocations.size() * (kAllocationRecordFixedBytes + total_groups));
   w.U32(static_cast<uint32_t>(total_groups));
@@ -296,7 +294,7 @@ Result<std::vector<uint8_t>> WriteKvcal(const KvtcCalibration& c) {
     PutF64(w, a.heldout_rel_mse);
     w.Bytes(a.bits);
   }
-  FinishSection(w, start);
+  FinishSection(w, allocations);
   return w.Take();
 }
 
@@ -346,7 +344,7 @@ Result<KvtcCalibration> ReadKvcal(std::span<const uint8_t> bytes) {
     const uint32_t within = key ? i : i - n_bases;
     const std::string where = FormatMessage("%s basis %u", key ? "K" : "V", within);
     std::span<const uint8_t> data;
-    if (Status s = ReadSection(bytes, r, key ? kTagKeyBasis : kTagValueBasis, &data); !s.ok()) {
+    if (Status s = ReadSection(r, key ? kTagKeyBasis : kTagValueBasis, &data); !s.ok()) {
       return s.WithContext(where);
     }
     if (Status s = ParseBasis(data, within, dim, &floats_left, &c.bases[i]); !s.ok()) return s.WithContext(where);
@@ -354,7 +352,7 @@ Result<KvtcCalibration> ReadKvcal(std::span<const uint8_t> bytes) {
   }
 
   std::span<const uint8_t> data;
-  if (Status s = ReadSection(bytes, r, kTagAllocations, &data); !s.ok()) return s.WithContext("allocations");
+  if (Status s = ReadSection(r, kTagAllocations, &data); !s.ok()) return s.WithContext("allocations");
   if (Status s = ParseAllocations(data, n_allocations, total_groups, &c.allocations); !s.ok()) {
     return s.WithContext("allocations");
   }
