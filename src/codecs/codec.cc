@@ -4,6 +4,7 @@
 #include <charconv>
 
 #include "base/hash.h"
+#include "codecs/cachegen/cachegen_codec.h"
 #include "codecs/kvtc/kvtc_codec.h"
 #include "codecs/quant/quant_codec.h"
 #include "codecs/raw/raw_codec.h"
@@ -18,7 +19,8 @@ const std::vector<const Codec*>& Registry() {
   static const RawCodec raw;
   static const QuantCodec quant;
   static const KvtcCodec kvtc;
-  static const std::vector<const Codec*> codecs = {&raw, &quant, &kvtc};
+  static const CacheGenCodec cachegen;
+  static const std::vector<const Codec*> codecs = {&raw, &quant, &kvtc, &cachegen};
   return codecs;
 }
 
