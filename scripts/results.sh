@@ -82,7 +82,7 @@ fi
 bench=results/bench
 mkdir -p "$bench"
 rm -f "$bench"/*.json
-for spec in raw: quant:8 quant:4 kvtc:16 kvtc:20; do
+for spec in raw: quant:8 quant:4 kvtc:16 kvtc:20 cachegen:medium; do
   codec=${spec%%:*} level=${spec#*:}
   echo "== bench $codec $level" >&2
   $kvcodec bench codec --codec "$codec" ${level:+--level "$level"} --json > "$bench/$codec-$level.json"
