@@ -74,6 +74,23 @@ inline uint16_t Fp32ToBf16(float f) {
   return static_cast<uint16_t>(x >> 16);
 }
 
+// The smallest fp16 not below x, for 0 <= x <= 65504: quantiser scales rounded this way never
+// make an element clip.
+inline uint16_t Fp32ToFp16Up(float x) {
+  uint16_t h = Fp32ToFp16(x);
+  if (Fp16ToFp32(h) < x) ++h;  // positive, so the next pattern up is the next value up
+  return h;
+}
+
+// The largest fp16 not above x, for finite |x| <= 65504: a group minimum rounded this way keeps
+// every element at or above it. Rounding keeps the sign (a small negative x gives -0), so one
+// step in the sign-magnitude encoding is the next fp16 down.
+inline uint16_t Fp32ToFp16Down(float x) {
+  uint16_t h = Fp32ToFp16(x);
+  if (Fp16ToFp32(h) > x) h = static_cast<uint16_t>((h & 0x8000) ? h + 1 : h - 1);
+  return h;
+}
+
 void Fp16ToFp32(const uint16_t* in, float* out, size_t n);
 void Fp32ToFp16(const float* in, uint16_t* out, size_t n);
 void Bf16ToFp32(const uint16_t* in, float* out, size_t n);

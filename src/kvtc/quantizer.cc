@@ -41,9 +41,7 @@ uint16_t ScaleOf(const float* x, uint32_t n) {
   if (bits >= kFp16MaxAsFp32Bits) return kFp16Max;
   float m;
   std::memcpy(&m, &bits, 4);
-  uint16_t h = Fp32ToFp16(m);
-  if (Fp16ToFp32(h) < m) ++h;  // positive, so the next pattern up is the next value up
-  return h;
+  return Fp32ToFp16Up(m);
 }
 
 // x^ = code * step + offset, offset = step/2 - M: algebraically the documented

@@ -140,20 +140,6 @@ Result<Params> ParseOptions(const EncodeOptions& options, uint32_t n_layers) {
   return p;
 }
 
-// The largest fp16 not above x (x finite, |x| <= 65504), so no anchor falls below the stored min.
-uint16_t Fp16RoundDown(float x) {
-  uint16_t h = Fp32ToFp16(x);
-  if (Fp16ToFp32(h) > x) h = static_cast<uint16_t>((h & 0x8000) ? h + 1 : h - 1);
-  return h;
-}
-
-// The smallest fp16 not below x (0 <= x <= 65504), so no code needs to leave its range.
-uint16_t Fp16RoundUp(float x) {
-  uint16_t h = Fp32ToFp16(x);
-  if (Fp16ToFp32(h) < x) ++h;
-  return h;
-}
-
 bool AllInFp16Range(const float* x, size_t n) {
   uint32_t bad = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -216,9 +202,9 @@ void QuantiseLayer(const float* x, uint32_t tokens, size_t channels, uint32_t gr
   std::vector<float> ainv(channels);
   for (size_t c = 0; c < channels; ++c) {
     // + 0.0f: which zero a min reduction returns must not reach the bytes.
-    const uint16_t min_h = Fp16RoundDown(lo[c] + 0.0f);
+    const uint16_t min_h = Fp32ToFp16Down(lo[c] + 0.0f);
     amin[c] = Fp16ToFp32(min_h);
-    const uint16_t scale_h = Fp16RoundUp((hi[c] - amin[c]) / static_cast<float>(kAnchorLevels));
+    const uint16_t scale_h = Fp32ToFp16Up((hi[c] - amin[c]) / static_cast<float>(kAnchorLevels));
     ascale[c] = Fp16ToFp32(scale_h);
     ainv[c] = ascale[c] > 0.0f ? 1.0f / ascale[c] : 0.0f;
     PutU16(&out->stats[c * kStatBytes], min_h);
@@ -250,7 +236,7 @@ void QuantiseLayer(const float* x, uint32_t tokens, size_t channels, uint32_t gr
   std::vector<float> step(channels);
   std::vector<float> sinv(channels);
   for (size_t c = 0; c < channels; ++c) {
-    const uint16_t step_h = Fp16RoundUp(std::max(range[c], maxabs[c]) / static_cast<float>(half));
+    const uint16_t step_h = Fp32ToFp16Up(std::max(range[c], maxabs[c]) / static_cast<float>(half));
     step[c] = Fp16ToFp32(step_h);
     sinv[c] = step[c] > 0.0f ? 1.0f / step[c] : 0.0f;
     PutU16(&out->stats[c * kStatBytes + 4], step_h);

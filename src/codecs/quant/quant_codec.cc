@@ -72,24 +72,6 @@ LayerLayout LayoutOf(KvKind kind, const KvShape& shape, const QuantParams& p) {
   return l;
 }
 
-// The largest fp16 not above x (x finite, |x| <= 65504). Rounding the minimum down keeps
-// every element of the group at or above the stored minimum, so no element is clipped.
-uint16_t Fp16RoundDown(float x) {
-  uint16_t h = Fp32ToFp16(x);
-  // Rounding keeps the sign (a small negative x gives -0, never +0), so one step away from
-  // or towards zero in the sign-magnitude encoding is the next fp16 down.
-  if (Fp16ToFp32(h) > x) h = static_cast<uint16_t>((h & 0x8000) ? h + 1 : h - 1);
-  return h;
-}
-
-// The smallest fp16 not below x (0 <= x <= 65504). Rounding the scale up keeps the group's
-// maximum inside min + levels * scale.
-uint16_t Fp16RoundUp(float x) {
-  uint16_t h = Fp32ToFp16(x);
-  if (Fp16ToFp32(h) < x) ++h;
-  return h;
-}
-
 // One group's stored (min, scale) and the fp32 values both encoder and decoder derive from
 // them: the encoder quantises against exactly what the decoder will multiply by.
 struct GroupStat {
@@ -101,9 +83,9 @@ inline GroupStat MakeStat(float lo, float hi, float levels, float* min_out, floa
   GroupStat st;
   // + 0.0f turns -0 into +0: which zero a min reduction returns depends on its evaluation
   // order (vectorised or not), and the stored bytes must not.
-  st.min_h = Fp16RoundDown(lo + 0.0f);
+  st.min_h = Fp32ToFp16Down(lo + 0.0f);
   const float m = Fp16ToFp32(st.min_h);
-  st.scale_h = Fp16RoundUp((hi - m) / levels);
+  st.scale_h = Fp32ToFp16Up((hi - m) / levels);
   const float s = Fp16ToFp32(st.scale_h);
   *min_out = m;
   // scale 0 (a constant group whose value is an exact fp16): every code is 0.
