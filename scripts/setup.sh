@@ -10,6 +10,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config git ca-certificates xxd
   clang libclang-rt-14-dev
   libcli11-dev nlohmann-json3-dev libxxhash-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libdeflate-dev libopenblas-dev liblapacke-dev
 )
 
 log() { echo "[setup] $*" >&2; }
