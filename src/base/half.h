@@ -91,6 +91,19 @@ inline uint16_t Fp32ToFp16Down(float x) {
   return h;
 }
 
+// True when every value is finite and within fp16's range (|x| <= 65504). Integer compares,
+// so the loop vectorises: encoders run it over whole layers before quantising.
+inline bool AllInFp16Range(const float* x, size_t n) {
+  constexpr uint32_t kFp16MaxBits = 0x477fe000;  // 65504.0f
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &x[i], 4);
+    bad |= static_cast<uint32_t>((bits & 0x7fffffff) > kFp16MaxBits);
+  }
+  return bad == 0;
+}
+
 void Fp16ToFp32(const uint16_t* in, float* out, size_t n);
 void Fp32ToFp16(const float* in, uint16_t* out, size_t n);
 void Bf16ToFp32(const uint16_t* in, float* out, size_t n);

@@ -93,6 +93,30 @@ uint32_t SectionCrc(uint32_t tag, uint64_t length, std::span<const uint8_t> data
   return Crc32cExtend(crc, data.data(), data.size());
 }
 
+Result<std::span<const uint8_t>> ReadCheckedHeader(ByteReader& r, std::span<const uint8_t> file,
+                                                   std::span<const uint8_t> magic, uint32_t version,
+                                                   const char* format, size_t min_body, size_t max_body) {
+  RETURN_IF_ERROR(ExpectMagicAndVersion(r, magic, version, format));
+  const size_t preamble = r.offset() + 4;  // magic, version, header_length
+  uint32_t header_length;
+  RETURN_IF_ERROR(r.U32(&header_length, "header_length"));
+  if (min_body == max_body) {
+    KVC_CHECK_CORRUPT(header_length == min_body, "header_length %u is not %zu", header_length, min_body);
+  } else {
+    KVC_CHECK_CORRUPT(header_length >= min_body && header_length <= max_body, "header_length %u outside [%zu, %zu]",
+                      header_length, min_body, max_body);
+  }
+  std::span<const uint8_t> body;
+  RETURN_IF_ERROR(r.Bytes(header_length, &body, "header body"));
+  uint32_t stored_crc;
+  RETURN_IF_ERROR(r.U32(&stored_crc, "header CRC32C"));
+  // Verified before any field is trusted, so a damaged header reports the damage rather than
+  // whichever field it happened to hit.
+  const uint32_t crc = Crc32c(file.data(), preamble + header_length);
+  KVC_CHECK_CORRUPT(crc == stored_crc, "header: CRC32C mismatch (stored 0x%08x, computed 0x%08x)", stored_crc, crc);
+  return body;
+}
+
 Result<std::vector<uint8_t>> WriteKvc(const KvcHeader& header, const std::vector<KvcSection>& sections) {
   RETURN_IF_ERROR(CheckHeaderFields(header, sections.size()));
 
@@ -130,22 +154,9 @@ Result<std::vector<uint8_t>> WriteKvc(const KvcHeader& header, const std::vector
 
 Result<KvcFile> ReadKvc(std::span<const uint8_t> bytes) {
   ByteReader r(bytes);
-  RETURN_IF_ERROR(ExpectMagicAndVersion(r, std::span(kMagic), kKvcFormatVersion, ".kvc"));
-
-  uint32_t header_length;
-  RETURN_IF_ERROR(r.U32(&header_length, "header_length"));
-  KVC_CHECK_CORRUPT(header_length >= kHeaderBodyFixedBytes && header_length <= kHeaderBodyMaxBytes,
-                    "header_length %u outside [%zu, %zu]", header_length, kHeaderBodyFixedBytes,
-                    kHeaderBodyMaxBytes);
-  std::span<const uint8_t> body;
-  RETURN_IF_ERROR(r.Bytes(header_length, &body, "header body"));
-  uint32_t stored_header_crc;
-  RETURN_IF_ERROR(r.U32(&stored_header_crc, "header CRC32C"));
-  // Verified before any field is trusted, so a damaged header reports the damage rather than
-  // whichever field it happened to hit.
-  const uint32_t header_crc = Crc32c(bytes.data(), kPreambleBytes + header_length);
-  KVC_CHECK_CORRUPT(header_crc == stored_header_crc, "header: CRC32C mismatch (stored 0x%08x, computed 0x%08x)",
-                    stored_header_crc, header_crc);
+  ASSIGN_OR_RETURN(const std::span<const uint8_t> body,
+                   ReadCheckedHeader(r, bytes, std::span(kMagic), kKvcFormatVersion, ".kvc", kHeaderBodyFixedBytes,
+                                     kHeaderBodyMaxBytes));
 
   KvcFile file;
   uint32_t n_sections = 0;
@@ -154,7 +165,7 @@ Result<KvcFile> ReadKvc(std::span<const uint8_t> bytes) {
     return s.WithContext("header");
   }
   KVC_CHECK_CORRUPT(body_reader.empty(), "header_length %u disagrees with the header fields (%zu bytes)",
-                    header_length, body_reader.offset());
+                    static_cast<unsigned>(body.size()), body_reader.offset());
   if (Status s = CheckHeaderFields(file.header, n_sections); !s.ok()) {
     return Corrupt("header: " + s.message());
   }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "base/byte_io.h"
 #include "base/status.h"
 #include "tensor/kv_cache.h"
 
@@ -52,6 +53,14 @@ struct KvcFile {
 // The CRC32C every kvcodec section carries (.kvc and .kvcal alike): over its tag (u32 LE),
 // its length (u64 LE) and its data, so a damaged tag or length cannot pass for another section.
 uint32_t SectionCrc(uint32_t tag, uint64_t length, std::span<const uint8_t> data);
+
+// Reads the start every kvcodec file shares (.kvc, .kvcal): magic, u32 format version, u32
+// header_length within [min_body, max_body], the header body, and a CRC32C over all of that,
+// which is verified before any field is trusted. Returns the body, a view into `file`; `r`
+// must be positioned at the start of `file`.
+Result<std::span<const uint8_t>> ReadCheckedHeader(ByteReader& r, std::span<const uint8_t> file,
+                                                   std::span<const uint8_t> magic, uint32_t version,
+                                                   const char* format, size_t min_body, size_t max_body);
 
 // Serialises header and sections; fails on values the format cannot hold.
 Result<std::vector<uint8_t>> WriteKvc(const KvcHeader& header, const std::vector<KvcSection>& sections);

@@ -300,19 +300,9 @@ Result<std::vector<uint8_t>> WriteKvcal(const KvtcCalibration& c) {
 
 Result<KvtcCalibration> ReadKvcal(std::span<const uint8_t> bytes) {
   ByteReader r(bytes);
-  RETURN_IF_ERROR(ExpectMagicAndVersion(r, std::span(kMagic), kKvcalFormatVersion, ".kvcal"));
-  uint32_t header_length;
-  RETURN_IF_ERROR(r.U32(&header_length, "header_length"));
-  KVC_CHECK_CORRUPT(header_length == kHeaderBodyBytes, "header_length %u is not %zu", header_length, kHeaderBodyBytes);
-  std::span<const uint8_t> body;
-  RETURN_IF_ERROR(r.Bytes(header_length, &body, "header body"));
-  uint32_t stored_header_crc;
-  RETURN_IF_ERROR(r.U32(&stored_header_crc, "header CRC32C"));
-  // Verified before any field is trusted, so damage is reported as damage rather than as
-  // whichever field it happened to hit.
-  const uint32_t header_crc = Crc32c(bytes.data(), kPreambleBytes + header_length);
-  KVC_CHECK_CORRUPT(header_crc == stored_header_crc, "header: CRC32C mismatch (stored 0x%08x, computed 0x%08x)",
-                    stored_header_crc, header_crc);
+  ASSIGN_OR_RETURN(const std::span<const uint8_t> body,
+                   ReadCheckedHeader(r, bytes, std::span(kMagic), kKvcalFormatVersion, ".kvcal", kHeaderBodyBytes,
+                                     kHeaderBodyBytes));
 
   KvtcCalibration c;
   uint32_t n_bases = 0;

@@ -27,7 +27,6 @@ constexpr uint8_t kModePacked = 0;
 constexpr uint8_t kModeRans = 1;
 constexpr uint8_t kModeRansShared = 2;
 constexpr float kFp16Max = 65504.0f;
-constexpr uint32_t kFp16MaxBits = 0x477fe000;  // 65504.0f
 // Per channel: anchor min, anchor scale, delta step, all fp16.
 constexpr size_t kStatBytes = 6;
 // The smallest serialised frequency table: alphabet varint, scale_bits, one entry.
@@ -138,16 +137,6 @@ Result<Params> ParseOptions(const EncodeOptions& options, uint32_t n_layers) {
   p.k = CacheGenCodec::KeyBands(p.level_id, n_layers);
   p.v = CacheGenCodec::ValueBands(p.level_id, n_layers);
   return p;
-}
-
-bool AllInFp16Range(const float* x, size_t n) {
-  uint32_t bad = 0;
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, &x[i], 4);
-    bad |= static_cast<uint32_t>((bits & 0x7fffffff) > kFp16MaxBits);
-  }
-  return bad == 0;
 }
 
 // Shared by encoder and decoder so that deltas are taken against exactly the anchor the

@@ -358,10 +358,8 @@ Result<EncodedKv> KvtcCodec::Encode(const KvView& kv, const EncodeOptions& optio
         for (auto [begin, count] : {std::pair{0u, ex.prefix}, std::pair{shape.n_tokens - ex.suffix, ex.suffix}}) {
           if (count == 0) continue;
           kv.ReadRowsF32(kind, l, begin, count, buf.data());
-          for (size_t i = 0; i < count * row; ++i) {
-            if (!std::isfinite(buf[i]) || std::fabs(buf[i]) > 65504.0f) {
-              return InvalidArgument(FormatMessage("kvtc: %s layer %u holds a value fp16 cannot store", KvKindName(kind), l));
-            }
+          if (!AllInFp16Range(buf.data(), count * row)) {
+            return InvalidArgument(FormatMessage("kvtc: %s layer %u holds a value fp16 cannot store", KvKindName(kind), l));
           }
           Fp32ToFp16(buf.data(), half.data(), count * row);
           const auto* bytes = reinterpret_cast<const uint8_t*>(half.data());

@@ -18,7 +18,6 @@ namespace {
 constexpr uint32_t kTagK = 0x4B;
 constexpr uint32_t kTagV = 0x56;
 constexpr float kFp16Max = 65504.0f;
-constexpr uint32_t kFp16MaxBits = 0x477fe000;  // 65504.0f
 constexpr size_t kStatBytes = 4;
 
 uint32_t TagOf(KvKind kind) { return kind == KvKind::kKey ? kTagK : kTagV; }
@@ -106,17 +105,6 @@ void PutStat(uint8_t* p, GroupStat st) {
   p[1] = static_cast<uint8_t>(st.min_h >> 8);
   p[2] = static_cast<uint8_t>(st.scale_h);
   p[3] = static_cast<uint8_t>(st.scale_h >> 8);
-}
-
-// Finite and within fp16 range; integer compares so the loop vectorises.
-bool AllInFp16Range(const float* x, size_t n) {
-  uint32_t bad = 0;
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, &x[i], 4);
-    bad |= static_cast<uint32_t>((bits & 0x7fffffff) > kFp16MaxBits);
-  }
-  return bad == 0;
 }
 
 // Per channel: groups of group_size consecutive tokens of one channel.
