@@ -8,6 +8,7 @@
 #include "codecs/kvtc/kvtc_codec.h"
 #include "codecs/quant/quant_codec.h"
 #include "codecs/raw/raw_codec.h"
+#include "codecs/video/video_codec.h"
 
 namespace kvc {
 namespace {
@@ -20,7 +21,8 @@ const std::vector<const Codec*>& Registry() {
   static const QuantCodec quant;
   static const KvtcCodec kvtc;
   static const CacheGenCodec cachegen;
-  static const std::vector<const Codec*> codecs = {&raw, &quant, &kvtc, &cachegen};
+  static const VideoCodec video;
+  static const std::vector<const Codec*> codecs = {&raw, &quant, &kvtc, &cachegen, &video};
   return codecs;
 }
 

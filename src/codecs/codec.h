@@ -40,6 +40,7 @@ struct EncodedKv {
 
 class CalibrationRegistry;
 class ThreadPool;
+class VideoDecoderBackend;
 
 // What a codec may use beyond its input: calibrations (kvtc finds its basis here, by model when
 // encoding and by hash when decoding) and a thread pool. Not owned; any may be null.
@@ -47,6 +48,7 @@ struct CodecContext {
   CalibrationRegistry* calibrations = nullptr;
   const ModelFingerprint* model = nullptr;  // the model the KV belongs to, when known
   ThreadPool* pool = nullptr;
+  const VideoDecoderBackend* video_decoder = nullptr;  // for the video codec; null: libavcodec on the CPU
 };
 
 class Codec {

@@ -10,42 +10,13 @@
 
 #include "base/byte_io.h"
 #include "base/half.h"
+#include "codecs/test_kv.h"
 
 namespace kvc {
 namespace {
 
 constexpr ModelFingerprint kFp{4, 5, 6};
 const KvShape kShape{.n_layers = 4, .n_kv_heads = 2, .head_dim = 16, .n_tokens = 100};
-
-// KV with the structure CacheGen exploits: per-channel offsets and magnitudes (a few loud
-// channels, as in real keys) and tokens correlated in time, AR(1) per channel with rho in
-// 0.5..0.9. correlated=false gives white noise with the same per-channel statistics.
-KvCache MakeCache(const KvShape& shape, uint32_t seed, bool correlated = true, DType dtype = DType::kF16) {
-  KvCache cache = KvCache::Create(shape, dtype).value();
-  if (shape.layer_elems() == 0) return cache;
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> uniform(0.5f, 0.9f);
-  const size_t channels = shape.row_elems();
-  std::vector<float> buf(shape.layer_elems());
-  for (uint32_t l = 0; l < shape.n_layers; ++l) {
-    for (KvKind kind : kKvKinds) {
-      for (size_t c = 0; c < channels; ++c) {
-        const float offset = kind == KvKind::kKey ? 2.0f * normal(rng) : 0.1f * normal(rng);
-        const float magnitude = kind == KvKind::kKey && c % 11 == 3 ? 6.0f : 0.7f;
-        const float rho = correlated ? uniform(rng) : 0.0f;
-        const float innovation = std::sqrt(1.0f - rho * rho);
-        float s = normal(rng);
-        for (uint32_t t = 0; t < shape.n_tokens; ++t) {
-          if (t > 0) s = rho * s + innovation * normal(rng);
-          buf[size_t{t} * channels + c] = offset + magnitude * s;
-        }
-      }
-      cache.WriteRowsF32(kind, l, 0, shape.n_tokens, buf.data());
-    }
-  }
-  return cache;
-}
 
 EncodeOptions Options(std::string level, uint32_t group = 0) {
   EncodeOptions o;

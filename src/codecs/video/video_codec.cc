@@ -1,0 +1,331 @@
+#include "codecs/video/video_codec.h"
+
+#include <algorithm>
+#include <array>
+
+#include "base/byte_io.h"
+#include "base/half.h"
+#include "base/thread_pool.h"
+#include "codecs/video/video_layout.h"
+#include "video/video_decoder.h"
+
+namespace kvc {
+namespace {
+
+constexpr uint32_t kTagK = 0x4B;
+constexpr uint32_t kTagV = 0x56;
+constexpr uint8_t kVersion = 1;
+constexpr size_t kParamsBytes = 8;
+constexpr std::array<const char*, 3> kLevelNames = {"8", "6", "4"};
+constexpr std::array<uint32_t, 3> kLevelBits = {8, 6, 4};
+constexpr uint32_t kMaxGroup = 65535;
+constexpr size_t kScaleBytes = 4;
+
+// Defaults chosen by measurement on models/kvtiny (docs/results.md, "video ablation").
+constexpr VideoCoder kDefaultCoder = VideoCoder::kFfv1;
+constexpr VideoLayout kDefaultLayout = VideoLayout::kTokenAxis;
+constexpr bool kDefaultOrder = true;
+constexpr bool kDefaultPlanes = true;
+constexpr uint32_t kDefaultGroup = 1;
+
+uint32_t TagOf(KvKind kind) { return kind == KvKind::kKey ? kTagK : kTagV; }
+
+struct Params {
+  uint32_t level_id = 0;
+  VideoCoder coder = kDefaultCoder;
+  LayoutSpec layout{kDefaultLayout, kDefaultPlanes};
+  bool order = kDefaultOrder;
+  uint32_t group = kDefaultGroup;
+  std::string preset = "medium";  // encoder only: not stored
+  uint32_t bits() const { return kLevelBits[level_id]; }
+};
+
+std::vector<uint8_t> WriteParams(const Params& p) {
+  ByteWriter w;
+  w.U8(kVersion);
+  w.U8(static_cast<uint8_t>(p.bits()));
+  w.U8(static_cast<uint8_t>(p.coder));
+  w.U8(static_cast<uint8_t>(p.layout.layout));
+  w.U8(p.order ? 1 : 0);
+  w.U8(p.layout.layer_planes ? 1 : 0);
+  w.U16(static_cast<uint16_t>(p.group));
+  return w.Take();
+}
+
+Result<Params> ParseParams(std::span<const uint8_t> bytes) {
+  KVC_CHECK_CORRUPT(bytes.size() == kParamsBytes, "params hold %zu bytes, expected %zu", bytes.size(), kParamsBytes);
+  ByteReader r(bytes);
+  uint8_t version, bits, coder, layout, order, planes;
+  uint16_t group;
+  RETURN_IF_ERROR(r.U8(&version, "params.version"));
+  RETURN_IF_ERROR(r.U8(&bits, "params.bits"));
+  RETURN_IF_ERROR(r.U8(&coder, "params.coder"));
+  RETURN_IF_ERROR(r.U8(&layout, "params.layout"));
+  RETURN_IF_ERROR(r.U8(&order, "params.order"));
+  RETURN_IF_ERROR(r.U8(&planes, "params.planes"));
+  RETURN_IF_ERROR(r.U16(&group, "params.group"));
+  KVC_CHECK_CORRUPT(version == kVersion, "params: version %u, expected %u", version, kVersion);
+  const auto* level = std::find(kLevelBits.begin(), kLevelBits.end(), bits);
+  KVC_CHECK_CORRUPT(level != kLevelBits.end(), "params: %u bits is no level", bits);
+  KVC_CHECK_CORRUPT(coder <= static_cast<uint8_t>(VideoCoder::kFfv1), "params: video coder %u unknown", coder);
+  KVC_CHECK_CORRUPT(layout <= static_cast<uint8_t>(VideoLayout::kTokenAxis), "params: layout %u unknown", layout);
+  KVC_CHECK_CORRUPT(order <= 1 && planes <= 1, "params: order %u / planes %u not a flag", order, planes);
+  KVC_CHECK_CORRUPT(group >= 1, "params: group 0");
+  Params p;
+  p.level_id = static_cast<uint32_t>(level - kLevelBits.begin());
+  p.coder = static_cast<VideoCoder>(coder);
+  p.layout = {static_cast<VideoLayout>(layout), planes == 1};
+  p.order = order == 1;
+  p.group = group;
+  return p;
+}
+
+Result<bool> ParseFlag(const EncodeOptions& options, const std::string& key, bool default_value) {
+  auto it = options.params.find(key);
+  if (it == options.params.end()) return default_value;
+  if (it->second == "1") return true;
+  if (it->second == "0") return false;
+  return InvalidArgument(key + "=" + it->second + ": expected 0 or 1");
+}
+
+Result<Params> ParseOptions(const EncodeOptions& options) {
+  static constexpr std::string_view kKnown[] = {"coder", "layout", "order", "planes", "group", "preset"};
+  RETURN_IF_ERROR(CheckKnownParams(options, kKnown));
+  Params p;
+  if (!options.level.empty()) {
+    const auto* it = std::find(kLevelNames.begin(), kLevelNames.end(), options.level);
+    if (it == kLevelNames.end()) return InvalidArgument("unknown level '" + options.level + "' (video levels: 8, 6, 4)");
+    p.level_id = static_cast<uint32_t>(it - kLevelNames.begin());
+  }
+  if (auto it = options.params.find("coder"); it != options.params.end()) {
+    const auto coder = ParseVideoCoder(it->second);
+    if (!coder) return InvalidArgument("coder=" + it->second + ": expected x265, x264 or ffv1");
+    p.coder = *coder;
+  }
+  if (auto it = options.params.find("layout"); it != options.params.end()) {
+    if (it->second == "axis") {
+      p.layout.layout = VideoLayout::kTokenAxis;
+    } else if (it->second == "frames") {
+      p.layout.layout = VideoLayout::kTokenFrames;
+    } else {
+      return InvalidArgument("layout=" + it->second + ": expected axis or frames");
+    }
+  }
+  ASSIGN_OR_RETURN(p.order, ParseFlag(options, "order", kDefaultOrder));
+  ASSIGN_OR_RETURN(p.layout.layer_planes, ParseFlag(options, "planes", kDefaultPlanes));
+  ASSIGN_OR_RETURN(p.group, ParamU32(options, "group", kDefaultGroup, 1, kMaxGroup));
+  if (auto it = options.params.find("preset"); it != options.params.end()) p.preset = it->second;
+  return p;
+}
+
+size_t OrderEntryBytes(size_t channels) { return channels <= 256 ? 1 : 2; }
+
+// Runs body(i) for i < n on the pool when there is one.
+void ForEach(ThreadPool* pool, size_t n, const std::function<void(size_t)>& body) {
+  if (pool != nullptr && n > 1) {
+    pool->ParallelFor(n, body);
+  } else {
+    for (size_t i = 0; i < n; ++i) body(i);
+  }
+}
+
+Status EncodeKind(const KvView& kv, KvKind kind, const Params& p, ThreadPool* pool, KvcSection* section) {
+  const KvShape shape = kv.shape();
+  section->tag = TagOf(kind);
+  if (shape.layer_elems() == 0) return Status::Ok();
+  const uint32_t channels = static_cast<uint32_t>(shape.row_elems());
+  const uint32_t tokens = shape.n_tokens;
+  std::vector<uint8_t> codes(shape.elems());  // [layer][token][channel]
+  std::vector<std::vector<GroupScale>> scales(shape.n_layers);
+  std::vector<std::vector<uint16_t>> orders(shape.n_layers);
+  std::vector<Status> statuses(shape.n_layers);
+  ForEach(pool, shape.n_layers, [&](size_t l) {
+    std::vector<float> x(shape.layer_elems());
+    kv.ReadLayerF32(kind, static_cast<uint32_t>(l), x.data());
+    if (!AllInFp16Range(x.data(), x.size())) {
+      statuses[l] = InvalidArgument(FormatMessage(
+          "%s layer %zu holds NaN, inf or a value beyond fp16 range (|x| > 65504)", KvKindName(kind), l));
+      return;
+    }
+    uint8_t* layer_codes = codes.data() + l * shape.layer_elems();
+    QuantiseLayer(x.data(), tokens, channels, p.group, p.bits(), &scales[l], layer_codes);
+    if (p.order) {
+      orders[l] = OrderChannels(layer_codes, tokens, channels);
+    } else {
+      orders[l].resize(channels);
+      for (uint32_t c = 0; c < channels; ++c) orders[l][c] = static_cast<uint16_t>(c);
+    }
+  });
+  for (const Status& s : statuses) RETURN_IF_ERROR(s);
+
+  const LayoutGeometry geometry(shape, p.layout);
+  std::vector<std::vector<uint8_t>> pixels(geometry.streams().size());
+  for (size_t s = 0; s < pixels.size(); ++s) pixels[s].assign(geometry.streams()[s].bytes(), 0);
+  for (uint32_t l = 0; l < shape.n_layers; ++l) {
+    const uint8_t* layer_codes = codes.data() + l * shape.layer_elems();
+    for (uint32_t t = 0; t < tokens; ++t) {
+      for (uint32_t pos = 0; pos < channels; ++pos) {
+        const auto place = geometry.Locate(l, t, pos);
+        pixels[place.stream][place.offset] = layer_codes[size_t{t} * channels + orders[l][pos]];
+      }
+    }
+  }
+  std::vector<Result<std::vector<uint8_t>>> streams(pixels.size(), Internal("not encoded"));
+  ForEach(pool, pixels.size(), [&](size_t s) {
+    const auto& st = geometry.streams()[s];
+    streams[s] = EncodeVideoStream(st.picture, st.n_frames, pixels[s], {.coder = p.coder, .preset = p.preset});
+  });
+
+  ByteWriter w;
+  for (const auto& layer : scales) {
+    for (const GroupScale& g : layer) {
+      w.U16(g.min_fp16);
+      w.U16(g.scale_fp16);
+    }
+  }
+  if (p.order) {
+    for (const auto& order : orders) {
+      for (uint16_t c : order) OrderEntryBytes(channels) == 1 ? w.U8(static_cast<uint8_t>(c)) : w.U16(c);
+    }
+  }
+  for (size_t s = 0; s < streams.size(); ++s) {
+    if (!streams[s].ok()) return streams[s].status().WithContext(FormatMessage("%s stream %zu", KvKindName(kind), s));
+    if (streams[s]->size() > UINT32_MAX) return InvalidArgument("video stream exceeds 4 GiB");
+    w.U32(static_cast<uint32_t>(streams[s]->size()));
+    w.Bytes(*streams[s]);
+  }
+  section->bytes = w.Take();
+  return Status::Ok();
+}
+
+Status DecodeKind(std::span<const uint8_t> bytes, KvKind kind, const KvShape& shape, const Params& p,
+                  const VideoDecoderBackend& backend, ThreadPool* pool, KvCache* cache) {
+  const char* kname = KvKindName(kind);
+  const uint32_t channels = static_cast<uint32_t>(shape.row_elems());
+  const uint32_t tokens = shape.n_tokens;
+  const uint32_t n_groups = (channels + p.group - 1) / p.group;
+  const LayoutGeometry geometry(shape, p.layout);
+  const size_t order_bytes = p.order ? size_t{shape.n_layers} * channels * OrderEntryBytes(channels) : 0;
+  // Scales, orders and one length per stream: checked before anything is allocated.
+  const uint64_t fixed = uint64_t{shape.n_layers} * n_groups * kScaleBytes + order_bytes + 4 * geometry.streams().size();
+  KVC_CHECK_CORRUPT(bytes.size() >= fixed, "section %s holds %zu bytes, fewer than the %llu its header needs", kname,
+                    bytes.size(), static_cast<unsigned long long>(fixed));
+  ByteReader r(bytes);
+  std::vector<std::vector<GroupScale>> scales(shape.n_layers, std::vector<GroupScale>(n_groups));
+  for (uint32_t l = 0; l < shape.n_layers; ++l) {
+    for (GroupScale& g : scales[l]) {
+      RETURN_IF_ERROR(r.U16(&g.min_fp16, "group min"));
+      RETURN_IF_ERROR(r.U16(&g.scale_fp16, "group scale"));
+      // inf/NaN, or a negative scale (sign bit set, -0 included), is something no encoder writes.
+      KVC_CHECK_CORRUPT((g.min_fp16 & 0x7c00) != 0x7c00 && (g.scale_fp16 & 0xfc00) != 0x7c00 &&
+                            (g.scale_fp16 & 0x8000) == 0,
+                        "%s layer %u: a group min or scale is inf, NaN or negative", kname, l);
+    }
+  }
+  std::vector<std::vector<uint16_t>> orders(shape.n_layers, std::vector<uint16_t>(channels));
+  for (uint32_t l = 0; l < shape.n_layers; ++l) {
+    for (uint32_t c = 0; c < channels; ++c) {
+      if (!p.order) {
+        orders[l][c] = static_cast<uint16_t>(c);
+      } else if (OrderEntryBytes(channels) == 1) {
+        uint8_t v;
+        RETURN_IF_ERROR(r.U8(&v, "channel order"));
+        orders[l][c] = v;
+      } else {
+        RETURN_IF_ERROR(r.U16(&orders[l][c], "channel order"));
+      }
+    }
+    KVC_CHECK_CORRUPT(IsPermutation(orders[l], channels), "%s layer %u: channel order is not a permutation", kname, l);
+  }
+  std::vector<std::span<const uint8_t>> streams(geometry.streams().size());
+  for (auto& s : streams) {
+    uint32_t len;
+    RETURN_IF_ERROR(r.U32(&len, "video stream length"));
+    RETURN_IF_ERROR(r.Bytes(len, &s, "video stream"));
+  }
+  KVC_CHECK_CORRUPT(r.empty(), "section %s: %zu bytes after the last stream", kname, r.remaining());
+
+  std::vector<std::vector<uint8_t>> pixels(streams.size());
+  std::vector<Status> statuses(streams.size());
+  ForEach(pool, streams.size(), [&](size_t s) {
+    const auto& st = geometry.streams()[s];
+    pixels[s].resize(st.bytes());
+    statuses[s] = backend.Decode(streams[s], st.picture, st.n_frames, pixels[s]);
+  });
+  for (size_t s = 0; s < statuses.size(); ++s) {
+    if (!statuses[s].ok()) return statuses[s].WithContext(FormatMessage("%s stream %zu", kname, s));
+  }
+
+  const uint32_t max_code = (1u << p.bits()) - 1;
+  std::vector<uint8_t> codes(shape.layer_elems());
+  std::vector<float> x(shape.layer_elems());
+  for (uint32_t l = 0; l < shape.n_layers; ++l) {
+    uint32_t bad = 0;
+    for (uint32_t t = 0; t < tokens; ++t) {
+      for (uint32_t pos = 0; pos < channels; ++pos) {
+        const auto place = geometry.Locate(l, t, pos);
+        const uint8_t v = pixels[place.stream][place.offset];
+        bad |= static_cast<uint32_t>(v > max_code);
+        codes[size_t{t} * channels + orders[l][pos]] = v;
+      }
+    }
+    KVC_CHECK_CORRUPT(bad == 0, "%s layer %u: a decoded code exceeds %u (%u-bit level)", kname, l, max_code, p.bits());
+    DequantiseLayer(codes.data(), tokens, channels, p.group, scales[l], x.data());
+    cache->WriteRowsF32(kind, l, 0, tokens, x.data());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+const CodecInfo& VideoCodec::info() const {
+  static const CodecInfo info{
+      .name = "video",
+      .id = kId,
+      .version = 1,
+      .levels = {"8", "6", "4"},
+      .default_level = "8",
+      .description = "KVCodec: per-channel quantisation, codec-friendly layout, lossless x265/x264/FFV1 "
+                     "through libavcodec",
+      .params = {"coder=ffv1", "layout=axis", "order=1", "planes=1", "group=1", "preset=medium"},
+  };
+  return info;
+}
+
+Result<EncodedKv> VideoCodec::Encode(const KvView& kv, const EncodeOptions& options, const CodecContext& context) const {
+  ASSIGN_OR_RETURN(const Params p, ParseOptions(options));
+  EncodedKv out;
+  out.level = kLevelNames[p.level_id];
+  out.params = WriteParams(p);
+  for (KvKind kind : kKvKinds) RETURN_IF_ERROR(EncodeKind(kv, kind, p, context.pool, &out.sections.emplace_back()));
+  return out;
+}
+
+Result<KvCache> VideoCodec::Decode(const KvcFile& file, const CodecContext& context) const {
+  const KvcHeader& h = file.header;
+  if (Status s = ValidateShape(h.shape, h.dtype); !s.ok()) return Corrupt("shape: " + s.message());
+  const KvShape& shape = h.shape;
+  ASSIGN_OR_RETURN(const Params p, ParseParams(h.codec_params));
+  KVC_CHECK_CORRUPT(h.level == kLevelNames[p.level_id], "level '%s' disagrees with params (%u bits)", h.level.c_str(),
+                    p.bits());
+  KVC_CHECK_CORRUPT(file.sections.size() == 2, "expected 2 sections (K, V), found %zu", file.sections.size());
+  for (KvKind kind : kKvKinds) {
+    const KvcSectionView& s = file.sections[kind == KvKind::kKey ? 0 : 1];
+    KVC_CHECK_CORRUPT(s.tag == TagOf(kind), "section %s has tag 0x%x, expected 0x%x", KvKindName(kind), s.tag,
+                      TagOf(kind));
+    if (shape.layer_elems() == 0) {
+      KVC_CHECK_CORRUPT(s.bytes.empty(), "section %s holds %zu bytes for zero elements", KvKindName(kind),
+                        s.bytes.size());
+    }
+  }
+  ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(shape, h.dtype, h.pos_begin));
+  if (shape.layer_elems() == 0) return cache;
+  const VideoDecoderBackend& backend = context.video_decoder != nullptr ? *context.video_decoder : CpuVideoDecoder();
+  for (KvKind kind : kKvKinds) {
+    RETURN_IF_ERROR(
+        DecodeKind(file.sections[kind == KvKind::kKey ? 0 : 1].bytes, kind, shape, p, backend, context.pool, &cache));
+  }
+  return cache;
+}
+
+}  // namespace kvc

@@ -1,0 +1,171 @@
+#include "codecs/video/video_codec.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "base/half.h"
+#include "codecs/test_kv.h"
+#include "codecs/video/video_layout.h"
+
+namespace kvc {
+namespace {
+
+constexpr ModelFingerprint kFp{7, 8, 9};
+
+EncodeOptions Options(std::string level, std::map<std::string, std::string> params = {}) {
+  return EncodeOptions{std::move(level), std::move(params)};
+}
+
+Result<std::vector<uint8_t>> Encode(const KvCache& cache, const EncodeOptions& options) {
+  return EncodeKvc(*FindCodec("video"), cache.View(), options, kFp, 0);
+}
+
+// What the decoder must return exactly: the input quantised and dequantised by the codec's
+// quantiser, independently of layout, ordering and video coder.
+std::vector<float> Quantised(const KvCache& cache, KvKind kind, uint32_t layer, uint32_t bits, uint32_t group) {
+  const KvShape s = cache.shape();
+  std::vector<float> x(s.layer_elems());
+  cache.View().ReadLayerF32(kind, layer, x.data());
+  std::vector<GroupScale> scales;
+  std::vector<uint8_t> codes(x.size());
+  QuantiseLayer(x.data(), s.n_tokens, static_cast<uint32_t>(s.row_elems()), group, bits, &scales, codes.data());
+  DequantiseLayer(codes.data(), s.n_tokens, static_cast<uint32_t>(s.row_elems()), group, scales, x.data());
+  // The cache stores fp16: round as the decoder's cache does.
+  for (float& v : x) v = Fp16ToFp32(Fp32ToFp16(v));
+  return x;
+}
+
+void ExpectExact(const KvCache& input, const KvCache& decoded, uint32_t bits, uint32_t group, const std::string& what) {
+  const KvShape s = input.shape();
+  ASSERT_EQ(decoded.shape(), s) << what;
+  std::vector<float> got(s.layer_elems());
+  for (KvKind kind : kKvKinds) {
+    for (uint32_t l = 0; l < s.n_layers; ++l) {
+      decoded.View().ReadLayerF32(kind, l, got.data());
+      ASSERT_EQ(got, Quantised(input, kind, l, bits, group)) << what << " " << KvKindName(kind) << " layer " << l;
+    }
+  }
+}
+
+// Bit-exact over every coder, layout, ordering and plane setting, at shapes whose pictures are
+// tiny or odd (1 token, 1 head, head_dim 6, 5 layers: a partial plane group).
+TEST(VideoCodec, BitExactForEveryCoderLayoutAndShape) {
+  const KvShape shapes[] = {{5, 3, 6, 9}, {1, 1, 4, 1}, {4, 2, 16, 33}};
+  for (const KvShape& shape : shapes) {
+    const KvCache cache = MakeCache(shape, shape.n_tokens);
+    for (const char* coder : {"x265", "x264", "ffv1"}) {
+      for (const char* layout : {"frames", "axis"}) {
+        for (const char* planes : {"0", "1"}) {
+          for (const char* order : {"0", "1"}) {
+            const std::string what = std::string(coder) + " " + layout + " planes=" + planes + " order=" + order +
+                                     " shape " + std::to_string(shape.n_layers) + "x" + std::to_string(shape.n_kv_heads) +
+                                     "x" + std::to_string(shape.head_dim) + "x" + std::to_string(shape.n_tokens);
+            auto bytes = Encode(cache, Options("8", {{"coder", coder}, {"layout", layout}, {"planes", planes},
+                                                     {"order", order}, {"preset", "ultrafast"}}));
+            ASSERT_TRUE(bytes.ok()) << what << ": " << bytes.status().ToString();
+            auto decoded = DecodeKvc(*bytes, &kFp);
+            ASSERT_TRUE(decoded.ok()) << what << ": " << decoded.status().ToString();
+            ExpectExact(cache, *decoded, 8, 1, what);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(VideoCodec, LevelsAndGroupsRoundTripAndShrink) {
+  const KvShape shape{.n_layers = 4, .n_kv_heads = 2, .head_dim = 16, .n_tokens = 64};
+  const KvCache cache = MakeCache(shape, 5);
+  size_t previous = SIZE_MAX;
+  for (const auto& [level, bits] : {std::pair{"8", 8u}, {"6", 6u}, {"4", 4u}}) {
+    for (uint32_t group : {1u, 4u, 32u}) {
+      auto bytes = Encode(cache, Options(level, {{"group", std::to_string(group)}}));
+      ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+      auto decoded = DecodeKvc(*bytes, &kFp);
+      ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+      EXPECT_EQ(decoded->View().shape(), shape);
+      ExpectExact(cache, *decoded, bits, group, std::string("level ") + level);
+      if (group == 1) {
+        EXPECT_LT(bytes->size(), previous) << "level " << level;
+        previous = bytes->size();
+      }
+    }
+  }
+}
+
+TEST(VideoCodec, EncodingTwiceGivesTheSameBytes) {
+  const KvCache cache = MakeCache({3, 2, 8, 40}, 2);
+  for (const char* coder : {"x265", "x264", "ffv1"}) {
+    auto a = Encode(cache, Options("6", {{"coder", coder}}));
+    auto b = Encode(cache, Options("6", {{"coder", coder}}));
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(*a, *b) << coder;
+  }
+}
+
+TEST(VideoCodec, ZeroTokensRoundTrip) {
+  const KvCache cache = KvCache::Create({2, 1, 4, 0}, DType::kF16).value();
+  auto bytes = Encode(cache, Options(""));
+  ASSERT_TRUE(bytes.ok());
+  auto decoded = DecodeKvc(*bytes, &kFp);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->shape().n_tokens, 0u);
+}
+
+TEST(VideoCodec, RejectsBadOptionsAndInput) {
+  const KvCache cache = MakeCache({2, 1, 4, 5}, 1);
+  EXPECT_EQ(Encode(cache, Options("7")).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Encode(cache, Options("8", {{"coder", "vp9"}})).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Encode(cache, Options("8", {{"layout", "spiral"}})).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Encode(cache, Options("8", {{"order", "2"}})).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Encode(cache, Options("8", {{"group", "0"}})).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Encode(cache, Options("8", {{"colour", "1"}})).status().code(), StatusCode::kInvalidArgument);
+  KvCache bad = MakeCache({2, 1, 4, 5}, 1, true, DType::kF32);
+  std::vector<float> row(4, std::nanf(""));
+  bad.WriteRowsF32(KvKind::kValue, 1, 2, 1, row.data());
+  EXPECT_EQ(Encode(bad, Options("8")).status().code(), StatusCode::kInvalidArgument);
+}
+
+std::vector<uint8_t> Rewrite(const std::vector<uint8_t>& bytes,
+                             const std::function<void(KvcHeader&, std::vector<KvcSection>&)>& edit) {
+  KvcFile file = ReadKvc(bytes).value();
+  std::vector<KvcSection> sections;
+  for (const auto& s : file.sections) sections.push_back({s.tag, {s.bytes.begin(), s.bytes.end()}});
+  edit(file.header, sections);
+  return WriteKvc(file.header, sections).value();
+}
+
+// Damage that passes the container's CRCs (a file rewritten with consistent checksums) must
+// still be a clear error.
+TEST(VideoCodec, DamagedPayloadsAreErrors) {
+  const KvShape shape{3, 2, 8, 12};
+  const KvCache cache = MakeCache(shape, 4);
+  const auto good = Encode(cache, Options("6")).value();
+  auto expect_corrupt = [&](const char* what, const std::function<void(KvcHeader&, std::vector<KvcSection>&)>& edit) {
+    const auto bytes = Rewrite(good, edit);
+    const auto decoded = DecodeKvc(bytes, &kFp);
+    EXPECT_EQ(decoded.status().code(), StatusCode::kCorrupt) << what << ": " << decoded.status().ToString();
+  };
+  expect_corrupt("level disagrees", [](KvcHeader& h, auto&) { h.level = "8"; });
+  expect_corrupt("unknown coder", [](KvcHeader& h, auto&) { h.codec_params[2] = 9; });
+  expect_corrupt("params short", [](KvcHeader& h, auto&) { h.codec_params.pop_back(); });
+  expect_corrupt("one section", [](KvcHeader&, auto& s) { s.pop_back(); });
+  expect_corrupt("section truncated", [](KvcHeader&, auto& s) { s[0].bytes.resize(s[0].bytes.size() / 2); });
+  expect_corrupt("trailing byte", [](KvcHeader&, auto& s) { s[1].bytes.push_back(0); });
+  // Scales come first (3 layers x 16 channels x 4 bytes), then the channel orders.
+  expect_corrupt("negative scale", [](KvcHeader&, auto& s) { s[0].bytes[3] |= 0x80; });
+  expect_corrupt("order not a permutation", [](KvcHeader&, auto& s) { s[0].bytes[3 * 16 * 4 + 1] = s[0].bytes[3 * 16 * 4]; });
+  // A stream claiming another shape: the width field of K's stream header.
+  expect_corrupt("stream shape", [](KvcHeader&, auto& s) { s[0].bytes[3 * 16 * 4 + 3 * 16 + 4 + 3] ^= 1; });
+  // 6-bit codes decoded from an 8-bit picture: a forged level below the stored one.
+  const auto eight = Encode(cache, Options("8")).value();
+  const auto forged = Rewrite(eight, [](KvcHeader& h, auto&) {
+    h.level = "4";
+    h.codec_params[1] = 4;
+  });
+  EXPECT_EQ(DecodeKvc(forged, &kFp).status().code(), StatusCode::kCorrupt);
+}
+
+}  // namespace
+}  // namespace kvc

@@ -1,0 +1,201 @@
+#include "codecs/video/video_layout.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include "base/half.h"
+
+namespace kvc {
+namespace {
+
+uint32_t CeilDiv(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+const char* VideoLayoutName(VideoLayout layout) {
+  return layout == VideoLayout::kTokenFrames ? "frames" : "axis";
+}
+
+LayoutGeometry::LayoutGeometry(const KvShape& shape, const LayoutSpec& spec) : shape_(shape), spec_(spec) {
+  layers_per_stream_picture_ = spec.layer_planes ? 3 : 1;
+  const uint32_t planes = layers_per_stream_picture_;
+  if (shape.layer_elems() == 0) return;
+  const uint32_t layer_groups = CeilDiv(shape.n_layers, planes);
+  if (spec.layout == VideoLayout::kTokenFrames) {
+    // A head's channels as a near-square tile whose width is a power of two, heads in a
+    // near-square grid: small pictures stay as compact as the codec's blocks allow.
+    const uint32_t root = static_cast<uint32_t>(std::ceil(std::sqrt(static_cast<double>(shape.head_dim))));
+    tile_w_ = std::bit_ceil(root);
+    tile_h_ = CeilDiv(shape.head_dim, tile_w_);
+    grid_w_ = static_cast<uint32_t>(std::ceil(std::sqrt(static_cast<double>(shape.n_kv_heads))));
+    const uint32_t grid_h = CeilDiv(shape.n_kv_heads, grid_w_);
+    const PictureShape picture{grid_w_ * tile_w_, grid_h * tile_h_, planes};
+    streams_.assign(layer_groups, Stream{picture, shape.n_tokens});
+  } else {
+    const PictureShape picture{shape.n_tokens, static_cast<uint32_t>(shape.row_elems()), planes};
+    streams_.assign(1, Stream{picture, layer_groups});
+  }
+}
+
+LayoutGeometry::Place LayoutGeometry::Locate(uint32_t layer, uint32_t token, uint32_t position) const {
+  const uint32_t planes = layers_per_stream_picture_;
+  const uint32_t plane = layer % planes;
+  if (spec_.layout == VideoLayout::kTokenFrames) {
+    const Stream& s = streams_[layer / planes];
+    const uint32_t head_slot = position / shape_.head_dim;
+    const uint32_t i = position % shape_.head_dim;
+    const uint32_t x = (head_slot % grid_w_) * tile_w_ + i % tile_w_;
+    const uint32_t y = (head_slot / grid_w_) * tile_h_ + i / tile_w_;
+    return {layer / planes, token * s.picture.frame_bytes() + plane * s.picture.plane_bytes() +
+                                uint64_t{y} * s.picture.width + x};
+  }
+  const Stream& s = streams_[0];
+  return {0, (layer / planes) * s.picture.frame_bytes() + plane * s.picture.plane_bytes() +
+                 uint64_t{position} * s.picture.width + token};
+}
+
+std::vector<uint16_t> OrderChannels(const uint8_t* codes, uint32_t n_tokens, uint32_t n_channels,
+                                    uint32_t max_tokens) {
+  std::vector<uint16_t> order;
+  if (n_channels == 0) return order;
+  const uint32_t stride = std::max(1u, CeilDiv(n_tokens, std::max(1u, max_tokens)));
+  const uint32_t n_samples = n_tokens == 0 ? 0 : CeilDiv(n_tokens, stride);
+  std::vector<uint8_t> columns(size_t{n_channels} * n_samples);  // [channel][sample]
+  for (uint32_t s = 0; s < n_samples; ++s) {
+    const uint8_t* row = codes + size_t{s} * stride * n_channels;
+    for (uint32_t c = 0; c < n_channels; ++c) columns[size_t{c} * n_samples + s] = row[c];
+  }
+  auto distance = [&](uint32_t a, uint32_t b) {
+    const uint8_t* pa = columns.data() + size_t{a} * n_samples;
+    const uint8_t* pb = columns.data() + size_t{b} * n_samples;
+    uint32_t d = 0;
+    for (uint32_t s = 0; s < n_samples; ++s) d += static_cast<uint32_t>(std::abs(int{pa[s]} - int{pb[s]}));
+    return d;
+  };
+  std::vector<uint8_t> used(n_channels, 0);
+  order.reserve(n_channels);
+  uint32_t current = 0;
+  used[0] = 1;
+  order.push_back(0);
+  for (uint32_t k = 1; k < n_channels; ++k) {
+    uint32_t best = 0;
+    uint32_t best_d = std::numeric_limits<uint32_t>::max();
+    // Ties go to the lowest channel, so the order is a function of the codes alone.
+    for (uint32_t c = 0; c < n_channels; ++c) {
+      if (used[c]) continue;
+      const uint32_t d = distance(current, c);
+      if (d < best_d) {
+        best_d = d;
+        best = c;
+      }
+    }
+    used[best] = 1;
+    order.push_back(static_cast<uint16_t>(best));
+    current = best;
+  }
+  return order;
+}
+
+bool IsPermutation(std::span<const uint16_t> order, uint32_t n) {
+  if (order.size() != n) return false;
+  std::vector<uint8_t> seen(n, 0);
+  for (uint16_t c : order) {
+    if (c >= n || seen[c]) return false;
+    seen[c] = 1;
+  }
+  return true;
+}
+
+void QuantiseLayer(const float* x, uint32_t n_tokens, uint32_t n_channels, uint32_t group, uint32_t bits,
+                   std::vector<GroupScale>* scales, uint8_t* codes) {
+  const uint32_t n_groups = CeilDiv(n_channels, group);
+  const float levels = static_cast<float>((1u << bits) - 1);
+  scales->assign(n_groups, {});
+  std::vector<float> lo(n_channels, std::numeric_limits<float>::infinity());
+  std::vector<float> hi(n_channels, -std::numeric_limits<float>::infinity());
+  for (uint32_t t = 0; t < n_tokens; ++t) {
+    const float* row = x + size_t{t} * n_channels;
+    for (uint32_t c = 0; c < n_channels; ++c) {
+      lo[c] = std::min(lo[c], row[c]);
+      hi[c] = std::max(hi[c], row[c]);
+    }
+  }
+  std::vector<float> gmin(n_groups);
+  std::vector<float> ginv(n_groups);
+  for (uint32_t g = 0; g < n_groups; ++g) {
+    const uint32_t begin = g * group;
+    const uint32_t end = std::min(n_channels, begin + group);
+    const float glo = *std::min_element(lo.begin() + begin, lo.begin() + end);
+    const float ghi = *std::max_element(hi.begin() + begin, hi.begin() + end);
+    // + 0.0f: which zero a min reduction returns must not reach the bytes.
+    const uint16_t min_h = Fp32ToFp16Down(glo + 0.0f);
+    gmin[g] = Fp16ToFp32(min_h);
+    const uint16_t scale_h = Fp32ToFp16Up((ghi - gmin[g]) / levels);
+    const float scale = Fp16ToFp32(scale_h);
+    ginv[g] = scale > 0.0f ? 1.0f / scale : 0.0f;
+    (*scales)[g] = {min_h, scale_h};
+  }
+  for (uint32_t t = 0; t < n_tokens; ++t) {
+    const float* row = x + size_t{t} * n_channels;
+    uint8_t* out = codes + size_t{t} * n_channels;
+    for (uint32_t c = 0; c < n_channels; ++c) {
+      const uint32_t g = c / group;
+      const float q = std::clamp(std::nearbyint((row[c] - gmin[g]) * ginv[g]), 0.0f, levels);
+      out[c] = static_cast<uint8_t>(q);
+    }
+  }
+}
+
+void DequantiseLayer(const uint8_t* codes, uint32_t n_tokens, uint32_t n_channels, uint32_t group,
+                     std::span<const GroupScale> scales, float* x) {
+  std::vector<float> gmin(scales.size());
+  std::vector<float> gscale(scales.size());
+  for (size_t g = 0; g < scales.size(); ++g) {
+    gmin[g] = Fp16ToFp32(scales[g].min_fp16);
+    gscale[g] = Fp16ToFp32(scales[g].scale_fp16);
+  }
+  for (uint32_t t = 0; t < n_tokens; ++t) {
+    const uint8_t* in = codes + size_t{t} * n_channels;
+    float* row = x + size_t{t} * n_channels;
+    for (uint32_t c = 0; c < n_channels; ++c) {
+      const uint32_t g = c / group;
+      // Clamped into fp16 range: a top code times a rounded-up scale may pass 65504.
+      row[c] = std::clamp(gmin[g] + static_cast<float>(in[c]) * gscale[g], -65504.0f, 65504.0f);
+    }
+  }
+}
+
+double NeighbourDifferenceRatio(const float* x, uint32_t n_tokens, uint32_t n_channels) {
+  if (n_tokens < 2) return 0.0;
+  double sum_ratio = 0.0;
+  uint32_t counted = 0;
+  for (uint32_t c = 0; c < n_channels; ++c) {
+    double mean = 0.0;
+    double dmean = 0.0;
+    for (uint32_t t = 0; t < n_tokens; ++t) mean += x[size_t{t} * n_channels + c];
+    for (uint32_t t = 1; t < n_tokens; ++t) dmean += x[size_t{t} * n_channels + c] - x[size_t{t - 1} * n_channels + c];
+    mean /= n_tokens;
+    dmean /= n_tokens - 1;
+    double var = 0.0;
+    double dvar = 0.0;
+    for (uint32_t t = 0; t < n_tokens; ++t) {
+      const double v = x[size_t{t} * n_channels + c] - mean;
+      var += v * v;
+    }
+    for (uint32_t t = 1; t < n_tokens; ++t) {
+      const double d = x[size_t{t} * n_channels + c] - x[size_t{t - 1} * n_channels + c] - dmean;
+      dvar += d * d;
+    }
+    var /= n_tokens;
+    dvar /= n_tokens - 1;
+    if (var <= 0.0) continue;
+    sum_ratio += dvar / var;
+    ++counted;
+  }
+  return counted == 0 ? 0.0 : sum_ratio / counted;
+}
+
+}  // namespace kvc

@@ -1,0 +1,71 @@
+// Lossless video coding of 8-bit pictures through libavcodec (design brief §2.2): the encoder
+// side, and the byte format of one coded stream, which any decoder backend parses the same way.
+// A stream is a sequence of frames of one picture shape (1 plane: gray, 3 planes: yuv444p).
+// Codecs have minimum and aligned picture sizes; pictures are padded by repeating their last
+// row and column (cheap to predict) and cropped again on decode, so any size round-trips.
+// Byte layout: docs/format.md ("video stream").
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace kvc {
+
+// Values are stored in streams; never renumber.
+enum class VideoCoder : uint8_t { kX265 = 0, kX264 = 1, kFfv1 = 2 };
+inline constexpr VideoCoder kVideoCoders[] = {VideoCoder::kX265, VideoCoder::kX264, VideoCoder::kFfv1};
+
+// "x265", "x264", "ffv1".
+const char* VideoCoderName(VideoCoder coder);
+std::optional<VideoCoder> ParseVideoCoder(std::string_view name);
+
+struct PictureShape {
+  uint32_t width = 0;
+  uint32_t height = 0;
+  uint32_t planes = 1;  // 1 (gray) or 3 (yuv444p)
+  uint64_t plane_bytes() const { return uint64_t{width} * height; }
+  uint64_t frame_bytes() const { return plane_bytes() * planes; }
+  bool operator==(const PictureShape&) const = default;
+};
+
+// The largest picture side a stream may claim: far beyond any KV layout, small enough that a
+// hostile stream cannot make a decoder allocate more than the caller's own bound.
+inline constexpr uint32_t kMaxPictureSide = 16384;
+
+// The coded (padded) size of a picture of `shape` for `coder`.
+PictureShape CodedShape(VideoCoder coder, const PictureShape& shape);
+
+struct VideoEncodeOptions {
+  VideoCoder coder = VideoCoder::kFfv1;
+  // x265/x264 speed preset ("ultrafast" .. "veryslow"); ignored by FFV1.
+  std::string preset = "medium";
+};
+
+// Encodes `n_frames` frames, each `shape.frame_bytes()` bytes of planar 8-bit pixels (plane by
+// plane, rows top to bottom), losslessly. Deterministic: single-threaded encoders, no
+// timestamps from the clock.
+Result<std::vector<uint8_t>> EncodeVideoStream(const PictureShape& shape, uint32_t n_frames,
+                                               std::span<const uint8_t> pixels, const VideoEncodeOptions& options);
+
+// A parsed stream header and its packets (views into the stream's bytes).
+struct VideoStreamView {
+  VideoCoder coder = VideoCoder::kFfv1;
+  PictureShape shape;  // as the caller encoded it
+  PictureShape coded;  // padded, as the codec saw it
+  uint32_t n_frames = 0;
+  std::span<const uint8_t> extradata;
+  std::vector<std::span<const uint8_t>> packets;
+};
+
+// Parses a stream; `expected` and `expected_frames` are what the caller's own header says, and
+// a stream that claims anything else is corrupt (so its size bounds every allocation).
+Result<VideoStreamView> ParseVideoStream(std::span<const uint8_t> bytes, const PictureShape& expected,
+                                         uint32_t expected_frames);
+
+}  // namespace kvc

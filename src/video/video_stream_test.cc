@@ -1,0 +1,155 @@
+#include "video/video_stream.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+
+#include "video/video_decoder.h"
+
+namespace kvc {
+namespace {
+
+// Pixels that exercise prediction (a gradient plus noise) or defeat it (uniform noise).
+std::vector<uint8_t> MakePixels(const PictureShape& shape, uint32_t n_frames, bool noisy, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> px(shape.frame_bytes() * n_frames);
+  for (size_t i = 0; i < px.size(); ++i) {
+    px[i] = noisy ? static_cast<uint8_t>(rng()) : static_cast<uint8_t>((i % 97) + (rng() % 5));
+  }
+  return px;
+}
+
+struct Case {
+  uint32_t width, height, planes, frames;
+};
+
+class VideoRoundTrip : public ::testing::TestWithParam<VideoCoder> {};
+
+// Every size the KV layouts produce is small or odd somewhere: 1-pixel sides, sides below each
+// codec's minimum, sides one past an alignment, 2-row pictures.
+TEST_P(VideoRoundTrip, BitExactAtTinyAndOddSizes) {
+  const VideoCoder coder = GetParam();
+  const Case cases[] = {{1, 1, 1, 1},  {1, 1, 3, 2},  {3, 2, 1, 3},   {2, 64, 3, 2},  {64, 2, 1, 4},
+                        {5, 7, 3, 5},  {16, 16, 1, 2}, {17, 33, 3, 3}, {31, 9, 1, 6},  {128, 8, 3, 3},
+                        {256, 128, 1, 2}, {8, 16, 3, 17}, {65, 3, 1, 3}, {7, 1, 1, 2},
+                        {1, 9, 3, 2}};
+  uint32_t seed = 1;
+  for (const Case& c : cases) {
+    for (bool noisy : {false, true}) {
+      const PictureShape shape{c.width, c.height, c.planes};
+      const auto px = MakePixels(shape, c.frames, noisy, seed++);
+      auto stream = EncodeVideoStream(shape, c.frames, px, {.coder = coder, .preset = "ultrafast"});
+      ASSERT_TRUE(stream.ok()) << VideoCoderName(coder) << " " << c.width << "x" << c.height << ": "
+                               << stream.status().ToString();
+      std::vector<uint8_t> back(px.size(), 0xAB);
+      const Status s = CpuVideoDecoder().Decode(*stream, shape, c.frames, back);
+      ASSERT_TRUE(s.ok()) << VideoCoderName(coder) << " " << c.width << "x" << c.height << "x" << c.planes << ": "
+                          << s.ToString();
+      EXPECT_EQ(back, px) << VideoCoderName(coder) << " " << c.width << "x" << c.height << "x" << c.planes
+                          << " frames " << c.frames << (noisy ? " noisy" : " smooth");
+    }
+  }
+}
+
+TEST_P(VideoRoundTrip, EncodingTwiceGivesTheSameBytes) {
+  const PictureShape shape{40, 24, 3};
+  const auto px = MakePixels(shape, 6, false, 7);
+  auto a = EncodeVideoStream(shape, 6, px, {.coder = GetParam()});
+  auto b = EncodeVideoStream(shape, 6, px, {.coder = GetParam()});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, *b);
+}
+
+TEST_P(VideoRoundTrip, PredictablePicturesCompress) {
+  const PictureShape shape{64, 64, 1};
+  std::vector<uint8_t> px(shape.frame_bytes() * 4);
+  for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>(i % 64);
+  auto s = EncodeVideoStream(shape, 4, px, {.coder = GetParam()});
+  ASSERT_TRUE(s.ok());
+  EXPECT_LT(s->size(), px.size() / 4) << VideoCoderName(GetParam());
+}
+
+// A stream that disagrees with what the caller expects, or is cut short, is an error and never
+// writes outside the output.
+TEST_P(VideoRoundTrip, MismatchedOrTruncatedStreamsAreErrors) {
+  const PictureShape shape{20, 12, 3};
+  const auto px = MakePixels(shape, 3, false, 3);
+  auto stream = EncodeVideoStream(shape, 3, px, {.coder = GetParam()});
+  ASSERT_TRUE(stream.ok());
+  std::vector<uint8_t> out(px.size());
+  EXPECT_EQ(CpuVideoDecoder().Decode(*stream, {20, 12, 1}, 3, std::span(out).first(20 * 12 * 3)).code(),
+            StatusCode::kCorrupt);
+  std::vector<uint8_t> four(shape.frame_bytes() * 4);
+  EXPECT_EQ(CpuVideoDecoder().Decode(*stream, shape, 4, four).code(), StatusCode::kCorrupt);
+  for (size_t cut : {size_t{0}, size_t{5}, stream->size() / 2, stream->size() - 1}) {
+    const std::span<const uint8_t> part(stream->data(), cut);
+    EXPECT_FALSE(CpuVideoDecoder().Decode(part, shape, 3, out).ok()) << "cut at " << cut;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Coders, VideoRoundTrip, ::testing::ValuesIn(kVideoCoders),
+                         [](const auto& info) { return std::string(VideoCoderName(info.param)); });
+
+TEST(VideoCoderNames, RoundTrip) {
+  for (VideoCoder c : kVideoCoders) EXPECT_EQ(ParseVideoCoder(VideoCoderName(c)), c);
+  EXPECT_FALSE(ParseVideoCoder("vp9").has_value());
+  EXPECT_EQ(FindVideoDecoder("cpu"), &CpuVideoDecoder());
+  EXPECT_EQ(FindVideoDecoder("nvdec"), nullptr);
+}
+
+TEST(VideoEncode, RejectsBadInput) {
+  const std::vector<uint8_t> px(12);
+  EXPECT_EQ(EncodeVideoStream({2, 2, 2}, 1, px, {}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(EncodeVideoStream({2, 2, 3}, 2, px, {}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(EncodeVideoStream({0, 2, 1}, 1, {}, {}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(EncodeVideoStream({2, 2, 3}, 0, {}, {}).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvc
+
+namespace kvc {
+namespace {
+
+const std::filesystem::path kCorpus = std::filesystem::path(KVCODEC_SOURCE_DIR) / "fuzz" / "corpus" / "video_stream";
+
+// Small real streams of every coder, planes 1 and 3; each seed must still decode.
+std::vector<std::pair<std::string, std::vector<uint8_t>>> SeedStreams() {
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> seeds;
+  for (VideoCoder coder : kVideoCoders) {
+    for (uint32_t planes : {1u, 3u}) {
+      const PictureShape shape{12, 5, planes};
+      const auto px = MakePixels(shape, 3, false, planes);
+      auto s = EncodeVideoStream(shape, 3, px, {.coder = coder, .preset = "ultrafast"});
+      if (!s.ok()) continue;
+      seeds.emplace_back(std::string(VideoCoderName(coder)) + "_p" + std::to_string(planes), std::move(*s));
+    }
+  }
+  return seeds;
+}
+
+TEST(VideoFuzzCorpus, SeedsDecode) {
+  for (const auto& [name, unused] : SeedStreams()) {
+    std::ifstream in(kCorpus / name, std::ios::binary);
+    ASSERT_TRUE(in) << name << " missing (regenerate: video_test --gtest_also_run_disabled_tests "
+                    << "--gtest_filter=VideoFuzzCorpus.DISABLED_Regenerate)";
+    const std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    const PictureShape shape{12, 5, name.back() == '3' ? 3u : 1u};
+    std::vector<uint8_t> out(shape.frame_bytes() * 3);
+    EXPECT_TRUE(CpuVideoDecoder().Decode(bytes, shape, 3, out).ok()) << name;
+  }
+}
+
+TEST(VideoFuzzCorpus, DISABLED_Regenerate) {
+  std::filesystem::create_directories(kCorpus);
+  for (const auto& [name, bytes] : SeedStreams()) {
+    std::ofstream(kCorpus / name, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+}
+
+}  // namespace
+}  // namespace kvc
