@@ -128,6 +128,21 @@ typedef struct kvc_bench_codec_params {
 /* Codec encode/decode MB/s on a real KV cache, one thread and all cores, beside memcpy (JSON). */
 kvc_status kvc_bench_codec_json(const kvc_bench_codec_params* params, char** out_json);
 
+typedef struct kvc_bench_video_params {
+  const char* model_path;
+  const char* text_path;  /* NULL: eval.txt beside the model */
+  const char* preset;     /* NULL: "medium" (x265/x264) */
+  uint32_t ctx;           /* 0: 1024 */
+  uint32_t chunk;         /* 0: 256 */
+  double min_seconds;     /* 0: 0.3, per decode-speed measurement */
+  int32_t quiet;          /* non-zero: no progress line on stderr */
+} kvc_bench_video_params;
+
+/* The video codec's layout ablation on a real KV cache: 8-bit codes alone, general-purpose
+ * coders on them, each layout step with each video coder (ratio, decode MB/s), and per layer
+ * the neighbouring-token difference ratio (JSON, caller frees). */
+kvc_status kvc_bench_video_json(const kvc_bench_video_params* params, char** out_json);
+
 /* Runs the accuracy evaluation; the report is a JSON object (caller frees). */
 kvc_status kvc_eval_json(const kvc_eval_params* params, char** out_json);
 

@@ -14,6 +14,7 @@
 #include "codecs/codec.h"
 #include "engine/calibrate.h"
 #include "engine/codec_bench.h"
+#include "engine/video_ablation.h"
 #include "engine/evaluator.h"
 #include "engine/llama_engine.h"
 #include "engine/llama_state.h"
@@ -379,6 +380,22 @@ kvc_status kvc_bench_codec_json(const kvc_bench_codec_params* p, char** out_json
   auto report = kvc::RunCodecBench(o);
   if (!report.ok()) return Fail(report.status());
   *out_json = CopyString(kvc::CodecBenchReportJson(*report));
+  return KVC_OK;
+}
+
+kvc_status kvc_bench_video_json(const kvc_bench_video_params* p, char** out_json) {
+  if (p == nullptr || p->model_path == nullptr || out_json == nullptr) return NullArgument("params, model or out");
+  kvc::VideoAblationOptions o;
+  o.model_path = p->model_path;
+  if (p->text_path) o.text_path = p->text_path;
+  if (p->preset) o.preset = p->preset;
+  if (p->ctx) o.ctx = p->ctx;
+  if (p->chunk) o.chunk = p->chunk;
+  if (p->min_seconds > 0) o.min_seconds = p->min_seconds;
+  o.progress = p->quiet == 0;
+  auto report = kvc::RunVideoAblationJson(o);
+  if (!report.ok()) return Fail(report.status());
+  *out_json = CopyString(*report);
   return KVC_OK;
 }
 

@@ -283,6 +283,15 @@ TEST(FuzzCorpus, DISABLED_Regenerate) {
       {"quant4_bf16", "quant", {.level = "4", .params = {{"group_size", "3"}}}, DType::kBF16, 1, 2},
       {"quant4_g1", "quant", {.level = "4", .params = {{"group_size", "1"}}}, DType::kF16, 1, 0},
       {"quant8_big_group", "quant", {.level = "8"}, DType::kF32, 1, 3},
+      {"cachegen_medium", "cachegen", {.level = "medium", .params = {{"group", "2"}}}, DType::kF16, 3, 3},
+      {"video8_ffv1", "video", {.level = "8"}, DType::kF16, 4, 1},
+      {"video6_x264_planes", "video", {.level = "6", .params = {{"coder", "x264"}, {"planes", "1"}}}, DType::kF32, 4, 3},
+      {"video4_x265_frames",
+       "video",
+       {.level = "4", .params = {{"coder", "x265"}, {"layout", "frames"}, {"preset", "ultrafast"}}},
+       DType::kF16,
+       4,
+       2},
   };
   std::filesystem::create_directories(kCorpus);
   for (const Seed& seed : seeds) {

@@ -167,12 +167,14 @@ Result<std::vector<uint8_t>> EncodeVideoStream(const PictureShape& shape, uint32
       av_dict_set(&opts, "qp", "0", 0);
       break;
     case VideoCoder::kFfv1:
-      // Range coder with the default state table and the large context model: the best ratio
-      // FFV1 offers in one pass. Version 3 keeps its parameters in extradata.
+      // Range coder with the default state table and the small context model: on quantised KV
+      // (pictures of a few hundred thousand pixels) the large model's 60x more contexts never
+      // learn enough; small contexts gave 2.3x vs 2.2x, and the range coder 1% more than
+      // Golomb-Rice at half its decode speed (docs/results.md, video ablation). Version 3 keeps
+      // its parameters in extradata and picks its slice count from the picture size.
       av_dict_set(&opts, "level", "3", 0);
       av_dict_set(&opts, "coder", "1", 0);
-      av_dict_set(&opts, "context", "1", 0);
-      av_dict_set(&opts, "slices", "1", 0);
+      av_dict_set(&opts, "context", "0", 0);
       av_dict_set(&opts, "slicecrc", "0", 0);
       break;
   }

@@ -15,7 +15,7 @@ namespace {
 constexpr uint32_t kTagK = 0x4B;
 constexpr uint32_t kTagV = 0x56;
 constexpr uint8_t kVersion = 1;
-constexpr size_t kParamsBytes = 8;
+constexpr size_t kParamsBytes = 10;
 constexpr std::array<const char*, 3> kLevelNames = {"8", "6", "4"};
 constexpr std::array<uint32_t, 3> kLevelBits = {8, 6, 4};
 constexpr uint32_t kMaxGroup = 65535;
@@ -25,7 +25,9 @@ constexpr size_t kScaleBytes = 4;
 constexpr VideoCoder kDefaultCoder = VideoCoder::kFfv1;
 constexpr VideoLayout kDefaultLayout = VideoLayout::kTokenAxis;
 constexpr bool kDefaultOrder = true;
-constexpr bool kDefaultPlanes = true;
+constexpr bool kDefaultPlanes = false;
+constexpr bool kDefaultCenter = false;
+constexpr bool kDefaultTokenOrder = true;
 constexpr uint32_t kDefaultGroup = 1;
 
 uint32_t TagOf(KvKind kind) { return kind == KvKind::kKey ? kTagK : kTagV; }
@@ -35,6 +37,8 @@ struct Params {
   VideoCoder coder = kDefaultCoder;
   LayoutSpec layout{kDefaultLayout, kDefaultPlanes};
   bool order = kDefaultOrder;
+  bool center = kDefaultCenter;
+  bool token_order = kDefaultTokenOrder;
   uint32_t group = kDefaultGroup;
   std::string preset = "medium";  // encoder only: not stored
   uint32_t bits() const { return kLevelBits[level_id]; }
@@ -48,6 +52,8 @@ std::vector<uint8_t> WriteParams(const Params& p) {
   w.U8(static_cast<uint8_t>(p.layout.layout));
   w.U8(p.order ? 1 : 0);
   w.U8(p.layout.layer_planes ? 1 : 0);
+  w.U8(p.center ? 1 : 0);
+  w.U8(p.token_order ? 1 : 0);
   w.U16(static_cast<uint16_t>(p.group));
   return w.Take();
 }
@@ -55,7 +61,7 @@ std::vector<uint8_t> WriteParams(const Params& p) {
 Result<Params> ParseParams(std::span<const uint8_t> bytes) {
   KVC_CHECK_CORRUPT(bytes.size() == kParamsBytes, "params hold %zu bytes, expected %zu", bytes.size(), kParamsBytes);
   ByteReader r(bytes);
-  uint8_t version, bits, coder, layout, order, planes;
+  uint8_t version, bits, coder, layout, order, planes, center, token_order;
   uint16_t group;
   RETURN_IF_ERROR(r.U8(&version, "params.version"));
   RETURN_IF_ERROR(r.U8(&bits, "params.bits"));
@@ -63,19 +69,25 @@ Result<Params> ParseParams(std::span<const uint8_t> bytes) {
   RETURN_IF_ERROR(r.U8(&layout, "params.layout"));
   RETURN_IF_ERROR(r.U8(&order, "params.order"));
   RETURN_IF_ERROR(r.U8(&planes, "params.planes"));
+  RETURN_IF_ERROR(r.U8(&center, "params.center"));
+  RETURN_IF_ERROR(r.U8(&token_order, "params.token_order"));
   RETURN_IF_ERROR(r.U16(&group, "params.group"));
   KVC_CHECK_CORRUPT(version == kVersion, "params: version %u, expected %u", version, kVersion);
   const auto* level = std::find(kLevelBits.begin(), kLevelBits.end(), bits);
   KVC_CHECK_CORRUPT(level != kLevelBits.end(), "params: %u bits is no level", bits);
   KVC_CHECK_CORRUPT(coder <= static_cast<uint8_t>(VideoCoder::kFfv1), "params: video coder %u unknown", coder);
   KVC_CHECK_CORRUPT(layout <= static_cast<uint8_t>(VideoLayout::kTokenAxis), "params: layout %u unknown", layout);
-  KVC_CHECK_CORRUPT(order <= 1 && planes <= 1, "params: order %u / planes %u not a flag", order, planes);
+  KVC_CHECK_CORRUPT(order <= 1 && planes <= 1 && center <= 1 && token_order <= 1,
+                    "params: order %u / planes %u / center %u / token_order %u not a flag", order, planes, center,
+                    token_order);
   KVC_CHECK_CORRUPT(group >= 1, "params: group 0");
   Params p;
   p.level_id = static_cast<uint32_t>(level - kLevelBits.begin());
   p.coder = static_cast<VideoCoder>(coder);
   p.layout = {static_cast<VideoLayout>(layout), planes == 1};
   p.order = order == 1;
+  p.center = center == 1;
+  p.token_order = token_order == 1;
   p.group = group;
   return p;
 }
@@ -89,7 +101,7 @@ Result<bool> ParseFlag(const EncodeOptions& options, const std::string& key, boo
 }
 
 Result<Params> ParseOptions(const EncodeOptions& options) {
-  static constexpr std::string_view kKnown[] = {"coder", "layout", "order", "planes", "group", "preset"};
+  static constexpr std::string_view kKnown[] = {"coder", "layout", "order", "token_order", "planes", "center", "group", "preset"};
   RETURN_IF_ERROR(CheckKnownParams(options, kKnown));
   Params p;
   if (!options.level.empty()) {
@@ -113,12 +125,46 @@ Result<Params> ParseOptions(const EncodeOptions& options) {
   }
   ASSIGN_OR_RETURN(p.order, ParseFlag(options, "order", kDefaultOrder));
   ASSIGN_OR_RETURN(p.layout.layer_planes, ParseFlag(options, "planes", kDefaultPlanes));
+  ASSIGN_OR_RETURN(p.center, ParseFlag(options, "center", kDefaultCenter));
+  ASSIGN_OR_RETURN(p.token_order, ParseFlag(options, "token_order", kDefaultTokenOrder));
   ASSIGN_OR_RETURN(p.group, ParamU32(options, "group", kDefaultGroup, 1, kMaxGroup));
   if (auto it = options.params.find("preset"); it != options.params.end()) p.preset = it->second;
   return p;
 }
 
-size_t OrderEntryBytes(size_t channels) { return channels <= 256 ? 1 : 2; }
+// Bytes per stored index of a permutation of n items.
+size_t IndexBytes(size_t n) { return n <= 256 ? 1 : n <= 65536 ? 2 : 4; }
+
+void PutIndex(ByteWriter* w, uint32_t v, size_t width) {
+  if (width == 1) {
+    w->U8(static_cast<uint8_t>(v));
+  } else if (width == 2) {
+    w->U16(static_cast<uint16_t>(v));
+  } else {
+    w->U32(v);
+  }
+}
+
+Status GetIndex(ByteReader& r, size_t width, uint32_t* v) {
+  if (width == 1) {
+    uint8_t b;
+    RETURN_IF_ERROR(r.U8(&b, "order index"));
+    *v = b;
+  } else if (width == 2) {
+    uint16_t h;
+    RETURN_IF_ERROR(r.U16(&h, "order index"));
+    *v = h;
+  } else {
+    RETURN_IF_ERROR(r.U32(v, "order index"));
+  }
+  return Status::Ok();
+}
+
+std::vector<uint32_t> Identity(uint32_t n) {
+  std::vector<uint32_t> v(n);
+  for (uint32_t i = 0; i < n; ++i) v[i] = i;
+  return v;
+}
 
 // Runs body(i) for i < n on the pool when there is one.
 void ForEach(ThreadPool* pool, size_t n, const std::function<void(size_t)>& body) {
@@ -129,6 +175,21 @@ void ForEach(ThreadPool* pool, size_t n, const std::function<void(size_t)>& body
   }
 }
 
+// What one (kind, layer) stores beside its pixels, in this order in the section.
+struct LayerSide {
+  std::vector<GroupScale> scales;
+  std::vector<uint8_t> centres;         // center=1: each channel's median code
+  std::vector<uint32_t> channel_order;  // order=1: channel at each row/position
+  std::vector<uint32_t> token_order;    // token_order=1: token at each frame/column
+};
+
+// Bytes of one layer's side information.
+uint64_t SideBytes(const Params& p, uint32_t channels, uint32_t tokens) {
+  const uint64_t groups = (channels + p.group - 1) / p.group;
+  return groups * kScaleBytes + (p.center ? channels : 0) + (p.order ? uint64_t{channels} * IndexBytes(channels) : 0) +
+         (p.token_order ? uint64_t{tokens} * IndexBytes(tokens) : 0);
+}
+
 Status EncodeKind(const KvView& kv, KvKind kind, const Params& p, ThreadPool* pool, KvcSection* section) {
   const KvShape shape = kv.shape();
   section->tag = TagOf(kind);
@@ -136,8 +197,7 @@ Status EncodeKind(const KvView& kv, KvKind kind, const Params& p, ThreadPool* po
   const uint32_t channels = static_cast<uint32_t>(shape.row_elems());
   const uint32_t tokens = shape.n_tokens;
   std::vector<uint8_t> codes(shape.elems());  // [layer][token][channel]
-  std::vector<std::vector<GroupScale>> scales(shape.n_layers);
-  std::vector<std::vector<uint16_t>> orders(shape.n_layers);
+  std::vector<LayerSide> side(shape.n_layers);
   std::vector<Status> statuses(shape.n_layers);
   ForEach(pool, shape.n_layers, [&](size_t l) {
     std::vector<float> x(shape.layer_elems());
@@ -148,13 +208,11 @@ Status EncodeKind(const KvView& kv, KvKind kind, const Params& p, ThreadPool* po
       return;
     }
     uint8_t* layer_codes = codes.data() + l * shape.layer_elems();
-    QuantiseLayer(x.data(), tokens, channels, p.group, p.bits(), &scales[l], layer_codes);
-    if (p.order) {
-      orders[l] = OrderChannels(layer_codes, tokens, channels);
-    } else {
-      orders[l].resize(channels);
-      for (uint32_t c = 0; c < channels; ++c) orders[l][c] = static_cast<uint16_t>(c);
-    }
+    LayerSide& ls = side[l];
+    QuantiseLayer(x.data(), tokens, channels, p.group, p.bits(), &ls.scales, layer_codes);
+    if (p.center) ls.centres = CentreChannels(layer_codes, tokens, channels, p.bits());
+    ls.channel_order = p.order ? OrderChannels(layer_codes, tokens, channels) : Identity(channels);
+    ls.token_order = p.token_order ? OrderTokens(layer_codes, tokens, channels) : Identity(tokens);
   });
   for (const Status& s : statuses) RETURN_IF_ERROR(s);
 
@@ -163,10 +221,12 @@ Status EncodeKind(const KvView& kv, KvKind kind, const Params& p, ThreadPool* po
   for (size_t s = 0; s < pixels.size(); ++s) pixels[s].assign(geometry.streams()[s].bytes(), 0);
   for (uint32_t l = 0; l < shape.n_layers; ++l) {
     const uint8_t* layer_codes = codes.data() + l * shape.layer_elems();
+    const LayerSide& ls = side[l];
     for (uint32_t t = 0; t < tokens; ++t) {
+      const uint8_t* row = layer_codes + size_t{ls.token_order[t]} * channels;
       for (uint32_t pos = 0; pos < channels; ++pos) {
         const auto place = geometry.Locate(l, t, pos);
-        pixels[place.stream][place.offset] = layer_codes[size_t{t} * channels + orders[l][pos]];
+        pixels[place.stream][place.offset] = row[ls.channel_order[pos]];
       }
     }
   }
@@ -177,15 +237,17 @@ Status EncodeKind(const KvView& kv, KvKind kind, const Params& p, ThreadPool* po
   });
 
   ByteWriter w;
-  for (const auto& layer : scales) {
-    for (const GroupScale& g : layer) {
+  for (const LayerSide& ls : side) {
+    for (const GroupScale& g : ls.scales) {
       w.U16(g.min_fp16);
       w.U16(g.scale_fp16);
     }
-  }
-  if (p.order) {
-    for (const auto& order : orders) {
-      for (uint16_t c : order) OrderEntryBytes(channels) == 1 ? w.U8(static_cast<uint8_t>(c)) : w.U16(c);
+    w.Bytes(ls.centres);
+    if (p.order) {
+      for (uint32_t c : ls.channel_order) PutIndex(&w, c, IndexBytes(channels));
+    }
+    if (p.token_order) {
+      for (uint32_t t : ls.token_order) PutIndex(&w, t, IndexBytes(tokens));
     }
   }
   for (size_t s = 0; s < streams.size(); ++s) {
@@ -198,45 +260,62 @@ Status EncodeKind(const KvView& kv, KvKind kind, const Params& p, ThreadPool* po
   return Status::Ok();
 }
 
+Status ReadPermutation(ByteReader& r, uint32_t n, std::vector<uint32_t>* order) {
+  order->resize(n);
+  for (uint32_t& v : *order) RETURN_IF_ERROR(GetIndex(r, IndexBytes(n), &v));
+  return Status::Ok();
+}
+
+Status ReadLayerSide(ByteReader& r, const Params& p, uint32_t channels, uint32_t tokens, const char* kname,
+                     uint32_t layer, LayerSide* ls) {
+  ls->scales.resize((channels + p.group - 1) / p.group);
+  for (GroupScale& g : ls->scales) {
+    RETURN_IF_ERROR(r.U16(&g.min_fp16, "group min"));
+    RETURN_IF_ERROR(r.U16(&g.scale_fp16, "group scale"));
+    // inf/NaN, or a negative scale (sign bit set, -0 included), is something no encoder writes.
+    KVC_CHECK_CORRUPT((g.min_fp16 & 0x7c00) != 0x7c00 && (g.scale_fp16 & 0xfc00) != 0x7c00 &&
+                          (g.scale_fp16 & 0x8000) == 0,
+                      "%s layer %u: a group min or scale is inf, NaN or negative", kname, layer);
+  }
+  if (p.center) {
+    std::span<const uint8_t> centres;
+    RETURN_IF_ERROR(r.Bytes(channels, &centres, "channel centres"));
+    const uint32_t max_code = (1u << p.bits()) - 1;
+    uint32_t bad = 0;
+    for (uint8_t c : centres) bad |= static_cast<uint32_t>(c > max_code);
+    KVC_CHECK_CORRUPT(bad == 0, "%s layer %u: a channel centre exceeds %u", kname, layer, max_code);
+    ls->centres.assign(centres.begin(), centres.end());
+  }
+  if (p.order) {
+    RETURN_IF_ERROR(ReadPermutation(r, channels, &ls->channel_order));
+    KVC_CHECK_CORRUPT(IsPermutation(ls->channel_order, channels), "%s layer %u: channel order is not a permutation",
+                      kname, layer);
+  } else {
+    ls->channel_order = Identity(channels);
+  }
+  if (p.token_order) {
+    RETURN_IF_ERROR(ReadPermutation(r, tokens, &ls->token_order));
+    KVC_CHECK_CORRUPT(IsPermutation(ls->token_order, tokens), "%s layer %u: token order is not a permutation", kname,
+                      layer);
+  } else {
+    ls->token_order = Identity(tokens);
+  }
+  return Status::Ok();
+}
+
 Status DecodeKind(std::span<const uint8_t> bytes, KvKind kind, const KvShape& shape, const Params& p,
                   const VideoDecoderBackend& backend, ThreadPool* pool, KvCache* cache) {
   const char* kname = KvKindName(kind);
   const uint32_t channels = static_cast<uint32_t>(shape.row_elems());
   const uint32_t tokens = shape.n_tokens;
-  const uint32_t n_groups = (channels + p.group - 1) / p.group;
   const LayoutGeometry geometry(shape, p.layout);
-  const size_t order_bytes = p.order ? size_t{shape.n_layers} * channels * OrderEntryBytes(channels) : 0;
-  // Scales, orders and one length per stream: checked before anything is allocated.
-  const uint64_t fixed = uint64_t{shape.n_layers} * n_groups * kScaleBytes + order_bytes + 4 * geometry.streams().size();
+  // Side information and one length per stream: checked before anything is allocated.
+  const uint64_t fixed = uint64_t{shape.n_layers} * SideBytes(p, channels, tokens) + 4 * geometry.streams().size();
   KVC_CHECK_CORRUPT(bytes.size() >= fixed, "section %s holds %zu bytes, fewer than the %llu its header needs", kname,
                     bytes.size(), static_cast<unsigned long long>(fixed));
   ByteReader r(bytes);
-  std::vector<std::vector<GroupScale>> scales(shape.n_layers, std::vector<GroupScale>(n_groups));
-  for (uint32_t l = 0; l < shape.n_layers; ++l) {
-    for (GroupScale& g : scales[l]) {
-      RETURN_IF_ERROR(r.U16(&g.min_fp16, "group min"));
-      RETURN_IF_ERROR(r.U16(&g.scale_fp16, "group scale"));
-      // inf/NaN, or a negative scale (sign bit set, -0 included), is something no encoder writes.
-      KVC_CHECK_CORRUPT((g.min_fp16 & 0x7c00) != 0x7c00 && (g.scale_fp16 & 0xfc00) != 0x7c00 &&
-                            (g.scale_fp16 & 0x8000) == 0,
-                        "%s layer %u: a group min or scale is inf, NaN or negative", kname, l);
-    }
-  }
-  std::vector<std::vector<uint16_t>> orders(shape.n_layers, std::vector<uint16_t>(channels));
-  for (uint32_t l = 0; l < shape.n_layers; ++l) {
-    for (uint32_t c = 0; c < channels; ++c) {
-      if (!p.order) {
-        orders[l][c] = static_cast<uint16_t>(c);
-      } else if (OrderEntryBytes(channels) == 1) {
-        uint8_t v;
-        RETURN_IF_ERROR(r.U8(&v, "channel order"));
-        orders[l][c] = v;
-      } else {
-        RETURN_IF_ERROR(r.U16(&orders[l][c], "channel order"));
-      }
-    }
-    KVC_CHECK_CORRUPT(IsPermutation(orders[l], channels), "%s layer %u: channel order is not a permutation", kname, l);
-  }
+  std::vector<LayerSide> side(shape.n_layers);
+  for (uint32_t l = 0; l < shape.n_layers; ++l) RETURN_IF_ERROR(ReadLayerSide(r, p, channels, tokens, kname, l, &side[l]));
   std::vector<std::span<const uint8_t>> streams(geometry.streams().size());
   for (auto& s : streams) {
     uint32_t len;
@@ -260,17 +339,20 @@ Status DecodeKind(std::span<const uint8_t> bytes, KvKind kind, const KvShape& sh
   std::vector<uint8_t> codes(shape.layer_elems());
   std::vector<float> x(shape.layer_elems());
   for (uint32_t l = 0; l < shape.n_layers; ++l) {
+    const LayerSide& ls = side[l];
     uint32_t bad = 0;
     for (uint32_t t = 0; t < tokens; ++t) {
+      uint8_t* row = codes.data() + size_t{ls.token_order[t]} * channels;
       for (uint32_t pos = 0; pos < channels; ++pos) {
         const auto place = geometry.Locate(l, t, pos);
         const uint8_t v = pixels[place.stream][place.offset];
         bad |= static_cast<uint32_t>(v > max_code);
-        codes[size_t{t} * channels + orders[l][pos]] = v;
+        row[ls.channel_order[pos]] = v;
       }
     }
     KVC_CHECK_CORRUPT(bad == 0, "%s layer %u: a decoded code exceeds %u (%u-bit level)", kname, l, max_code, p.bits());
-    DequantiseLayer(codes.data(), tokens, channels, p.group, scales[l], x.data());
+    if (p.center) UncentreChannels(codes.data(), tokens, channels, p.bits(), ls.centres);
+    DequantiseLayer(codes.data(), tokens, channels, p.group, ls.scales, x.data());
     cache->WriteRowsF32(kind, l, 0, tokens, x.data());
   }
   return Status::Ok();
@@ -287,7 +369,7 @@ const CodecInfo& VideoCodec::info() const {
       .default_level = "8",
       .description = "KVCodec: per-channel quantisation, codec-friendly layout, lossless x265/x264/FFV1 "
                      "through libavcodec",
-      .params = {"coder=ffv1", "layout=axis", "order=1", "planes=1", "group=1", "preset=medium"},
+      .params = {"coder=ffv1", "layout=axis", "order=1", "token_order=1", "planes=0", "center=0", "group=1", "preset=medium"},
   };
   return info;
 }

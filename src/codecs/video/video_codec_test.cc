@@ -58,11 +58,13 @@ TEST(VideoCodec, BitExactForEveryCoderLayoutAndShape) {
       for (const char* layout : {"frames", "axis"}) {
         for (const char* planes : {"0", "1"}) {
           for (const char* order : {"0", "1"}) {
+            const char* token_order = order;  // both orderings on, or both off
             const std::string what = std::string(coder) + " " + layout + " planes=" + planes + " order=" + order +
                                      " shape " + std::to_string(shape.n_layers) + "x" + std::to_string(shape.n_kv_heads) +
                                      "x" + std::to_string(shape.head_dim) + "x" + std::to_string(shape.n_tokens);
             auto bytes = Encode(cache, Options("8", {{"coder", coder}, {"layout", layout}, {"planes", planes},
-                                                     {"order", order}, {"preset", "ultrafast"}}));
+                                                     {"order", order}, {"token_order", token_order},
+                                                     {"preset", "ultrafast"}}));
             ASSERT_TRUE(bytes.ok()) << what << ": " << bytes.status().ToString();
             auto decoded = DecodeKvc(*bytes, &kFp);
             ASSERT_TRUE(decoded.ok()) << what << ": " << decoded.status().ToString();
@@ -101,6 +103,19 @@ TEST(VideoCodec, EncodingTwiceGivesTheSameBytes) {
     auto b = Encode(cache, Options("6", {{"coder", coder}}));
     ASSERT_TRUE(a.ok() && b.ok());
     EXPECT_EQ(*a, *b) << coder;
+  }
+}
+
+// The centring transform and channel groups round-trip with every other option.
+TEST(VideoCodec, CentringRoundTrips) {
+  const KvShape shape{.n_layers = 3, .n_kv_heads = 2, .head_dim = 8, .n_tokens = 20};
+  const KvCache cache = MakeCache(shape, 11);
+  for (const auto& [level, bits] : {std::pair{"8", 8u}, {"4", 4u}}) {
+    auto bytes = Encode(cache, Options(level, {{"center", "1"}, {"group", "3"}, {"planes", "1"}}));
+    ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+    auto decoded = DecodeKvc(*bytes, &kFp);
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    ExpectExact(cache, *decoded, bits, 3, std::string("centred level ") + level);
   }
 }
 
@@ -153,11 +168,17 @@ TEST(VideoCodec, DamagedPayloadsAreErrors) {
   expect_corrupt("one section", [](KvcHeader&, auto& s) { s.pop_back(); });
   expect_corrupt("section truncated", [](KvcHeader&, auto& s) { s[0].bytes.resize(s[0].bytes.size() / 2); });
   expect_corrupt("trailing byte", [](KvcHeader&, auto& s) { s[1].bytes.push_back(0); });
-  // Scales come first (3 layers x 16 channels x 4 bytes), then the channel orders.
+  // Per layer (docs/format.md): 16 scales of 4 bytes, 16 channel-order bytes, 12 token-order bytes.
+  constexpr size_t kChannelOrder = 16 * 4;
+  constexpr size_t kTokenOrder = kChannelOrder + 16;
+  constexpr size_t kFirstStream = 3 * (kTokenOrder + 12);
   expect_corrupt("negative scale", [](KvcHeader&, auto& s) { s[0].bytes[3] |= 0x80; });
-  expect_corrupt("order not a permutation", [](KvcHeader&, auto& s) { s[0].bytes[3 * 16 * 4 + 1] = s[0].bytes[3 * 16 * 4]; });
+  expect_corrupt("channel order not a permutation",
+                 [](KvcHeader&, auto& s) { s[0].bytes[kChannelOrder + 1] = s[0].bytes[kChannelOrder]; });
+  expect_corrupt("token order not a permutation",
+                 [](KvcHeader&, auto& s) { s[1].bytes[kTokenOrder + 1] = s[1].bytes[kTokenOrder]; });
   // A stream claiming another shape: the width field of K's stream header.
-  expect_corrupt("stream shape", [](KvcHeader&, auto& s) { s[0].bytes[3 * 16 * 4 + 3 * 16 + 4 + 3] ^= 1; });
+  expect_corrupt("stream shape", [](KvcHeader&, auto& s) { s[0].bytes[kFirstStream + 4 + 3] ^= 1; });
   // 6-bit codes decoded from an 8-bit picture: a forged level below the stored one.
   const auto eight = Encode(cache, Options("8")).value();
   const auto forged = Rewrite(eight, [](KvcHeader& h, auto&) {

@@ -57,56 +57,100 @@ LayoutGeometry::Place LayoutGeometry::Locate(uint32_t layer, uint32_t token, uin
                  uint64_t{position} * s.picture.width + token};
 }
 
-std::vector<uint16_t> OrderChannels(const uint8_t* codes, uint32_t n_tokens, uint32_t n_channels,
-                                    uint32_t max_tokens) {
-  std::vector<uint16_t> order;
-  if (n_channels == 0) return order;
-  const uint32_t stride = std::max(1u, CeilDiv(n_tokens, std::max(1u, max_tokens)));
-  const uint32_t n_samples = n_tokens == 0 ? 0 : CeilDiv(n_tokens, stride);
-  std::vector<uint8_t> columns(size_t{n_channels} * n_samples);  // [channel][sample]
-  for (uint32_t s = 0; s < n_samples; ++s) {
-    const uint8_t* row = codes + size_t{s} * stride * n_channels;
-    for (uint32_t c = 0; c < n_channels; ++c) columns[size_t{c} * n_samples + s] = row[c];
+namespace {
+
+// items x features view of a [token][channel] layer.
+std::vector<uint32_t> OrderByChain(const uint8_t* codes, uint32_t n_items, uint32_t n_features, size_t item_stride,
+                                   size_t feature_stride, uint32_t max_features) {
+  std::vector<uint32_t> order;
+  if (n_items == 0) return order;
+  const uint32_t stride = std::max(1u, CeilDiv(n_features, std::max(1u, max_features)));
+  const uint32_t n_samples = n_features == 0 ? 0 : CeilDiv(n_features, stride);
+  std::vector<uint8_t> rows(size_t{n_items} * n_samples);  // [item][sample]
+  for (uint32_t i = 0; i < n_items; ++i) {
+    for (uint32_t s = 0; s < n_samples; ++s) {
+      rows[size_t{i} * n_samples + s] = codes[i * item_stride + size_t{s} * stride * feature_stride];
+    }
   }
   auto distance = [&](uint32_t a, uint32_t b) {
-    const uint8_t* pa = columns.data() + size_t{a} * n_samples;
-    const uint8_t* pb = columns.data() + size_t{b} * n_samples;
+    const uint8_t* pa = rows.data() + size_t{a} * n_samples;
+    const uint8_t* pb = rows.data() + size_t{b} * n_samples;
     uint32_t d = 0;
     for (uint32_t s = 0; s < n_samples; ++s) d += static_cast<uint32_t>(std::abs(int{pa[s]} - int{pb[s]}));
     return d;
   };
-  std::vector<uint8_t> used(n_channels, 0);
-  order.reserve(n_channels);
+  std::vector<uint8_t> used(n_items, 0);
+  order.reserve(n_items);
   uint32_t current = 0;
   used[0] = 1;
   order.push_back(0);
-  for (uint32_t k = 1; k < n_channels; ++k) {
+  for (uint32_t k = 1; k < n_items; ++k) {
     uint32_t best = 0;
     uint32_t best_d = std::numeric_limits<uint32_t>::max();
-    // Ties go to the lowest channel, so the order is a function of the codes alone.
-    for (uint32_t c = 0; c < n_channels; ++c) {
-      if (used[c]) continue;
-      const uint32_t d = distance(current, c);
+    for (uint32_t i = 0; i < n_items; ++i) {
+      if (used[i]) continue;
+      const uint32_t d = distance(current, i);
       if (d < best_d) {
         best_d = d;
-        best = c;
+        best = i;
       }
     }
     used[best] = 1;
-    order.push_back(static_cast<uint16_t>(best));
+    order.push_back(best);
     current = best;
   }
   return order;
 }
 
-bool IsPermutation(std::span<const uint16_t> order, uint32_t n) {
+}  // namespace
+
+std::vector<uint32_t> OrderChannels(const uint8_t* codes, uint32_t n_tokens, uint32_t n_channels,
+                                    uint32_t max_features) {
+  return OrderByChain(codes, n_channels, n_tokens, 1, n_channels, max_features);
+}
+
+std::vector<uint32_t> OrderTokens(const uint8_t* codes, uint32_t n_tokens, uint32_t n_channels, uint32_t max_features) {
+  return OrderByChain(codes, n_tokens, n_channels, n_channels, 1, max_features);
+}
+
+bool IsPermutation(std::span<const uint32_t> order, uint32_t n) {
   if (order.size() != n) return false;
   std::vector<uint8_t> seen(n, 0);
-  for (uint16_t c : order) {
+  for (uint32_t c : order) {
     if (c >= n || seen[c]) return false;
     seen[c] = 1;
   }
   return true;
+}
+
+std::vector<uint8_t> CentreChannels(uint8_t* codes, uint32_t n_tokens, uint32_t n_channels, uint32_t bits) {
+  const uint32_t mask = (1u << bits) - 1;
+  const uint32_t half = 1u << (bits - 1);
+  std::vector<uint8_t> centres(n_channels, 0);
+  std::vector<uint32_t> histogram(256);
+  for (uint32_t c = 0; c < n_channels; ++c) {
+    std::fill(histogram.begin(), histogram.end(), 0);
+    for (uint32_t t = 0; t < n_tokens; ++t) ++histogram[codes[size_t{t} * n_channels + c]];
+    uint32_t seen = 0;
+    uint32_t median = 0;
+    while (median < 255 && 2 * (seen + histogram[median]) < n_tokens + 1) seen += histogram[median++];
+    centres[c] = static_cast<uint8_t>(median);
+    for (uint32_t t = 0; t < n_tokens; ++t) {
+      uint8_t& v = codes[size_t{t} * n_channels + c];
+      v = static_cast<uint8_t>((v + half - median) & mask);
+    }
+  }
+  return centres;
+}
+
+void UncentreChannels(uint8_t* codes, uint32_t n_tokens, uint32_t n_channels, uint32_t bits,
+                      std::span<const uint8_t> centres) {
+  const uint32_t mask = (1u << bits) - 1;
+  const uint32_t half = 1u << (bits - 1);
+  for (uint32_t t = 0; t < n_tokens; ++t) {
+    uint8_t* row = codes + size_t{t} * n_channels;
+    for (uint32_t c = 0; c < n_channels; ++c) row[c] = static_cast<uint8_t>((row[c] + centres[c] - half) & mask);
+  }
 }
 
 void QuantiseLayer(const float* x, uint32_t n_tokens, uint32_t n_channels, uint32_t group, uint32_t bits,

@@ -45,6 +45,7 @@ class LayoutGeometry {
     uint32_t stream;
     uint64_t offset;  // into that stream's planar frames
   };
+  // `token` is a token's place in its layer's token order (the token itself when unordered).
   Place Locate(uint32_t layer, uint32_t token, uint32_t position) const;
 
  private:
@@ -55,15 +56,28 @@ class LayoutGeometry {
   std::vector<Stream> streams_;
 };
 
-// A greedy nearest-neighbour chain through a layer's channels: starting from channel 0, each
-// next channel is the unvisited one whose codes differ least (mean absolute difference over the
-// tokens, at most `max_tokens` sampled) from the current one, so neighbouring pixels hold similar
-// values. codes: [token][channel]. Returns order[position] = channel.
-std::vector<uint16_t> OrderChannels(const uint8_t* codes, uint32_t n_tokens, uint32_t n_channels,
-                                    uint32_t max_tokens = 64);
+// A greedy nearest-neighbour chain through the items of a layer: starting from item 0, each next
+// item is the unvisited one whose codes differ least (sum of absolute differences over the
+// features, at most `max_features` of them, evenly sampled) from the current one, so that
+// neighbouring pixels hold similar values. Ties go to the lowest index, so the order depends on
+// the codes alone. codes: [token][channel]. Returns order[position] = item.
+// Channels as items: the rows of the token-axis picture; tokens as items: the frames (or
+// columns) follow each other by similarity instead of by position in the text.
+std::vector<uint32_t> OrderChannels(const uint8_t* codes, uint32_t n_tokens, uint32_t n_channels,
+                                    uint32_t max_features = 64);
+std::vector<uint32_t> OrderTokens(const uint8_t* codes, uint32_t n_tokens, uint32_t n_channels,
+                                  uint32_t max_features = 256);
 
 // True when `order` holds each of 0..n-1 exactly once.
-bool IsPermutation(std::span<const uint16_t> order, uint32_t n);
+bool IsPermutation(std::span<const uint32_t> order, uint32_t n);
+
+// Moves each channel's median code to the middle of the code range (2^(bits-1)), wrapping
+// modulo 2^bits, so every row of a picture sits at the same level and a codec's prediction from
+// neighbouring pixels is not thrown off by the channels' different offsets. codes: [token]
+// [channel], changed in place; returns each channel's median (what UncentreChannels needs).
+std::vector<uint8_t> CentreChannels(uint8_t* codes, uint32_t n_tokens, uint32_t n_channels, uint32_t bits);
+void UncentreChannels(uint8_t* codes, uint32_t n_tokens, uint32_t n_channels, uint32_t bits,
+                      std::span<const uint8_t> centres);
 
 // Asymmetric uniform quantisation of one layer ([token][channel]) to `bits` bits, with one fp16
 // (min, scale) per group of `group` consecutive channels over all tokens. min is rounded down

@@ -68,10 +68,38 @@ TEST(OrderChannels, ChainsSimilarChannels) {
   for (size_t p = 0; p < order.size(); p += 2) EXPECT_EQ(order[p] % 4, order[p + 1] % 4) << "position " << p;
 }
 
+TEST(OrderTokens, ChainsSimilarTokens) {
+  // Tokens 2k and 2k+1 are near copies (one code apart), far from every other pair.
+  const uint32_t tokens = 10;
+  const uint32_t channels = 6;
+  std::vector<uint8_t> codes(tokens * channels);
+  for (uint32_t t = 0; t < tokens; ++t) {
+    for (uint32_t c = 0; c < channels; ++c) codes[t * channels + c] = static_cast<uint8_t>(40 * (t / 2) + c + (t % 2));
+  }
+  const auto order = OrderTokens(codes.data(), tokens, channels);
+  ASSERT_TRUE(IsPermutation(order, tokens));
+  for (size_t p = 0; p < order.size(); p += 2) EXPECT_EQ(order[p] / 2, order[p + 1] / 2) << "position " << p;
+}
+
+TEST(CentreChannels, RoundTripsWithWrapAround) {
+  for (uint32_t bits : {8u, 6u, 4u}) {
+    const uint32_t tokens = 9;
+    const uint32_t channels = 5;
+    std::vector<uint8_t> codes(tokens * channels);
+    std::mt19937 rng(bits);
+    for (uint8_t& v : codes) v = static_cast<uint8_t>(rng() % (1u << bits));
+    const auto original = codes;
+    const auto centres = CentreChannels(codes.data(), tokens, channels, bits);
+    for (uint8_t v : codes) EXPECT_LT(v, 1u << bits);
+    UncentreChannels(codes.data(), tokens, channels, bits, centres);
+    EXPECT_EQ(codes, original) << bits << " bits";
+  }
+}
+
 TEST(OrderChannels, PermutationCheck) {
-  const std::vector<uint16_t> ok = {2, 0, 1};
-  const std::vector<uint16_t> repeated = {0, 0, 1};
-  const std::vector<uint16_t> out_of_range = {0, 1, 3};
+  const std::vector<uint32_t> ok = {2, 0, 1};
+  const std::vector<uint32_t> repeated = {0, 0, 1};
+  const std::vector<uint32_t> out_of_range = {0, 1, 3};
   EXPECT_TRUE(IsPermutation(ok, 3));
   EXPECT_FALSE(IsPermutation(repeated, 3));
   EXPECT_FALSE(IsPermutation(out_of_range, 3));

@@ -1,0 +1,252 @@
+#include "engine/video_ablation.h"
+
+#include <zstd.h>
+
+#include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "base/progress.h"
+#include "codecs/codec.h"
+#include "codecs/video/video_layout.h"
+#include "engine/llama_engine.h"
+#include "engine/model_files.h"
+#include "entropy/deflate.h"
+#include "tensor/rope.h"
+
+namespace kvc {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Json = nlohmann::ordered_json;
+
+constexpr int kZstdLevel = 19;
+
+// Repeats `round` until min_seconds pass; returns rounds per second.
+template <typename F>
+Result<double> RoundsPerSecond(double min_seconds, F&& round) {
+  const auto start = Clock::now();
+  uint64_t rounds = 0;
+  double elapsed = 0;
+  do {
+    RETURN_IF_ERROR(round());
+    ++rounds;
+    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  } while (elapsed < min_seconds);
+  return static_cast<double>(rounds) / elapsed;
+}
+
+// One chunk's 8-bit codes, K then V, each [layer][token][channel], with their scales.
+struct ChunkCodes {
+  KvShape shape;
+  std::vector<uint8_t> codes;
+  std::vector<std::vector<GroupScale>> scales;  // [kind * layers + layer]
+  uint64_t scale_bytes() const {
+    uint64_t n = 0;
+    for (const auto& s : scales) n += s.size() * 4;
+    return n;
+  }
+};
+
+ChunkCodes QuantiseChunk(const KvView& view) {
+  ChunkCodes c;
+  c.shape = view.shape();
+  const uint32_t channels = static_cast<uint32_t>(c.shape.row_elems());
+  c.codes.resize(2 * c.shape.elems());
+  std::vector<float> x(c.shape.layer_elems());
+  size_t at = 0;
+  for (KvKind kind : kKvKinds) {
+    for (uint32_t l = 0; l < c.shape.n_layers; ++l) {
+      view.ReadLayerF32(kind, l, x.data());
+      QuantiseLayer(x.data(), c.shape.n_tokens, channels, 1, 8, &c.scales.emplace_back(), c.codes.data() + at);
+      at += c.shape.layer_elems();
+    }
+  }
+  return c;
+}
+
+// Dequantises every layer of a chunk: the work a decoder of 8-bit codes does after its
+// lossless stage, counted in every row's decode speed.
+void DequantiseChunk(const ChunkCodes& c, std::vector<float>& x) {
+  const uint32_t channels = static_cast<uint32_t>(c.shape.row_elems());
+  x.resize(c.shape.layer_elems());
+  for (size_t i = 0; i < c.scales.size(); ++i) {
+    DequantiseLayer(c.codes.data() + i * c.shape.layer_elems(), c.shape.n_tokens, channels, 1, c.scales[i], x.data());
+  }
+}
+
+Result<std::vector<uint8_t>> ZstdCompress(std::span<const uint8_t> in) {
+  std::vector<uint8_t> out(ZSTD_compressBound(in.size()));
+  const size_t n = ZSTD_compress(out.data(), out.size(), in.data(), in.size(), kZstdLevel);
+  if (ZSTD_isError(n)) return Internal(std::string("zstd: ") + ZSTD_getErrorName(n));
+  out.resize(n);
+  return out;
+}
+
+Status ZstdDecompress(std::span<const uint8_t> in, std::span<uint8_t> out) {
+  const size_t n = ZSTD_decompress(out.data(), out.size(), in.data(), in.size());
+  if (ZSTD_isError(n) || n != out.size()) return Corrupt("zstd stream");
+  return Status::Ok();
+}
+
+struct LayoutStep {
+  const char* step;
+  std::map<std::string, std::string> params;
+};
+
+// The published layout first, then the steps from tokens-along-an-axis up to the default.
+const std::vector<LayoutStep>& LayoutSteps() {
+  static const std::vector<LayoutStep> steps = {
+      {"tokens as frames (published layout)",
+       {{"layout", "frames"}, {"order", "0"}, {"token_order", "0"}, {"planes", "0"}, {"center", "0"}}},
+      {"tokens as frames + channel ordering + layers as planes",
+       {{"layout", "frames"}, {"order", "1"}, {"token_order", "0"}, {"planes", "1"}, {"center", "0"}}},
+      {"tokens as frames + ordering + planes + token ordering",
+       {{"layout", "frames"}, {"order", "1"}, {"token_order", "1"}, {"planes", "1"}, {"center", "0"}}},
+      {"tokens along x, channels along y",
+       {{"layout", "axis"}, {"order", "0"}, {"token_order", "0"}, {"planes", "0"}, {"center", "0"}}},
+      {"+ channel ordering", {{"layout", "axis"}, {"order", "1"}, {"token_order", "0"}, {"planes", "0"}, {"center", "0"}}},
+      {"+ layers as planes", {{"layout", "axis"}, {"order", "1"}, {"token_order", "0"}, {"planes", "1"}, {"center", "0"}}},
+      {"+ token ordering", {{"layout", "axis"}, {"order", "1"}, {"token_order", "1"}, {"planes", "1"}, {"center", "0"}}},
+      {"token ordering without planes",
+       {{"layout", "axis"}, {"order", "1"}, {"token_order", "1"}, {"planes", "0"}, {"center", "0"}}},
+      {"+ per-channel centring", {{"layout", "axis"}, {"order", "1"}, {"token_order", "1"}, {"planes", "1"}, {"center", "1"}}},
+  };
+  return steps;
+}
+
+}  // namespace
+
+Result<std::string> RunVideoAblationJson(const VideoAblationOptions& o) {
+  if (o.chunk == 0 || o.ctx < o.chunk) return InvalidArgument("need ctx >= chunk > 0");
+  ASSIGN_OR_RETURN(auto model, LlamaModel::Load(o.model_path));
+  ASSIGN_OR_RETURN(std::string text, ReadTextFile(BesideModel(o.model_path, "eval.txt", o.text_path)));
+  ASSIGN_OR_RETURN(std::vector<int32_t> tokens, model->Tokenize(text, true));
+  if (tokens.size() < o.ctx) return InvalidArgument("text too short for --ctx");
+  tokens.resize(o.ctx);
+  SessionOptions so;
+  so.n_ctx = o.ctx + 8;
+  ASSIGN_OR_RETURN(auto session, LlamaSession::Create(*model, so));
+  RETURN_IF_ERROR(session->Eval(tokens, false));
+  ASSIGN_OR_RETURN(KvCache kv, session->ExtractKv());
+  const KvShape shape = kv.shape();
+  const ModelFingerprint& fp = model->fingerprint();
+
+  const uint32_t n_chunks = o.ctx / o.chunk;
+  std::vector<KvView> views;
+  std::vector<ChunkCodes> chunks;
+  uint64_t fp16_bytes = 0;
+  for (uint32_t c = 0; c < n_chunks; ++c) {
+    ASSIGN_OR_RETURN(KvView v, kv.View(c * o.chunk, o.chunk));
+    views.push_back(v);
+    chunks.push_back(QuantiseChunk(v));
+    fp16_bytes += v.shape().fp16_bytes();
+  }
+  const double mb = static_cast<double>(fp16_bytes) / 1e6;
+  Json steps = Json::array();
+  auto add_step = [&](const std::string& step, const std::string& coder, uint64_t stored, double decode_rounds_s) {
+    Json j;
+    j["step"] = step;
+    j["coder"] = coder;
+    j["stored_bytes"] = stored;
+    j["compression_ratio"] = static_cast<double>(fp16_bytes) / static_cast<double>(stored);
+    j["decode_mb_s"] = decode_rounds_s * mb;
+    steps.push_back(std::move(j));
+  };
+
+  // Reference: the quant codec at 8 bits on the same chunks.
+  uint64_t quant_bytes = 0;
+  for (uint32_t c = 0; c < n_chunks; ++c) {
+    EncodeOptions eo;
+    eo.level = "8";
+    ASSIGN_OR_RETURN(auto bytes, EncodeKvc(*FindCodec("quant"), views[c], eo, fp, c * o.chunk));
+    quant_bytes += bytes.size();
+  }
+
+  std::vector<float> scratch;
+  uint64_t codes_bytes = 0;
+  for (const ChunkCodes& c : chunks) codes_bytes += c.codes.size() + c.scale_bytes();
+  ASSIGN_OR_RETURN(double rate, RoundsPerSecond(o.min_seconds, [&]() -> Status {
+                     for (const ChunkCodes& c : chunks) DequantiseChunk(c, scratch);
+                     return Status::Ok();
+                   }));
+  add_step("8-bit codes, per-channel scales", "none", codes_bytes, rate);
+
+  for (const char* coder : {"deflate-12", "zstd-19"}) {
+    const bool zstd = std::string(coder) == "zstd-19";
+    std::vector<std::vector<uint8_t>> packed;
+    uint64_t stored = 0;
+    for (const ChunkCodes& c : chunks) {
+      ASSIGN_OR_RETURN(auto bytes, zstd ? ZstdCompress(c.codes) : DeflateCompress(c.codes, kMaxDeflateLevel));
+      stored += bytes.size() + c.scale_bytes();
+      packed.push_back(std::move(bytes));
+    }
+    std::vector<ChunkCodes> out = chunks;
+    ASSIGN_OR_RETURN(rate, RoundsPerSecond(o.min_seconds, [&]() -> Status {
+                       for (size_t i = 0; i < chunks.size(); ++i) {
+                         RETURN_IF_ERROR(zstd ? ZstdDecompress(packed[i], out[i].codes)
+                                              : DeflateDecompress(packed[i], out[i].codes));
+                         DequantiseChunk(out[i], scratch);
+                       }
+                       return Status::Ok();
+                     }));
+    add_step("+ general-purpose coder on the same codes", coder, stored, rate);
+  }
+
+  const Codec& video = *FindCodec("video");
+  ProgressBar progress("video ablation", LayoutSteps().size() * std::size(kVideoCoders), o.progress);
+  for (const LayoutStep& s : LayoutSteps()) {
+    for (VideoCoder coder : kVideoCoders) {
+      EncodeOptions eo;
+      eo.level = "8";
+      eo.params = s.params;
+      eo.params["coder"] = VideoCoderName(coder);
+      eo.params["preset"] = o.preset;
+      std::vector<std::vector<uint8_t>> files;
+      uint64_t stored = 0;
+      for (uint32_t c = 0; c < n_chunks; ++c) {
+        ASSIGN_OR_RETURN(auto bytes, EncodeKvc(video, views[c], eo, fp, c * o.chunk));
+        stored += bytes.size();
+        files.push_back(std::move(bytes));
+      }
+      ASSIGN_OR_RETURN(rate, RoundsPerSecond(o.min_seconds, [&]() -> Status {
+                         for (const auto& f : files) RETURN_IF_ERROR(DecodeKvc(f, &fp).status());
+                         return Status::Ok();
+                       }));
+      add_step(s.step, VideoCoderName(coder), stored, rate);
+      progress.Advance();
+    }
+  }
+  progress.Finish();
+
+  // Neighbouring-token similarity over the whole prefix, per layer.
+  Json correlation = Json::array();
+  const uint32_t channels = static_cast<uint32_t>(shape.row_elems());
+  const RopeTable rope(model->info().rope, shape.head_dim, kv.pos_begin(), shape.n_tokens);
+  std::vector<float> x(shape.layer_elems());
+  for (uint32_t l = 0; l < shape.n_layers; ++l) {
+    Json j;
+    j["layer"] = l;
+    kv.View().ReadLayerF32(KvKind::kKey, l, x.data());
+    j["k"] = NeighbourDifferenceRatio(x.data(), shape.n_tokens, channels);
+    rope.Rotate(x.data(), shape.n_kv_heads, true);
+    j["k_rope_undone"] = NeighbourDifferenceRatio(x.data(), shape.n_tokens, channels);
+    kv.View().ReadLayerF32(KvKind::kValue, l, x.data());
+    j["v"] = NeighbourDifferenceRatio(x.data(), shape.n_tokens, channels);
+    correlation.push_back(std::move(j));
+  }
+
+  Json report;
+  report["model"] = model->path();
+  report["ctx"] = o.ctx;
+  report["chunk"] = o.chunk;
+  report["n_chunks"] = n_chunks;
+  report["fp16_bytes"] = fp16_bytes;
+  report["preset"] = o.preset;
+  report["quant8_ratio"] = static_cast<double>(fp16_bytes) / static_cast<double>(quant_bytes);
+  report["steps"] = std::move(steps);
+  report["neighbour_difference_ratio"] = std::move(correlation);
+  return report.dump(2);
+}
+
+}  // namespace kvc
