@@ -8,6 +8,7 @@
 
 #include "base/progress.h"
 #include "codecs/codec.h"
+#include "codecs/video/video_codec.h"
 #include "codecs/video/video_layout.h"
 #include "engine/llama_engine.h"
 #include "engine/model_files.h"
@@ -36,7 +37,8 @@ Result<double> RoundsPerSecond(double min_seconds, F&& round) {
   return static_cast<double>(rounds) / elapsed;
 }
 
-// One chunk's 8-bit codes, K then V, each [layer][token][channel], with their scales.
+// One chunk's 8-bit codes (the video codec's quantiser and default group), K then V, each
+// [layer][token][channel], with their scales: the symbols every row of the ablation codes.
 struct ChunkCodes {
   KvShape shape;
   std::vector<uint8_t> codes;
@@ -58,7 +60,8 @@ ChunkCodes QuantiseChunk(const KvView& view) {
   for (KvKind kind : kKvKinds) {
     for (uint32_t l = 0; l < c.shape.n_layers; ++l) {
       view.ReadLayerF32(kind, l, x.data());
-      QuantiseLayer(x.data(), c.shape.n_tokens, channels, 1, 8, &c.scales.emplace_back(), c.codes.data() + at);
+      QuantiseLayer(x.data(), c.shape.n_tokens, channels, VideoCodec::kDefaultGroup, 8, &c.scales.emplace_back(),
+                    c.codes.data() + at);
       at += c.shape.layer_elems();
     }
   }
@@ -71,7 +74,8 @@ void DequantiseChunk(const ChunkCodes& c, std::vector<float>& x) {
   const uint32_t channels = static_cast<uint32_t>(c.shape.row_elems());
   x.resize(c.shape.layer_elems());
   for (size_t i = 0; i < c.scales.size(); ++i) {
-    DequantiseLayer(c.codes.data() + i * c.shape.layer_elems(), c.shape.n_tokens, channels, 1, c.scales[i], x.data());
+    DequantiseLayer(c.codes.data() + i * c.shape.layer_elems(), c.shape.n_tokens, channels, VideoCodec::kDefaultGroup,
+                    c.scales[i], x.data());
   }
 }
 
@@ -170,7 +174,7 @@ Result<std::string> RunVideoAblationJson(const VideoAblationOptions& o) {
                      for (const ChunkCodes& c : chunks) DequantiseChunk(c, scratch);
                      return Status::Ok();
                    }));
-  add_step("8-bit codes, per-channel scales", "none", codes_bytes, rate);
+  add_step("8-bit codes", "none", codes_bytes, rate);
 
   for (const char* coder : {"deflate-12", "zstd-19"}) {
     const bool zstd = std::string(coder) == "zstd-19";
@@ -219,20 +223,43 @@ Result<std::string> RunVideoAblationJson(const VideoAblationOptions& o) {
   }
   progress.Finish();
 
-  // Neighbouring-token similarity over the whole prefix, per layer.
+  // Neighbouring-token similarity per layer, over each chunk (what one stream sees), averaged:
+  // in text order, with RoPE undone on the keys, and in the codec's token order.
   Json correlation = Json::array();
   const uint32_t channels = static_cast<uint32_t>(shape.row_elems());
-  const RopeTable rope(model->info().rope, shape.head_dim, kv.pos_begin(), shape.n_tokens);
-  std::vector<float> x(shape.layer_elems());
+  const uint32_t t = o.chunk;
+  std::vector<float> x(size_t{t} * channels);
+  std::vector<float> reordered(x.size());
+  std::vector<uint8_t> codes(x.size());
+  std::vector<GroupScale> scales;
+  auto in_token_order = [&]() {
+    QuantiseLayer(x.data(), t, channels, VideoCodec::kDefaultGroup, 8, &scales, codes.data());
+    const std::vector<uint32_t> order = OrderTokens(codes.data(), t, channels);
+    for (uint32_t r = 0; r < t; ++r) {
+      std::copy_n(x.data() + size_t{order[r]} * channels, channels, reordered.data() + size_t{r} * channels);
+    }
+    return NeighbourDifferenceRatio(reordered.data(), t, channels);
+  };
   for (uint32_t l = 0; l < shape.n_layers; ++l) {
+    double k = 0, k_rope = 0, k_ordered = 0, v = 0, v_ordered = 0;
+    for (uint32_t c = 0; c < n_chunks; ++c) {
+      const RopeTable rope(model->info().rope, shape.head_dim, views[c].pos_begin(), t);
+      views[c].ReadLayerF32(KvKind::kKey, l, x.data());
+      k += NeighbourDifferenceRatio(x.data(), t, channels);
+      k_ordered += in_token_order();
+      rope.Rotate(x.data(), shape.n_kv_heads, true);
+      k_rope += NeighbourDifferenceRatio(x.data(), t, channels);
+      views[c].ReadLayerF32(KvKind::kValue, l, x.data());
+      v += NeighbourDifferenceRatio(x.data(), t, channels);
+      v_ordered += in_token_order();
+    }
     Json j;
     j["layer"] = l;
-    kv.View().ReadLayerF32(KvKind::kKey, l, x.data());
-    j["k"] = NeighbourDifferenceRatio(x.data(), shape.n_tokens, channels);
-    rope.Rotate(x.data(), shape.n_kv_heads, true);
-    j["k_rope_undone"] = NeighbourDifferenceRatio(x.data(), shape.n_tokens, channels);
-    kv.View().ReadLayerF32(KvKind::kValue, l, x.data());
-    j["v"] = NeighbourDifferenceRatio(x.data(), shape.n_tokens, channels);
+    j["k"] = k / n_chunks;
+    j["k_rope_undone"] = k_rope / n_chunks;
+    j["k_token_ordered"] = k_ordered / n_chunks;
+    j["v"] = v / n_chunks;
+    j["v_token_ordered"] = v_ordered / n_chunks;
     correlation.push_back(std::move(j));
   }
 

@@ -315,8 +315,9 @@ int RunBenchVideo(const BenchVideoArgs& a) {
   }
   std::printf("  neighbouring-token difference variance / variance (2 = independent tokens):\n");
   for (const auto& l : j["neighbour_difference_ratio"]) {
-    std::printf("    layer %2u  K %.3f  K (RoPE undone) %.3f  V %.3f\n", l["layer"].get<unsigned>(), l["k"].get<double>(),
-                l["k_rope_undone"].get<double>(), l["v"].get<double>());
+    std::printf("    layer %2u  K %.3f  K (RoPE undone) %.3f  K (token order) %.3f  V %.3f  V (token order) %.3f\n",
+                l["layer"].get<unsigned>(), l["k"].get<double>(), l["k_rope_undone"].get<double>(),
+                l["k_token_ordered"].get<double>(), l["v"].get<double>(), l["v_token_ordered"].get<double>());
   }
   return 0;
 }

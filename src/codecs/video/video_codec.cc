@@ -28,7 +28,7 @@ constexpr bool kDefaultOrder = true;
 constexpr bool kDefaultPlanes = false;
 constexpr bool kDefaultCenter = false;
 constexpr bool kDefaultTokenOrder = true;
-constexpr uint32_t kDefaultGroup = 1;
+constexpr uint32_t kDefaultGroup = VideoCodec::kDefaultGroup;
 
 uint32_t TagOf(KvKind kind) { return kind == KvKind::kKey ? kTagK : kTagV; }
 
@@ -369,7 +369,7 @@ const CodecInfo& VideoCodec::info() const {
       .default_level = "8",
       .description = "KVCodec: per-channel quantisation, codec-friendly layout, lossless x265/x264/FFV1 "
                      "through libavcodec",
-      .params = {"coder=ffv1", "layout=axis", "order=1", "token_order=1", "planes=0", "center=0", "group=1", "preset=medium"},
+      .params = {"coder=ffv1", "layout=axis", "order=1", "token_order=1", "planes=0", "center=0", "group=64", "preset=medium"},
   };
   return info;
 }

@@ -68,7 +68,7 @@ TEST(VideoCodec, BitExactForEveryCoderLayoutAndShape) {
             ASSERT_TRUE(bytes.ok()) << what << ": " << bytes.status().ToString();
             auto decoded = DecodeKvc(*bytes, &kFp);
             ASSERT_TRUE(decoded.ok()) << what << ": " << decoded.status().ToString();
-            ExpectExact(cache, *decoded, 8, 1, what);
+            ExpectExact(cache, *decoded, 8, VideoCodec::kDefaultGroup, what);
           }
         }
       }
@@ -168,8 +168,9 @@ TEST(VideoCodec, DamagedPayloadsAreErrors) {
   expect_corrupt("one section", [](KvcHeader&, auto& s) { s.pop_back(); });
   expect_corrupt("section truncated", [](KvcHeader&, auto& s) { s[0].bytes.resize(s[0].bytes.size() / 2); });
   expect_corrupt("trailing byte", [](KvcHeader&, auto& s) { s[1].bytes.push_back(0); });
-  // Per layer (docs/format.md): 16 scales of 4 bytes, 16 channel-order bytes, 12 token-order bytes.
-  constexpr size_t kChannelOrder = 16 * 4;
+  // Per layer (docs/format.md): one scale group of 4 bytes (16 channels, group 64), 16
+  // channel-order bytes, 12 token-order bytes.
+  constexpr size_t kChannelOrder = 4;
   constexpr size_t kTokenOrder = kChannelOrder + 16;
   constexpr size_t kFirstStream = 3 * (kTokenOrder + 12);
   expect_corrupt("negative scale", [](KvcHeader&, auto& s) { s[0].bytes[3] |= 0x80; });
