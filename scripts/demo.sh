@@ -8,7 +8,7 @@ scripts/setup.sh dev
 kvcodec=build/dev/tools/kvcodec/kvcodec
 mkdir -p results
 $kvcodec codecs
-for spec in "raw:" "quant:8" "quant:4" "kvtc:16" "kvtc:20"; do
+for spec in "raw:" "quant:8" "quant:4" "kvtc:16" "kvtc:20" "video:8"; do
   codec=${spec%%:*}
   level=${spec#*:}
   echo

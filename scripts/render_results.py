@@ -20,6 +20,8 @@ def model_name(r):
 evals = load("results/eval/*.json")
 ablation = [r for r in load("results/ablation/*.json") if "level" in r]
 bench = load("results/bench/*.json")
+video_ablation = load("results/video/ablation.json")
+video_groups = load("results/video/group-*.json")
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 models = []
 for r in evals:
@@ -84,6 +86,64 @@ for m in models:
                   f"{best['compression_ratio']:.2f}x ({best['ppl_delta_pct']:+.3f}% perplexity, "
                   f"{best['top1_agreement']:.4f} top-1 agreement).")
         print()
+
+if evals:
+    print("## Every codec on both models\n")
+    print("The rows of the tables above side by side (same runs). Encode/decode MB/s: one thread, whole "
+          f"{ctx}-token caches as one chunk; the speed section has 256-token chunks.\n")
+    print("| model | codec | level | compression_ratio | ppl_delta_pct | top1_agreement | kl_mean | encode MB/s | decode MB/s |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    for m in models:
+        for r in [r for r in evals if model_name(r) == m and "+" not in r["codec"]]:
+            print(f"| {m} | {r['codec']} | {r['level']} | {r['compression_ratio']:.2f} | {r['ppl_delta_pct']:+.3f} | "
+                  f"{r['top1_agreement']:.4f} | {r['kl_mean']:.5f} | {r['encode_mb_s']:.1f} | {r['decode_mb_s']:.1f} |")
+    print()
+
+if video_ablation:
+    a = video_ablation[0]
+    steps = a["steps"]
+    base = next(s for s in steps if s["coder"] == "none")
+    general = max((s for s in steps if s["coder"] in ("deflate-12", "zstd-19")), key=lambda s: s["compression_ratio"])
+    video_rows = [s for s in steps if s["coder"] in ("x265", "x264", "ffv1")]
+    best = max(video_rows, key=lambda s: s["compression_ratio"])
+    print("## video: layout ablation on kvtiny\n")
+    print(f"`kvcodec bench video`: the first {a['ctx']} tokens of eval.txt, {a['n_chunks']} chunks of {a['chunk']} tokens "
+          f"(each its own `.kvc`, headers and side information counted), 8-bit codes from the video codec's quantiser "
+          f"(one scale per 64 channels). Every row codes the same codes; decode MB/s is fp16 bytes per second on one "
+          f"thread including dequantisation. x264/x265 preset `{a['preset']}`. The `quant` codec at 8 bits gives "
+          f"{a['quant8_ratio']:.3f}x on the same chunks.\n")
+    print("| step | coder | compression_ratio | vs 8-bit codes | decode MB/s |")
+    print("|---|---|---:|---:|---:|")
+    for st in steps:
+        print(f"| {st['step']} | {st['coder']} | {st['compression_ratio']:.3f} | "
+              f"{st['compression_ratio'] / base['compression_ratio']:.3f} | {st['decode_mb_s']:.1f} |")
+    print()
+    print(f"Best video row: {best['step']} with {best['coder']}, {best['compression_ratio']:.3f}x = "
+          f"{best['compression_ratio'] / a['quant8_ratio']:.3f}x `quant` 8-bit and "
+          f"{best['compression_ratio'] / general['compression_ratio']:.3f}x the better general-purpose coder "
+          f"({general['coder']}, {general['compression_ratio']:.3f}x) on the same codes.\n")
+    print("Neighbouring-token similarity per layer: the variance of the difference between neighbouring tokens "
+          "over the variance of the values, per channel, averaged over channels and chunks (2 = independent "
+          "tokens, 0 = identical neighbours; below 1 a predictor from the previous token beats the channel's "
+          "mean). *text order* is what the published tokens-as-frames layout gives a codec's inter prediction; "
+          "*token order* is after the codec's token ordering.\n")
+    print("| layer | K, text order | K, RoPE undone | K, token order | V, text order | V, token order |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for l in a["neighbour_difference_ratio"]:
+        print(f"| {l['layer']} | {l['k']:.3f} | {l['k_rope_undone']:.3f} | {l['k_token_ordered']:.3f} | {l['v']:.3f} | "
+              f"{l['v_token_ordered']:.3f} |")
+    print()
+
+if video_groups:
+    print("## video: channels per quantiser scale (kvtiny)\n")
+    print("`kvcodec eval --codec video --level L --param group=G`, evaluated like the tables above (one "
+          f"{ctx}-token chunk). G = 1 is a scale per channel; 64 is a head; 128 is the whole layer.\n")
+    print("| group | level | compression_ratio | ppl_delta_pct | top1_agreement | kl_mean |")
+    print("|---:|---|---:|---:|---:|---:|")
+    for r in video_groups:
+        print(f"| {r['group']} | {r['level']} | {r['compression_ratio']:.2f} | {r['ppl_delta_pct']:+.3f} | "
+              f"{r['top1_agreement']:.4f} | {r['kl_mean']:.5f} |")
+    print()
 
 if ablation:
     print("## kvtc ablation on kvtiny: basis grouping and scale group size\n")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates docs/results.md: `kvcodec eval` for every codec and level on each test model,
-# the kvtc entropy stages side by side, a kvtc grouping/group-size ablation, and codec speeds.
+# the kvtc entropy stages side by side, a kvtc grouping/group-size ablation, the video codec's
+# layout ablation and quantiser groups, and codec speeds.
 # Every figure in that file comes from this command.
 #   scripts/results.sh [--docs N] [--ctx N] [--cont N] [--no-ablation]
 set -euo pipefail
@@ -78,11 +79,28 @@ if ((ablation)); then
   done
 fi
 
+# video: what each layout step earns with each lossless coder, against general-purpose coders on
+# the same 8-bit codes (kvtiny, 256-token chunks); and how many channels share a quantiser scale.
+vid=results/video
+mkdir -p "$vid"
+rm -f "$vid"/*.json
+if ((ablation)); then
+  echo "== video layout ablation" >&2
+  $kvcodec bench video --json --quiet > "$vid/ablation.json"
+  for group in 1 8 64 128; do
+    for level in 8 6 4; do
+      eval_one kvtiny models/kvtiny/kvtiny.gguf video "$level" --param group=$group \
+        | /usr/bin/python3 -c 'import json,sys; r=json.load(sys.stdin); r["group"]='$group'; print(json.dumps(r))' \
+        > "$vid/group-$(printf %03d $group)-$level.json"
+    done
+  done
+fi
+
 # Speed on real KV: 256-token chunks, one thread and all cores, beside memcpy.
 bench=results/bench
 mkdir -p "$bench"
 rm -f "$bench"/*.json
-for spec in raw: quant:8 quant:4 kvtc:16 kvtc:20 cachegen:medium; do
+for spec in raw: quant:8 quant:4 kvtc:16 kvtc:20 cachegen:medium cachegen:low video:8 video:4; do
   codec=${spec%%:*} level=${spec#*:}
   echo "== bench $codec $level" >&2
   $kvcodec bench codec --codec "$codec" ${level:+--level "$level"} --json > "$bench/$codec-$level.json"

@@ -82,6 +82,9 @@ KVC_CODEC_BENCH(quant, 8);
 KVC_CODEC_BENCH(quant, 4);
 KVC_CODEC_BENCH(kvtc, 16);
 KVC_CODEC_BENCH(kvtc, 20);
+KVC_CODEC_BENCH(cachegen, medium);
+KVC_CODEC_BENCH(video, 8);
+KVC_CODEC_BENCH(video, 4);
 
 }  // namespace
 }  // namespace kvc

@@ -36,6 +36,20 @@ run(TRUE "${KVCODEC}" decode "${WORK}/a.kvc" --model "${src}/models/kvtiny/kvtin
 # The decoded llama.cpp state re-encodes losslessly with raw.
 run(TRUE "${KVCODEC}" encode --kv "${WORK}/a.state" --codec raw -o "${WORK}/b.kvc")
 run(TRUE "${KVCODEC}" decode "${WORK}/b.kvc")
+# The video codec through libavcodec, with each lossless coder.
+foreach(coder ffv1 x264 x265)
+  run(TRUE "${KVCODEC}" encode --text "${WORK}/prompt.txt" --codec video --level 6 --param coder=${coder}
+      -o "${WORK}/v-${coder}.kvc")
+  run(TRUE "${KVCODEC}" decode "${WORK}/v-${coder}.kvc" --model "${src}/models/kvtiny/kvtiny.gguf")
+endforeach()
+run(FALSE "${KVCODEC}" encode --text "${WORK}/prompt.txt" --codec video --param coder=vp9 -o "${WORK}/c.kvc")
+# The layout ablation, small: every row and the per-layer similarity are reported.
+run(TRUE "${KVCODEC}" bench video --ctx 256 --chunk 128 --min-seconds 0.01 --preset ultrafast --json --quiet)
+foreach(key "\"steps\"" "\"zstd-19\"" "\"deflate-12\"" "\"ffv1\"" "\"k_token_ordered\"" "\"quant8_ratio\"")
+  if(NOT out MATCHES "${key}")
+    message(FATAL_ERROR "bench video JSON lacks ${key}:\n${out}")
+  endif()
+endforeach()
 
 # Bad input: one clear line and a non-zero exit.
 run(FALSE "${KVCODEC}" decode "${WORK}/missing.kvc")

@@ -307,9 +307,9 @@ int RunBenchVideo(const BenchVideoArgs& a) {
   const auto j = nlohmann::json::parse(report.value());
   std::printf("video ablation: %u chunks of %u tokens; quant 8-bit ratio %.3fx\n", j["n_chunks"].get<unsigned>(),
               j["chunk"].get<unsigned>(), j["quant8_ratio"].get<double>());
-  std::printf("  %-48s %-10s %8s %12s\n", "step", "coder", "ratio", "decode MB/s");
+  std::printf("  %-56s %-10s %8s %12s\n", "step", "coder", "ratio", "decode MB/s");
   for (const auto& s : j["steps"]) {
-    std::printf("  %-48s %-10s %8.3f %12.1f\n", s["step"].get<std::string>().c_str(),
+    std::printf("  %-56s %-10s %8.3f %12.1f\n", s["step"].get<std::string>().c_str(),
                 s["coder"].get<std::string>().c_str(), s["compression_ratio"].get<double>(),
                 s["decode_mb_s"].get<double>());
   }
