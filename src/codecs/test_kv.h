@@ -1,10 +1,13 @@
-// Synthetic KV caches for codec tests.
+// Helpers shared by the codec tests: synthetic KV caches and damaged-file builders.
 #pragma once
 
 #include <cmath>
+#include <functional>
+#include <span>
 #include <random>
 #include <vector>
 
+#include "format/container.h"
 #include "tensor/kv_cache.h"
 
 namespace kvc {
@@ -37,6 +40,17 @@ inline KvCache MakeCache(const KvShape& shape, uint32_t seed, bool correlated = 
     }
   }
   return cache;
+}
+
+// Re-serialises a valid file after `edit` changed its header or sections (fresh CRCs), so the
+// codec, not the container, meets the damage.
+inline std::vector<uint8_t> Rewrite(std::span<const uint8_t> bytes,
+                                    const std::function<void(KvcHeader&, std::vector<KvcSection>&)>& edit) {
+  KvcFile file = ReadKvc(bytes).value();
+  std::vector<KvcSection> sections;
+  for (const auto& s : file.sections) sections.push_back({s.tag, {s.bytes.begin(), s.bytes.end()}});
+  edit(file.header, sections);
+  return WriteKvc(file.header, sections).value();
 }
 
 }  // namespace kvc

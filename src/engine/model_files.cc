@@ -31,4 +31,20 @@ Status LoadModelCalibration(CalibrationRegistry& registry, const std::string& mo
   return registry.Load(path).status();
 }
 
+Result<PrefilledText> PrefillModelText(const std::string& model_path, const std::string& text_path, uint32_t ctx) {
+  ASSIGN_OR_RETURN(auto model, LlamaModel::Load(model_path));
+  ASSIGN_OR_RETURN(std::string text, ReadTextFile(BesideModel(model_path, "eval.txt", text_path)));
+  ASSIGN_OR_RETURN(std::vector<int32_t> tokens, model->Tokenize(text, true));
+  if (tokens.size() < ctx) {
+    return InvalidArgument(FormatMessage("text has %zu tokens, fewer than --ctx %u", tokens.size(), ctx));
+  }
+  tokens.resize(ctx);
+  SessionOptions so;
+  so.n_ctx = ctx + 8;
+  ASSIGN_OR_RETURN(auto session, LlamaSession::Create(*model, so));
+  RETURN_IF_ERROR(session->Eval(tokens, false));
+  ASSIGN_OR_RETURN(KvCache kv, session->ExtractKv());
+  return PrefilledText{std::move(model), std::move(kv)};
+}
+
 }  // namespace kvc

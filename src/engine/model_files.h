@@ -3,9 +3,11 @@
 // the same way.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "base/status.h"
+#include "engine/llama_engine.h"
 #include "kvtc/calibration_registry.h"
 
 namespace kvc {
@@ -18,5 +20,13 @@ std::string BesideModel(const std::string& model_path, const std::string& name, 
 // Loads `explicit_path`, or else <model>.kvcal when it exists (nothing when it does not).
 Status LoadModelCalibration(CalibrationRegistry& registry, const std::string& model_path,
                             const std::string& explicit_path);
+
+// A model and the KV cache of the first `ctx` tokens of a text (eval.txt beside the model
+// unless `text_path` is given), prefilled in a fresh context: what the benchmarks measure on.
+struct PrefilledText {
+  std::unique_ptr<LlamaModel> model;
+  KvCache kv;
+};
+Result<PrefilledText> PrefillModelText(const std::string& model_path, const std::string& text_path, uint32_t ctx);
 
 }  // namespace kvc

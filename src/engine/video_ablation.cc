@@ -123,16 +123,9 @@ const std::vector<LayoutStep>& LayoutSteps() {
 
 Result<std::string> RunVideoAblationJson(const VideoAblationOptions& o) {
   if (o.chunk == 0 || o.ctx < o.chunk) return InvalidArgument("need ctx >= chunk > 0");
-  ASSIGN_OR_RETURN(auto model, LlamaModel::Load(o.model_path));
-  ASSIGN_OR_RETURN(std::string text, ReadTextFile(BesideModel(o.model_path, "eval.txt", o.text_path)));
-  ASSIGN_OR_RETURN(std::vector<int32_t> tokens, model->Tokenize(text, true));
-  if (tokens.size() < o.ctx) return InvalidArgument("text too short for --ctx");
-  tokens.resize(o.ctx);
-  SessionOptions so;
-  so.n_ctx = o.ctx + 8;
-  ASSIGN_OR_RETURN(auto session, LlamaSession::Create(*model, so));
-  RETURN_IF_ERROR(session->Eval(tokens, false));
-  ASSIGN_OR_RETURN(KvCache kv, session->ExtractKv());
+  ASSIGN_OR_RETURN(PrefilledText prefilled, PrefillModelText(o.model_path, o.text_path, o.ctx));
+  const auto& model = prefilled.model;
+  const KvCache& kv = prefilled.kv;
   const KvShape shape = kv.shape();
   const ModelFingerprint& fp = model->fingerprint();
 

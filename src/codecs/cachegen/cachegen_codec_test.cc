@@ -29,15 +29,6 @@ Result<std::vector<uint8_t>> Encode(const KvCache& cache, const EncodeOptions& o
   return EncodeKvc(*FindCodec("cachegen"), cache.View(), options, kFp, 0);
 }
 
-std::vector<uint8_t> Rewrite(const std::vector<uint8_t>& bytes,
-                             const std::function<void(KvcHeader&, std::vector<KvcSection>&)>& edit) {
-  KvcFile file = ReadKvc(bytes).value();
-  std::vector<KvcSection> sections;
-  for (const auto& s : file.sections) sections.push_back({s.tag, {s.bytes.begin(), s.bytes.end()}});
-  edit(file.header, sections);
-  return WriteKvc(file.header, sections).value();
-}
-
 // What docs/format.md says a layer block starts with, read independently of the codec.
 struct LayerStats {
   std::vector<float> anchor_scale;

@@ -21,6 +21,8 @@
 #include "kvtc/calibration_registry.h"
 #include "kvtc/kvcal.h"
 
+#include "codecs/test_kv.h"
+
 namespace kvc {
 namespace {
 
@@ -74,15 +76,6 @@ class Env {
 EncodeOptions Options(const std::string& level, uint32_t sinks, uint32_t window, const std::string& entropy = "rans") {
   return {.level = level,
           .params = {{"sinks", std::to_string(sinks)}, {"window", std::to_string(window)}, {"entropy", entropy}}};
-}
-
-std::vector<uint8_t> Rewrite(std::span<const uint8_t> bytes,
-                             const std::function<void(KvcHeader&, std::vector<KvcSection>&)>& edit) {
-  KvcFile file = ReadKvc(bytes).value();
-  std::vector<KvcSection> sections;
-  for (const auto& s : file.sections) sections.push_back({s.tag, {s.bytes.begin(), s.bytes.end()}});
-  edit(file.header, sections);
-  return WriteKvc(file.header, sections).value();
 }
 
 std::vector<KvcSection> SectionsOf(std::span<const uint8_t> bytes) {

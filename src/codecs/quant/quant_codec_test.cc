@@ -11,6 +11,8 @@
 
 #include "base/half.h"
 
+#include "codecs/test_kv.h"
+
 namespace kvc {
 namespace {
 
@@ -49,15 +51,6 @@ KvCache MakeCache(const KvShape& shape, DType dtype, uint32_t seed) {
 
 Result<std::vector<uint8_t>> Encode(const KvCache& cache, const EncodeOptions& options) {
   return EncodeKvc(*FindCodec("quant"), cache.View(), options, kFp, 0);
-}
-
-std::vector<uint8_t> Rewrite(const std::vector<uint8_t>& bytes,
-                             const std::function<void(KvcHeader&, std::vector<KvcSection>&)>& edit) {
-  KvcFile file = ReadKvc(bytes).value();
-  std::vector<KvcSection> sections;
-  for (const auto& s : file.sections) sections.push_back({s.tag, {s.bytes.begin(), s.bytes.end()}});
-  edit(file.header, sections);
-  return WriteKvc(file.header, sections).value();
 }
 
 size_t CeilDiv(size_t a, size_t b) { return (a + b - 1) / b; }

@@ -10,6 +10,8 @@
 
 #include "base/half.h"
 
+#include "codecs/test_kv.h"
+
 namespace kvc {
 namespace {
 
@@ -42,17 +44,6 @@ KvCache MakeCache(const KvShape& shape, DType dtype, uint32_t seed) {
 
 Result<std::vector<uint8_t>> Encode(const KvCache& cache, const EncodeOptions& options = {}) {
   return EncodeKvc(*FindCodec("raw"), cache.View(), options, kFp, 0);
-}
-
-// Re-serialises a valid file after `edit` changed its header or sections (fresh CRCs), so the
-// codec, not the container, meets the damage.
-std::vector<uint8_t> Rewrite(const std::vector<uint8_t>& bytes,
-                             const std::function<void(KvcHeader&, std::vector<KvcSection>&)>& edit) {
-  KvcFile file = ReadKvc(bytes).value();
-  std::vector<KvcSection> sections;
-  for (const auto& s : file.sections) sections.push_back({s.tag, {s.bytes.begin(), s.bytes.end()}});
-  edit(file.header, sections);
-  return WriteKvc(file.header, sections).value();
 }
 
 const KvShape kShape{.n_layers = 3, .n_kv_heads = 2, .head_dim = 8, .n_tokens = 21};

@@ -142,15 +142,6 @@ TEST(VideoCodec, RejectsBadOptionsAndInput) {
   EXPECT_EQ(Encode(bad, Options("8")).status().code(), StatusCode::kInvalidArgument);
 }
 
-std::vector<uint8_t> Rewrite(const std::vector<uint8_t>& bytes,
-                             const std::function<void(KvcHeader&, std::vector<KvcSection>&)>& edit) {
-  KvcFile file = ReadKvc(bytes).value();
-  std::vector<KvcSection> sections;
-  for (const auto& s : file.sections) sections.push_back({s.tag, {s.bytes.begin(), s.bytes.end()}});
-  edit(file.header, sections);
-  return WriteKvc(file.header, sections).value();
-}
-
 // Damage that passes the container's CRCs (a file rewritten with consistent checksums) must
 // still be a clear error.
 TEST(VideoCodec, DamagedPayloadsAreErrors) {
