@@ -45,7 +45,7 @@ bool IsH26x(VideoCoder coder) { return coder == VideoCoder::kX265 || coder == Vi
 
 // Drops SEI NAL units from an Annex-B packet: x264 and x265 write their version and full option
 // string there (hundreds of bytes per stream), which no decoder needs to rebuild the pixels.
-void AppendWithoutSei(VideoCoder coder, std::span<const uint8_t> packet, ByteWriter* w, size_t* kept) {
+void AppendWithoutSei(VideoCoder coder, std::span<const uint8_t> packet, ByteWriter* w) {
   auto is_start = [&](size_t i) { return i + 3 <= packet.size() && packet[i] == 0 && packet[i + 1] == 0 && packet[i + 2] == 1; };
   std::vector<size_t> starts;  // offsets of each NAL's first payload byte
   for (size_t i = 0; i + 3 <= packet.size(); ++i) {
@@ -54,7 +54,6 @@ void AppendWithoutSei(VideoCoder coder, std::span<const uint8_t> packet, ByteWri
       i += 2;
     }
   }
-  const size_t begin = w->size();
   if (starts.empty()) {
     w->Bytes(packet);
   } else {
@@ -72,26 +71,21 @@ void AppendWithoutSei(VideoCoder coder, std::span<const uint8_t> packet, ByteWri
       w->Bytes(packet.subspan(nal, end - nal));
     }
   }
-  *kept = w->size() - begin;
 }
 
-Status DrainPackets(AVCodecContext* ctx, AVPacket* pkt, VideoCoder coder, ByteWriter* body, uint32_t* n_packets) {
+Status DrainPackets(AVCodecContext* ctx, AVPacket* pkt, VideoCoder coder, std::vector<std::vector<uint8_t>>* packets) {
   for (;;) {
     const int rc = avcodec_receive_packet(ctx, pkt);
     if (rc == AVERROR(EAGAIN) || rc == AVERROR_EOF) return Status::Ok();
     if (rc < 0) return Internal(std::string("video encoder: ") + av::ErrorString(rc));
-    const size_t len_at = body->size();
-    body->U32(0);
-    size_t kept = 0;
     const std::span<const uint8_t> data(pkt->data, static_cast<size_t>(pkt->size));
+    ByteWriter w;
     if (IsH26x(coder)) {
-      AppendWithoutSei(coder, data, body, &kept);
+      AppendWithoutSei(coder, data, &w);
     } else {
-      body->Bytes(data);
-      kept = data.size();
+      w.Bytes(data);
     }
-    body->PatchU32(len_at, static_cast<uint32_t>(kept));
-    ++*n_packets;
+    if (w.size() > 0) packets->push_back(w.Take());
     av_packet_unref(pkt);
   }
 }
@@ -200,8 +194,7 @@ Result<std::vector<uint8_t>> EncodeVideoStream(const PictureShape& shape, uint32
   frame->height = ctx->height;
   if (int rc = av_frame_get_buffer(frame.get(), 0); rc < 0) return Internal("video frame: " + av::ErrorString(rc));
 
-  ByteWriter body;
-  uint32_t n_packets = 0;
+  std::vector<std::vector<uint8_t>> packets;
   for (uint32_t i = 0; i < n_frames; ++i) {
     if (int rc = av_frame_make_writable(frame.get()); rc < 0) return Internal("video frame: " + av::ErrorString(rc));
     FillFrame(pixels.data() + i * shape.frame_bytes(), shape, frame.get());
@@ -209,25 +202,36 @@ Result<std::vector<uint8_t>> EncodeVideoStream(const PictureShape& shape, uint32
     if (int rc = avcodec_send_frame(ctx.get(), frame.get()); rc < 0) {
       return Internal(FormatMessage("%s encoder refused frame %u: %s", traits.name, i, av::ErrorString(rc).c_str()));
     }
-    RETURN_IF_ERROR(DrainPackets(ctx.get(), pkt.get(), options.coder, &body, &n_packets));
+    RETURN_IF_ERROR(DrainPackets(ctx.get(), pkt.get(), options.coder, &packets));
   }
   if (int rc = avcodec_send_frame(ctx.get(), nullptr); rc < 0) return Internal("video flush: " + av::ErrorString(rc));
-  RETURN_IF_ERROR(DrainPackets(ctx.get(), pkt.get(), options.coder, &body, &n_packets));
+  RETURN_IF_ERROR(DrainPackets(ctx.get(), pkt.get(), options.coder, &packets));
 
+  const size_t extradata_len = ctx->extradata != nullptr ? static_cast<size_t>(ctx->extradata_size) : 0;
+  std::vector<std::span<const uint8_t>> views(packets.begin(), packets.end());
+  return AssembleVideoStream(options.coder, shape, n_frames, std::span(ctx->extradata, extradata_len), views);
+}
+
+std::vector<uint8_t> AssembleVideoStream(VideoCoder coder, const PictureShape& shape, uint32_t n_frames,
+                                         std::span<const uint8_t> extradata,
+                                         std::span<const std::span<const uint8_t>> packets) {
+  const PictureShape coded = CodedShape(coder, shape);
   ByteWriter w;
   w.U8(kStreamVersion);
-  w.U8(static_cast<uint8_t>(options.coder));
+  w.U8(static_cast<uint8_t>(coder));
   w.U8(static_cast<uint8_t>(shape.planes));
   w.U32(shape.width);
   w.U32(shape.height);
   w.U32(coded.width);
   w.U32(coded.height);
   w.U32(n_frames);
-  const size_t extradata_len = ctx->extradata != nullptr ? static_cast<size_t>(ctx->extradata_size) : 0;
-  w.U32(static_cast<uint32_t>(extradata_len));
-  if (extradata_len > 0) w.Bytes(ctx->extradata, extradata_len);
-  w.U32(n_packets);
-  w.Bytes(body.bytes());
+  w.U32(static_cast<uint32_t>(extradata.size()));
+  w.Bytes(extradata);
+  w.U32(static_cast<uint32_t>(packets.size()));
+  for (const auto& p : packets) {
+    w.U32(static_cast<uint32_t>(p.size()));
+    w.Bytes(p);
+  }
   return w.Take();
 }
 

@@ -53,6 +53,12 @@ struct VideoEncodeOptions {
 Result<std::vector<uint8_t>> EncodeVideoStream(const PictureShape& shape, uint32_t n_frames,
                                                std::span<const uint8_t> pixels, const VideoEncodeOptions& options);
 
+// Writes a stream from its parts (the encoder's last step; fuzzing builds streams around mutated
+// packets with it). Packets must be non-empty and each under 4 GiB.
+std::vector<uint8_t> AssembleVideoStream(VideoCoder coder, const PictureShape& shape, uint32_t n_frames,
+                                         std::span<const uint8_t> extradata,
+                                         std::span<const std::span<const uint8_t>> packets);
+
 // A parsed stream header and its packets (views into the stream's bytes).
 struct VideoStreamView {
   VideoCoder coder = VideoCoder::kFfv1;

@@ -135,38 +135,63 @@ namespace {
 
 const std::filesystem::path kCorpus = std::filesystem::path(KVCODEC_SOURCE_DIR) / "fuzz" / "corpus" / "video_stream";
 
-// Small real streams of every coder, planes 1 and 3; each seed must still decode.
-std::vector<std::pair<std::string, std::vector<uint8_t>>> SeedStreams() {
-  std::vector<std::pair<std::string, std::vector<uint8_t>>> seeds;
+struct Seed {
+  std::string name;
+  PictureShape shape;
+  std::vector<uint8_t> bytes;
+};
+
+// The assembled-stream input of video_stream_fuzz.cc (mode 2); keep in step with its parser.
+std::vector<uint8_t> AssembledInput(VideoCoder coder, const PictureShape& shape, uint32_t frames,
+                                    std::span<const uint8_t> stream) {
+  const VideoStreamView v = ParseVideoStream(stream, shape, frames).value();
+  std::vector<uint8_t> in = {static_cast<uint8_t>(static_cast<uint8_t>(coder) | (shape.planes == 3 ? 0x80 : 0)),
+                             static_cast<uint8_t>(shape.width - 1), static_cast<uint8_t>(shape.height - 1),
+                             static_cast<uint8_t>(frames - 1)};
+  auto part = [&](std::span<const uint8_t> p) {
+    in.push_back(static_cast<uint8_t>(p.size()));
+    in.push_back(static_cast<uint8_t>(p.size() >> 8));
+    in.insert(in.end(), p.begin(), p.end());
+  };
+  part(v.extradata);
+  for (const auto& p : v.packets) part(p);
+  return in;
+}
+
+// Small real streams of every coder, planes 1 and 3, whole and assembled; each must decode.
+std::vector<Seed> SeedInputs() {
+  std::vector<Seed> seeds;
   for (VideoCoder coder : kVideoCoders) {
     for (uint32_t planes : {1u, 3u}) {
       const PictureShape shape{12, 5, planes};
       const auto px = MakePixels(shape, 3, false, planes);
       auto s = EncodeVideoStream(shape, 3, px, {.coder = coder, .preset = "ultrafast"});
       if (!s.ok()) continue;
-      seeds.emplace_back(std::string(VideoCoderName(coder)) + "_p" + std::to_string(planes), std::move(*s));
+      const std::string name = std::string(VideoCoderName(coder)) + "_p" + std::to_string(planes);
+      seeds.push_back({"assembled_" + name, shape, AssembledInput(coder, shape, 3, *s)});
+      seeds.push_back({name, shape, std::move(*s)});
     }
   }
   return seeds;
 }
 
 TEST(VideoFuzzCorpus, SeedsDecode) {
-  for (const auto& [name, unused] : SeedStreams()) {
-    std::ifstream in(kCorpus / name, std::ios::binary);
-    ASSERT_TRUE(in) << name << " missing (regenerate: video_test --gtest_also_run_disabled_tests "
+  for (const Seed& seed : SeedInputs()) {
+    std::ifstream in(kCorpus / seed.name, std::ios::binary);
+    ASSERT_TRUE(in) << seed.name << " missing (regenerate: video_test --gtest_also_run_disabled_tests "
                     << "--gtest_filter=VideoFuzzCorpus.DISABLED_Regenerate)";
     const std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-    const PictureShape shape{12, 5, name.back() == '3' ? 3u : 1u};
-    std::vector<uint8_t> out(shape.frame_bytes() * 3);
-    EXPECT_TRUE(CpuVideoDecoder().Decode(bytes, shape, 3, out).ok()) << name;
+    if (seed.name.starts_with("assembled_")) continue;  // the same stream as its whole twin
+    std::vector<uint8_t> out(seed.shape.frame_bytes() * 3);
+    EXPECT_TRUE(CpuVideoDecoder().Decode(bytes, seed.shape, 3, out).ok()) << seed.name;
   }
 }
 
 TEST(VideoFuzzCorpus, DISABLED_Regenerate) {
   std::filesystem::create_directories(kCorpus);
-  for (const auto& [name, bytes] : SeedStreams()) {
-    std::ofstream(kCorpus / name, std::ios::binary)
-        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  for (const Seed& seed : SeedInputs()) {
+    std::ofstream(kCorpus / seed.name, std::ios::binary)
+        .write(reinterpret_cast<const char*>(seed.bytes.data()), static_cast<std::streamsize>(seed.bytes.size()));
   }
 }
 
