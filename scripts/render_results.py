@@ -122,6 +122,38 @@ if video_ablation:
           f"{best['compression_ratio'] / a['quant8_ratio']:.3f}x `quant` 8-bit and "
           f"{best['compression_ratio'] / general['compression_ratio']:.3f}x the better general-purpose coder "
           f"({general['coder']}, {general['compression_ratio']:.3f}x) on the same codes.\n")
+
+    def row(step, coder):
+        return next(s for s in steps if s["step"] == step and s["coder"] == coder)["compression_ratio"]
+
+    pub = max(row("tokens as frames (published layout)", c) for c in ("x265", "x264", "ffv1"))
+    axis = row("tokens along x, channels along y", "ffv1")
+    ordered = row("+ channel ordering", "ffv1")
+    planes = row("+ layers as planes", "ffv1")
+    tokens = row("+ token ordering", "ffv1")
+    no_planes = row("token ordering without planes", "ffv1")
+    centred = row("+ per-channel centring", "ffv1")
+    nd = a["neighbour_difference_ratio"]
+    mean = lambda key: sum(l[key] for l in nd) / len(nd)
+    print("What each step earned (FFV1 unless named). The published layout, one frame per token, is the worst "
+          f"row: at best {pub:.3f}x, below the 8-bit codes alone ({base['compression_ratio']:.3f}x). A token's "
+          "values of one layer make a picture of a few hundred pixels, which every coder pads to its minimum "
+          "size and codes with per-picture overhead, and inter prediction from the previous frame has nothing to "
+          f"find: in text order neighbouring tokens are nearly independent (difference ratio {mean('k'):.2f} for K "
+          f"and {mean('v'):.2f} for V on average, 2 meaning independent). Undoing RoPE makes keys less alike, not "
+          f"more ({mean('k_rope_undone'):.2f}), so keys are coded as the cache holds them. Tokens along the x "
+          f"axis give {axis:.3f}x; ordering channels by similarity {ordered:.3f}x; three layers as the planes of "
+          f"one picture cost a little ({planes:.3f}x), because FFV1 shares one context set among a picture's "
+          f"chroma planes. Ordering tokens by similarity is the step that earns most: {tokens:.3f}x with planes and "
+          f"{no_planes:.3f}x without (the default), because in token order neighbouring tokens are alike "
+          f"(difference ratio {mean('k_token_ordered'):.2f} for K, {mean('v_token_ordered'):.2f} for V) and the "
+          f"codec's prediction from the previous column removes most of the variance. Centring each channel on "
+          f"its median ({centred:.3f}x) does not help. The same reordering gives a general-purpose coder nothing "
+          "(the reordered rows above): the gain is the video coder's 2-D prediction and context modelling on an "
+          "arrangement that suits it, not the reordering alone. The published ~3x over 8-bit quantisation of the "
+          "tokens-as-frames layout was measured on 7B-70B models, which cannot run here; on these small models "
+          "neighbouring tokens in text order are nearly independent (the ratios above), so that layout has "
+          "little to predict, and token ordering is what recovers the redundancy.\n")
     print("Neighbouring-token similarity per layer: the variance of the difference between neighbouring tokens "
           "over the variance of the values, per channel, averaged over channels and chunks (2 = independent "
           "tokens, 0 = identical neighbours; below 1 a predictor from the previous token beats the channel's "
