@@ -1,0 +1,74 @@
+// Where compressed KV chunks live between the request that computed them and the requests that
+// reuse them (design brief §3). One interface, several backends chosen by URL:
+//   mem://                         in-process, LRU bounded by compressed bytes
+//   dir:///path                    local disk, the embedded default (atomic, crash-safe, shared
+//                                  by processes, LRU bounded by bytes)
+//   redis://host:port              one Redis server
+//   redis-cluster://h:p,h:p,...    a Redis Cluster (slot routing, MOVED/ASK redirects)
+// Objects are opaque bytes under names made by chunk_key.h. Every backend is safe to call from
+// several threads at once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace kvc {
+
+struct StoreOptions {
+  // Bound on the stored (compressed) bytes; least recently used objects are evicted past it.
+  // 0: the backend's default (mem: 1 GiB, dir: 10 GiB; Redis: the server's own maxmemory).
+  uint64_t capacity_bytes = 0;
+  // Per network operation (Redis); a slower reply is an kIoError, and the next call reconnects.
+  uint32_t timeout_ms = 2000;
+};
+
+struct StoreStats {
+  uint64_t objects = 0;
+  uint64_t bytes = 0;           // compressed bytes stored (object payloads)
+  uint64_t capacity_bytes = 0;  // 0: unbounded by kvcodec (Redis: the server decides)
+  uint64_t evictions = 0;       // objects this process evicted
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+  // The URL the store was opened with, normalised.
+  virtual std::string url() const = 0;
+
+  // Stores `bytes` under `name`, replacing any previous object. Readers never see a partial
+  // object: either the old bytes, the new bytes or (after eviction) nothing.
+  virtual Status Put(std::string_view name, std::span<const uint8_t> bytes) = 0;
+  // kNotFound when there is no such object.
+  virtual Result<std::vector<uint8_t>> Get(std::string_view name) = 0;
+  virtual Result<bool> Exists(std::string_view name) = 0;
+  // Deleting an absent object is not an error.
+  virtual Status Delete(std::string_view name) = 0;
+
+  // Batched forms: one round trip where the backend can (Redis pipelines / MGET per node). One
+  // result per name, in order; a missing object is kNotFound in its slot. A failure of the
+  // whole batch (connection lost) is every slot's error.
+  virtual std::vector<Result<std::vector<uint8_t>>> GetMany(std::span<const std::string> names);
+  virtual Result<std::vector<bool>> ExistsMany(std::span<const std::string> names);
+
+  virtual Result<StoreStats> Stats() = 0;
+};
+
+// Opens a store by URL (forms above). kInvalidArgument for a malformed or unknown URL;
+// kIoError when the backend cannot be reached or created.
+Result<std::unique_ptr<Store>> OpenStore(std::string_view url, const StoreOptions& options = {});
+
+// The embedded default when no URL is given: dir://$KVCODEC_STORE, else
+// dir://$XDG_CACHE_HOME/kvcodec/store, else dir://$HOME/.cache/kvcodec/store.
+std::string DefaultStoreUrl();
+
+// Object names are what chunk_key.h makes: [A-Za-z0-9._-], 1..200 characters. Anything else is
+// kInvalidArgument in every backend (names become file names and Redis keys).
+Status CheckObjectName(std::string_view name);
+
+}  // namespace kvc

@@ -1,0 +1,28 @@
+// The one contract every store backend is tested against (store_contract_test.cc). A backend's
+// test file instantiates the suite with a factory that opens a fresh, empty store:
+//   INSTANTIATE_TEST_SUITE_P(Memory, StoreContract, ::testing::Values(StoreFactory{"memory", ...}));
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "store/store.h"
+
+namespace kvc {
+
+struct StoreFactory {
+  std::string name;
+  // A fresh, empty store bounded to `capacity_bytes` (0: the backend's default). Backends that
+  // cannot bound their bytes themselves (Redis) say so with bounded = false.
+  std::function<Result<std::unique_ptr<Store>>(uint64_t capacity_bytes)> open;
+  bool bounded = true;
+};
+
+inline std::string StoreFactoryName(const ::testing::TestParamInfo<StoreFactory>& info) { return info.param.name; }
+
+class StoreContract : public ::testing::TestWithParam<StoreFactory> {};
+
+}  // namespace kvc
