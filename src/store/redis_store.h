@@ -1,18 +1,46 @@
 // redis:// and redis-cluster:// stores through hiredis (design brief §3).
+//
+// Objects live under the key kRedisKeyPrefix + name as plain strings (SET/GET), so that the
+// database may hold other data too and Stats counts only ours. Eviction is the server's
+// business (its maxmemory policy); kvcodec never evicts from Redis itself.
+//
+// Every call has the StoreOptions timeout on connect and on each read and write; a connection
+// that failed or timed out is dropped and the next call opens a new one, so a store outlives a
+// server restart. A connection the server closed while it sat idle is retried once on a fresh
+// one (every command the stores send is idempotent).
+//
+// The cluster store routes each key by its hash slot from the map CLUSTER SLOTS gives, follows
+// MOVED (updating the map, re-reading it on the next call) and ASK (ASKING, then the command, at
+// the named node) up to kRedisMaxRedirects times, and pipelines batched calls per node.
+//
+// Stats walks the keyspace (SCAN MATCH kvc:* plus one STRLEN per key, pipelined per SCAN page) on
+// the server or on every master: O(keys in the database) and meant for tools and tests, not for a
+// hot path. Keys written or deleted during the walk may be counted twice or not at all.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "store/store.h"
 
 namespace kvc {
+
+inline constexpr std::string_view kRedisKeyPrefix = "kvc:";
+inline constexpr int kRedisClusterSlots = 16384;
+// A longer chain of redirects means the cluster is misconfigured (or mid-failover), not busy.
+inline constexpr int kRedisMaxRedirects = 5;
 
 // host:port of one Redis server.
 Result<std::unique_ptr<Store>> OpenRedisStore(const std::string& host_port, const StoreOptions& options);
 
 // Seed nodes of a Redis Cluster (host:port each); the slot map is read from any that answers.
 Result<std::unique_ptr<Store>> OpenRedisClusterStore(std::span<const std::string> seeds, const StoreOptions& options);
+
+// The cluster hash slot of a key: CRC16-XMODEM of the key, or of the first non-empty {...} hash
+// tag in it, mod 16384 (Redis Cluster specification).
+uint16_t RedisHashSlot(std::string_view key);
 
 }  // namespace kvc

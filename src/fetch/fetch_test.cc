@@ -1,0 +1,200 @@
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+
+#include "fetch/fetcher.h"
+#include "store/memory_store.h"
+
+namespace kvc {
+namespace {
+
+constexpr ModelFingerprint kFp{9, 9, 9};
+const KvShape kChunkShape{.n_layers = 2, .n_kv_heads = 2, .head_dim = 32, .n_tokens = 64};
+
+double Since(SteadyClock::time_point t) { return std::chrono::duration<double>(SteadyClock::now() - t).count(); }
+
+TEST(LinkShaper, CapsConcurrentTransfersToTheRate) {
+  LinkShaper link(1e6);  // 1 MB/s
+  const auto start = SteadyClock::now();
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) threads.emplace_back([&] { link.Acquire(25'000); });
+  for (auto& t : threads) t.join();
+  // 100 KB shared by four transfers at 1 MB/s: at least 0.1 s, whatever the scheduling.
+  EXPECT_GE(Since(start), 0.099);
+  LinkShaper open_link(0);
+  const auto t0 = SteadyClock::now();
+  open_link.Acquire(1'000'000'000);
+  EXPECT_LT(Since(t0), 0.05) << "an uncapped link must not wait";
+}
+
+TEST(BandwidthEstimator, OverlappingTransfersCountAsOneStream) {
+  BandwidthEstimator est(123.0, 2);
+  EXPECT_EQ(est.BytesPerSecond(), 123.0);
+  const auto t = SteadyClock::now();
+  using ms = std::chrono::milliseconds;
+  est.Add(1000, t, t + ms(100));
+  est.Add(1000, t + ms(50), t + ms(200));
+  EXPECT_NEAR(est.BytesPerSecond(), 2000 / 0.2, 1e-6);
+  est.Add(5000, t + ms(200), t + ms(300));  // the window keeps the last two
+  EXPECT_NEAR(est.BytesPerSecond(), 6000 / 0.25, 1e-6);
+}
+
+ChunkManifest Manifest(std::vector<ChunkVariant> v) { return {.chunk_tokens = 64, .chunk_index = 0, .variants = std::move(v)}; }
+
+TEST(LevelPlanner, TradesTransferAgainstDecode) {
+  const ChunkManifest m = Manifest({{"raw", "fp16", 100'000}, {"kvtc", "16", 5'000}});
+  LevelPlanner planner({}, 1, 0);
+  planner.ObserveDecode({"raw", "fp16", 0}, 0.001);
+  planner.ObserveDecode({"kvtc", "16", 0}, 0.010);
+  // Fast link: kvtc's decode (10 ms) costs more than raw's transfer (0.1 ms).
+  EXPECT_EQ(planner.Choose(m, 1e9)->variant.codec, "raw");
+  // Slow link: raw's transfer (100 ms) costs more than kvtc's decode.
+  EXPECT_EQ(planner.Choose(m, 1e6)->variant.codec, "kvtc");
+  // Two decoders halve what decode costs per chunk.
+  LevelPlanner two({}, 2, 0);
+  two.ObserveDecode({"kvtc", "16", 0}, 0.010);
+  EXPECT_NEAR(two.Choose(Manifest({{"kvtc", "16", 5'000}}), 1e9)->predicted_s, 0.005, 1e-9);
+}
+
+TEST(LevelPlanner, RespectsTheQualityFloorAndRecomputes) {
+  const ChunkManifest m = Manifest({{"raw", "fp16", 100'000}, {"kvtc", "64", 1'000}});
+  LevelPlanner floor({{"raw", "fp16"}}, 1, 0);
+  EXPECT_EQ(floor.Choose(m, 1e6)->variant.level, "fp16") << "kvtc 64 is below the floor";
+  EXPECT_FALSE(LevelPlanner({{"quant", "8"}}, 1, 0).Choose(m, 1e6).has_value());
+  LevelPlanner recompute({{"raw", "fp16"}}, 1, 0.02);
+  EXPECT_TRUE(recompute.Choose(m, 1e6)->recompute) << "100 ms transfer vs 20 ms prefill";
+  EXPECT_FALSE(recompute.Choose(m, 1e9)->recompute);
+}
+
+KvCache RandomKv(uint32_t seed) {
+  KvCache kv = KvCache::Create(kChunkShape, DType::kF16).value();
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(kChunkShape.layer_elems());
+  for (KvKind kind : kKvKinds) {
+    for (uint32_t l = 0; l < kChunkShape.n_layers; ++l) {
+      for (float& v : x) v = normal(rng);
+      kv.WriteRowsF32(kind, l, 0, kChunkShape.n_tokens, x.data());
+    }
+  }
+  return kv;
+}
+
+// Stores n chunks of random KV, each as every (codec, level) given, with manifests.
+struct StoredRun {
+  std::unique_ptr<Store> store = MakeMemoryStore({});
+  std::vector<ChunkKey> keys;
+  std::vector<ChunkManifest> manifests;
+  std::vector<KvCache> originals;
+};
+
+StoredRun StoreRun(uint32_t n, const std::vector<std::pair<std::string, std::string>>& variants) {
+  StoredRun run;
+  std::vector<int32_t> tokens(n * kChunkShape.n_tokens);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i % 1000);
+  run.keys = ChunkKeys(kFp, tokens, kChunkShape.n_tokens);
+  for (uint32_t i = 0; i < n; ++i) {
+    run.originals.push_back(RandomKv(i));
+    ChunkManifest m{.chunk_tokens = kChunkShape.n_tokens, .chunk_index = i, .variants = {}};
+    for (const auto& [codec, level] : variants) {
+      const auto bytes = EncodeKvc(*FindCodec(codec), run.originals.back().View(), {.level = level, .params = {}}, kFp,
+                                   i * kChunkShape.n_tokens)
+                             .value();
+      EXPECT_TRUE(run.store->Put(ChunkObjectName(run.keys[i], codec, level), bytes).ok());
+      m.variants.push_back({codec, level, bytes.size()});
+    }
+    run.manifests.push_back(m);
+  }
+  return run;
+}
+
+TEST(Fetcher, DeliversEveryChunkInOrderDecoded) {
+  StoredRun run = StoreRun(6, {{"quant", "8"}});
+  LinkShaper link;
+  Fetcher fetcher(*run.store, link, kFp, {}, {});
+  std::vector<uint32_t> order;
+  auto report = fetcher.Run(run.keys, run.manifests, [&](FetchedChunk&& c) {
+    order.push_back(c.index);
+    EXPECT_EQ(c.kv.shape(), kChunkShape);
+    const auto direct = DecodeKvc(run.store->Get(ChunkObjectName(run.keys[c.index], "quant", "8")).value()).value();
+    EXPECT_TRUE(c.kv == direct) << "chunk " << c.index;
+    return Status::Ok();
+  });
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->chunks, 6u);
+  EXPECT_TRUE(report->stop_reason.empty());
+  EXPECT_EQ(order, (std::vector<uint32_t>{0, 1, 2, 3, 4, 5}));
+}
+
+TEST(Fetcher, StopsAtAMissingChunkAndSaysWhy) {
+  StoredRun run = StoreRun(5, {{"quant", "8"}});
+  ASSERT_TRUE(run.store->Delete(ChunkObjectName(run.keys[3], "quant", "8")).ok());
+  LinkShaper link;
+  Fetcher fetcher(*run.store, link, kFp, {}, {});
+  uint32_t seen = 0;
+  auto report = fetcher.Run(run.keys, run.manifests, [&](FetchedChunk&&) {
+    ++seen;
+    return Status::Ok();
+  });
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->chunks, 3u);
+  EXPECT_EQ(seen, 3u);
+  EXPECT_NE(report->stop_reason.find("chunk 3"), std::string::npos) << report->stop_reason;
+  EXPECT_NE(report->stop_reason.find("not found"), std::string::npos) << report->stop_reason;
+}
+
+TEST(Fetcher, StopsAtACorruptChunk) {
+  StoredRun run = StoreRun(4, {{"quant", "8"}});
+  const std::string name = ChunkObjectName(run.keys[1], "quant", "8");
+  auto bytes = run.store->Get(name).value();
+  bytes[bytes.size() / 2] ^= 0x10;
+  ASSERT_TRUE(run.store->Put(name, bytes).ok());
+  LinkShaper link;
+  Fetcher fetcher(*run.store, link, kFp, {}, {});
+  auto report = fetcher.Run(run.keys, run.manifests, [](FetchedChunk&&) { return Status::Ok(); });
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->chunks, 1u);
+  EXPECT_NE(report->stop_reason.find("chunk 1"), std::string::npos) << report->stop_reason;
+}
+
+TEST(Fetcher, ChunksOfAnotherModelAreRejected) {
+  StoredRun run = StoreRun(2, {{"quant", "8"}});
+  LinkShaper link;
+  Fetcher fetcher(*run.store, link, ModelFingerprint{1}, {}, {});
+  auto report = fetcher.Run(run.keys, run.manifests, [](FetchedChunk&&) { return Status::Ok(); });
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->chunks, 0u);
+  EXPECT_NE(report->stop_reason.find("another model"), std::string::npos) << report->stop_reason;
+}
+
+// The link slows down while chunks are being fetched: the planner, fed by the bandwidth of the
+// latest transfers, moves from the variant that decodes fastest (raw) to the smallest (video)
+// within two chunks of the change.
+TEST(Fetcher, PlannerSwitchesLevelWhenTheLinkSlowsDown) {
+  const uint32_t n = 16;
+  const uint32_t change_at = 9;  // the rate drops when chunk 9 is delivered
+  StoredRun run = StoreRun(n, {{"raw", "fp16"}, {"video", "4"}});
+  LinkShaper link(0);
+  Fetcher fetcher(*run.store, link, kFp, {}, {});
+  std::vector<std::string> codec_of(n);
+  auto report = fetcher.Run(run.keys, run.manifests, [&](FetchedChunk&& c) {
+    codec_of[c.index] = c.variant.codec;
+    if (c.index == change_at) link.SetRate(1e6);  // 1 MB/s: raw's 32 KB take 33 ms
+    return Status::Ok();
+  });
+  ASSERT_TRUE(report.ok());
+  ASSERT_EQ(report->chunks, n);
+  std::string sequence;
+  for (const auto& c : codec_of) sequence += c + " ";
+  EXPECT_EQ(codec_of[change_at], "raw") << "on the uncapped link raw decodes fastest: " << sequence;
+  // Chunk change_at + 1 may be on the link already when the rate drops; the next transfer is the
+  // first at the new rate, and the one after it must be planned for the slow link.
+  bool switched = false;
+  for (uint32_t i = change_at + 1; i <= change_at + 3; ++i) switched |= codec_of[i] == "video";
+  EXPECT_TRUE(switched) << sequence;
+  for (uint32_t i = change_at + 4; i < n; ++i) EXPECT_EQ(codec_of[i], "video") << "chunk " << i << ": " << sequence;
+}
+
+}  // namespace
+}  // namespace kvc

@@ -1,0 +1,58 @@
+#include "store/chunk_manifest.h"
+
+#include "base/byte_io.h"
+#include "base/crc32c.h"
+
+namespace kvc {
+namespace {
+
+constexpr uint8_t kMagic[4] = {'K', 'V', 'C', 'M'};
+constexpr uint32_t kVersion = 1;
+constexpr size_t kMaxNameBytes = 64;
+
+}  // namespace
+
+std::vector<uint8_t> WriteChunkManifest(const ChunkManifest& m) {
+  ByteWriter w;
+  w.Bytes(kMagic, sizeof(kMagic));
+  w.U32(kVersion);
+  w.U32(m.chunk_tokens);
+  w.U32(m.chunk_index);
+  w.U32(static_cast<uint32_t>(m.variants.size()));
+  for (const ChunkVariant& v : m.variants) {
+    w.String(v.codec);
+    w.String(v.level);
+    w.U64(v.bytes);
+  }
+  w.U32(Crc32c(w.bytes().data(), w.size()));
+  return w.Take();
+}
+
+Result<ChunkManifest> ReadChunkManifest(std::span<const uint8_t> bytes) {
+  KVC_CHECK_CORRUPT(bytes.size() >= 4, "manifest of %zu bytes", bytes.size());
+  const std::span<const uint8_t> body = bytes.first(bytes.size() - 4);
+  ByteReader crc_reader(bytes.last(4));
+  uint32_t crc;
+  RETURN_IF_ERROR(crc_reader.U32(&crc, "manifest crc"));
+  KVC_CHECK_CORRUPT(crc == Crc32c(body.data(), body.size()), "manifest CRC32C mismatch");
+  ByteReader r(body);
+  RETURN_IF_ERROR(ExpectMagicAndVersion(r, kMagic, kVersion, "chunk manifest"));
+  ChunkManifest m;
+  uint32_t n;
+  RETURN_IF_ERROR(r.U32(&m.chunk_tokens, "chunk_tokens"));
+  RETURN_IF_ERROR(r.U32(&m.chunk_index, "chunk_index"));
+  RETURN_IF_ERROR(r.U32(&n, "variant count"));
+  KVC_CHECK_CORRUPT(m.chunk_tokens > 0, "manifest: chunk_tokens 0");
+  KVC_CHECK_CORRUPT(n <= kMaxManifestVariants, "manifest: %u variants (at most %zu)", n, kMaxManifestVariants);
+  m.variants.resize(n);
+  for (ChunkVariant& v : m.variants) {
+    RETURN_IF_ERROR(r.String(&v.codec, kMaxNameBytes, "variant codec"));
+    RETURN_IF_ERROR(r.String(&v.level, kMaxNameBytes, "variant level"));
+    RETURN_IF_ERROR(r.U64(&v.bytes, "variant bytes"));
+    KVC_CHECK_CORRUPT(!v.codec.empty() && !v.level.empty(), "manifest: a variant without codec or level");
+  }
+  KVC_CHECK_CORRUPT(r.empty(), "manifest: %zu bytes after the variants", r.remaining());
+  return m;
+}
+
+}  // namespace kvc

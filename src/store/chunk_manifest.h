@@ -1,0 +1,38 @@
+// The manifest of one stored chunk: which encoded variants (codec, level) of it the store holds
+// and how many bytes each is. A request reads the manifests of all its chunks in one batched
+// lookup: the longest run of present manifests is its reusable prefix, and the sizes let the
+// level planner predict each variant's transfer time before fetching anything. The manifest is
+// written after every variant it lists, so a listed variant was complete when it was written.
+// Layout: docs/format.md ("Chunk manifest").
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace kvc {
+
+struct ChunkVariant {
+  std::string codec;
+  std::string level;
+  uint64_t bytes = 0;  // size of the stored .kvc object
+  bool operator==(const ChunkVariant&) const = default;
+};
+
+struct ChunkManifest {
+  uint32_t chunk_tokens = 0;
+  uint32_t chunk_index = 0;  // position of the chunk in its prefix
+  std::vector<ChunkVariant> variants;
+  bool operator==(const ChunkManifest&) const = default;
+};
+
+inline constexpr size_t kMaxManifestVariants = 64;
+
+std::vector<uint8_t> WriteChunkManifest(const ChunkManifest& manifest);
+// `bytes` is hostile: kCorrupt on anything malformed, truncated or failing its CRC32C.
+Result<ChunkManifest> ReadChunkManifest(std::span<const uint8_t> bytes);
+
+}  // namespace kvc
