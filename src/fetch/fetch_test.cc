@@ -67,15 +67,15 @@ TEST(LevelPlanner, RespectsTheQualityFloorAndRecomputes) {
   EXPECT_FALSE(recompute.Choose(m, 1e9)->recompute);
 }
 
-KvCache RandomKv(uint32_t seed) {
-  KvCache kv = KvCache::Create(kChunkShape, DType::kF16).value();
+KvCache RandomKv(uint32_t seed, const KvShape& shape) {
+  KvCache kv = KvCache::Create(shape, DType::kF16).value();
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal;
-  std::vector<float> x(kChunkShape.layer_elems());
+  std::vector<float> x(shape.layer_elems());
   for (KvKind kind : kKvKinds) {
-    for (uint32_t l = 0; l < kChunkShape.n_layers; ++l) {
+    for (uint32_t l = 0; l < shape.n_layers; ++l) {
       for (float& v : x) v = normal(rng);
-      kv.WriteRowsF32(kind, l, 0, kChunkShape.n_tokens, x.data());
+      kv.WriteRowsF32(kind, l, 0, shape.n_tokens, x.data());
     }
   }
   return kv;
@@ -89,17 +89,18 @@ struct StoredRun {
   std::vector<KvCache> originals;
 };
 
-StoredRun StoreRun(uint32_t n, const std::vector<std::pair<std::string, std::string>>& variants) {
+StoredRun StoreRun(uint32_t n, const std::vector<std::pair<std::string, std::string>>& variants,
+                   const KvShape& shape = kChunkShape) {
   StoredRun run;
-  std::vector<int32_t> tokens(n * kChunkShape.n_tokens);
+  std::vector<int32_t> tokens(n * shape.n_tokens);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i % 1000);
-  run.keys = ChunkKeys(kFp, tokens, kChunkShape.n_tokens);
+  run.keys = ChunkKeys(kFp, tokens, shape.n_tokens);
   for (uint32_t i = 0; i < n; ++i) {
-    run.originals.push_back(RandomKv(i));
-    ChunkManifest m{.chunk_tokens = kChunkShape.n_tokens, .chunk_index = i, .variants = {}};
+    run.originals.push_back(RandomKv(i, shape));
+    ChunkManifest m{.chunk_tokens = shape.n_tokens, .chunk_index = i, .variants = {}};
     for (const auto& [codec, level] : variants) {
       const auto bytes = EncodeKvc(*FindCodec(codec), run.originals.back().View(), {.level = level, .params = {}}, kFp,
-                                   i * kChunkShape.n_tokens)
+                                   i * shape.n_tokens)
                              .value();
       EXPECT_TRUE(run.store->Put(ChunkObjectName(run.keys[i], codec, level), bytes).ok());
       m.variants.push_back({codec, level, bytes.size()});
@@ -174,20 +175,29 @@ TEST(Fetcher, ChunksOfAnotherModelAreRejected) {
 TEST(Fetcher, PlannerSwitchesLevelWhenTheLinkSlowsDown) {
   const uint32_t n = 16;
   const uint32_t change_at = 9;  // the rate drops when chunk 9 is delivered
-  StoredRun run = StoreRun(n, {{"raw", "fp16"}, {"video", "4"}});
-  LinkShaper link(0);
+  // Chunks large enough that video's decode (milliseconds) clearly exceeds raw's transfer on the
+  // fast link (a quarter of a millisecond), and raw's transfer on the slow link (26 ms) clearly
+  // exceeds video's transfer and decode.
+  const KvShape shape{.n_layers = 2, .n_kv_heads = 2, .head_dim = 64, .n_tokens = 256};
+  StoredRun run = StoreRun(n, {{"raw", "fp16"}, {"video", "4"}}, shape);
+  LinkShaper link(1e9);  // 1 GB/s, then 10 MB/s
   Fetcher fetcher(*run.store, link, kFp, {}, {});
   std::vector<std::string> codec_of(n);
   auto report = fetcher.Run(run.keys, run.manifests, [&](FetchedChunk&& c) {
     codec_of[c.index] = c.variant.codec;
-    if (c.index == change_at) link.SetRate(1e6);  // 1 MB/s: raw's 32 KB take 33 ms
+    if (c.index == change_at) link.SetRate(1e7);
     return Status::Ok();
   });
   ASSERT_TRUE(report.ok());
   ASSERT_EQ(report->chunks, n);
   std::string sequence;
   for (const auto& c : codec_of) sequence += c + " ";
-  EXPECT_EQ(codec_of[change_at], "raw") << "on the uncapped link raw decodes fastest: " << sequence;
+  // Before the change raw wins (its transfer is cheaper than video's decode); the first chunks
+  // explore, so only the last few before the change are checked, by majority (timing noise on a
+  // loaded machine may flip one).
+  int raw_before = 0;
+  for (uint32_t i = change_at - 3; i <= change_at; ++i) raw_before += codec_of[i] == "raw";
+  EXPECT_GE(raw_before, 3) << "on the fast link raw should win: " << sequence;
   // Chunk change_at + 1 may be on the link already when the rate drops; the next transfer is the
   // first at the new rate, and the one after it must be planned for the slow link.
   bool switched = false;
