@@ -143,6 +143,25 @@ typedef struct kvc_bench_video_params {
  * the neighbouring-token difference ratio (JSON, caller frees). */
 kvc_status kvc_bench_video_json(const kvc_bench_video_params* params, char** out_json);
 
+typedef struct kvc_run_params {
+  const char* model_path;
+  const char* prompt;        /* the prompt text (not a path) */
+  const char* store_url;     /* NULL: the embedded default dir:// store */
+  const char* codec;         /* how new chunks are stored; NULL: "kvtc" */
+  const char* levels;        /* "l1,l2,..." to store; NULL: the codec's ladder */
+  const char* calibration;   /* kvtc; NULL: <model>.kvcal beside the model */
+  double link_gbps;          /* in-process link cap for fetches; 0: none */
+  uint32_t chunk_tokens;     /* 0: 256 */
+  uint32_t n_generate;       /* tokens to generate; 0: none */
+  int32_t n_threads;
+  int32_t no_store;          /* non-zero: do not store the prompt's new chunks */
+  int32_t no_reuse;          /* non-zero: ignore stored chunks (recompute everything) */
+} kvc_run_params;
+
+/* The main job: reuse the prompt's longest stored prefix, prefill the rest, generate, store the
+ * new chunks; the report (text, TTFT and its parts, bytes moved) is JSON (caller frees). */
+kvc_status kvc_run_json(const kvc_run_params* params, char** out_json);
+
 /* Runs the accuracy evaluation; the report is a JSON object (caller frees). */
 kvc_status kvc_eval_json(const kvc_eval_params* params, char** out_json);
 

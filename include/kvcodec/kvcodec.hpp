@@ -198,6 +198,12 @@ inline Outcome<std::string> BenchVideoJson(const kvc_bench_video_params& params)
   return TakeString(json);
 }
 
+inline Outcome<std::string> RunJson(const kvc_run_params& params) {
+  char* json = nullptr;
+  if (kvc_status s = kvc_run_json(&params, &json); s != KVC_OK) return LastError(s);
+  return TakeString(json);
+}
+
 inline Outcome<std::string> EvalJson(const kvc_eval_params& params) {
   char* json = nullptr;
   if (kvc_status s = kvc_eval_json(&params, &json); s != KVC_OK) return LastError(s);

@@ -14,6 +14,7 @@
 #include "codecs/codec.h"
 #include "engine/calibrate.h"
 #include "engine/codec_bench.h"
+#include "engine/run_job.h"
 #include "engine/video_ablation.h"
 #include "engine/evaluator.h"
 #include "engine/llama_engine.h"
@@ -380,6 +381,37 @@ kvc_status kvc_bench_codec_json(const kvc_bench_codec_params* p, char** out_json
   auto report = kvc::RunCodecBench(o);
   if (!report.ok()) return Fail(report.status());
   *out_json = CopyString(kvc::CodecBenchReportJson(*report));
+  return KVC_OK;
+}
+
+kvc_status kvc_run_json(const kvc_run_params* p, char** out_json) {
+  if (p == nullptr || p->model_path == nullptr || p->prompt == nullptr || out_json == nullptr) {
+    return NullArgument("params, model, prompt or out");
+  }
+  kvc::RunOptions o;
+  o.model_path = p->model_path;
+  o.prompt = p->prompt;
+  if (p->store_url) o.store_url = p->store_url;
+  if (p->codec) o.codec = p->codec;
+  if (p->levels) {
+    std::string_view rest = p->levels;
+    while (!rest.empty()) {
+      const size_t comma = rest.find(',');
+      if (comma != 0) o.levels.emplace_back(rest.substr(0, comma));
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+  }
+  if (p->calibration) o.calibration = p->calibration;
+  if (p->link_gbps < 0) return Fail(kvc::InvalidArgument("link rate must not be negative"));
+  o.link_gbps = p->link_gbps;
+  if (p->chunk_tokens) o.chunk_tokens = p->chunk_tokens;
+  o.n_generate = p->n_generate;
+  o.threads = p->n_threads;
+  o.store_new_chunks = p->no_store == 0;
+  o.reuse = p->no_reuse == 0;
+  auto report = kvc::RunJob(o);
+  if (!report.ok()) return Fail(report.status());
+  *out_json = CopyString(kvc::RunReportJson(*report));
   return KVC_OK;
 }
 

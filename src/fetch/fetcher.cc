@@ -93,8 +93,15 @@ Result<FetchReport> Fetcher::Run(std::span<const ChunkKey> keys, std::span<const
           end_transfer();
           auto kv = DecodeKvc(*object, &model_, codec_context_);
           const auto t2 = SteadyClock::now();
+          const uint32_t want_tokens = manifests[i].chunk_tokens;
+          const int64_t want_pos = int64_t{i} * want_tokens;
           if (!kv.ok()) {
             out.failure = FormatMessage("chunk %u: %s: %s", i, name.c_str(), kv.status().ToString().c_str());
+          } else if (kv->shape().n_tokens != want_tokens || kv->pos_begin() != want_pos) {
+            // A well-formed file for the wrong place in the prefix is as unusable as a damaged one.
+            out.failure = FormatMessage("chunk %u: %s holds %u tokens at position %d, expected %u at %lld", i,
+                                        name.c_str(), kv->shape().n_tokens, kv->pos_begin(), want_tokens,
+                                        static_cast<long long>(want_pos));
           } else {
             planner_.ObserveDecode(choice->variant, Seconds(t_end, t2));
             out.chunk = FetchedChunk{i, choice->variant, Seconds(t0, t_end), Seconds(t_end, t2), choice->predicted_s,

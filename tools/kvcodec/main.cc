@@ -322,6 +322,69 @@ int RunBenchVideo(const BenchVideoArgs& a) {
   return 0;
 }
 
+struct RunArgs {
+  std::string model = DefaultModel(), store, codec = "kvtc", levels, calibration, prompt_file;
+  double link_gbps = 0;
+  uint32_t chunk = 256, n_generate = 32;
+  int threads = 0;
+  bool json = false, no_store = false, no_reuse = false;
+};
+
+std::string FormatGbps(double gbps) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g Gbps", gbps);
+  return buf;
+}
+
+int RunRun(const RunArgs& a) {
+  std::vector<uint8_t> prompt_bytes;
+  if (!ReadFile(a.prompt_file, &prompt_bytes)) return Fail("cannot read prompt " + a.prompt_file);
+  const std::string prompt(prompt_bytes.begin(), prompt_bytes.end());
+  kvc_run_params p{};
+  p.model_path = a.model.c_str();
+  p.prompt = prompt.c_str();
+  p.store_url = a.store.empty() ? nullptr : a.store.c_str();
+  p.codec = a.codec.c_str();
+  p.levels = a.levels.empty() ? nullptr : a.levels.c_str();
+  p.calibration = a.calibration.empty() ? nullptr : a.calibration.c_str();
+  p.link_gbps = a.link_gbps;
+  p.chunk_tokens = a.chunk;
+  p.n_generate = a.n_generate;
+  p.n_threads = a.threads;
+  p.no_store = a.no_store ? 1 : 0;
+  p.no_reuse = a.no_reuse ? 1 : 0;
+  auto report = kvcodec::RunJson(p);
+  if (!report.ok()) return Fail(report.error());
+  if (a.json) {
+    std::cout << report.value() << "\n";
+    return 0;
+  }
+  const auto j = nlohmann::json::parse(report.value());
+  std::printf("%s\n\n", j["text"].get<std::string>().c_str());
+  std::string variants;
+  for (const auto& v : j["variants"]) variants += (variants.empty() ? "" : " ") + v.get<std::string>();
+  std::printf("store %s: reused %u of %u prompt tokens (%u of %u whole chunks%s%s), prefilled %u\n",
+              j["store"].get<std::string>().c_str(), j["reused_tokens"].get<unsigned>(),
+              j["prompt_tokens"].get<unsigned>(), j["chunks_fetched"].get<unsigned>(),
+              j["chunks_reusable"].get<unsigned>(), variants.empty() ? "" : ": ", variants.c_str(),
+              j["prefilled_tokens"].get<unsigned>());
+  if (!j["fallback"].get<std::string>().empty()) {
+    std::printf("reuse stopped early, recomputed from there: %s\n", j["fallback"].get<std::string>().c_str());
+  }
+  std::printf("TTFT %.3f s = lookup %.3f + fetch %.3f (decode %.3f, overlapped) + restore %.3f + prefill %.3f\n",
+              j["ttft_s"].get<double>(), j["lookup_s"].get<double>(), j["fetch_s"].get<double>(),
+              j["decode_s"].get<double>(), j["restore_s"].get<double>(), j["prefill_s"].get<double>());
+  const double link = j["link_gbps"].get<double>();
+  std::printf("fetched %llu bytes (link %s); generated %u tokens in %.3f s; stored %u new chunks (%llu bytes, %s) "
+              "in %.3f s\n",
+              static_cast<unsigned long long>(j["bytes_fetched"].get<uint64_t>()),
+              link > 0 ? FormatGbps(link).c_str() : "uncapped", j["generated_tokens"].get<unsigned>(),
+              j["generate_s"].get<double>(), j["chunks_stored"].get<unsigned>(),
+              static_cast<unsigned long long>(j["bytes_stored"].get<uint64_t>()), j["codec"].get<std::string>().c_str(),
+              j["store_s"].get<double>());
+  return 0;
+}
+
 int RunInspect(const std::string& path, bool json) {
   std::vector<uint8_t> bytes;
   if (!ReadFile(path, &bytes)) return Fail("cannot read " + path);
@@ -444,6 +507,27 @@ int main(int argc, char** argv) {
   bench_video->add_flag("--json", bv.json, "Print JSON");
   bench_video->add_flag("--quiet", bv.quiet, "No progress line");
 
+  RunArgs ru;
+  auto* run = app.add_subcommand("run", "The main job: reuse a prompt's stored KV prefix, prefill the rest, generate, "
+                                        "store the new chunks; prints the text and the TTFT breakdown");
+  run->add_option("prompt", ru.prompt_file, "Prompt text file")->required();
+  run->add_option("--model", ru.model, "GGUF model")->capture_default_str();
+  run->add_option("--store", ru.store,
+                  "Store URL: dir:///path, mem://, redis://host:port, redis-cluster://h:p,... (default: the embedded "
+                  "disk store, $KVCODEC_STORE or ~/.cache/kvcodec/store)");
+  run->add_option("--codec", ru.codec, "Codec for new chunks")->capture_default_str();
+  run->add_option("--levels", ru.levels, "Levels to store, comma-separated (default: the codec's ladder)");
+  run->add_option("--calibration", ru.calibration, "KVTC calibration (default: <model>.kvcal if present)");
+  run->add_option("--link-gbps", ru.link_gbps, "Cap the fetch link at this rate (emulated in process; 0: none)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  run->add_option("--chunk", ru.chunk, "Tokens per chunk")->capture_default_str()->check(CLI::Range(1u, 1u << 20));
+  run->add_option("-n,--generate", ru.n_generate, "Tokens to generate")->capture_default_str();
+  run->add_option("--threads", ru.threads, "Threads for llama.cpp (0: all cores)");
+  run->add_flag("--no-store", ru.no_store, "Do not store the prompt's new chunks");
+  run->add_flag("--no-reuse", ru.no_reuse, "Ignore stored chunks (recompute everything)");
+  run->add_flag("--json", ru.json, "Print JSON");
+
   std::string inspect_in;
   bool inspect_json = false;
   auto* inspect = app.add_subcommand("inspect", "Print a .kvc file's header and sections");
@@ -464,6 +548,7 @@ int main(int argc, char** argv) {
 
   if (*codecs) return RunCodecs(codecs_json);
   if (*eval) return RunEval(ev);
+  if (*run) return RunRun(ru);
   if (*encode) return RunEncode(en);
   if (*decode) return RunDecode(decode_in, decode_out, decode_model, decode_calibrations);
   if (*calibrate) return RunCalibrate(ca);

@@ -1,0 +1,223 @@
+#include "engine/run_job.h"
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "base/thread_pool.h"
+#include "engine/llama_engine.h"
+#include "engine/model_files.h"
+#include "fetch/fetcher.h"
+#include "store/chunk_key.h"
+#include "store/chunk_manifest.h"
+#include "store/store.h"
+
+namespace kvc {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Tokens prefilled to measure this machine's prefill speed, which prices "recompute" for the
+// level planner.
+constexpr uint32_t kProbeTokens = 64;
+
+// Every codec's ladder: the planner may fetch any of them (the quality floor), whatever codec
+// this run stores new chunks with.
+std::vector<std::pair<std::string, std::string>> QualityFloor() {
+  std::vector<std::pair<std::string, std::string>> allowed;
+  for (const Codec* c : AllCodecs()) {
+    for (const std::string& level : StoredLevels(c->info().name)) allowed.emplace_back(c->info().name, level);
+  }
+  return allowed;
+}
+
+int32_t Argmax(std::span<const float> logits) {
+  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+}  // namespace
+
+std::vector<std::string> StoredLevels(const std::string& codec) {
+  if (codec == "raw") return {"fp16"};
+  if (codec == "quant") return {"8", "4"};
+  if (codec == "kvtc") return {"8", "16", "24", "32"};
+  if (codec == "cachegen") return {"high", "medium", "low"};
+  if (codec == "video") return {"8", "6", "4"};
+  return {};
+}
+
+Result<RunReport> RunJob(const RunOptions& o) {
+  RunReport r;
+  r.codec = o.codec;
+  r.link_gbps = o.link_gbps;
+  const Codec* codec = FindCodec(o.codec);
+  if (codec == nullptr) return InvalidArgument("unknown codec '" + o.codec + "'");
+  const std::vector<std::string> levels = o.levels.empty() ? StoredLevels(o.codec) : o.levels;
+  if (levels.empty()) return InvalidArgument("no levels to store for codec '" + o.codec + "'");
+  if (o.chunk_tokens == 0) return InvalidArgument("chunk tokens must be positive");
+
+  const auto t_load = Clock::now();
+  ASSIGN_OR_RETURN(auto model, LlamaModel::Load(o.model_path));
+  CalibrationRegistry calibrations;
+  RETURN_IF_ERROR(LoadModelCalibration(calibrations, o.model_path, o.calibration));
+  if (codec->info().needs_calibration && calibrations.FindForModel(model->fingerprint()) == nullptr) {
+    return InvalidArgument("codec '" + o.codec + "' needs a calibration: run `kvcodec calibrate --model " + o.model_path +
+                           "` or pass --calibration");
+  }
+  r.store_url = o.store_url.empty() ? DefaultStoreUrl() : o.store_url;
+  ASSIGN_OR_RETURN(auto store, OpenStore(r.store_url));
+  ASSIGN_OR_RETURN(std::vector<int32_t> tokens, model->Tokenize(o.prompt, true));
+  if (tokens.size() < 2) return InvalidArgument("the prompt is empty");
+  r.prompt_tokens = static_cast<uint32_t>(tokens.size());
+  SessionOptions so;
+  so.n_ctx = r.prompt_tokens + o.n_generate + 8;
+  so.n_threads = o.threads;
+  ASSIGN_OR_RETURN(auto session, LlamaSession::Create(*model, so));
+  // Prices a recompute: this machine's prefill speed on a short probe (then cleared).
+  double recompute_s = 0;
+  {
+    const uint32_t probe = std::min<uint32_t>(kProbeTokens, r.prompt_tokens);
+    const auto t = Clock::now();
+    RETURN_IF_ERROR(session->Eval(std::span(tokens).first(probe), false));
+    recompute_s = Since(t) / probe * o.chunk_tokens;
+    session->Clear();
+  }
+  r.load_s = Since(t_load);
+
+  // The last prompt token is always prefilled: its logits give the first generated token.
+  const std::vector<ChunkKey> keys =
+      ChunkKeys(model->fingerprint(), std::span(tokens).first(tokens.size() - 1), o.chunk_tokens);
+  r.chunks_reusable = static_cast<uint32_t>(keys.size());
+
+  const auto t_request = Clock::now();
+  std::vector<ChunkManifest> manifests;
+  if (o.reuse && !keys.empty()) {
+    std::vector<std::string> names;
+    for (const ChunkKey& k : keys) names.push_back(ChunkManifestName(k));
+    const auto got = store->GetMany(names);
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (!got[i].ok()) {
+        if (got[i].status().code() != StatusCode::kNotFound) {
+          r.fallback = FormatMessage("chunk %zu: manifest: %s", i, got[i].status().ToString().c_str());
+        }
+        break;
+      }
+      auto m = ReadChunkManifest(*got[i]);
+      if (!m.ok() || m->chunk_tokens != o.chunk_tokens || m->chunk_index != i) {
+        r.fallback = FormatMessage("chunk %zu: manifest unusable: %s", i,
+                                   m.ok() ? "chunk size or index differs" : m.status().ToString().c_str());
+        break;
+      }
+      manifests.push_back(std::move(*m));
+    }
+  }
+  r.lookup_s = Since(t_request);
+  r.chunks_found = static_cast<uint32_t>(manifests.size());
+
+  ThreadPool pool(0);
+  const CodecContext codec_context{&calibrations, &model->fingerprint(), nullptr};
+  if (!manifests.empty()) {
+    const auto t_fetch = Clock::now();
+    LinkShaper link(LinkShaper::GbpsToBytesPerSecond(o.link_gbps));
+    FetchOptions fo;
+    fo.allowed = QualityFloor();
+    fo.recompute_s = recompute_s;
+    fo.initial_gbps = o.link_gbps > 0 ? o.link_gbps : 1.0;
+    Fetcher fetcher(*store, link, model->fingerprint(), codec_context, fo);
+    KvCache prefix;
+    auto report = fetcher.Run(std::span(keys).first(manifests.size()), manifests, [&](FetchedChunk&& c) -> Status {
+      r.variants.push_back(c.variant.codec + "/" + c.variant.level);
+      if (c.index == 0) {
+        prefix = std::move(c.kv);
+        return Status::Ok();
+      }
+      return prefix.Append(c.kv.View());
+    });
+    RETURN_IF_ERROR(report.status());
+    r.fetch_s = Since(t_fetch);
+    r.decode_s = report->decode_s;
+    r.bytes_fetched = report->bytes;
+    r.chunks_fetched = report->chunks;
+    if (!report->stop_reason.empty()) r.fallback = report->stop_reason;
+    if (r.chunks_fetched > 0) {
+      const auto t_restore = Clock::now();
+      RETURN_IF_ERROR(session->RestoreKv(prefix));
+      r.restore_s = Since(t_restore);
+    }
+  }
+  r.reused_tokens = r.chunks_fetched * o.chunk_tokens;
+
+  const auto t_prefill = Clock::now();
+  const std::span<const int32_t> rest = std::span(tokens).subspan(r.reused_tokens);
+  r.prefilled_tokens = static_cast<uint32_t>(rest.size());
+  RETURN_IF_ERROR(session->Eval(rest, false));
+  int32_t next = Argmax(session->Logits(-1));
+  r.prefill_s = Since(t_prefill);
+  r.ttft_s = Since(t_request);
+
+  const auto t_generate = Clock::now();
+  for (uint32_t i = 0; i < o.n_generate; ++i) {
+    r.text += model->TokenText(next);
+    ++r.generated_tokens;
+    if (i + 1 == o.n_generate) break;
+    RETURN_IF_ERROR(session->Eval(std::span(&next, 1), false));
+    next = Argmax(session->Logits(-1));
+  }
+  r.generate_s = Since(t_generate);
+
+  // New chunks: every variant first, the manifest last, so a manifest never lists a variant that
+  // is not there.
+  if (o.store_new_chunks && r.chunks_found < keys.size()) {
+    const auto t_store = Clock::now();
+    ASSIGN_OR_RETURN(KvCache kv, session->ExtractKv());
+    const CodecContext store_context{&calibrations, &model->fingerprint(), &pool};
+    for (uint32_t i = r.chunks_found; i < keys.size(); ++i) {
+      ASSIGN_OR_RETURN(KvView view, kv.View(i * o.chunk_tokens, o.chunk_tokens));
+      ChunkManifest m{.chunk_tokens = o.chunk_tokens, .chunk_index = i, .variants = {}};
+      for (const std::string& level : levels) {
+        ASSIGN_OR_RETURN(auto bytes, EncodeKvc(*codec, view, {.level = level, .params = {}}, model->fingerprint(),
+                                               i * o.chunk_tokens, store_context));
+        RETURN_IF_ERROR(store->Put(ChunkObjectName(keys[i], o.codec, level), bytes));
+        m.variants.push_back({o.codec, level, bytes.size()});
+        r.bytes_stored += bytes.size();
+      }
+      RETURN_IF_ERROR(store->Put(ChunkManifestName(keys[i]), WriteChunkManifest(m)));
+      ++r.chunks_stored;
+    }
+    r.store_s = Since(t_store);
+  }
+  return r;
+}
+
+std::string RunReportJson(const RunReport& r) {
+  nlohmann::ordered_json j;
+  j["text"] = r.text;
+  j["store"] = r.store_url;
+  j["codec"] = r.codec;
+  j["link_gbps"] = r.link_gbps;
+  j["prompt_tokens"] = r.prompt_tokens;
+  j["reused_tokens"] = r.reused_tokens;
+  j["prefilled_tokens"] = r.prefilled_tokens;
+  j["generated_tokens"] = r.generated_tokens;
+  j["chunks_reusable"] = r.chunks_reusable;
+  j["chunks_found"] = r.chunks_found;
+  j["chunks_fetched"] = r.chunks_fetched;
+  j["variants"] = r.variants;
+  j["fallback"] = r.fallback;
+  j["bytes_fetched"] = r.bytes_fetched;
+  j["ttft_s"] = r.ttft_s;
+  j["lookup_s"] = r.lookup_s;
+  j["fetch_s"] = r.fetch_s;
+  j["decode_s"] = r.decode_s;
+  j["restore_s"] = r.restore_s;
+  j["prefill_s"] = r.prefill_s;
+  j["load_s"] = r.load_s;
+  j["generate_s"] = r.generate_s;
+  j["store_s"] = r.store_s;
+  j["chunks_stored"] = r.chunks_stored;
+  j["bytes_stored"] = r.bytes_stored;
+  return j.dump(2);
+}
+
+}  // namespace kvc

@@ -1,0 +1,54 @@
+// The main job (`kvcodec run`): a prompt's longest stored prefix is found with one batched
+// lookup, fetched, decoded and restored into llama.cpp through the bandwidth-adaptive fetcher,
+// the rest of the prompt is prefilled, tokens are generated, and the prompt's new chunks are
+// encoded at every level of the chosen codec and stored for the next request. Reports the
+// time to first token and its parts.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace kvc {
+
+struct RunOptions {
+  std::string model_path;
+  std::string prompt;              // text; a BOS token is prepended
+  std::string store_url;           // empty: DefaultStoreUrl()
+  std::string codec = "kvtc";      // how new chunks are stored
+  std::vector<std::string> levels; // empty: the codec's ladder (StoredLevels)
+  std::string calibration;         // kvtc; empty: <model>.kvcal beside the model
+  double link_gbps = 0;            // in-process link cap for fetches; 0: none
+  uint32_t chunk_tokens = 256;
+  uint32_t n_generate = 32;
+  bool store_new_chunks = true;
+  bool reuse = true;               // false: ignore the store (recompute everything)
+  int threads = 0;                 // llama.cpp threads; 0: all cores
+};
+
+struct RunReport {
+  std::string text;  // generated
+  uint32_t prompt_tokens = 0, reused_tokens = 0, prefilled_tokens = 0, generated_tokens = 0;
+  uint32_t chunks_reusable = 0;  // whole chunks before the prompt's last token
+  uint32_t chunks_found = 0;     // of those, with a manifest in the store
+  uint32_t chunks_fetched = 0;   // restored from the store
+  std::string fallback;          // why reuse stopped before chunks_found, if it did
+  std::vector<std::string> variants;  // "codec/level" per fetched chunk
+  uint64_t bytes_fetched = 0;
+  double load_s = 0, lookup_s = 0, fetch_s = 0, decode_s = 0, restore_s = 0, prefill_s = 0, ttft_s = 0;
+  double generate_s = 0, store_s = 0;
+  uint32_t chunks_stored = 0;
+  uint64_t bytes_stored = 0;
+  std::string store_url, codec;
+  double link_gbps = 0;
+};
+
+// The levels `codec` stores a chunk at by default: each a rung whose perplexity cost stayed
+// within 0.5% on the test models (docs/results.md), so every one meets the quality floor.
+std::vector<std::string> StoredLevels(const std::string& codec);
+
+Result<RunReport> RunJob(const RunOptions& options);
+std::string RunReportJson(const RunReport& report);
+
+}  // namespace kvc
