@@ -7,10 +7,7 @@
 #include "base/thread_pool.h"
 #include "engine/llama_engine.h"
 #include "engine/model_files.h"
-#include "fetch/fetcher.h"
-#include "store/chunk_key.h"
-#include "store/chunk_manifest.h"
-#include "store/store.h"
+#include "engine/prefix_cache.h"
 
 namespace kvc {
 namespace {
@@ -22,30 +19,11 @@ double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 // level planner.
 constexpr uint32_t kProbeTokens = 64;
 
-// Every codec's ladder: the planner may fetch any of them (the quality floor), whatever codec
-// this run stores new chunks with.
-std::vector<std::pair<std::string, std::string>> QualityFloor() {
-  std::vector<std::pair<std::string, std::string>> allowed;
-  for (const Codec* c : AllCodecs()) {
-    for (const std::string& level : StoredLevels(c->info().name)) allowed.emplace_back(c->info().name, level);
-  }
-  return allowed;
-}
-
 int32_t Argmax(std::span<const float> logits) {
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
 }  // namespace
-
-std::vector<std::string> StoredLevels(const std::string& codec) {
-  if (codec == "raw") return {"fp16"};
-  if (codec == "quant") return {"8", "4"};
-  if (codec == "kvtc") return {"8", "16", "24", "32"};
-  if (codec == "cachegen") return {"high", "medium", "low"};
-  if (codec == "video") return {"8", "6", "4"};
-  return {};
-}
 
 Result<RunReport> RunJob(const RunOptions& o) {
   RunReport r;
@@ -91,60 +69,25 @@ Result<RunReport> RunJob(const RunOptions& o) {
   r.chunks_reusable = static_cast<uint32_t>(keys.size());
 
   const auto t_request = Clock::now();
-  std::vector<ChunkManifest> manifests;
-  if (o.reuse && !keys.empty()) {
-    std::vector<std::string> names;
-    for (const ChunkKey& k : keys) names.push_back(ChunkManifestName(k));
-    const auto got = store->GetMany(names);
-    for (size_t i = 0; i < got.size(); ++i) {
-      if (!got[i].ok()) {
-        if (got[i].status().code() != StatusCode::kNotFound) {
-          r.fallback = FormatMessage("chunk %zu: manifest: %s", i, got[i].status().ToString().c_str());
-        }
-        break;
-      }
-      auto m = ReadChunkManifest(*got[i]);
-      if (!m.ok() || m->chunk_tokens != o.chunk_tokens || m->chunk_index != i) {
-        r.fallback = FormatMessage("chunk %zu: manifest unusable: %s", i,
-                                   m.ok() ? "chunk size or index differs" : m.status().ToString().c_str());
-        break;
-      }
-      manifests.push_back(std::move(*m));
-    }
-  }
-  r.lookup_s = Since(t_request);
-  r.chunks_found = static_cast<uint32_t>(manifests.size());
-
   ThreadPool pool(0);
   const CodecContext codec_context{&calibrations, &model->fingerprint(), nullptr};
-  if (!manifests.empty()) {
-    const auto t_fetch = Clock::now();
+  if (o.reuse) {
     LinkShaper link(LinkShaper::GbpsToBytesPerSecond(o.link_gbps));
     FetchOptions fo;
     fo.allowed = QualityFloor();
     fo.recompute_s = recompute_s;
     fo.initial_gbps = o.link_gbps > 0 ? o.link_gbps : 1.0;
-    Fetcher fetcher(*store, link, model->fingerprint(), codec_context, fo);
-    KvCache prefix;
-    auto report = fetcher.Run(std::span(keys).first(manifests.size()), manifests, [&](FetchedChunk&& c) -> Status {
-      r.variants.push_back(c.variant.codec + "/" + c.variant.level);
-      if (c.index == 0) {
-        prefix = std::move(c.kv);
-        return Status::Ok();
-      }
-      return prefix.Append(c.kv.View());
-    });
-    RETURN_IF_ERROR(report.status());
-    r.fetch_s = Since(t_fetch);
-    r.decode_s = report->decode_s;
-    r.bytes_fetched = report->bytes;
-    r.chunks_fetched = report->chunks;
-    if (!report->stop_reason.empty()) r.fallback = report->stop_reason;
-    if (r.chunks_fetched > 0) {
-      const auto t_restore = Clock::now();
-      RETURN_IF_ERROR(session->RestoreKv(prefix));
-      r.restore_s = Since(t_restore);
-    }
+    ASSIGN_OR_RETURN(const PrefixRestore p, RestoreStoredPrefix(*store, *session, model->fingerprint(), keys,
+                                                                o.chunk_tokens, codec_context, link, fo));
+    r.chunks_found = p.chunks_found;
+    r.chunks_fetched = p.chunks_fetched;
+    r.fallback = p.fallback;
+    r.variants = p.variants;
+    r.bytes_fetched = p.bytes;
+    r.lookup_s = p.lookup_s;
+    r.fetch_s = p.fetch_s;
+    r.decode_s = p.decode_s;
+    r.restore_s = p.restore_s;
   }
   r.reused_tokens = r.chunks_fetched * o.chunk_tokens;
 
@@ -166,25 +109,14 @@ Result<RunReport> RunJob(const RunOptions& o) {
   }
   r.generate_s = Since(t_generate);
 
-  // New chunks: every variant first, the manifest last, so a manifest never lists a variant that
-  // is not there.
   if (o.store_new_chunks && r.chunks_found < keys.size()) {
     const auto t_store = Clock::now();
     ASSIGN_OR_RETURN(KvCache kv, session->ExtractKv());
     const CodecContext store_context{&calibrations, &model->fingerprint(), &pool};
-    for (uint32_t i = r.chunks_found; i < keys.size(); ++i) {
-      ASSIGN_OR_RETURN(KvView view, kv.View(i * o.chunk_tokens, o.chunk_tokens));
-      ChunkManifest m{.chunk_tokens = o.chunk_tokens, .chunk_index = i, .variants = {}};
-      for (const std::string& level : levels) {
-        ASSIGN_OR_RETURN(auto bytes, EncodeKvc(*codec, view, {.level = level, .params = {}}, model->fingerprint(),
-                                               i * o.chunk_tokens, store_context));
-        RETURN_IF_ERROR(store->Put(ChunkObjectName(keys[i], o.codec, level), bytes));
-        m.variants.push_back({o.codec, level, bytes.size()});
-        r.bytes_stored += bytes.size();
-      }
-      RETURN_IF_ERROR(store->Put(ChunkManifestName(keys[i]), WriteChunkManifest(m)));
-      ++r.chunks_stored;
-    }
+    ASSIGN_OR_RETURN(const StoredChunks stored, StoreChunks(*store, kv, keys, r.chunks_found, o.chunk_tokens, *codec,
+                                                            levels, model->fingerprint(), store_context));
+    r.chunks_stored = stored.chunks;
+    r.bytes_stored = stored.bytes;
     r.store_s = Since(t_store);
   }
   return r;

@@ -17,7 +17,7 @@ struct RunOptions {
   std::string prompt;              // text; a BOS token is prepended
   std::string store_url;           // empty: DefaultStoreUrl()
   std::string codec = "kvtc";      // how new chunks are stored
-  std::vector<std::string> levels; // empty: the codec's ladder (StoredLevels)
+  std::vector<std::string> levels; // empty: the codec's ladder (StoredLevels, prefix_cache.h)
   std::string calibration;         // kvtc; empty: <model>.kvcal beside the model
   double link_gbps = 0;            // in-process link cap for fetches; 0: none
   uint32_t chunk_tokens = 256;
@@ -43,10 +43,6 @@ struct RunReport {
   std::string store_url, codec;
   double link_gbps = 0;
 };
-
-// The levels `codec` stores a chunk at by default: each a rung whose perplexity cost stayed
-// within 0.5% on the test models (docs/results.md), so every one meets the quality floor.
-std::vector<std::string> StoredLevels(const std::string& codec);
 
 Result<RunReport> RunJob(const RunOptions& options);
 std::string RunReportJson(const RunReport& report);

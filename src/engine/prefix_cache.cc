@@ -1,0 +1,112 @@
+#include "engine/prefix_cache.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "store/chunk_manifest.h"
+
+namespace kvc {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+}  // namespace
+
+std::vector<std::string> StoredLevels(const std::string& codec) {
+  if (codec == "raw") return {"fp16"};
+  if (codec == "quant") return {"8", "4"};
+  if (codec == "kvtc") return {"8", "16", "24", "32"};
+  if (codec == "cachegen") return {"high", "medium", "low"};
+  if (codec == "video") return {"8", "6", "4"};
+  return {};
+}
+
+std::vector<std::pair<std::string, std::string>> QualityFloor() {
+  std::vector<std::pair<std::string, std::string>> allowed;
+  for (const Codec* c : AllCodecs()) {
+    for (const std::string& level : StoredLevels(c->info().name)) allowed.emplace_back(c->info().name, level);
+  }
+  return allowed;
+}
+
+Result<PrefixRestore> RestoreStoredPrefix(Store& store, LlamaSession& session, const ModelFingerprint& model,
+                                          std::span<const ChunkKey> keys, uint32_t chunk_tokens,
+                                          const CodecContext& codec_context, LinkShaper& link,
+                                          const FetchOptions& options) {
+  PrefixRestore r;
+  const auto t_lookup = Clock::now();
+  std::vector<ChunkManifest> manifests;
+  if (!keys.empty()) {
+    std::vector<std::string> names;
+    for (const ChunkKey& k : keys) names.push_back(ChunkManifestName(k));
+    const auto got = store.GetMany(names);
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (!got[i].ok()) {
+        if (got[i].status().code() != StatusCode::kNotFound) {
+          r.fallback = FormatMessage("chunk %zu: manifest: %s", i, got[i].status().ToString().c_str());
+        }
+        break;
+      }
+      auto m = ReadChunkManifest(*got[i]);
+      if (!m.ok() || m->chunk_tokens != chunk_tokens || m->chunk_index != i) {
+        r.fallback = FormatMessage("chunk %zu: manifest unusable: %s", i,
+                                   m.ok() ? "chunk size or index differs" : m.status().ToString().c_str());
+        break;
+      }
+      manifests.push_back(std::move(*m));
+    }
+  }
+  r.lookup_s = Since(t_lookup);
+  r.chunks_found = static_cast<uint32_t>(manifests.size());
+  if (manifests.empty()) return r;
+
+  const auto t_fetch = Clock::now();
+  Fetcher fetcher(store, link, model, codec_context, options);
+  KvCache prefix;
+  auto report = fetcher.Run(keys.first(manifests.size()), manifests, [&](FetchedChunk&& c) -> Status {
+    r.variants.push_back(c.variant.codec + "/" + c.variant.level);
+    r.max_chunk_decode_s = std::max(r.max_chunk_decode_s, c.decode_s);
+    if (c.index == 0) {
+      prefix = std::move(c.kv);
+      return Status::Ok();
+    }
+    return prefix.Append(c.kv.View());
+  });
+  RETURN_IF_ERROR(report.status());
+  r.fetch_s = Since(t_fetch);
+  r.decode_s = report->decode_s;
+  r.bytes = report->bytes;
+  r.chunks_fetched = report->chunks;
+  if (!report->stop_reason.empty()) r.fallback = report->stop_reason;
+  if (r.chunks_fetched > 0) {
+    const auto t_restore = Clock::now();
+    RETURN_IF_ERROR(session.RestoreKv(prefix));
+    r.restore_s = Since(t_restore);
+  }
+  return r;
+}
+
+Result<StoredChunks> StoreChunks(Store& store, const KvCache& kv, std::span<const ChunkKey> keys, uint32_t first,
+                                 uint32_t chunk_tokens, const Codec& codec, const std::vector<std::string>& levels,
+                                 const ModelFingerprint& model, const CodecContext& codec_context) {
+  StoredChunks out;
+  const std::string& codec_name = codec.info().name;
+  for (uint32_t i = first; i < keys.size(); ++i) {
+    ASSIGN_OR_RETURN(KvView view, kv.View(i * chunk_tokens, chunk_tokens));
+    ChunkManifest m{.chunk_tokens = chunk_tokens, .chunk_index = i, .variants = {}};
+    for (const std::string& level : levels) {
+      ASSIGN_OR_RETURN(auto bytes, EncodeKvc(codec, view, {.level = level, .params = {}}, model, i * chunk_tokens,
+                                             codec_context));
+      RETURN_IF_ERROR(store.Put(ChunkObjectName(keys[i], codec_name, level), bytes));
+      m.variants.push_back({codec_name, level, bytes.size()});
+      out.bytes += bytes.size();
+    }
+    // The manifest last: a reader that finds it finds every variant it lists.
+    RETURN_IF_ERROR(store.Put(ChunkManifestName(keys[i]), WriteChunkManifest(m)));
+    ++out.chunks;
+  }
+  return out;
+}
+
+}  // namespace kvc

@@ -1,0 +1,51 @@
+// The two halves of remote KV reuse around a llama.cpp session, shared by `kvcodec run` and the
+// TTFT benchmark: restoring a prompt's longest stored prefix (one batched manifest lookup, then
+// the fetcher), and storing a session's chunks (every level, then the manifest).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "codecs/codec.h"
+#include "engine/llama_engine.h"
+#include "fetch/fetcher.h"
+#include "store/chunk_key.h"
+#include "store/store.h"
+
+namespace kvc {
+
+// The levels `codec` stores a chunk at by default: each a rung whose perplexity cost stayed
+// within 0.5% on the test models (docs/results.md), so every one meets the quality floor.
+std::vector<std::string> StoredLevels(const std::string& codec);
+// Every codec's ladder as (codec, level) pairs: what the planner may fetch.
+std::vector<std::pair<std::string, std::string>> QualityFloor();
+
+struct PrefixRestore {
+  uint32_t chunks_found = 0;    // manifests present, from chunk 0 on
+  uint32_t chunks_fetched = 0;  // restored into the session
+  std::string fallback;         // why fewer than found were restored (or the lookup stopped)
+  std::vector<std::string> variants;  // "codec/level" per restored chunk
+  uint64_t bytes = 0;
+  double lookup_s = 0, fetch_s = 0, decode_s = 0, restore_s = 0;
+  double max_chunk_decode_s = 0;
+};
+
+// Looks up keys' manifests in one batched call, fetches the longest present run through a
+// Fetcher (link and options as given) and restores it into `session` (which must be empty).
+Result<PrefixRestore> RestoreStoredPrefix(Store& store, LlamaSession& session, const ModelFingerprint& model,
+                                          std::span<const ChunkKey> keys, uint32_t chunk_tokens,
+                                          const CodecContext& codec_context, LinkShaper& link,
+                                          const FetchOptions& options);
+
+struct StoredChunks {
+  uint32_t chunks = 0;
+  uint64_t bytes = 0;
+};
+
+// Stores chunks [first, keys.size()) of `kv` (chunk i = tokens [i * chunk_tokens, ...)) at every
+// level, each chunk's manifest after its objects.
+Result<StoredChunks> StoreChunks(Store& store, const KvCache& kv, std::span<const ChunkKey> keys, uint32_t first,
+                                 uint32_t chunk_tokens, const Codec& codec, const std::vector<std::string>& levels,
+                                 const ModelFingerprint& model, const CodecContext& codec_context);
+
+}  // namespace kvc
