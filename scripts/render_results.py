@@ -22,6 +22,7 @@ ablation = [r for r in load("results/ablation/*.json") if "level" in r]
 bench = load("results/bench/*.json")
 video_ablation = load("results/video/ablation.json")
 video_groups = load("results/video/group-*.json")
+ttft = load("results/ttft/ttft.json")
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 models = []
 for r in evals:
@@ -175,6 +176,67 @@ if video_groups:
     for r in video_groups:
         print(f"| {r['group']} | {r['level']} | {r['compression_ratio']:.2f} | {r['ppl_delta_pct']:+.3f} | "
               f"{r['top1_agreement']:.4f} | {r['kl_mean']:.5f} |")
+    print()
+
+if ttft:
+    t = ttft[0]
+    rows = t["rows"]
+    codecs = []
+    for r in rows:
+        if r["codec"] not in codecs:
+            codecs.append(r["codec"])
+    rates = sorted({r["link_gbps"] for r in rows})
+    at = {(r["codec"], r["link_gbps"]): r for r in rows}
+    print("## Time to first token with a stored prefix (kvtiny)\n")
+    print(f"`kvcodec bench ttft`: a {t['prompt_tokens']}-token prompt from eval.txt whose first {t['reused_tokens']} tokens "
+          f"({t['reused_tokens'] // t['chunk_tokens']} chunks of {t['chunk_tokens']}) are stored in each codec's ladder in a "
+          "`mem://` store; each run looks the chunks up, fetches them through the in-process link cap (the planner "
+          "choosing levels from the codec's ladder), decodes, restores them into llama.cpp and prefills the rest. "
+          f"Median of 3 runs per point. Recompute (prefill the whole prompt): **{t['recompute_ttft_s']:.3f} s**. "
+          "*bound* = stored bytes / link rate + one chunk's decode + suffix prefill, measured in the same run.\n")
+    print("![measured TTFT](img/ttft_measured.png)\n")
+    print("| link Gbps | " + " | ".join(f"{c} TTFT s (x bound)" for c in codecs) + " |")
+    print("|---:|" + "---:|" * len(codecs))
+    for g in rates:
+        cells = []
+        for c in codecs:
+            r = at.get((c, g))
+            cells.append(f"{r['ttft_s']:.3f} ({r['ttft_over_bound']:.2f})" if r else "")
+        print(f"| {g:g} | " + " | ".join(cells) + " |")
+    print()
+    print("Breakdown at each codec's best point and at the slowest link (seconds):\n")
+    print("| codec | Gbps | TTFT | lookup | fetch | decode (overlapped) | restore | prefill | bytes fetched | levels fetched |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    slow = rates[0]
+    for c in codecs:
+        for r in sorted({id(x): x for x in (at[(c, slow)], min((at[(c, g)] for g in rates), key=lambda x: x['ttft_s']))}.values(),
+                        key=lambda x: x["link_gbps"]):
+            levels = {}
+            for v in r["variants"]:
+                levels[v] = levels.get(v, 0) + 1
+            lv = ", ".join(f"{k} x{n}" for k, n in levels.items())
+            print(f"| {c} | {r['link_gbps']:g} | {r['ttft_s']:.3f} | {r['lookup_s']:.4f} | {r['fetch_s']:.3f} | "
+                  f"{r['decode_s']:.3f} | {r['restore_s']:.3f} | {r['prefill_s']:.3f} | {r['bytes_fetched']:,} | {lv} |")
+    print()
+    raw_bound = [g for g in rates if ("raw", g) in at and at[("raw", g)]["fetch_s"] > 0.5 * at[("raw", g)]["ttft_s"]]
+    if raw_bound:
+        g = raw_bound[0]
+        best = min((at[(c, g)] for c in codecs if c != "raw" and (c, g) in at), key=lambda r: r["ttft_s"])
+        raw = at[("raw", g)]
+        print(f"At {g:g} Gbps raw reuse is transfer-bound (fetch {raw['fetch_s']:.3f} of {raw['ttft_s']:.3f} s). The best "
+              f"codec there, {best['codec']}, reaches {best['ttft_s']:.3f} s = {best['ttft_over_bound']:.3f} x its bound "
+              f"({best['bound_s']:.3f} s), against {raw['ttft_s']:.3f} s for raw reuse and {t['recompute_ttft_s']:.3f} s "
+              "for recompute. What separates a run from its bound is mostly the restore into llama.cpp (the whole "
+              "prefix is restored once, after the last chunk) and the lookup.\n")
+    p = t["projection"]
+    print(f"### {p['label']}: 7B, 34B and 70B shapes\n")
+    print(f"Assumptions: {p['assumptions']}. Inputs measured here: each stored variant's compression ratio and "
+          "one-core decode speed on this model (below). The best level of each codec at each rate is shown.\n")
+    print("![projected TTFT](img/ttft_projection.png)\n")
+    print("| variant | compression_ratio | decode MB/s (1 core) |")
+    print("|---|---:|---:|")
+    for v in t["variants"]:
+        print(f"| {v['codec']} {v['level']} | {v['compression_ratio']:.2f} | {v['decode_mb_s_1t']:.0f} |")
     print()
 
 if ablation:

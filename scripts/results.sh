@@ -96,6 +96,19 @@ if ((ablation)); then
   done
 fi
 
+# Time to first token with a stored prefix, per codec and link rate, and the projection; plots.
+ttft=results/ttft
+mkdir -p "$ttft" docs/img
+rm -f "$ttft"/*.json
+echo "== bench ttft" >&2
+$kvcodec bench ttft --json --quiet > "$ttft/ttft.json"
+if ! /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
+  echo "== installing python3-matplotlib (for the plots)" >&2
+  sudo_cmd=(); ((EUID == 0)) || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends python3-matplotlib >/dev/null
+fi
+/usr/bin/python3 scripts/plot_ttft.py "$ttft/ttft.json" docs/img
+
 # Speed on real KV: 256-token chunks, one thread and all cores, beside memcpy.
 bench=results/bench
 mkdir -p "$bench"

@@ -162,6 +162,23 @@ typedef struct kvc_run_params {
  * new chunks; the report (text, TTFT and its parts, bytes moved) is JSON (caller frees). */
 kvc_status kvc_run_json(const kvc_run_params* params, char** out_json);
 
+typedef struct kvc_bench_ttft_params {
+  const char* model_path;
+  const char* text_path;    /* NULL: eval.txt beside the model */
+  const char* calibration;  /* NULL: <model>.kvcal beside the model */
+  const char* codecs;       /* "a,b,..."; NULL: every codec */
+  const char* link_gbps;    /* "0.01,0.1,..."; NULL: 0.01 0.03 0.1 0.3 1 3 10 */
+  uint32_t prompt_tokens;   /* 0: 4096 */
+  uint32_t chunk_tokens;    /* 0: 256 */
+  uint32_t repeats;         /* 0: 3 (median reported) */
+  int32_t n_threads;
+  int32_t quiet;
+} kvc_bench_ttft_params;
+
+/* TTFT of a long prompt with a stored prefix, per codec and link rate, beside recompute and each
+ * run's bound, plus a labelled projection to 7B-70B shapes (JSON, caller frees). */
+kvc_status kvc_bench_ttft_json(const kvc_bench_ttft_params* params, char** out_json);
+
 /* Runs the accuracy evaluation; the report is a JSON object (caller frees). */
 kvc_status kvc_eval_json(const kvc_eval_params* params, char** out_json);
 

@@ -204,6 +204,12 @@ inline Outcome<std::string> RunJson(const kvc_run_params& params) {
   return TakeString(json);
 }
 
+inline Outcome<std::string> BenchTtftJson(const kvc_bench_ttft_params& params) {
+  char* json = nullptr;
+  if (kvc_status s = kvc_bench_ttft_json(&params, &json); s != KVC_OK) return LastError(s);
+  return TakeString(json);
+}
+
 inline Outcome<std::string> EvalJson(const kvc_eval_params& params) {
   char* json = nullptr;
   if (kvc_status s = kvc_eval_json(&params, &json); s != KVC_OK) return LastError(s);

@@ -15,6 +15,7 @@
 #include "engine/calibrate.h"
 #include "engine/codec_bench.h"
 #include "engine/run_job.h"
+#include "engine/ttft_bench.h"
 #include "engine/video_ablation.h"
 #include "engine/evaluator.h"
 #include "engine/llama_engine.h"
@@ -68,6 +69,18 @@ char* CopyString(const std::string& s) {
 uint8_t* CopyBytes(const std::vector<uint8_t>& bytes) {
   uint8_t* out = static_cast<uint8_t*>(std::malloc(bytes.empty() ? 1 : bytes.size()));
   if (out != nullptr && !bytes.empty()) std::memcpy(out, bytes.data(), bytes.size());
+  return out;
+}
+
+// "a,b,c" -> {"a", "b", "c"} (empty items dropped).
+std::vector<std::string> SplitList(const char* list) {
+  std::vector<std::string> out;
+  std::string_view rest = list == nullptr ? "" : list;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    if (comma != 0) out.emplace_back(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+  }
   return out;
 }
 
@@ -393,14 +406,7 @@ kvc_status kvc_run_json(const kvc_run_params* p, char** out_json) {
   o.prompt = p->prompt;
   if (p->store_url) o.store_url = p->store_url;
   if (p->codec) o.codec = p->codec;
-  if (p->levels) {
-    std::string_view rest = p->levels;
-    while (!rest.empty()) {
-      const size_t comma = rest.find(',');
-      if (comma != 0) o.levels.emplace_back(rest.substr(0, comma));
-      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    }
-  }
+  o.levels = SplitList(p->levels);
   if (p->calibration) o.calibration = p->calibration;
   if (p->link_gbps < 0) return Fail(kvc::InvalidArgument("link rate must not be negative"));
   o.link_gbps = p->link_gbps;
@@ -412,6 +418,35 @@ kvc_status kvc_run_json(const kvc_run_params* p, char** out_json) {
   auto report = kvc::RunJob(o);
   if (!report.ok()) return Fail(report.status());
   *out_json = CopyString(kvc::RunReportJson(*report));
+  return KVC_OK;
+}
+
+kvc_status kvc_bench_ttft_json(const kvc_bench_ttft_params* p, char** out_json) {
+  if (p == nullptr || p->model_path == nullptr || out_json == nullptr) return NullArgument("params, model or out");
+  kvc::TtftBenchOptions o;
+  o.model_path = p->model_path;
+  if (p->text_path) o.text_path = p->text_path;
+  if (p->calibration) o.calibration = p->calibration;
+  o.codecs = SplitList(p->codecs);
+  if (p->link_gbps) {
+    o.link_gbps.clear();
+    for (const std::string& g : SplitList(p->link_gbps)) {
+      char* end = nullptr;
+      const double v = std::strtod(g.c_str(), &end);
+      if (end == g.c_str() || *end != '\0' || !(v > 0)) {
+        return Fail(kvc::InvalidArgument("link rate '" + g + "' is not a positive number of Gbps"));
+      }
+      o.link_gbps.push_back(v);
+    }
+  }
+  if (p->prompt_tokens) o.prompt_tokens = p->prompt_tokens;
+  if (p->chunk_tokens) o.chunk_tokens = p->chunk_tokens;
+  if (p->repeats) o.repeats = p->repeats;
+  o.threads = p->n_threads;
+  o.progress = p->quiet == 0;
+  auto report = kvc::RunTtftBenchJson(o);
+  if (!report.ok()) return Fail(report.status());
+  *out_json = CopyString(*report);
   return KVC_OK;
 }
 

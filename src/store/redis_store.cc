@@ -3,6 +3,7 @@
 #include <hiredis/hiredis.h>
 #include <sys/socket.h>
 
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <charconv>
@@ -11,6 +12,8 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -174,7 +177,7 @@ class Connection {
       if (n < 0) {
         const int e = errno;
         if (e == EINTR) continue;
-        retry_on_fresh = reused && sent == 0 && (e == EPIPE || e == ECONNRESET);
+        retry_on_fresh = reused && (e == EPIPE || e == ECONNRESET);
         if (e == EAGAIN || e == EWOULDBLOCK) return Fail(FormatMessage("send timed out after %u ms", timeout_ms_));
         return Fail(std::string("send: ") + std::strerror(e));
       }
@@ -191,8 +194,8 @@ class Connection {
         if (raw != nullptr) freeReplyObject(raw);
         const int kind = context_->err;
         const std::string why = context_->errstr;
-        retry_on_fresh =
-            reused && out.empty() && (kind == REDIS_ERR_EOF || (kind == REDIS_ERR_IO && (e == ECONNRESET || e == EPIPE)));
+        retry_on_fresh = reused && out.empty() &&
+                         (kind == REDIS_ERR_EOF || (kind == REDIS_ERR_IO && (e == ECONNRESET || e == EPIPE)));
         if (kind == REDIS_ERR_IO && (e == EAGAIN || e == EWOULDBLOCK)) {
           return Fail(FormatMessage("no reply within %u ms", timeout_ms_));
         }
@@ -211,7 +214,9 @@ class Connection {
     if (context_ == nullptr) return IoError("redis " + name_ + ": cannot allocate a connection");
     if (context_->err != 0) return Fail(std::string("cannot connect: ") + context_->errstr);
     // The connect timeout covers only connecting; this one covers every later read and write.
-    if (redisSetTimeout(context_.get(), tv) != REDIS_OK) return Fail(std::string("cannot set timeouts: ") + context_->errstr);
+    if (redisSetTimeout(context_.get(), tv) != REDIS_OK) {
+      return Fail(std::string("cannot set timeouts: ") + context_->errstr);
+    }
     return Status::Ok();
   }
 
@@ -305,10 +310,11 @@ Result<NodeStats> ReadNodeStats(Node& node) {
   const std::string pattern = std::string(kRedisKeyPrefix) + "*";
   std::string cursor = "0";
   do {
-    ASSIGN_OR_RETURN(Answer page, node.RoundtripOne(Command({"SCAN", cursor, "MATCH", pattern, "COUNT", kScanPageKeys})));
+    ASSIGN_OR_RETURN(Answer page,
+                     node.RoundtripOne(Command({"SCAN", cursor, "MATCH", pattern, "COUNT", kScanPageKeys})));
     const redisReply* r = page.reply.get();
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || !IsString(r->element[0]) ||
-        r->element[1] == nullptr || r->element[1]->type != REDIS_REPLY_ARRAY) {
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || !IsString(r->element[0]) || r->element[1] == nullptr ||
+        r->element[1]->type != REDIS_REPLY_ARRAY) {
       return UnexpectedReply(page, "SCAN");
     }
     const std::string_view next = ReplyText(*r->element[0]);
@@ -495,13 +501,15 @@ class ClusterRouter final : public Router {
       pending = std::move(redirected);
     }
     for (const Pending& p : pending) {
-      answers[p.index] = IoError(FormatMessage("redis cluster: key '%s' still redirected after %d redirects (last to %s)",
-                                               commands[p.index].key.c_str(), kRedisMaxRedirects,
-                                               p.node->name().c_str()));
+      answers[p.index] =
+          IoError(FormatMessage("redis cluster: key '%s' still redirected after %d redirects (last to %s)",
+                                commands[p.index].key.c_str(), kRedisMaxRedirects, p.node->name().c_str()));
     }
     std::vector<Result<Answer>> out;
     out.reserve(commands.size());
-    for (auto& a : answers) out.push_back(a ? std::move(*a) : Result<Answer>(Internal("cluster command got no answer")));
+    for (auto& a : answers) {
+      out.push_back(a ? std::move(*a) : Result<Answer>(Internal("cluster command got no answer")));
+    }
     return out;
   }
 
@@ -625,7 +633,7 @@ class ClusterRouter final : public Router {
   const std::vector<Endpoint> seeds_;
   const uint32_t timeout_ms_;
   std::atomic<bool> stale_{false};
-  std::mutex mutex_;  // guards everything below
+  std::mutex mutex_;                          // guards everything below
   std::vector<std::shared_ptr<Node>> nodes_;  // every server ever seen; indices stay valid
   std::map<std::string, int> node_index_;
   SlotMap slot_owner_;

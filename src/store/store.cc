@@ -66,10 +66,13 @@ Result<std::unique_ptr<Store>> OpenStore(std::string_view url, const StoreOption
   if (auto rest = strip("redis-cluster://")) {
     std::vector<std::string> seeds;
     std::string_view r = *rest;
-    while (!r.empty()) {
+    for (;;) {
       const size_t comma = r.find(',');
-      seeds.emplace_back(r.substr(0, comma));
-      r = comma == std::string_view::npos ? std::string_view() : r.substr(comma + 1);
+      const std::string_view seed = r.substr(0, comma);
+      if (seed.empty()) return InvalidArgument("redis-cluster:// has an empty host:port in '" + std::string(url) + "'");
+      seeds.emplace_back(seed);
+      if (comma == std::string_view::npos) break;
+      r = r.substr(comma + 1);
     }
     if (seeds.empty()) return InvalidArgument("redis-cluster:// needs host:port[,host:port...]");
     return OpenRedisClusterStore(seeds, options);

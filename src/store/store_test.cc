@@ -31,7 +31,8 @@ TEST(OpenStore, UrlsPickBackends) {
   EXPECT_EQ(OpenStore("mem://").value()->url(), "mem://");
   const auto dir = FreshDir("url");
   EXPECT_EQ(OpenStore("dir://" + dir.string()).value()->url(), "dir://" + dir.string());
-  for (const char* bad : {"", "mem://x", "dir://relative/path", "dir://", "ftp://host", "redis://", "redis-cluster://"}) {
+  for (const char* bad : {"", "mem://x", "dir://relative/path", "dir://", "ftp://host", "redis://", "redis-cluster://",
+                          "redis-cluster://a:1,", "redis-cluster://,a:1"}) {
     EXPECT_EQ(OpenStore(bad).status().code(), StatusCode::kInvalidArgument) << bad;
   }
 }

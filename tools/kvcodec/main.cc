@@ -385,6 +385,46 @@ int RunRun(const RunArgs& a) {
   return 0;
 }
 
+struct BenchTtftArgs {
+  std::string model = DefaultModel(), text, calibration, codecs, link_gbps;
+  uint32_t prompt_tokens = 4096, chunk = 256, repeats = 3;
+  int threads = 0;
+  bool json = false, quiet = false;
+};
+
+int RunBenchTtft(const BenchTtftArgs& a) {
+  kvc_bench_ttft_params p{};
+  p.model_path = a.model.c_str();
+  p.text_path = a.text.empty() ? nullptr : a.text.c_str();
+  p.calibration = a.calibration.empty() ? nullptr : a.calibration.c_str();
+  p.codecs = a.codecs.empty() ? nullptr : a.codecs.c_str();
+  p.link_gbps = a.link_gbps.empty() ? nullptr : a.link_gbps.c_str();
+  p.prompt_tokens = a.prompt_tokens;
+  p.chunk_tokens = a.chunk;
+  p.repeats = a.repeats;
+  p.n_threads = a.threads;
+  p.quiet = a.quiet ? 1 : 0;
+  auto report = kvcodec::BenchTtftJson(p);
+  if (!report.ok()) return Fail(report.error());
+  if (a.json) {
+    std::cout << report.value() << "\n";
+    return 0;
+  }
+  const auto j = nlohmann::json::parse(report.value());
+  std::printf("TTFT of a %u-token prompt, %u tokens reused from the store; recompute: %.3f s\n",
+              j["prompt_tokens"].get<unsigned>(), j["reused_tokens"].get<unsigned>(), j["recompute_ttft_s"].get<double>());
+  std::printf("  %-9s %8s %9s %9s %9s %9s %9s %9s %7s\n", "codec", "Gbps", "TTFT s", "fetch", "decode", "restore",
+              "prefill", "bound", "/bound");
+  for (const auto& r : j["rows"]) {
+    std::printf("  %-9s %8g %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %7.3f\n", r["codec"].get<std::string>().c_str(),
+                r["link_gbps"].get<double>(), r["ttft_s"].get<double>(), r["fetch_s"].get<double>(),
+                r["decode_s"].get<double>(), r["restore_s"].get<double>(), r["prefill_s"].get<double>(),
+                r["bound_s"].get<double>(), r["ttft_over_bound"].get<double>());
+  }
+  std::printf("  (%s: see --json)\n", j["projection"]["label"].get<std::string>().c_str());
+  return 0;
+}
+
 int RunInspect(const std::string& path, bool json) {
   std::vector<uint8_t> bytes;
   if (!ReadFile(path, &bytes)) return Fail("cannot read " + path);
@@ -507,6 +547,22 @@ int main(int argc, char** argv) {
   bench_video->add_flag("--json", bv.json, "Print JSON");
   bench_video->add_flag("--quiet", bv.quiet, "No progress line");
 
+  BenchTtftArgs bt;
+  auto* bench_ttft = bench->add_subcommand(
+      "ttft", "TTFT of a long prompt reusing its stored prefix, per codec and link rate, beside recompute; "
+              "plus a labelled projection to 7B-70B shapes");
+  bench_ttft->add_option("--model", bt.model, "GGUF model")->capture_default_str();
+  bench_ttft->add_option("--text", bt.text, "Text the prompt is taken from (default: eval.txt beside the model)");
+  bench_ttft->add_option("--calibration", bt.calibration, "KVTC calibration (default: <model>.kvcal if present)");
+  bench_ttft->add_option("--codecs", bt.codecs, "Codecs, comma-separated (default: every codec)");
+  bench_ttft->add_option("--link-gbps", bt.link_gbps, "Link rates, comma-separated (default: 0.01,0.03,0.1,0.3,1,3,10)");
+  bench_ttft->add_option("--prompt-tokens", bt.prompt_tokens, "Prompt length")->capture_default_str();
+  bench_ttft->add_option("--chunk", bt.chunk, "Tokens per chunk")->capture_default_str();
+  bench_ttft->add_option("--repeats", bt.repeats, "Runs per point (median reported)")->capture_default_str();
+  bench_ttft->add_option("--threads", bt.threads, "Threads for llama.cpp (0: all cores)");
+  bench_ttft->add_flag("--json", bt.json, "Print JSON");
+  bench_ttft->add_flag("--quiet", bt.quiet, "No progress line");
+
   RunArgs ru;
   auto* run = app.add_subcommand("run", "The main job: reuse a prompt's stored KV prefix, prefill the rest, generate, "
                                         "store the new chunks; prints the text and the TTFT breakdown");
@@ -554,6 +610,7 @@ int main(int argc, char** argv) {
   if (*calibrate) return RunCalibrate(ca);
   if (*bench_codec) return RunBenchCodec(be);
   if (*bench_video) return RunBenchVideo(bv);
+  if (*bench_ttft) return RunBenchTtft(bt);
   if (*inspect) return RunInspect(inspect_in, inspect_json);
   return Fail("no command");
 }
