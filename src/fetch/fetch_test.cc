@@ -97,6 +97,7 @@ StoredRun StoreRun(uint32_t n, const std::vector<std::pair<std::string, std::str
   run.keys = ChunkKeys(kFp, tokens, shape.n_tokens);
   for (uint32_t i = 0; i < n; ++i) {
     run.originals.push_back(RandomKv(i, shape));
+    run.originals.back().set_pos_begin(static_cast<int32_t>(i * shape.n_tokens));  // chunk i's place in the prefix
     ChunkManifest m{.chunk_tokens = shape.n_tokens, .chunk_index = i, .variants = {}};
     for (const auto& [codec, level] : variants) {
       const auto bytes = EncodeKvc(*FindCodec(codec), run.originals.back().View(), {.level = level, .params = {}}, kFp,
@@ -126,6 +127,30 @@ TEST(Fetcher, DeliversEveryChunkInOrderDecoded) {
   EXPECT_EQ(report->chunks, 6u);
   EXPECT_TRUE(report->stop_reason.empty());
   EXPECT_EQ(order, (std::vector<uint32_t>{0, 1, 2, 3, 4, 5}));
+}
+
+// Under a link cap the whole run takes at least stored bytes / rate, and decoding hides under the
+// transfers: the run ends within one chunk's decode (plus scheduling slack) of the last byte.
+TEST(Fetcher, PipelineUnderTheLinkCap) {
+  StoredRun run = StoreRun(8, {{"quant", "8"}});
+  uint64_t bytes = 0;
+  for (const auto& m : run.manifests) bytes += m.variants[0].bytes;
+  const double rate = 2e6;  // 2 MB/s
+  LinkShaper link(rate);
+  Fetcher fetcher(*run.store, link, kFp, {}, {.initial_gbps = rate * 8 / 1e9});
+  double max_decode = 0;
+  auto report = fetcher.Run(run.keys, run.manifests, [&](FetchedChunk&& c) {
+    max_decode = std::max(max_decode, c.decode_s);
+    return Status::Ok();
+  });
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->chunks, 8u);
+  EXPECT_EQ(report->bytes, bytes);
+  const double transfer = static_cast<double>(bytes) / rate;
+  EXPECT_GE(report->wall_s, transfer * 0.999);
+  EXPECT_LE(report->wall_s, transfer + max_decode + 0.25) << "decode did not hide under the transfers";
+  // The estimator saw the cap.
+  EXPECT_NEAR(fetcher.bandwidth().BytesPerSecond(), rate, rate * 0.3);
 }
 
 TEST(Fetcher, StopsAtAMissingChunkAndSaysWhy) {
@@ -159,6 +184,19 @@ TEST(Fetcher, StopsAtACorruptChunk) {
   EXPECT_NE(report->stop_reason.find("chunk 1"), std::string::npos) << report->stop_reason;
 }
 
+TEST(Fetcher, AChunkForAnotherPlaceInThePrefixIsRejected) {
+  StoredRun run = StoreRun(3, {{"quant", "8"}});
+  // Chunk 2's object replaced by chunk 0's bytes: well-formed, but for positions 0..63.
+  const auto chunk0 = run.store->Get(ChunkObjectName(run.keys[0], "quant", "8")).value();
+  ASSERT_TRUE(run.store->Put(ChunkObjectName(run.keys[2], "quant", "8"), chunk0).ok());
+  LinkShaper link;
+  Fetcher fetcher(*run.store, link, kFp, {}, {});
+  auto report = fetcher.Run(run.keys, run.manifests, [](FetchedChunk&&) { return Status::Ok(); });
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->chunks, 2u);
+  EXPECT_NE(report->stop_reason.find("at position 0, expected 64 at 128"), std::string::npos) << report->stop_reason;
+}
+
 TEST(Fetcher, ChunksOfAnotherModelAreRejected) {
   StoredRun run = StoreRun(2, {{"quant", "8"}});
   LinkShaper link;
@@ -176,11 +214,11 @@ TEST(Fetcher, PlannerSwitchesLevelWhenTheLinkSlowsDown) {
   const uint32_t n = 16;
   const uint32_t change_at = 9;  // the rate drops when chunk 9 is delivered
   // Chunks large enough that video's decode (milliseconds) clearly exceeds raw's transfer on the
-  // fast link (a quarter of a millisecond), and raw's transfer on the slow link (26 ms) clearly
+  // fast link (tens of microseconds), and raw's transfer on the slow link (26 ms) clearly
   // exceeds video's transfer and decode.
   const KvShape shape{.n_layers = 2, .n_kv_heads = 2, .head_dim = 64, .n_tokens = 256};
   StoredRun run = StoreRun(n, {{"raw", "fp16"}, {"video", "4"}}, shape);
-  LinkShaper link(1e9);  // 1 GB/s, then 10 MB/s
+  LinkShaper link(1e10);  // 10 GB/s, then 10 MB/s
   Fetcher fetcher(*run.store, link, kFp, {}, {});
   std::vector<std::string> codec_of(n);
   auto report = fetcher.Run(run.keys, run.manifests, [&](FetchedChunk&& c) {

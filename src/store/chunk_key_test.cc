@@ -70,3 +70,45 @@ TEST(ChunkKeys, ObjectNamesAreValidStoreNames) {
 
 }  // namespace
 }  // namespace kvc
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace kvc {
+namespace {
+
+// Another process (fresh address space, no shared state) computes the same keys.
+TEST(ChunkKeys, SameInAnotherProcess) {
+  const auto tokens = Tokens(1024, 7);
+  const auto here = ChunkKeys(kModelA, tokens);
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(fds[0]);
+    const auto there = ChunkKeys(kModelA, tokens);
+    for (const ChunkKey& k : there) {
+      if (::write(fds[1], k.data(), k.size()) != static_cast<ssize_t>(k.size())) ::_exit(2);
+    }
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::vector<ChunkKey> there(here.size());
+  size_t got = 0;
+  for (ChunkKey& k : there) {
+    ssize_t n = 0;
+    size_t at = 0;
+    while (at < k.size() && (n = ::read(fds[0], k.data() + at, k.size() - at)) > 0) at += static_cast<size_t>(n);
+    got += at == k.size();
+  }
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ASSERT_EQ(got, here.size());
+  EXPECT_EQ(there, here);
+}
+
+}  // namespace
+}  // namespace kvc
