@@ -28,7 +28,7 @@ TEST(LinkShaper, CapsConcurrentTransfersToTheRate) {
   EXPECT_LT(Since(t0), 0.05) << "an uncapped link must not wait";
 }
 
-TEST(BandwidthEstimator, OverlappingTransfersCountAsOneStream) {
+TEST(BandwidthEstimator, CountsTheTimeTheLinkWasBusy) {
   BandwidthEstimator est(123.0, 2);
   EXPECT_EQ(est.BytesPerSecond(), 123.0);
   const auto t = SteadyClock::now();
@@ -38,6 +38,9 @@ TEST(BandwidthEstimator, OverlappingTransfersCountAsOneStream) {
   EXPECT_NEAR(est.BytesPerSecond(), 2000 / 0.2, 1e-6);
   est.Add(5000, t + ms(200), t + ms(300));  // the window keeps the last two
   EXPECT_NEAR(est.BytesPerSecond(), 6000 / 0.25, 1e-6);
+  // Idle time between transfers is not link time.
+  est.Add(1000, t + ms(900), t + ms(950));
+  EXPECT_NEAR(est.BytesPerSecond(), 6000 / 0.15, 1e-6);
 }
 
 ChunkManifest Manifest(std::vector<ChunkVariant> v) { return {.chunk_tokens = 64, .chunk_index = 0, .variants = std::move(v)}; }

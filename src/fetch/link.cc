@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <thread>
+#include <vector>
 
 namespace kvc {
 
@@ -39,17 +40,23 @@ void BandwidthEstimator::Add(uint64_t bytes, SteadyClock::time_point start, Stea
 double BandwidthEstimator::BytesPerSecond() const {
   std::lock_guard lock(mu_);
   if (recent_.empty()) return prior_;
+  std::vector<Transfer> sorted(recent_.begin(), recent_.end());
+  std::sort(sorted.begin(), sorted.end(), [](const Transfer& a, const Transfer& b) { return a.start < b.start; });
   uint64_t bytes = 0;
-  auto first = recent_.front().start;
-  auto last = recent_.front().end;
-  for (const Transfer& t : recent_) {
+  double busy_s = 0;
+  auto run_start = sorted.front().start;
+  auto run_end = sorted.front().end;
+  for (const Transfer& t : sorted) {
     bytes += t.bytes;
-    first = std::min(first, t.start);
-    last = std::max(last, t.end);
+    if (t.start > run_end) {
+      busy_s += std::chrono::duration<double>(run_end - run_start).count();
+      run_start = t.start;
+    }
+    run_end = std::max(run_end, t.end);
   }
-  const double seconds = std::chrono::duration<double>(last - first).count();
+  busy_s += std::chrono::duration<double>(run_end - run_start).count();
   // A transfer too fast to time is an uncapped link: report it as very fast, not infinite.
-  return seconds > 1e-6 ? static_cast<double>(bytes) / seconds : static_cast<double>(bytes) * 1e6;
+  return busy_s > 1e-6 ? static_cast<double>(bytes) / busy_s : static_cast<double>(bytes) * 1e6;
 }
 
 }  // namespace kvc

@@ -31,9 +31,10 @@ class LinkShaper {
   SteadyClock::time_point busy_until_{};
 };
 
-// Bandwidth over the last few completed transfers: their bytes over the time from the first one's
-// start to the last one's end, so transfers that overlapped count as one stream (what the link
-// delivered), not as each one's share.
+// Bandwidth over the last few completed transfers: their bytes over the time the link was busy
+// with them (the union of their intervals), so transfers that overlapped count as one stream
+// (what the link delivered, not each one's share) and idle time between transfers (a fetcher
+// waiting for its decoders) does not count as a slow link.
 class BandwidthEstimator {
  public:
   explicit BandwidthEstimator(double prior_bytes_per_second, size_t window = 2)
