@@ -109,11 +109,13 @@ Result<RunReport> RunJob(const RunOptions& o) {
   }
   r.generate_s = Since(t_generate);
 
-  if (o.store_new_chunks && r.chunks_found < keys.size()) {
+  // From the first chunk not restored: new chunks, and any that were found but missing or damaged
+  // (rewritten whole, so the next request finds them intact).
+  if (o.store_new_chunks && r.chunks_fetched < keys.size()) {
     const auto t_store = Clock::now();
     ASSIGN_OR_RETURN(KvCache kv, session->ExtractKv());
     const CodecContext store_context{&calibrations, &model->fingerprint(), &pool};
-    ASSIGN_OR_RETURN(const StoredChunks stored, StoreChunks(*store, kv, keys, r.chunks_found, o.chunk_tokens, *codec,
+    ASSIGN_OR_RETURN(const StoredChunks stored, StoreChunks(*store, kv, keys, r.chunks_fetched, o.chunk_tokens, *codec,
                                                             levels, model->fingerprint(), store_context));
     r.chunks_stored = stored.chunks;
     r.bytes_stored = stored.bytes;

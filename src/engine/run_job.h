@@ -1,7 +1,8 @@
 // The main job (`kvcodec run`): a prompt's longest stored prefix is found with one batched
 // lookup, fetched, decoded and restored into llama.cpp through the bandwidth-adaptive fetcher,
-// the rest of the prompt is prefilled, tokens are generated, and the prompt's new chunks are
-// encoded at every level of the chosen codec and stored for the next request. Reports the
+// the rest of the prompt is prefilled, tokens are generated, and the prompt's chunks from the
+// first one not restored on (new, missing or damaged) are encoded at every level of the chosen
+// codec and stored for the next request. Reports the
 // time to first token and its parts.
 #pragma once
 

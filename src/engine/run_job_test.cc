@@ -78,6 +78,12 @@ TEST(RunJob, FallsBackAtAMissingOrCorruptChunk) {
   EXPECT_NE(second->fallback.find("chunk 0"), std::string::npos) << second->fallback;
   EXPECT_EQ(second->prefilled_tokens, second->prompt_tokens);
   EXPECT_EQ(second->text, first->text);
+  // The damaged chunks were stored again, whole: the next request reuses them.
+  EXPECT_EQ(second->chunks_stored, first->chunks_stored);
+  const auto repaired = RunJob(o);
+  ASSERT_TRUE(repaired.ok()) << repaired.status().ToString();
+  EXPECT_EQ(repaired->chunks_fetched, first->chunks_stored) << repaired->fallback;
+  EXPECT_EQ(repaired->text, first->text);
 
   // Missing objects behind present manifests: in a fresh store, keep one chunk object and delete
   // the others.
