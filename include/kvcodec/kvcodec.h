@@ -179,6 +179,28 @@ typedef struct kvc_bench_ttft_params {
  * run's bound, plus a labelled projection to 7B-70B shapes (JSON, caller frees). */
 kvc_status kvc_bench_ttft_json(const kvc_bench_ttft_params* params, char** out_json);
 
+typedef struct kvc_server kvc_server;
+typedef struct kvc_serve_params {
+  const char* model_path;
+  const char* store_url;    /* NULL: the embedded default dir:// store */
+  const char* codec;        /* how new chunks are stored; NULL: "kvtc" */
+  const char* calibration;  /* NULL: <model>.kvcal beside the model */
+  const char* host;         /* NULL: "127.0.0.1" */
+  int32_t port;             /* 0: any free port (kvc_server_port tells which) */
+  double link_gbps;         /* in-process link cap for fetches; 0: none */
+  uint32_t n_ctx;           /* 0: 4096 */
+  uint32_t default_max_tokens; /* 0: 64 */
+  int32_t n_threads;
+} kvc_serve_params;
+
+/* The OpenAI-compatible completion server with KV reuse: create (loads the model), start
+ * (listens; returns at once), stop (finishes the request in flight, drains stores), free. */
+kvc_status kvc_server_create(const kvc_serve_params* params, kvc_server** out);
+kvc_status kvc_server_start(kvc_server* server);
+int32_t kvc_server_port(const kvc_server* server);
+void kvc_server_stop(kvc_server* server);
+void kvc_server_free(kvc_server* server);
+
 /* Runs the accuracy evaluation; the report is a JSON object (caller frees). */
 kvc_status kvc_eval_json(const kvc_eval_params* params, char** out_json);
 

@@ -14,6 +14,7 @@
 #include "codecs/codec.h"
 #include "engine/calibrate.h"
 #include "engine/codec_bench.h"
+#include "engine/completion_server.h"
 #include "engine/run_job.h"
 #include "engine/ttft_bench.h"
 #include "engine/video_ablation.h"
@@ -31,6 +32,9 @@ struct kvc_session {
 };
 struct kvc_kv {
   kvc::KvCache cache;
+};
+struct kvc_server {
+  std::unique_ptr<kvc::CompletionServer> server;
 };
 
 namespace {
@@ -420,6 +424,41 @@ kvc_status kvc_run_json(const kvc_run_params* p, char** out_json) {
   *out_json = CopyString(kvc::RunReportJson(*report));
   return KVC_OK;
 }
+
+kvc_status kvc_server_create(const kvc_serve_params* p, kvc_server** out) {
+  if (p == nullptr || p->model_path == nullptr || out == nullptr) return NullArgument("params, model or out");
+  kvc::ServerOptions o;
+  o.model_path = p->model_path;
+  if (p->store_url) o.store_url = p->store_url;
+  if (p->codec) o.codec = p->codec;
+  if (p->calibration) o.calibration = p->calibration;
+  if (p->host) o.host = p->host;
+  if (p->port < 0 || p->port > 65535) return Fail(kvc::InvalidArgument("port outside 0..65535"));
+  o.port = p->port;
+  if (p->link_gbps < 0) return Fail(kvc::InvalidArgument("link rate must not be negative"));
+  o.link_gbps = p->link_gbps;
+  if (p->n_ctx) o.n_ctx = p->n_ctx;
+  if (p->default_max_tokens) o.default_max_tokens = p->default_max_tokens;
+  o.threads = p->n_threads;
+  auto server = kvc::CompletionServer::Create(o);
+  if (!server.ok()) return Fail(server.status());
+  *out = new kvc_server{std::move(*server)};
+  return KVC_OK;
+}
+
+kvc_status kvc_server_start(kvc_server* server) {
+  if (server == nullptr) return NullArgument("server");
+  if (kvc::Status s = server->server->Start(); !s.ok()) return Fail(s);
+  return KVC_OK;
+}
+
+int32_t kvc_server_port(const kvc_server* server) { return server == nullptr ? -1 : server->server->port(); }
+
+void kvc_server_stop(kvc_server* server) {
+  if (server != nullptr) server->server->Stop();
+}
+
+void kvc_server_free(kvc_server* server) { delete server; }
 
 kvc_status kvc_bench_ttft_json(const kvc_bench_ttft_params* p, char** out_json) {
   if (p == nullptr || p->model_path == nullptr || out_json == nullptr) return NullArgument("params, model or out");

@@ -142,6 +142,8 @@ std::string LlamaModel::TokenText(int32_t token) const {
 
 int32_t LlamaModel::bos_token() const { return llama_vocab_bos(llama_model_get_vocab(model_)); }
 
+bool LlamaModel::IsEndOfGeneration(int32_t token) const { return llama_vocab_is_eog(llama_model_get_vocab(model_), token); }
+
 LlamaSession::~LlamaSession() {
   if (ctx_ != nullptr) llama_free(ctx_);
 }

@@ -49,6 +49,8 @@ class LlamaModel {
   Result<std::vector<int32_t>> Tokenize(std::string_view text, bool add_bos) const;
   std::string TokenText(int32_t token) const;
   int32_t bos_token() const;
+  // End of sequence / end of turn: generation stops there.
+  bool IsEndOfGeneration(int32_t token) const;
 
   llama_model* raw() const { return model_; }
 

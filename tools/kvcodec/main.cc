@@ -1,12 +1,14 @@
 // kvcodec: compress, inspect and evaluate LLM KV caches from the command line.
 // Uses only the public API; every error is one line on stderr and a non-zero exit.
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <pthread.h>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -425,6 +427,50 @@ int RunBenchTtft(const BenchTtftArgs& a) {
   return 0;
 }
 
+struct ServeArgs {
+  std::string model = DefaultModel(), store, codec = "kvtc", calibration, host = "127.0.0.1";
+  int port = 8080;
+  double link_gbps = 0;
+  uint32_t n_ctx = 4096, max_tokens = 64;
+  int threads = 0;
+};
+
+int RunServe(const ServeArgs& a) {
+  // SIGINT/SIGTERM are taken by this thread alone (blocked before any server thread exists), so
+  // shutdown runs here, not in a signal handler.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  kvc_serve_params p{};
+  p.model_path = a.model.c_str();
+  p.store_url = a.store.empty() ? nullptr : a.store.c_str();
+  p.codec = a.codec.c_str();
+  p.calibration = a.calibration.empty() ? nullptr : a.calibration.c_str();
+  p.host = a.host.c_str();
+  p.port = a.port;
+  p.link_gbps = a.link_gbps;
+  p.n_ctx = a.n_ctx;
+  p.default_max_tokens = a.max_tokens;
+  p.n_threads = a.threads;
+  kvc_server* server = nullptr;
+  if (kvc_server_create(&p, &server) != KVC_OK) return Fail(kvc_last_error());
+  if (kvc_server_start(server) != KVC_OK) {
+    const std::string error = kvc_last_error();
+    kvc_server_free(server);
+    return Fail(error);
+  }
+  std::fprintf(stderr, "kvcodec: serving %s on http://%s:%d (store %s); SIGINT or SIGTERM stops\n", a.model.c_str(),
+               a.host.c_str(), kvc_server_port(server), a.store.empty() ? "default" : a.store.c_str());
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::fprintf(stderr, "kvcodec: signal %d, finishing the request in flight and stopping\n", sig);
+  kvc_server_stop(server);
+  kvc_server_free(server);
+  return 0;
+}
+
 int RunInspect(const std::string& path, bool json) {
   std::vector<uint8_t> bytes;
   if (!ReadFile(path, &bytes)) return Fail("cannot read " + path);
@@ -547,6 +593,22 @@ int main(int argc, char** argv) {
   bench_video->add_flag("--json", bv.json, "Print JSON");
   bench_video->add_flag("--quiet", bv.quiet, "No progress line");
 
+  ServeArgs sv;
+  auto* serve = app.add_subcommand("serve", "OpenAI-compatible completion server with remote KV reuse");
+  serve->add_option("--model", sv.model, "GGUF model")->capture_default_str();
+  serve->add_option("--store", sv.store, "Store URL (default: the embedded disk store)");
+  serve->add_option("--codec", sv.codec, "Codec for new chunks")->capture_default_str();
+  serve->add_option("--calibration", sv.calibration, "KVTC calibration (default: <model>.kvcal if present)");
+  serve->add_option("--host", sv.host, "Address to listen on")->capture_default_str();
+  serve->add_option("--port", sv.port, "Port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
+  serve->add_option("--link-gbps", sv.link_gbps, "Cap the fetch link at this rate (0: none)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  serve->add_option("--ctx", sv.n_ctx, "Tokens per request (prompt + completion)")->capture_default_str();
+  serve->add_option("--max-tokens", sv.max_tokens, "Completion tokens when a request does not say")
+      ->capture_default_str();
+  serve->add_option("--threads", sv.threads, "Threads for llama.cpp (0: all cores)");
+
   BenchTtftArgs bt;
   auto* bench_ttft = bench->add_subcommand(
       "ttft", "TTFT of a long prompt reusing its stored prefix, per codec and link rate, beside recompute; "
@@ -605,6 +667,7 @@ int main(int argc, char** argv) {
   if (*codecs) return RunCodecs(codecs_json);
   if (*eval) return RunEval(ev);
   if (*run) return RunRun(ru);
+  if (*serve) return RunServe(sv);
   if (*encode) return RunEncode(en);
   if (*decode) return RunDecode(decode_in, decode_out, decode_model, decode_calibrations);
   if (*calibrate) return RunCalibrate(ca);
