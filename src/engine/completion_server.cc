@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "base/log.h"
@@ -99,7 +100,8 @@ struct CompletionServer::Impl {
   int bound_port = 0;
 
   std::mutex engine_mu;  // one generation at a time on the one sequence
-  std::atomic<int> waiting{0};
+  std::atomic<int> waiting_for_kv{0};  // fetching and decoding their stored prefix
+  std::atomic<int> waiting{0};         // ready, queued for the sequence
   std::atomic<int> running{0};
   Metrics metrics;
 
@@ -122,6 +124,35 @@ struct CompletionServer::Impl {
   // emit for each piece of text; emit returns false when the client is gone.
   Status Generate(const std::vector<int32_t>& tokens, uint32_t max_tokens,
                   const std::function<bool(const std::string&)>& emit, Generation* g) {
+    const auto t0 = Clock::now();
+    g->prompt_tokens = static_cast<uint32_t>(tokens.size());
+    const std::vector<ChunkKey> keys =
+        ChunkKeys(model->fingerprint(), std::span(tokens).first(tokens.size() - 1), o.chunk_tokens);
+    // KV-fetch-aware scheduling: a request with a stored prefix fetches and decodes it here, in
+    // the waiting-for-KV queue, without the sequence; only then does it queue for the sequence.
+    // A request with nothing stored goes straight to the sequence and is never held up by
+    // another request's transfer.
+    std::optional<FetchedPrefix> fetched;
+    {
+      ++waiting_for_kv;
+      const CodecContext context{&calibrations, &model->fingerprint(), nullptr};
+      LinkShaper link(LinkShaper::GbpsToBytesPerSecond(o.link_gbps));
+      FetchOptions fo;
+      fo.allowed = QualityFloor();
+      fo.recompute_s = o.plan_recompute ? recompute_s : 0;
+      fo.initial_gbps = o.link_gbps > 0 ? o.link_gbps : 1.0;
+      auto f = FetchStoredPrefix(*store, model->fingerprint(), keys, o.chunk_tokens, context, link, fo);
+      --waiting_for_kv;
+      if (!f.ok()) {
+        // The store failed as a whole: recompute, keep serving.
+        KVC_LOG_WARN("KV reuse failed, recomputing: %s", f.status().ToString().c_str());
+      } else {
+        if (!f->stats.fallback.empty()) {
+          KVC_LOG_WARN("KV reuse stopped early, recomputing the rest: %s", f->stats.fallback.c_str());
+        }
+        fetched = std::move(*f);
+      }
+    }
     ++waiting;
     std::unique_lock lock(engine_mu);
     --waiting;
@@ -130,31 +161,24 @@ struct CompletionServer::Impl {
       std::atomic<int>& r;
       ~Done() { --r; }
     } done{running};
-    const auto t0 = Clock::now();
-    g->prompt_tokens = static_cast<uint32_t>(tokens.size());
     session->Clear();
-    const std::vector<ChunkKey> keys =
-        ChunkKeys(model->fingerprint(), std::span(tokens).first(tokens.size() - 1), o.chunk_tokens);
-    const CodecContext context{&calibrations, &model->fingerprint(), nullptr};
-    LinkShaper link(LinkShaper::GbpsToBytesPerSecond(o.link_gbps));
-    FetchOptions fo;
-    fo.allowed = QualityFloor();
-    fo.recompute_s = recompute_s;
-    fo.initial_gbps = o.link_gbps > 0 ? o.link_gbps : 1.0;
     uint32_t restored = 0;
-    auto prefix = RestoreStoredPrefix(*store, *session, model->fingerprint(), keys, o.chunk_tokens, context, link, fo);
-    if (!prefix.ok()) {
-      // The store or the restore failed as a whole: recompute, keep serving.
-      KVC_LOG_WARN("KV reuse failed, recomputing: %s", prefix.status().ToString().c_str());
-      session->Clear();
-    } else {
-      restored = prefix->chunks_fetched;
-      if (!prefix->fallback.empty()) KVC_LOG_WARN("KV reuse stopped early, recomputing the rest: %s", prefix->fallback.c_str());
-      g->fetched_bytes = prefix->bytes;
+    if (fetched && fetched->stats.chunks_fetched > 0) {
+      const auto t_restore = Clock::now();
+      if (Status s = session->RestoreKv(fetched->kv); s.ok()) {
+        restored = fetched->stats.chunks_fetched;
+        g->fetched_bytes = fetched->stats.bytes;
+      } else {
+        KVC_LOG_WARN("restoring the fetched prefix failed, recomputing: %s", s.ToString().c_str());
+        session->Clear();
+      }
+      fetched->stats.restore_s = Since(t_restore);
+    }
+    if (fetched) {
       std::lock_guard m(metrics.mu);
-      metrics.lookup.Add(prefix->lookup_s);
-      metrics.fetch.Add(prefix->fetch_s);
-      metrics.restore.Add(prefix->restore_s);
+      metrics.lookup.Add(fetched->stats.lookup_s);
+      metrics.fetch.Add(fetched->stats.fetch_s);
+      metrics.restore.Add(fetched->stats.restore_s);
     }
     g->cached_tokens = restored * o.chunk_tokens;
     const auto t_prefill = Clock::now();
@@ -264,6 +288,7 @@ struct CompletionServer::Impl {
       pending = store_jobs.size();
     }
     out += "# TYPE kvcodec_queue_length gauge\n";
+    out += FormatMessage("kvcodec_queue_length{queue=\"waiting_for_kv\"} %d\n", waiting_for_kv.load());
     out += FormatMessage("kvcodec_queue_length{queue=\"waiting\"} %d\n", waiting.load());
     out += FormatMessage("kvcodec_queue_length{queue=\"running\"} %d\n", running.load());
     out += FormatMessage("kvcodec_queue_length{queue=\"store\"} %zu\n", pending);

@@ -4,8 +4,10 @@
 // through the fetcher, prefills the rest and generates; its new chunks are encoded and stored
 // by a background thread after the response.
 //
-// Where this stands (issue 6): requests are served one at a time on one llama.cpp sequence;
-// continuous batching and the KV-fetch-aware scheduler are not built yet.
+// A request with a stored prefix fetches and decodes it without holding the llama.cpp sequence
+// (the waiting-for-KV queue), so requests with nothing to fetch are not held up by transfers.
+// Where this stands (issue 6): generation runs one request at a time on one sequence;
+// continuous batching over several sequences is not built yet.
 #pragma once
 
 #include <memory>
@@ -26,6 +28,9 @@ struct ServerOptions {
   uint32_t n_ctx = 4096;   // tokens per request, prompt and completion together
   uint32_t chunk_tokens = 256;
   uint32_t default_max_tokens = 64;
+  // false: always fetch stored chunks, never plan a recompute (benchmarks and tests that need
+  // fetches to happen whatever this machine's prefill speed).
+  bool plan_recompute = true;
   int threads = 0;
 };
 

@@ -30,11 +30,11 @@ std::vector<std::pair<std::string, std::string>> QualityFloor() {
   return allowed;
 }
 
-Result<PrefixRestore> RestoreStoredPrefix(Store& store, LlamaSession& session, const ModelFingerprint& model,
-                                          std::span<const ChunkKey> keys, uint32_t chunk_tokens,
-                                          const CodecContext& codec_context, LinkShaper& link,
-                                          const FetchOptions& options) {
-  PrefixRestore r;
+Result<FetchedPrefix> FetchStoredPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
+                                        uint32_t chunk_tokens, const CodecContext& codec_context, LinkShaper& link,
+                                        const FetchOptions& options) {
+  FetchedPrefix out;
+  PrefixRestore& r = out.stats;
   const auto t_lookup = Clock::now();
   std::vector<ChunkManifest> manifests;
   if (!keys.empty()) {
@@ -59,19 +59,18 @@ Result<PrefixRestore> RestoreStoredPrefix(Store& store, LlamaSession& session, c
   }
   r.lookup_s = Since(t_lookup);
   r.chunks_found = static_cast<uint32_t>(manifests.size());
-  if (manifests.empty()) return r;
+  if (manifests.empty()) return out;
 
   const auto t_fetch = Clock::now();
   Fetcher fetcher(store, link, model, codec_context, options);
-  KvCache prefix;
   auto report = fetcher.Run(keys.first(manifests.size()), manifests, [&](FetchedChunk&& c) -> Status {
     r.variants.push_back(c.variant.codec + "/" + c.variant.level);
     r.max_chunk_decode_s = std::max(r.max_chunk_decode_s, c.decode_s);
     if (c.index == 0) {
-      prefix = std::move(c.kv);
+      out.kv = std::move(c.kv);
       return Status::Ok();
     }
-    return prefix.Append(c.kv.View());
+    return out.kv.Append(c.kv.View());
   });
   RETURN_IF_ERROR(report.status());
   r.fetch_s = Since(t_fetch);
@@ -79,12 +78,21 @@ Result<PrefixRestore> RestoreStoredPrefix(Store& store, LlamaSession& session, c
   r.bytes = report->bytes;
   r.chunks_fetched = report->chunks;
   if (!report->stop_reason.empty()) r.fallback = report->stop_reason;
-  if (r.chunks_fetched > 0) {
+  return out;
+}
+
+Result<PrefixRestore> RestoreStoredPrefix(Store& store, LlamaSession& session, const ModelFingerprint& model,
+                                          std::span<const ChunkKey> keys, uint32_t chunk_tokens,
+                                          const CodecContext& codec_context, LinkShaper& link,
+                                          const FetchOptions& options) {
+  ASSIGN_OR_RETURN(FetchedPrefix fetched,
+                   FetchStoredPrefix(store, model, keys, chunk_tokens, codec_context, link, options));
+  if (fetched.stats.chunks_fetched > 0) {
     const auto t_restore = Clock::now();
-    RETURN_IF_ERROR(session.RestoreKv(prefix));
-    r.restore_s = Since(t_restore);
+    RETURN_IF_ERROR(session.RestoreKv(fetched.kv));
+    fetched.stats.restore_s = Since(t_restore);
   }
-  return r;
+  return fetched.stats;
 }
 
 Result<StoredChunks> StoreChunks(Store& store, const KvCache& kv, std::span<const ChunkKey> keys, uint32_t first,

@@ -30,8 +30,18 @@ struct PrefixRestore {
   double max_chunk_decode_s = 0;
 };
 
-// Looks up keys' manifests in one batched call, fetches the longest present run through a
-// Fetcher (link and options as given) and restores it into `session` (which must be empty).
+// Looks up keys' manifests in one batched call and fetches the longest present run through a
+// Fetcher (link and options as given) into one KvCache, without touching any llama.cpp session:
+// a server runs this while other requests use the sequence.
+struct FetchedPrefix {
+  PrefixRestore stats;  // restore_s stays 0
+  KvCache kv;           // chunks_fetched * chunk_tokens tokens (empty when none)
+};
+Result<FetchedPrefix> FetchStoredPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
+                                        uint32_t chunk_tokens, const CodecContext& codec_context, LinkShaper& link,
+                                        const FetchOptions& options);
+
+// FetchStoredPrefix, then the prefix restored into `session` (which must be empty).
 Result<PrefixRestore> RestoreStoredPrefix(Store& store, LlamaSession& session, const ModelFingerprint& model,
                                           std::span<const ChunkKey> keys, uint32_t chunk_tokens,
                                           const CodecContext& codec_context, LinkShaper& link,
