@@ -70,4 +70,12 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t)>& body) 
   state->cv.wait(lock, [&] { return state->done.load() == n; });
 }
 
+void ParallelForOrSerial(ThreadPool* pool, size_t n, const std::function<void(size_t)>& body) {
+  if (pool != nullptr && n > 1) {
+    pool->ParallelFor(n, body);
+  } else {
+    for (size_t i = 0; i < n; ++i) body(i);
+  }
+}
+
 }  // namespace kvc

@@ -34,4 +34,8 @@ class ThreadPool {
   bool stopping_ = false;
 };
 
+// body(i) for i in [0, n): across `pool` when there is one (codecs take an optional pool from
+// their CodecContext), else in order on the calling thread.
+void ParallelForOrSerial(ThreadPool* pool, size_t n, const std::function<void(size_t)>& body);
+
 }  // namespace kvc

@@ -97,6 +97,20 @@ Result<KvCache> DecodeKvc(std::span<const uint8_t> bytes, const ModelFingerprint
   return std::move(decoded).value();
 }
 
+uint32_t KvSectionTag(KvKind kind) { return kind == KvKind::kKey ? 0x4B : 0x56; }
+
+Result<std::array<std::span<const uint8_t>, 2>> KvSections(const KvcFile& file) {
+  KVC_CHECK_CORRUPT(file.sections.size() == 2, "expected 2 sections (K, V), found %zu", file.sections.size());
+  std::array<std::span<const uint8_t>, 2> out;
+  for (KvKind kind : kKvKinds) {
+    const KvcSectionView& s = file.sections[kind == KvKind::kKey ? 0 : 1];
+    KVC_CHECK_CORRUPT(s.tag == KvSectionTag(kind), "section %s has tag 0x%x, expected 0x%x", KvKindName(kind), s.tag,
+                      KvSectionTag(kind));
+    out[kind == KvKind::kKey ? 0 : 1] = s.bytes;
+  }
+  return out;
+}
+
 Result<uint32_t> ParamU32(const EncodeOptions& options, const std::string& key, uint32_t default_value,
                           uint32_t min_value, uint32_t max_value) {
   const auto it = options.params.find(key);

@@ -1,6 +1,7 @@
 // One interface for every KV codec, and the registry that finds them by name or id.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <span>
@@ -77,6 +78,14 @@ Result<std::vector<uint8_t>> EncodeKvc(const Codec& codec, const KvView& kv, con
 // `expected_fingerprint` is given, a file made for another model is an error.
 Result<KvCache> DecodeKvc(std::span<const uint8_t> bytes, const ModelFingerprint* expected_fingerprint = nullptr,
                           const CodecContext& context = {});
+
+// The two sections raw, quant, cachegen and video write: 'K' (0x4B) for keys, then 'V' (0x56).
+uint32_t KvSectionTag(KvKind kind);
+// kCorrupt unless `file` holds exactly those two sections, in that order; their bytes, K first.
+Result<std::array<std::span<const uint8_t>, 2>> KvSections(const KvcFile& file);
+inline std::span<const uint8_t> SectionOf(const std::array<std::span<const uint8_t>, 2>& sections, KvKind kind) {
+  return sections[kind == KvKind::kKey ? 0 : 1];
+}
 
 // Helpers codecs share for parsing EncodeOptions::params.
 Result<uint32_t> ParamU32(const EncodeOptions& options, const std::string& key, uint32_t default_value,

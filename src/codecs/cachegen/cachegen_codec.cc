@@ -12,9 +12,7 @@
 namespace kvc {
 namespace {
 
-// Sections 'K' (0x4B) then 'V' (0x56), each L layer blocks; layout in docs/format.md.
-constexpr uint32_t kTagK = 0x4B;
-constexpr uint32_t kTagV = 0x56;
+// Sections 'K' then 'V' (KvSectionTag), each L layer blocks; layout in docs/format.md.
 constexpr uint8_t kVersion = 1;
 constexpr size_t kParamsBytes = 18;
 constexpr uint32_t kLevelCount = 3;
@@ -35,8 +33,6 @@ constexpr size_t kMinTableBytes = 3;
 constexpr size_t kMinBlockOverhead = 4 + 1;
 
 using Bands = CacheGenCodec::Bands;
-
-uint32_t TagOf(KvKind kind) { return kind == KvKind::kKey ? kTagK : kTagV; }
 
 struct Params {
   uint32_t group = CacheGenCodec::kDefaultGroup;
@@ -331,7 +327,7 @@ class BitReader {
 
 Status EncodeKind(const KvView& kv, KvKind kind, const Params& p, KvcSection* section) {
   const KvShape shape = kv.shape();
-  section->tag = TagOf(kind);
+  section->tag = KvSectionTag(kind);
   if (shape.layer_elems() == 0) return Status::Ok();
   const size_t channels = shape.row_elems();
   std::vector<float> x(shape.layer_elems());
@@ -521,20 +517,17 @@ Result<KvCache> CacheGenCodec::Decode(const KvcFile& file, const CodecContext&) 
   ASSIGN_OR_RETURN(const Params p, ParseParams(h.codec_params, shape.n_layers));
   KVC_CHECK_CORRUPT(h.level == kLevelNames[p.level_id], "level '%s' disagrees with params level '%s'",
                     h.level.c_str(), kLevelNames[p.level_id]);
-  KVC_CHECK_CORRUPT(file.sections.size() == 2, "expected 2 sections (K, V), found %zu", file.sections.size());
+  ASSIGN_OR_RETURN(const auto sections, KvSections(file));
   const size_t channels = shape.row_elems();
   for (KvKind kind : kKvKinds) {
-    const KvcSectionView& s = file.sections[kind == KvKind::kKey ? 0 : 1];
-    KVC_CHECK_CORRUPT(s.tag == TagOf(kind), "section %s has tag 0x%x, expected 0x%x", KvKindName(kind), s.tag,
-                      TagOf(kind));
+    const std::span<const uint8_t> s = SectionOf(sections, kind);
     if (shape.layer_elems() == 0) {
-      KVC_CHECK_CORRUPT(s.bytes.empty(), "section %s holds %zu bytes for zero elements", KvKindName(kind),
-                        s.bytes.size());
+      KVC_CHECK_CORRUPT(s.empty(), "section %s holds %zu bytes for zero elements", KvKindName(kind), s.size());
     } else {
       // Every layer block carries at least its stats: checked before the cache is allocated.
       const uint64_t min_bytes = uint64_t{shape.n_layers} * (channels * kStatBytes + kMinBlockOverhead);
-      KVC_CHECK_CORRUPT(s.bytes.size() >= min_bytes, "section %s holds %zu bytes, fewer than the %llu its layers need",
-                        KvKindName(kind), s.bytes.size(), static_cast<unsigned long long>(min_bytes));
+      KVC_CHECK_CORRUPT(s.size() >= min_bytes, "section %s holds %zu bytes, fewer than the %llu its layers need",
+                        KvKindName(kind), s.size(), static_cast<unsigned long long>(min_bytes));
     }
   }
 
@@ -542,7 +535,7 @@ Result<KvCache> CacheGenCodec::Decode(const KvcFile& file, const CodecContext&) 
   if (shape.layer_elems() == 0) return cache;
   std::vector<float> x(shape.layer_elems());
   for (KvKind kind : kKvKinds) {
-    ByteReader r(file.sections[kind == KvKind::kKey ? 0 : 1].bytes);
+    ByteReader r(SectionOf(sections, kind));
     for (uint32_t l = 0; l < shape.n_layers; ++l) {
       RETURN_IF_ERROR(DecodeLayer(r, kind, l, shape.n_tokens, channels, p.group, p.BandsOf(kind).BinsOf(l), x.data()));
       cache.WriteRowsF32(kind, l, 0, shape.n_tokens, x.data());

@@ -276,14 +276,6 @@ Status DecodeCodes(std::span<const uint8_t> section, std::span<const uint8_t> wi
 // fp32 rows of the middle tokens, per kind and layer; keys with RoPE undone.
 using LayerRows = std::array<std::vector<std::vector<float>>, 2>;
 
-void RunParallel(ThreadPool* pool, size_t n, const std::function<void(size_t)>& body) {
-  if (pool != nullptr) {
-    pool->ParallelFor(n, body);
-  } else {
-    for (size_t i = 0; i < n; ++i) body(i);
-  }
-}
-
 Result<std::shared_ptr<const LoadedCalibration>> CalibrationForEncode(const EncodeOptions& options,
                                                                       const CodecContext& context) {
   if (context.calibrations == nullptr) return InvalidArgument("kvtc needs a calibration registry");
@@ -378,7 +370,7 @@ Result<EncodedKv> KvtcCodec::Encode(const KvView& kv, const EncodeOptions& optio
   for (KvKind kind : kKvKinds) {
     auto& layers = rows[static_cast<int>(kind)];
     layers.assign(shape.n_layers, std::vector<float>(row * n));
-    RunParallel(context.pool, shape.n_layers, [&](size_t l) {
+    ParallelForOrSerial(context.pool, shape.n_layers, [&](size_t l) {
       if (n == 0) return;
       kv.ReadRowsF32(kind, static_cast<uint32_t>(l), ex.prefix, n, layers[l].data());
       if (kind == KvKind::kKey && cal.keys_rope_undone) rope.Rotate(layers[l].data(), shape.n_kv_heads, true);
@@ -395,7 +387,7 @@ Result<EncodedKv> KvtcCodec::Encode(const KvView& kv, const EncodeOptions& optio
   const std::vector<BasisPlan> plans = PlanBases(cal, *alloc);
   const uint32_t n_bases = cal.n_bases();
   std::vector<QuantizedBlock> blocks(plans.size());
-  RunParallel(context.pool, plans.size(), [&](size_t i) {
+  ParallelForOrSerial(context.pool, plans.size(), [&](size_t i) {
     const BasisPlan& plan = plans[i];
     if (n == 0 || plan.n_keep == 0) return;
     const PcaBasis& basis = cal.bases[i];
@@ -506,7 +498,7 @@ Result<KvCache> KvtcCodec::Decode(const KvcFile& file, const CodecContext& conte
     scale_offset[i + 1] = scale_offset[i] + plans[i].n_scales * n;
   }
   // Each basis writes only its own slice of its kind's rows, so the tasks never share memory.
-  RunParallel(context.pool, plans.size(), [&](size_t i) {
+  ParallelForOrSerial(context.pool, plans.size(), [&](size_t i) {
     const BasisPlan& plan = plans[i];
     const PcaBasis& basis = cal.bases[i];
     QuantizedBlock block;
@@ -527,7 +519,7 @@ Result<KvCache> KvtcCodec::Decode(const KvcFile& file, const CodecContext& conte
   for (const Status& s : statuses) RETURN_IF_ERROR(s.WithContext("kvtc"));
 
   const RopeTable rope(cal.rope, shape.head_dim, h.pos_begin + static_cast<int32_t>(ex.prefix), n);
-  RunParallel(context.pool, size_t{2} * shape.n_layers, [&](size_t j) {
+  ParallelForOrSerial(context.pool, size_t{2} * shape.n_layers, [&](size_t j) {
     const KvKind kind = j < shape.n_layers ? KvKind::kKey : KvKind::kValue;
     const uint32_t l = static_cast<uint32_t>(j % shape.n_layers);
     auto& layer = rows[static_cast<int>(kind)][l];

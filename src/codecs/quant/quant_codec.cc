@@ -9,18 +9,14 @@
 namespace kvc {
 namespace {
 
-// Sections, in this order: 'K' (0x4B) then 'V' (0x56). Each holds, for every layer in turn,
+// Sections, in this order: 'K' then 'V' (KvSectionTag). Each holds, for every layer in turn,
 //   stats: n_groups x {min fp16, scale fp16}, little-endian
 //   codes: layer_elems codes of `bits` bits in the layer's element order [token][channel];
 //          4-bit codes two per byte, low nibble first, a final odd nibble padded with 0.
 // Key groups are ordered [token_group][channel], value groups [token][channel_group].
 // Element x of a group decodes to min + code * scale (in fp32), clamped to +-65504.
-constexpr uint32_t kTagK = 0x4B;
-constexpr uint32_t kTagV = 0x56;
 constexpr float kFp16Max = 65504.0f;
 constexpr size_t kStatBytes = 4;
-
-uint32_t TagOf(KvKind kind) { return kind == KvKind::kKey ? kTagK : kTagV; }
 
 struct QuantParams {
   uint32_t bits = 8;
@@ -276,7 +272,7 @@ Result<EncodedKv> QuantCodec::Encode(const KvView& kv, const EncodeOptions& opti
   for (KvKind kind : kKvKinds) {
     const LayerLayout layout = LayoutOf(kind, shape, p);
     KvcSection& section = out.sections.emplace_back();
-    section.tag = TagOf(kind);
+    section.tag = KvSectionTag(kind);
     section.bytes.resize(layout.block_bytes() * shape.n_layers);
     // Zero tokens: empty sections, and no (possibly null) buffers to hand to memcpy.
     if (layer_elems == 0) continue;
@@ -307,15 +303,12 @@ Result<KvCache> QuantCodec::Decode(const KvcFile& file, const CodecContext&) con
   ASSIGN_OR_RETURN(const QuantParams p, ParseParams(h.codec_params));
   KVC_CHECK_CORRUPT(h.level == std::to_string(p.bits), "level '%s' disagrees with params.bits %u", h.level.c_str(),
                     p.bits);
-  KVC_CHECK_CORRUPT(file.sections.size() == 2, "expected 2 sections (K, V), found %zu", file.sections.size());
+  ASSIGN_OR_RETURN(const auto sections, KvSections(file));
   const KvShape& shape = h.shape;
   for (KvKind kind : kKvKinds) {
-    const KvcSectionView& s = file.sections[kind == KvKind::kKey ? 0 : 1];
     const uint64_t expected = LayoutOf(kind, shape, p).block_bytes() * shape.n_layers;
-    KVC_CHECK_CORRUPT(s.tag == TagOf(kind), "section %s has tag 0x%x, expected 0x%x", KvKindName(kind), s.tag,
-                      TagOf(kind));
-    KVC_CHECK_CORRUPT(s.bytes.size() == expected, "section %s holds %zu bytes, the shape implies %llu",
-                      KvKindName(kind), s.bytes.size(), static_cast<unsigned long long>(expected));
+    KVC_CHECK_CORRUPT(SectionOf(sections, kind).size() == expected, "section %s holds %zu bytes, the shape implies %llu",
+                      KvKindName(kind), SectionOf(sections, kind).size(), static_cast<unsigned long long>(expected));
   }
 
   ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(shape, h.dtype, h.pos_begin));
@@ -329,7 +322,7 @@ Result<KvCache> QuantCodec::Decode(const KvcFile& file, const CodecContext&) con
   std::vector<float> scales;
   for (KvKind kind : kKvKinds) {
     const LayerLayout layout = LayoutOf(kind, shape, p);
-    const auto section = file.sections[kind == KvKind::kKey ? 0 : 1].bytes;
+    const auto section = SectionOf(sections, kind);
     mins.resize(layout.n_groups);
     scales.resize(layout.n_groups);
     for (uint32_t l = 0; l < shape.n_layers; ++l) {

@@ -8,16 +8,12 @@
 namespace kvc {
 namespace {
 
-// Sections, in this order: 'K' (0x4B) then 'V' (0x56), each the whole of K (or V) as
+// Sections, in this order: 'K' then 'V' (KvSectionTag), each the whole of K (or V) as
 // little-endian fp16 in the cache's own layout [layer][token][kv_head][channel].
-constexpr uint32_t kTagK = 0x4B;
-constexpr uint32_t kTagV = 0x56;
 constexpr const char* kLevel = "fp16";
 
 // Sections are copied to and from host fp16 arrays with memcpy.
 static_assert(std::endian::native == std::endian::little, "raw codec assumes a little-endian host");
-
-uint32_t TagOf(KvKind kind) { return kind == KvKind::kKey ? kTagK : kTagV; }
 
 // Rounds to nearest even. Returns false when a finite input overflowed to inf: an fp16 copy
 // that silently turned a real value into inf would poison attention downstream.
@@ -63,7 +59,7 @@ Result<EncodedKv> RawCodec::Encode(const KvView& kv, const EncodeOptions& option
   if (kv.dtype() != DType::kF16) f32.resize(layer_elems);
   for (KvKind kind : kKvKinds) {
     KvcSection& section = out.sections.emplace_back();
-    section.tag = TagOf(kind);
+    section.tag = KvSectionTag(kind);
     section.bytes.resize(shape.elems() * 2);
     // Zero tokens: empty sections, and no (possibly null) buffers to hand to memcpy.
     if (layer_elems == 0) continue;
@@ -91,15 +87,12 @@ Result<KvCache> RawCodec::Decode(const KvcFile& file, const CodecContext&) const
   if (Status s = ValidateShape(h.shape, h.dtype); !s.ok()) return Corrupt("shape: " + s.message());
   KVC_CHECK_CORRUPT(h.level == kLevel, "level '%s' is not fp16", h.level.c_str());
   KVC_CHECK_CORRUPT(h.codec_params.empty(), "raw takes no params, the header holds %zu bytes", h.codec_params.size());
-  KVC_CHECK_CORRUPT(file.sections.size() == 2, "expected 2 sections (K, V), found %zu", file.sections.size());
+  ASSIGN_OR_RETURN(const auto sections, KvSections(file));
   const size_t layer_elems = h.shape.layer_elems();
   const uint64_t expected = uint64_t{h.shape.elems()} * 2;
   for (KvKind kind : kKvKinds) {
-    const KvcSectionView& s = file.sections[kind == KvKind::kKey ? 0 : 1];
-    KVC_CHECK_CORRUPT(s.tag == TagOf(kind), "section %s has tag 0x%x, expected 0x%x", KvKindName(kind), s.tag,
-                      TagOf(kind));
-    KVC_CHECK_CORRUPT(s.bytes.size() == expected, "section %s holds %zu bytes, the shape implies %llu",
-                      KvKindName(kind), s.bytes.size(), static_cast<unsigned long long>(expected));
+    KVC_CHECK_CORRUPT(SectionOf(sections, kind).size() == expected, "section %s holds %zu bytes, the shape implies %llu",
+                      KvKindName(kind), SectionOf(sections, kind).size(), static_cast<unsigned long long>(expected));
   }
 
   ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(h.shape, h.dtype, h.pos_begin));
@@ -111,7 +104,7 @@ Result<KvCache> RawCodec::Decode(const KvcFile& file, const CodecContext&) const
     f32.resize(layer_elems);
   }
   for (KvKind kind : kKvKinds) {
-    const auto bytes = file.sections[kind == KvKind::kKey ? 0 : 1].bytes;
+    const auto bytes = SectionOf(sections, kind);
     for (uint32_t l = 0; l < h.shape.n_layers; ++l) {
       const uint8_t* src = bytes.data() + size_t{l} * layer_elems * 2;
       if (h.dtype == DType::kF16) {

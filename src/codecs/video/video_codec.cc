@@ -12,8 +12,6 @@
 namespace kvc {
 namespace {
 
-constexpr uint32_t kTagK = 0x4B;
-constexpr uint32_t kTagV = 0x56;
 constexpr uint8_t kVersion = 1;
 constexpr size_t kParamsBytes = 10;
 constexpr std::array<const char*, 3> kLevelNames = {"8", "6", "4"};
@@ -29,8 +27,6 @@ constexpr bool kDefaultPlanes = false;
 constexpr bool kDefaultCenter = false;
 constexpr bool kDefaultTokenOrder = true;
 constexpr uint32_t kDefaultGroup = VideoCodec::kDefaultGroup;
-
-uint32_t TagOf(KvKind kind) { return kind == KvKind::kKey ? kTagK : kTagV; }
 
 struct Params {
   uint32_t level_id = 0;
@@ -166,15 +162,6 @@ std::vector<uint32_t> Identity(uint32_t n) {
   return v;
 }
 
-// Runs body(i) for i < n on the pool when there is one.
-void ForEach(ThreadPool* pool, size_t n, const std::function<void(size_t)>& body) {
-  if (pool != nullptr && n > 1) {
-    pool->ParallelFor(n, body);
-  } else {
-    for (size_t i = 0; i < n; ++i) body(i);
-  }
-}
-
 // What one (kind, layer) stores beside its pixels, in this order in the section.
 struct LayerSide {
   std::vector<GroupScale> scales;
@@ -192,14 +179,14 @@ uint64_t SideBytes(const Params& p, uint32_t channels, uint32_t tokens) {
 
 Status EncodeKind(const KvView& kv, KvKind kind, const Params& p, ThreadPool* pool, KvcSection* section) {
   const KvShape shape = kv.shape();
-  section->tag = TagOf(kind);
+  section->tag = KvSectionTag(kind);
   if (shape.layer_elems() == 0) return Status::Ok();
   const uint32_t channels = static_cast<uint32_t>(shape.row_elems());
   const uint32_t tokens = shape.n_tokens;
   std::vector<uint8_t> codes(shape.elems());  // [layer][token][channel]
   std::vector<LayerSide> side(shape.n_layers);
   std::vector<Status> statuses(shape.n_layers);
-  ForEach(pool, shape.n_layers, [&](size_t l) {
+  ParallelForOrSerial(pool, shape.n_layers, [&](size_t l) {
     std::vector<float> x(shape.layer_elems());
     kv.ReadLayerF32(kind, static_cast<uint32_t>(l), x.data());
     if (!AllInFp16Range(x.data(), x.size())) {
@@ -231,7 +218,7 @@ Status EncodeKind(const KvView& kv, KvKind kind, const Params& p, ThreadPool* po
     }
   }
   std::vector<Result<std::vector<uint8_t>>> streams(pixels.size(), Internal("not encoded"));
-  ForEach(pool, pixels.size(), [&](size_t s) {
+  ParallelForOrSerial(pool, pixels.size(), [&](size_t s) {
     const auto& st = geometry.streams()[s];
     streams[s] = EncodeVideoStream(st.picture, st.n_frames, pixels[s], {.coder = p.coder, .preset = p.preset});
   });
@@ -326,7 +313,7 @@ Status DecodeKind(std::span<const uint8_t> bytes, KvKind kind, const KvShape& sh
 
   std::vector<std::vector<uint8_t>> pixels(streams.size());
   std::vector<Status> statuses(streams.size());
-  ForEach(pool, streams.size(), [&](size_t s) {
+  ParallelForOrSerial(pool, streams.size(), [&](size_t s) {
     const auto& st = geometry.streams()[s];
     pixels[s].resize(st.bytes());
     statuses[s] = backend.Decode(streams[s], st.picture, st.n_frames, pixels[s]);
@@ -390,14 +377,11 @@ Result<KvCache> VideoCodec::Decode(const KvcFile& file, const CodecContext& cont
   ASSIGN_OR_RETURN(const Params p, ParseParams(h.codec_params));
   KVC_CHECK_CORRUPT(h.level == kLevelNames[p.level_id], "level '%s' disagrees with params (%u bits)", h.level.c_str(),
                     p.bits());
-  KVC_CHECK_CORRUPT(file.sections.size() == 2, "expected 2 sections (K, V), found %zu", file.sections.size());
+  ASSIGN_OR_RETURN(const auto sections, KvSections(file));
   for (KvKind kind : kKvKinds) {
-    const KvcSectionView& s = file.sections[kind == KvKind::kKey ? 0 : 1];
-    KVC_CHECK_CORRUPT(s.tag == TagOf(kind), "section %s has tag 0x%x, expected 0x%x", KvKindName(kind), s.tag,
-                      TagOf(kind));
     if (shape.layer_elems() == 0) {
-      KVC_CHECK_CORRUPT(s.bytes.empty(), "section %s holds %zu bytes for zero elements", KvKindName(kind),
-                        s.bytes.size());
+      KVC_CHECK_CORRUPT(SectionOf(sections, kind).empty(), "section %s holds %zu bytes for zero elements",
+                        KvKindName(kind), SectionOf(sections, kind).size());
     }
   }
   ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(shape, h.dtype, h.pos_begin));
@@ -405,7 +389,7 @@ Result<KvCache> VideoCodec::Decode(const KvcFile& file, const CodecContext& cont
   const VideoDecoderBackend& backend = context.video_decoder != nullptr ? *context.video_decoder : CpuVideoDecoder();
   for (KvKind kind : kKvKinds) {
     RETURN_IF_ERROR(
-        DecodeKind(file.sections[kind == KvKind::kKey ? 0 : 1].bytes, kind, shape, p, backend, context.pool, &cache));
+        DecodeKind(SectionOf(sections, kind), kind, shape, p, backend, context.pool, &cache));
   }
   return cache;
 }
