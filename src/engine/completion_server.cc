@@ -95,6 +95,8 @@ struct CompletionServer::Impl {
   std::vector<std::string> levels;
   double recompute_s = 0;
   std::string model_name;
+  // The one emulated link every request's fetch shares, as concurrent fetches share a network.
+  LinkShaper link;
   httplib::Server http;
   std::thread listener;
   int bound_port = 0;
@@ -126,8 +128,7 @@ struct CompletionServer::Impl {
                   const std::function<bool(const std::string&)>& emit, Generation* g) {
     const auto t0 = Clock::now();
     g->prompt_tokens = static_cast<uint32_t>(tokens.size());
-    const std::vector<ChunkKey> keys =
-        ChunkKeys(model->fingerprint(), std::span(tokens).first(tokens.size() - 1), o.chunk_tokens);
+    const std::vector<ChunkKey> keys = ReusableChunkKeys(model->fingerprint(), tokens, o.chunk_tokens);
     // KV-fetch-aware scheduling: a request with a stored prefix fetches and decodes it here, in
     // the waiting-for-KV queue, without the sequence; only then does it queue for the sequence.
     // A request with nothing stored goes straight to the sequence and is never held up by
@@ -136,12 +137,8 @@ struct CompletionServer::Impl {
     {
       ++waiting_for_kv;
       const CodecContext context{&calibrations, &model->fingerprint(), nullptr};
-      LinkShaper link(LinkShaper::GbpsToBytesPerSecond(o.link_gbps));
-      FetchOptions fo;
-      fo.allowed = QualityFloor();
-      fo.recompute_s = o.plan_recompute ? recompute_s : 0;
-      fo.initial_gbps = o.link_gbps > 0 ? o.link_gbps : 1.0;
-      auto f = FetchStoredPrefix(*store, model->fingerprint(), keys, o.chunk_tokens, context, link, fo);
+      auto f = FetchStoredPrefix(*store, model->fingerprint(), keys, o.chunk_tokens, context, link,
+                                 ReuseFetchOptions(o.link_gbps, o.plan_recompute ? recompute_s : 0));
       --waiting_for_kv;
       if (!f.ok()) {
         // The store failed as a whole: recompute, keep serving.
@@ -184,8 +181,7 @@ struct CompletionServer::Impl {
     const auto t_prefill = Clock::now();
     RETURN_IF_ERROR(session->Eval(std::span(tokens).subspan(g->cached_tokens), false));
     const double prefill_s = Since(t_prefill);
-    int32_t next = static_cast<int32_t>(std::max_element(session->Logits(-1).begin(), session->Logits(-1).end()) -
-                                        session->Logits(-1).begin());
+    int32_t next = GreedyToken(session->Logits(-1));
     g->ttft_s = Since(t0);
     bool client_gone = false;
     for (uint32_t i = 0; i < max_tokens; ++i) {
@@ -200,8 +196,7 @@ struct CompletionServer::Impl {
       }
       if (i + 1 == max_tokens) break;
       RETURN_IF_ERROR(session->Eval(std::span(&next, 1), false));
-      const auto logits = session->Logits(-1);
-      next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      next = GreedyToken(session->Logits(-1));
     }
     {
       std::lock_guard m(metrics.mu);
@@ -465,14 +460,9 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
   so.n_threads = o.threads;
   ASSIGN_OR_RETURN(impl->session, LlamaSession::Create(*impl->model, so));
   impl->model_name = std::filesystem::path(o.model_path).stem().string();
-  // Prices "recompute" for the level planner: this machine's prefill speed on a short probe.
-  {
-    std::vector<int32_t> probe(64, impl->model->bos_token());
-    const auto t = Clock::now();
-    RETURN_IF_ERROR(impl->session->Eval(probe, false));
-    impl->recompute_s = Since(t) / probe.size() * o.chunk_tokens;
-    impl->session->Clear();
-  }
+  impl->link.SetRate(LinkShaper::GbpsToBytesPerSecond(o.link_gbps));
+  const std::vector<int32_t> probe(64, impl->model->bos_token());
+  ASSIGN_OR_RETURN(impl->recompute_s, MeasureChunkPrefillSeconds(*impl->session, probe, o.chunk_tokens));
   return std::unique_ptr<CompletionServer>(new CompletionServer(std::move(impl)));
 }
 

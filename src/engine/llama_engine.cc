@@ -142,6 +142,10 @@ std::string LlamaModel::TokenText(int32_t token) const {
 
 int32_t LlamaModel::bos_token() const { return llama_vocab_bos(llama_model_get_vocab(model_)); }
 
+int32_t GreedyToken(std::span<const float> logits) {
+  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
 bool LlamaModel::IsEndOfGeneration(int32_t token) const { return llama_vocab_is_eog(llama_model_get_vocab(model_), token); }
 
 LlamaSession::~LlamaSession() {

@@ -70,6 +70,9 @@ struct SessionOptions {
   bool flash_attn = false;     // on: V is stored untransposed
 };
 
+// Greedy decoding: the token with the highest logit (the first of equals).
+int32_t GreedyToken(std::span<const float> logits);
+
 // One llama.cpp context evaluating one sequence (seq 0).
 class LlamaSession {
  public:

@@ -30,6 +30,29 @@ std::vector<std::pair<std::string, std::string>> QualityFloor() {
   return allowed;
 }
 
+std::vector<ChunkKey> ReusableChunkKeys(const ModelFingerprint& model, std::span<const int32_t> tokens,
+                                        uint32_t chunk_tokens) {
+  return tokens.empty() ? std::vector<ChunkKey>{} : ChunkKeys(model, tokens.first(tokens.size() - 1), chunk_tokens);
+}
+
+FetchOptions ReuseFetchOptions(double link_gbps, double recompute_s) {
+  FetchOptions fo;
+  fo.allowed = QualityFloor();
+  fo.recompute_s = recompute_s;
+  fo.initial_gbps = link_gbps > 0 ? link_gbps : 1.0;
+  return fo;
+}
+
+Result<double> MeasureChunkPrefillSeconds(LlamaSession& session, std::span<const int32_t> probe, uint32_t chunk_tokens) {
+  if (probe.empty()) return InvalidArgument("an empty prefill probe");
+  session.Clear();
+  const auto t = Clock::now();
+  RETURN_IF_ERROR(session.Eval(probe, false));
+  const double seconds = Since(t) / static_cast<double>(probe.size()) * chunk_tokens;
+  session.Clear();
+  return seconds;
+}
+
 Result<FetchedPrefix> FetchStoredPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
                                         uint32_t chunk_tokens, const CodecContext& codec_context, LinkShaper& link,
                                         const FetchOptions& options) {

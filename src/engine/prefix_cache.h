@@ -20,6 +20,19 @@ std::vector<std::string> StoredLevels(const std::string& codec);
 // Every codec's ladder as (codec, level) pairs: what the planner may fetch.
 std::vector<std::pair<std::string, std::string>> QualityFloor();
 
+// Keys of the prompt's chunks that may be reused: whole chunks before its last token, which is
+// always prefilled (its logits give the first generated token).
+std::vector<ChunkKey> ReusableChunkKeys(const ModelFingerprint& model, std::span<const int32_t> tokens,
+                                        uint32_t chunk_tokens);
+
+// Fetch options for a request's reuse: any variant within the quality floor, the link's rate as
+// the first bandwidth guess, and "recompute" priced at `recompute_s` per chunk (0: never).
+FetchOptions ReuseFetchOptions(double link_gbps, double recompute_s);
+
+// Seconds this machine takes to prefill one chunk, from prefilling `probe` in `session` (which
+// is left empty): what prices "recompute" for the level planner.
+Result<double> MeasureChunkPrefillSeconds(LlamaSession& session, std::span<const int32_t> probe, uint32_t chunk_tokens);
+
 struct PrefixRestore {
   uint32_t chunks_found = 0;    // manifests present, from chunk 0 on
   uint32_t chunks_fetched = 0;  // restored into the session

@@ -19,10 +19,6 @@ double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 // level planner.
 constexpr uint32_t kProbeTokens = 64;
 
-int32_t Argmax(std::span<const float> logits) {
-  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
-
 }  // namespace
 
 Result<RunReport> RunJob(const RunOptions& o) {
@@ -52,33 +48,20 @@ Result<RunReport> RunJob(const RunOptions& o) {
   so.n_ctx = r.prompt_tokens + o.n_generate + 8;
   so.n_threads = o.threads;
   ASSIGN_OR_RETURN(auto session, LlamaSession::Create(*model, so));
-  // Prices a recompute: this machine's prefill speed on a short probe (then cleared).
-  double recompute_s = 0;
-  {
-    const uint32_t probe = std::min<uint32_t>(kProbeTokens, r.prompt_tokens);
-    const auto t = Clock::now();
-    RETURN_IF_ERROR(session->Eval(std::span(tokens).first(probe), false));
-    recompute_s = Since(t) / probe * o.chunk_tokens;
-    session->Clear();
-  }
+  const std::span<const int32_t> probe = std::span(tokens).first(std::min<size_t>(kProbeTokens, tokens.size()));
+  ASSIGN_OR_RETURN(const double recompute_s, MeasureChunkPrefillSeconds(*session, probe, o.chunk_tokens));
   r.load_s = Since(t_load);
 
-  // The last prompt token is always prefilled: its logits give the first generated token.
-  const std::vector<ChunkKey> keys =
-      ChunkKeys(model->fingerprint(), std::span(tokens).first(tokens.size() - 1), o.chunk_tokens);
+  const std::vector<ChunkKey> keys = ReusableChunkKeys(model->fingerprint(), tokens, o.chunk_tokens);
   r.chunks_reusable = static_cast<uint32_t>(keys.size());
 
   const auto t_request = Clock::now();
-  ThreadPool pool(0);
   const CodecContext codec_context{&calibrations, &model->fingerprint(), nullptr};
   if (o.reuse) {
     LinkShaper link(LinkShaper::GbpsToBytesPerSecond(o.link_gbps));
-    FetchOptions fo;
-    fo.allowed = QualityFloor();
-    fo.recompute_s = recompute_s;
-    fo.initial_gbps = o.link_gbps > 0 ? o.link_gbps : 1.0;
-    ASSIGN_OR_RETURN(const PrefixRestore p, RestoreStoredPrefix(*store, *session, model->fingerprint(), keys,
-                                                                o.chunk_tokens, codec_context, link, fo));
+    ASSIGN_OR_RETURN(const PrefixRestore p,
+                     RestoreStoredPrefix(*store, *session, model->fingerprint(), keys, o.chunk_tokens, codec_context,
+                                         link, ReuseFetchOptions(o.link_gbps, recompute_s)));
     r.chunks_found = p.chunks_found;
     r.chunks_fetched = p.chunks_fetched;
     r.fallback = p.fallback;
@@ -95,7 +78,7 @@ Result<RunReport> RunJob(const RunOptions& o) {
   const std::span<const int32_t> rest = std::span(tokens).subspan(r.reused_tokens);
   r.prefilled_tokens = static_cast<uint32_t>(rest.size());
   RETURN_IF_ERROR(session->Eval(rest, false));
-  int32_t next = Argmax(session->Logits(-1));
+  int32_t next = GreedyToken(session->Logits(-1));
   r.prefill_s = Since(t_prefill);
   r.ttft_s = Since(t_request);
 
@@ -105,7 +88,7 @@ Result<RunReport> RunJob(const RunOptions& o) {
     ++r.generated_tokens;
     if (i + 1 == o.n_generate) break;
     RETURN_IF_ERROR(session->Eval(std::span(&next, 1), false));
-    next = Argmax(session->Logits(-1));
+    next = GreedyToken(session->Logits(-1));
   }
   r.generate_s = Since(t_generate);
 
@@ -114,6 +97,8 @@ Result<RunReport> RunJob(const RunOptions& o) {
   if (o.store_new_chunks && r.chunks_fetched < keys.size()) {
     const auto t_store = Clock::now();
     ASSIGN_OR_RETURN(KvCache kv, session->ExtractKv());
+    // The pool's threads start only now: encoding is after the response, never on the TTFT path.
+    ThreadPool pool(0);
     const CodecContext store_context{&calibrations, &model->fingerprint(), &pool};
     ASSIGN_OR_RETURN(const StoredChunks stored, StoreChunks(*store, kv, keys, r.chunks_fetched, o.chunk_tokens, *codec,
                                                             levels, model->fingerprint(), store_context));

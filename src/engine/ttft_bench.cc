@@ -70,7 +70,7 @@ Result<std::string> RunTtftBenchJson(const TtftBenchOptions& o) {
     recompute.push_back(Since(t));
   }
   ASSIGN_OR_RETURN(KvCache kv, session->ExtractKv());
-  const std::vector<ChunkKey> keys = ChunkKeys(fp, std::span(tokens).first(tokens.size() - 1), o.chunk_tokens);
+  const std::vector<ChunkKey> keys = ReusableChunkKeys(fp, tokens, o.chunk_tokens);
   const uint32_t reused = static_cast<uint32_t>(keys.size()) * o.chunk_tokens;
   const uint64_t fp16_bytes = uint64_t{reused} * kv.shape().row_elems() * kv.shape().n_layers * 2 * 2;
 
