@@ -23,6 +23,7 @@ bench = load("results/bench/*.json")
 video_ablation = load("results/video/ablation.json")
 video_groups = load("results/video/group-*.json")
 ttft = load("results/ttft/ttft.json")
+serve = load("results/serve/serve.json")
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 models = []
 for r in evals:
@@ -238,6 +239,52 @@ if ttft:
     for v in t["variants"]:
         print(f"| {v['codec']} {v['level']} | {v['compression_ratio']:.2f} | {v['decode_mb_s_1t']:.0f} |")
     print()
+
+if serve:
+    sv = serve[0]
+    o = sv["options"]
+    names = {"none": "no reuse", "fifo": "reuse, FIFO", "kv-aware": "reuse, KV-aware"}
+    if "url" in o:
+        servers = f"The configuration is the running server at {o['url']}"
+    else:
+        servers = (f"Each configuration is a fresh in-process server (`{o['codec']}`, an empty `mem://` store, fetches "
+                   f"over an emulated {o['link_gbps']:g} Gbps link, {o['parallel']} sequences decoded together, "
+                   f"{o['fetch_threads']} fetch thread(s), {o['threads']} llama.cpp thread(s), "
+                   f"{'the planner free to recompute' if o['plan_recompute'] else 'every stored chunk fetched'})")
+    print(f"## Serving under load: no reuse, FIFO and KV-aware scheduling ({model_name(o)})\n")
+    print(f"`kvcodec bench serve`: one trace of {o['requests']} streaming requests, Poisson arrivals at {o['rate']:g}/s "
+          f"(seed {o['seed']}), replayed against each configuration. {o['shared_fraction']:.0%} of the requests start "
+          f"with one of {o['prefixes']} shared {o['prefix_tokens']}-token documents from eval.txt and add "
+          f"{o['suffix_tokens']} tokens of their own; the rest are prompts of {o['unique_tokens'] * 4 // 5}-"
+          f"{o['unique_tokens'] * 6 // 5} tokens that no request has sent before (under one {o['chunk_tokens']}-token "
+          f"chunk: nothing to reuse). {o['max_tokens']} tokens generated each. {servers}; a warm-up sends each "
+          "document once and waits until its chunks are stored. TTFT is the client's, from sending the request to the "
+          "first token event; percentiles are nearest-rank. Hit rate = cached prompt tokens / prompt tokens; at most "
+          f"{sv['shared_reusable_fraction']:.3f} for the shared class (its whole chunks of the document).\n")
+    print("![serving TTFT](img/serve_ttft.png)\n")
+    print("| configuration | class | n | errors | TTFT p50 s | p90 | p99 | mean | hit rate |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for c in sv["configs"]:
+        for key in ("shared_prefix", "no_prefix"):
+            k = c["classes"][key]
+            t = k["ttft_s"]
+            print(f"| {names.get(c['name'], c['name'])} | {key.replace('_', ' ')} | {k['n']} | {k['errors']} | "
+                  f"{t['p50']:.3f} | {t['p90']:.3f} | {t['p99']:.3f} | {t['mean']:.3f} | {k['hit_rate']:.3f} |")
+    print()
+    print("| configuration | completion tokens/s | requests/s | makespan s | hit rate |")
+    print("|---|---:|---:|---:|---:|")
+    for c in sv["configs"]:
+        print(f"| {names.get(c['name'], c['name'])} | {c['completion_tokens_per_s']:.1f} | {c['requests_per_s']:.2f} | "
+              f"{c['makespan_s']:.1f} | {c['hit_rate']:.3f} |")
+    print()
+    cr = sv["criteria"]
+    if "kv_aware_no_prefix_p90_over_none" in cr and "fifo_no_prefix_p90_over_none" in cr:
+        verdict = {True: "met", False: "not met"}.get(cr.get("met"), "not judged")
+        x = lambda k: f"{cr[k]:.2f}x" if cr.get(k) is not None else "n/a"  # noqa: E731
+        print(f"No-prefix p90 TTFT against no reuse: KV-aware {x('kv_aware_no_prefix_p90_over_none')} (target "
+              f"<= 1.2x), FIFO {x('fifo_no_prefix_p90_over_none')} (target: beyond 1.2x), FIFO against KV-aware "
+              f"{x('fifo_no_prefix_p90_over_kv_aware')}; shared-prefix p50 TTFT with KV-aware reuse "
+              f"{x('kv_aware_shared_p50_over_none')} of no reuse's (target < 1x). Criteria: **{verdict}**.\n")
 
 if ablation:
     print("## kvtc ablation on kvtiny: basis grouping and scale group size\n")

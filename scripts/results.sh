@@ -109,6 +109,14 @@ if ! /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
 fi
 /usr/bin/python3 scripts/plot_ttft.py "$ttft/ttft.json" docs/img
 
+# Serving under load: one trace against no reuse, FIFO and KV-aware in-process servers; plot.
+serve=results/serve
+mkdir -p "$serve"
+rm -f "$serve"/*.json
+echo "== bench serve" >&2
+$kvcodec bench serve --json --quiet > "$serve/serve.json"
+/usr/bin/python3 scripts/plot_serve.py "$serve/serve.json" docs/img
+
 # Speed on real KV: 256-token chunks, one thread and all cores, beside memcpy.
 bench=results/bench
 mkdir -p "$bench"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: set up and build, then every test (unit, model, slow) in the dev
 # build, the unit tests and fuzz-corpus replays again under ASan+UBSan, and the concurrent
-# parts (store backends, fetch pipeline) under ThreadSanitizer.
+# parts (store backends, fetch pipeline, the server's scheduler) under ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh dev asan-ubsan
@@ -9,14 +9,15 @@ echo "== dev: all tests"
 ctest --preset dev -j2 --timeout 900
 echo "== asan-ubsan: unit tests and fuzz replays"
 ctest --preset asan-ubsan -j2 -L unit --timeout 900
-echo "== tsan: store and fetch"
-# Only the threaded modules: llama.cpp is not built with TSan, so the engine tests would report
-# its internals rather than ours.
+echo "== tsan: store, fetch and the server"
+# The threaded parts. llama.cpp is not built with TSan: the server tests run with suppressions
+# for reports inside its libraries only (scripts/tsan.supp).
 KVCODEC_LLAMA_ROOT="$(scripts/setup-llama.sh)"  # cached: prints the install prefix
 if [[ ! -f build/tsan/CMakeCache.txt ]]; then
   cmake --preset tsan -DKVCODEC_LLAMA_ROOT="$KVCODEC_LLAMA_ROOT" >/dev/null
 fi
-cmake --build build/tsan -j"$(nproc)" --target fetch_test store_test redis_store_test
-for t in build/tsan/src/fetch/fetch_test build/tsan/src/store/store_test build/tsan/src/store/redis_store_test; do
-  TSAN_OPTIONS=halt_on_error=1 "$t" --gtest_brief=1
+cmake --build build/tsan -j"$(nproc)" --target fetch_test store_test redis_store_test completion_server_test server_redis_test
+for t in build/tsan/src/fetch/fetch_test build/tsan/src/store/store_test build/tsan/src/store/redis_store_test \
+         build/tsan/src/engine/completion_server_test build/tsan/src/engine/server_redis_test; do
+  TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/scripts/tsan.supp" "$t" --gtest_brief=1
 done

@@ -191,10 +191,14 @@ typedef struct kvc_serve_params {
   uint32_t n_ctx;           /* 0: 4096 */
   uint32_t default_max_tokens; /* 0: 64 */
   int32_t n_threads;
+  int32_t n_parallel;       /* sequences decoded together; 0: 4 */
+  int32_t n_fetch_threads;  /* threads fetching stored prefixes; 0: 1 */
+  const char* scheduler;    /* "kv-aware" (NULL) or "fifo" */
+  int32_t no_reuse;         /* nonzero: never look up, fetch or store chunks */
 } kvc_serve_params;
 
 /* The OpenAI-compatible completion server with KV reuse: create (loads the model), start
- * (listens; returns at once), stop (finishes the request in flight, drains stores), free. */
+ * (listens; returns at once), stop (finishes the admitted requests, drains stores), free. */
 kvc_status kvc_server_create(const kvc_serve_params* params, kvc_server** out);
 kvc_status kvc_server_start(kvc_server* server);
 int32_t kvc_server_port(const kvc_server* server);
@@ -203,6 +207,35 @@ void kvc_server_free(kvc_server* server);
 
 /* Runs the accuracy evaluation; the report is a JSON object (caller frees). */
 kvc_status kvc_eval_json(const kvc_eval_params* params, char** out_json);
+
+typedef struct kvc_bench_serve_params {
+  const char* model_path;
+  const char* text_path;    /* prompts are cut from it; NULL: eval.txt beside the model */
+  const char* calibration;  /* NULL: <model>.kvcal beside the model */
+  const char* codec;        /* how the servers store chunks; NULL: "kvtc" */
+  const char* configs;      /* "none,fifo,kv-aware" (NULL) or a subset, in the order given */
+  const char* url;          /* non-NULL: one configuration against the server at http://host:port instead */
+  double link_gbps;         /* the in-process servers' fetch link cap; 0: uncapped (the CLI's default is 0.003) */
+  double rate;              /* requests per second, Poisson arrivals; 0: 0.75 */
+  double shared_fraction;   /* of the requests, those sharing a long prefix, in (0, 1]; 0: 0.5 */
+  uint32_t requests;        /* per configuration; 0: 60 */
+  uint32_t prefixes;        /* distinct shared documents; 0: 4 */
+  uint32_t prefix_tokens;   /* 0: 3072 */
+  uint32_t suffix_tokens;   /* each shared-prefix request's own text after it; 0: 24 */
+  uint32_t unique_tokens;   /* no-prefix prompts, 0.8x to 1.2x this; 0: 160 */
+  uint32_t max_tokens;      /* completion tokens per request; 0: 16 */
+  int32_t n_parallel;       /* the servers' sequences decoded together; 0: 8 */
+  int32_t n_fetch_threads;  /* 0: 1 */
+  int32_t n_threads;        /* llama.cpp threads of the servers; 0: the cores the fetch threads leave */
+  uint64_t seed;            /* the trace's; 0: 1 */
+  int32_t plan_recompute;   /* nonzero: the planner may recompute chunks instead of fetching them */
+  int32_t quiet;
+} kvc_bench_serve_params;
+
+/* Load generator for the completion server: one trace of shared-prefix and no-prefix streaming
+ * requests replayed against a fresh in-process server per configuration (no reuse, FIFO,
+ * KV-aware); TTFT percentiles and hit rate per class, throughput (JSON, caller frees). */
+kvc_status kvc_bench_serve_json(const kvc_bench_serve_params* params, char** out_json);
 
 #ifdef __cplusplus
 }

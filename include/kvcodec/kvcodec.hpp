@@ -216,4 +216,10 @@ inline Outcome<std::string> EvalJson(const kvc_eval_params& params) {
   return TakeString(json);
 }
 
+inline Outcome<std::string> BenchServeJson(const kvc_bench_serve_params& params) {
+  char* json = nullptr;
+  if (kvc_status s = kvc_bench_serve_json(&params, &json); s != KVC_OK) return LastError(s);
+  return TakeString(json);
+}
+
 }  // namespace kvcodec

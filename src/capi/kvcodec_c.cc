@@ -16,6 +16,7 @@
 #include "engine/codec_bench.h"
 #include "engine/completion_server.h"
 #include "engine/run_job.h"
+#include "engine/serve_bench.h"
 #include "engine/ttft_bench.h"
 #include "engine/video_ablation.h"
 #include "engine/evaluator.h"
@@ -440,6 +441,15 @@ kvc_status kvc_server_create(const kvc_serve_params* p, kvc_server** out) {
   if (p->n_ctx) o.n_ctx = p->n_ctx;
   if (p->default_max_tokens) o.default_max_tokens = p->default_max_tokens;
   o.threads = p->n_threads;
+  if (p->n_parallel < 0 || p->n_fetch_threads < 0) return Fail(kvc::InvalidArgument("parallel and fetch threads must not be negative"));
+  if (p->n_parallel) o.parallel = p->n_parallel;
+  if (p->n_fetch_threads) o.fetch_threads = p->n_fetch_threads;
+  if (p->scheduler) {
+    auto scheduler = kvc::ParseScheduler(p->scheduler);
+    if (!scheduler.ok()) return Fail(scheduler.status());
+    o.scheduler = *scheduler;
+  }
+  o.reuse = p->no_reuse == 0;
   auto server = kvc::CompletionServer::Create(o);
   if (!server.ok()) return Fail(server.status());
   *out = new kvc_server{std::move(*server)};
@@ -500,6 +510,40 @@ kvc_status kvc_bench_video_json(const kvc_bench_video_params* p, char** out_json
   if (p->min_seconds > 0) o.min_seconds = p->min_seconds;
   o.progress = p->quiet == 0;
   auto report = kvc::RunVideoAblationJson(o);
+  if (!report.ok()) return Fail(report.status());
+  *out_json = CopyString(*report);
+  return KVC_OK;
+}
+
+kvc_status kvc_bench_serve_json(const kvc_bench_serve_params* p, char** out_json) {
+  if (p == nullptr || p->model_path == nullptr || out_json == nullptr) return NullArgument("params, model or out");
+  kvc::ServeBenchOptions o;
+  o.model_path = p->model_path;
+  if (p->text_path) o.text_path = p->text_path;
+  if (p->calibration) o.calibration = p->calibration;
+  if (p->codec) o.codec = p->codec;
+  if (p->configs) o.configs = SplitList(p->configs);
+  if (p->url) o.url = p->url;
+  if (p->link_gbps < 0 || p->rate < 0 || p->shared_fraction < 0 || p->shared_fraction > 1) {
+    return Fail(kvc::InvalidArgument("link rate and request rate must not be negative, shared fraction in 0..1"));
+  }
+  if (p->n_parallel < 0 || p->n_fetch_threads < 0) return Fail(kvc::InvalidArgument("parallel and fetch threads must not be negative"));
+  o.link_gbps = p->link_gbps;
+  if (p->rate > 0) o.rate = p->rate;
+  if (p->shared_fraction > 0) o.shared_fraction = p->shared_fraction;
+  if (p->requests) o.requests = p->requests;
+  if (p->prefixes) o.prefixes = p->prefixes;
+  if (p->prefix_tokens) o.prefix_tokens = p->prefix_tokens;
+  if (p->suffix_tokens) o.suffix_tokens = p->suffix_tokens;
+  if (p->unique_tokens) o.unique_tokens = p->unique_tokens;
+  if (p->max_tokens) o.max_tokens = p->max_tokens;
+  if (p->n_parallel) o.parallel = p->n_parallel;
+  if (p->n_fetch_threads) o.fetch_threads = p->n_fetch_threads;
+  o.threads = p->n_threads;
+  if (p->seed) o.seed = p->seed;
+  o.plan_recompute = p->plan_recompute != 0;
+  o.progress = p->quiet == 0;
+  auto report = kvc::RunServeBenchJson(o);
   if (!report.ok()) return Fail(report.status());
   *out_json = CopyString(*report);
   return KVC_OK;

@@ -5,79 +5,19 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <filesystem>
-#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <thread>
 
-#include "base/log.h"
-#include "base/thread_pool.h"
+#include "engine/batch_scheduler.h"
 #include "engine/llama_engine.h"
 #include "engine/model_files.h"
-#include "engine/prefix_cache.h"
 
 namespace kvc {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using Json = nlohmann::json;
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-constexpr double kLatencyBuckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
-
-// A Prometheus histogram of seconds.
-struct Histogram {
-  std::vector<uint64_t> counts = std::vector<uint64_t>(std::size(kLatencyBuckets) + 1, 0);
-  double sum = 0;
-  uint64_t n = 0;
-  void Add(double s) {
-    size_t i = 0;
-    while (i < std::size(kLatencyBuckets) && s > kLatencyBuckets[i]) ++i;
-    ++counts[i];
-    sum += s;
-    ++n;
-  }
-  void Write(std::string& out, const std::string& name, const std::string& labels) const {
-    uint64_t cumulative = 0;
-    const std::string sep = labels.empty() ? "" : labels + ",";
-    for (size_t i = 0; i < std::size(kLatencyBuckets); ++i) {
-      cumulative += counts[i];
-      out += FormatMessage("%s_bucket{%sle=\"%g\"} %llu\n", name.c_str(), sep.c_str(), kLatencyBuckets[i],
-                           static_cast<unsigned long long>(cumulative));
-    }
-    cumulative += counts.back();
-    out += FormatMessage("%s_bucket{%sle=\"+Inf\"} %llu\n", name.c_str(), sep.c_str(),
-                         static_cast<unsigned long long>(cumulative));
-    const std::string braces = labels.empty() ? "" : "{" + labels + "}";
-    out += FormatMessage("%s_sum%s %.6f\n%s_count%s %llu\n", name.c_str(), braces.c_str(), sum, name.c_str(),
-                         braces.c_str(), static_cast<unsigned long long>(n));
-  }
-};
-
-struct Metrics {
-  std::mutex mu;
-  std::map<std::string, uint64_t> requests;  // "endpoint,status" -> count
-  uint64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0, fetched_bytes = 0, stored_bytes = 0;
-  uint64_t store_failures = 0, disconnects = 0;
-  Histogram ttft, lookup, fetch, restore, prefill;
-};
-
-// What one generation did, for the response's usage block and the metrics.
-struct Generation {
-  uint32_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
-  std::string finish_reason = "length";
-  uint64_t fetched_bytes = 0;
-  double ttft_s = 0;
-};
-
-struct StoreJob {
-  KvCache kv;
-  std::vector<ChunkKey> keys;
-  uint32_t first = 0;
-};
 
 std::string ErrorJson(const std::string& message, const std::string& type) {
   return Json{{"error", {{"message", message}, {"type", type}}}}.dump();
@@ -91,202 +31,25 @@ struct CompletionServer::Impl {
   CalibrationRegistry calibrations;
   std::unique_ptr<Store> store;
   std::unique_ptr<LlamaSession> session;
-  const Codec* codec = nullptr;
-  std::vector<std::string> levels;
-  double recompute_s = 0;
   std::string model_name;
-  // The one emulated link every request's fetch shares, as concurrent fetches share a network.
-  LinkShaper link;
+  ServeMetrics metrics;
+  std::unique_ptr<BatchScheduler> scheduler;
   httplib::Server http;
   std::thread listener;
   int bound_port = 0;
-
-  std::mutex engine_mu;  // one generation at a time on the one sequence
-  std::atomic<int> waiting_for_kv{0};  // fetching and decoding their stored prefix
-  std::atomic<int> waiting{0};         // ready, queued for the sequence
-  std::atomic<int> running{0};
-  Metrics metrics;
-
-  std::mutex store_mu;
-  std::condition_variable store_cv;
-  std::deque<StoreJob> store_jobs;
-  bool store_stopping = false;
-  std::thread storer;
 
   std::mutex stop_mu;
   std::condition_variable stop_cv;
   bool stopped = false;
 
-  void CountRequest(const std::string& endpoint, const std::string& status) {
-    std::lock_guard lock(metrics.mu);
-    ++metrics.requests[endpoint + "," + status];
-  }
-
-  // Restores the stored prefix, prefills the rest and generates up to max_tokens tokens, calling
-  // emit for each piece of text; emit returns false when the client is gone.
-  Status Generate(const std::vector<int32_t>& tokens, uint32_t max_tokens,
-                  const std::function<bool(const std::string&)>& emit, Generation* g) {
-    const auto t0 = Clock::now();
-    g->prompt_tokens = static_cast<uint32_t>(tokens.size());
-    const std::vector<ChunkKey> keys = ReusableChunkKeys(model->fingerprint(), tokens, o.chunk_tokens);
-    // KV-fetch-aware scheduling: a request with a stored prefix fetches and decodes it here, in
-    // the waiting-for-KV queue, without the sequence; only then does it queue for the sequence.
-    // A request with nothing stored goes straight to the sequence and is never held up by
-    // another request's transfer.
-    std::optional<FetchedPrefix> fetched;
-    {
-      ++waiting_for_kv;
-      const CodecContext context{&calibrations, &model->fingerprint(), nullptr};
-      auto f = FetchStoredPrefix(*store, model->fingerprint(), keys, o.chunk_tokens, context, link,
-                                 ReuseFetchOptions(o.link_gbps, o.plan_recompute ? recompute_s : 0));
-      --waiting_for_kv;
-      if (!f.ok()) {
-        // The store failed as a whole: recompute, keep serving.
-        KVC_LOG_WARN("KV reuse failed, recomputing: %s", f.status().ToString().c_str());
-      } else {
-        if (!f->stats.fallback.empty()) {
-          KVC_LOG_WARN("KV reuse stopped early, recomputing the rest: %s", f->stats.fallback.c_str());
-        }
-        fetched = std::move(*f);
-      }
-    }
-    ++waiting;
-    std::unique_lock lock(engine_mu);
-    --waiting;
-    ++running;
-    struct Done {
-      std::atomic<int>& r;
-      ~Done() { --r; }
-    } done{running};
-    session->Clear();
-    uint32_t restored = 0;
-    if (fetched && fetched->stats.chunks_fetched > 0) {
-      const auto t_restore = Clock::now();
-      if (Status s = session->RestoreKv(fetched->kv); s.ok()) {
-        restored = fetched->stats.chunks_fetched;
-        g->fetched_bytes = fetched->stats.bytes;
-      } else {
-        KVC_LOG_WARN("restoring the fetched prefix failed, recomputing: %s", s.ToString().c_str());
-        session->Clear();
-      }
-      fetched->stats.restore_s = Since(t_restore);
-    }
-    if (fetched) {
-      std::lock_guard m(metrics.mu);
-      metrics.lookup.Add(fetched->stats.lookup_s);
-      metrics.fetch.Add(fetched->stats.fetch_s);
-      metrics.restore.Add(fetched->stats.restore_s);
-    }
-    g->cached_tokens = restored * o.chunk_tokens;
-    const auto t_prefill = Clock::now();
-    RETURN_IF_ERROR(session->Eval(std::span(tokens).subspan(g->cached_tokens), false));
-    const double prefill_s = Since(t_prefill);
-    int32_t next = GreedyToken(session->Logits(-1));
-    g->ttft_s = Since(t0);
-    bool client_gone = false;
-    for (uint32_t i = 0; i < max_tokens; ++i) {
-      if (model->IsEndOfGeneration(next)) {
-        g->finish_reason = "stop";
-        break;
-      }
-      ++g->completion_tokens;
-      if (!emit(model->TokenText(next))) {
-        client_gone = true;
-        break;
-      }
-      if (i + 1 == max_tokens) break;
-      RETURN_IF_ERROR(session->Eval(std::span(&next, 1), false));
-      next = GreedyToken(session->Logits(-1));
-    }
-    {
-      std::lock_guard m(metrics.mu);
-      metrics.ttft.Add(g->ttft_s);
-      metrics.prefill.Add(prefill_s);
-      metrics.prompt_tokens += g->prompt_tokens;
-      metrics.cached_tokens += g->cached_tokens;
-      metrics.completion_tokens += g->completion_tokens;
-      metrics.fetched_bytes += g->fetched_bytes;
-      metrics.disconnects += client_gone ? 1 : 0;
-    }
-    // New (or unrestorable) chunks go to the background storer; the KV is copied out now,
-    // while the sequence still holds this request.
-    if (restored < keys.size()) {
-      auto kv = session->ExtractKv();
-      if (kv.ok()) {
-        std::lock_guard s(store_mu);
-        store_jobs.push_back({std::move(*kv), keys, restored});
-        store_cv.notify_one();
-      }
-    }
-    return Status::Ok();
-  }
-
-  void StorerLoop() {
-    ThreadPool pool(2);
-    const CodecContext context{&calibrations, &model->fingerprint(), &pool};
-    for (;;) {
-      StoreJob job;
-      {
-        std::unique_lock lock(store_mu);
-        store_cv.wait(lock, [&] { return store_stopping || !store_jobs.empty(); });
-        if (store_jobs.empty()) return;
-        job = std::move(store_jobs.front());
-      }
-      auto stored = StoreChunks(*store, job.kv, job.keys, job.first, o.chunk_tokens, *codec, levels, model->fingerprint(),
-                                context);
-      {
-        std::lock_guard m(metrics.mu);
-        if (stored.ok()) {
-          metrics.stored_bytes += stored->bytes;
-        } else {
-          ++metrics.store_failures;
-        }
-      }
-      if (!stored.ok()) KVC_LOG_WARN("storing new chunks failed: %s", stored.status().ToString().c_str());
-      std::lock_guard lock(store_mu);
-      store_jobs.pop_front();
-      store_cv.notify_all();
-    }
-  }
-
   std::string MetricsText() {
-    std::string out;
-    {
-      std::lock_guard lock(metrics.mu);
-      out += "# TYPE kvcodec_requests_total counter\n";
-      for (const auto& [key, n] : metrics.requests) {
-        const size_t comma = key.find(',');
-        out += FormatMessage("kvcodec_requests_total{endpoint=\"%s\",status=\"%s\"} %llu\n", key.substr(0, comma).c_str(),
-                             key.substr(comma + 1).c_str(), static_cast<unsigned long long>(n));
-      }
-      auto counter = [&](const char* name, uint64_t v) {
-        out += FormatMessage("# TYPE %s counter\n%s %llu\n", name, name, static_cast<unsigned long long>(v));
-      };
-      counter("kvcodec_prompt_tokens_total", metrics.prompt_tokens);
-      counter("kvcodec_cached_prompt_tokens_total", metrics.cached_tokens);
-      counter("kvcodec_completion_tokens_total", metrics.completion_tokens);
-      counter("kvcodec_fetched_bytes_total", metrics.fetched_bytes);
-      counter("kvcodec_stored_bytes_total", metrics.stored_bytes);
-      counter("kvcodec_store_failures_total", metrics.store_failures);
-      counter("kvcodec_client_disconnects_total", metrics.disconnects);
-      out += "# TYPE kvcodec_ttft_seconds histogram\n";
-      metrics.ttft.Write(out, "kvcodec_ttft_seconds", "");
-      out += "# TYPE kvcodec_stage_seconds histogram\n";
-      metrics.lookup.Write(out, "kvcodec_stage_seconds", "stage=\"lookup\"");
-      metrics.fetch.Write(out, "kvcodec_stage_seconds", "stage=\"fetch\"");
-      metrics.restore.Write(out, "kvcodec_stage_seconds", "stage=\"restore\"");
-      metrics.prefill.Write(out, "kvcodec_stage_seconds", "stage=\"prefill\"");
-    }
-    size_t pending = 0;
-    {
-      std::lock_guard lock(store_mu);
-      pending = store_jobs.size();
-    }
+    std::string out = metrics.Text();
+    const BatchScheduler::Gauges g = scheduler->gauges();
     out += "# TYPE kvcodec_queue_length gauge\n";
-    out += FormatMessage("kvcodec_queue_length{queue=\"waiting_for_kv\"} %d\n", waiting_for_kv.load());
-    out += FormatMessage("kvcodec_queue_length{queue=\"waiting\"} %d\n", waiting.load());
-    out += FormatMessage("kvcodec_queue_length{queue=\"running\"} %d\n", running.load());
-    out += FormatMessage("kvcodec_queue_length{queue=\"store\"} %zu\n", pending);
+    out += FormatMessage("kvcodec_queue_length{queue=\"waiting_for_kv\"} %d\n", g.waiting_for_kv);
+    out += FormatMessage("kvcodec_queue_length{queue=\"waiting\"} %d\n", g.waiting);
+    out += FormatMessage("kvcodec_queue_length{queue=\"running\"} %d\n", g.running);
+    out += FormatMessage("kvcodec_queue_length{queue=\"store\"} %d\n", g.store_pending);
     if (auto stats = store->Stats(); stats.ok()) {
       out += FormatMessage("# TYPE kvcodec_store_bytes gauge\nkvcodec_store_bytes %llu\n",
                            static_cast<unsigned long long>(stats->bytes));
@@ -349,7 +112,7 @@ struct CompletionServer::Impl {
     const std::string endpoint = chat ? "chat" : "completions";
     Json body = Json::parse(req.body, nullptr, false);
     if (body.is_discarded()) {
-      CountRequest(endpoint, "400");
+      metrics.CountRequest(endpoint, "400");
       res.status = 400;
       res.set_content(ErrorJson("the body is not valid JSON", "invalid_request_error"), "application/json");
       return;
@@ -357,7 +120,7 @@ struct CompletionServer::Impl {
     bool stream = false;
     auto parsed = ParseRequest(body, chat, &stream);
     if (!parsed.ok()) {
-      CountRequest(endpoint, "400");
+      metrics.CountRequest(endpoint, "400");
       res.status = 400;
       res.set_content(ErrorJson(parsed.status().message(), "invalid_request_error"), "application/json");
       return;
@@ -368,18 +131,16 @@ struct CompletionServer::Impl {
                              std::chrono::system_clock::now().time_since_epoch())
                              .count();
     const std::string object = chat ? "chat.completion" : "text_completion";
-    auto tokens = std::make_shared<std::vector<int32_t>>(std::move(parsed->first));
-    const uint32_t max_tokens = parsed->second;
+    auto request = std::make_shared<ServeRequest>(std::move(parsed->first), parsed->second);
+    scheduler->Submit(request);
 
     if (!stream) {
-      std::string text;
-      Generation g;
-      const Status s = Generate(*tokens, max_tokens, [&](const std::string& piece) {
-        text += piece;
-        return true;
-      }, &g);
+      std::string text, piece;
+      while (request->NextPiece(&piece)) text += piece;
+      const Status& s = request->status();
+      const Generation& g = request->generation();
       if (!s.ok()) {
-        CountRequest(endpoint, "500");
+        metrics.CountRequest(endpoint, "500");
         res.status = 500;
         res.set_content(ErrorJson(s.ToString(), "server_error"), "application/json");
         return;
@@ -393,17 +154,18 @@ struct CompletionServer::Impl {
       }
       Json out = {{"id", id}, {"object", object}, {"created", created}, {"model", model_name},
                   {"choices", Json::array({choice})}, {"usage", Usage(g)}};
-      CountRequest(endpoint, "200");
-      res.set_content(out.dump(), "application/json");
+      metrics.CountRequest(endpoint, "200");
+      res.set_content(out.dump() + "\n", "application/json");  // a newline for terminals (curl)
       return;
     }
 
-    // Server-sent events: one chunk per token, a last chunk with the finish reason and usage,
-    // then [DONE]. Generation runs on this connection's thread as the client reads.
+    // Server-sent events: one chunk per token as the engine produces it, a last chunk with the
+    // finish reason and usage, then [DONE]. A client that goes away cancels the request, which
+    // frees its sequence at the engine's next step.
     const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, tokens, max_tokens, id, created, chat, chunk_object, endpoint](size_t, httplib::DataSink& sink) {
+        [this, request, id, created, chat, chunk_object, endpoint](size_t, httplib::DataSink& sink) {
           auto event = [&](const Json& j) {
             const std::string line = "data: " + j.dump() + "\n\n";
             return sink.is_writable() && sink.write(line.data(), line.size());
@@ -418,15 +180,21 @@ struct CompletionServer::Impl {
             return Json{{"id", id}, {"object", chunk_object}, {"created", created}, {"model", model_name},
                         {"choices", Json::array({choice})}};
           };
-          Generation g;
-          const Status s = Generate(*tokens, max_tokens, [&](const std::string& piece) {
-            return event(delta(piece, nullptr));
-          }, &g);
+          std::string piece;
+          while (request->NextPiece(&piece)) {
+            if (!event(delta(piece, nullptr))) {
+              request->Cancel();
+              metrics.CountRequest(endpoint, "499");
+              return false;
+            }
+          }
+          const Status& s = request->status();
+          const Generation& g = request->generation();
           if (!s.ok()) {
-            CountRequest(endpoint, "500");
+            metrics.CountRequest(endpoint, "500");
             event(Json::parse(ErrorJson(s.ToString(), "server_error")));
           } else {
-            CountRequest(endpoint, "200");
+            metrics.CountRequest(endpoint, "200");
             Json last = delta("", g.finish_reason);
             last["usage"] = Usage(g);
             event(last);
@@ -435,34 +203,62 @@ struct CompletionServer::Impl {
           }
           sink.done();
           return true;
+        },
+        [request](bool success) {
+          if (!success) request->Cancel();
         });
   }
 };
+
+Result<ServerOptions::Scheduler> ParseScheduler(const std::string& name) {
+  if (name == "kv-aware") return ServerOptions::Scheduler::kKvAware;
+  if (name == "fifo") return ServerOptions::Scheduler::kFifo;
+  return InvalidArgument("unknown scheduler '" + name + "' (kv-aware or fifo)");
+}
+
+const char* SchedulerName(ServerOptions::Scheduler scheduler) {
+  return scheduler == ServerOptions::Scheduler::kFifo ? "fifo" : "kv-aware";
+}
 
 CompletionServer::CompletionServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 CompletionServer::~CompletionServer() { Stop(); }
 
 Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerOptions& o) {
+  if (o.parallel < 1 || o.parallel > 64) return InvalidArgument("parallel must be in 1..64");
+  if (o.fetch_threads < 1 || o.fetch_threads > 64) return InvalidArgument("fetch threads must be in 1..64");
+  if (o.n_ctx < 2 || o.chunk_tokens == 0) return InvalidArgument("the context and chunk size must be positive");
   auto impl = std::make_unique<Impl>();
   impl->o = o;
-  impl->codec = FindCodec(o.codec);
-  if (impl->codec == nullptr) return InvalidArgument("unknown codec '" + o.codec + "'");
-  impl->levels = StoredLevels(o.codec);
+  const Codec* codec = FindCodec(o.codec);
+  if (codec == nullptr) return InvalidArgument("unknown codec '" + o.codec + "'");
   ASSIGN_OR_RETURN(impl->model, LlamaModel::Load(o.model_path));
   RETURN_IF_ERROR(LoadModelCalibration(impl->calibrations, o.model_path, o.calibration));
-  if (impl->codec->info().needs_calibration && impl->calibrations.FindForModel(impl->model->fingerprint()) == nullptr) {
+  if (o.reuse && codec->info().needs_calibration &&
+      impl->calibrations.FindForModel(impl->model->fingerprint()) == nullptr) {
     return InvalidArgument("codec '" + o.codec + "' needs a calibration: run `kvcodec calibrate` or pass --calibration");
   }
   ASSIGN_OR_RETURN(impl->store, OpenStore(o.store_url.empty() ? DefaultStoreUrl() : o.store_url));
   SessionOptions so;
   so.n_ctx = o.n_ctx;
+  so.n_seq = static_cast<uint32_t>(o.parallel);
   so.n_threads = o.threads;
   ASSIGN_OR_RETURN(impl->session, LlamaSession::Create(*impl->model, so));
   impl->model_name = std::filesystem::path(o.model_path).stem().string();
-  impl->link.SetRate(LinkShaper::GbpsToBytesPerSecond(o.link_gbps));
-  const std::vector<int32_t> probe(64, impl->model->bos_token());
-  ASSIGN_OR_RETURN(impl->recompute_s, MeasureChunkPrefillSeconds(*impl->session, probe, o.chunk_tokens));
+  SchedulerOptions so2;
+  so2.parallel = static_cast<uint32_t>(o.parallel);
+  so2.fetch_threads = static_cast<uint32_t>(o.fetch_threads);
+  so2.fifo = o.scheduler == ServerOptions::Scheduler::kFifo;
+  so2.reuse = o.reuse;
+  so2.chunk_tokens = o.chunk_tokens;
+  so2.link_gbps = o.link_gbps;
+  so2.levels = StoredLevels(o.codec);
+  if (o.plan_recompute) {
+    const std::vector<int32_t> probe(64, impl->model->bos_token());
+    ASSIGN_OR_RETURN(so2.recompute_s, MeasureChunkPrefillSeconds(*impl->session, probe, o.chunk_tokens));
+  }
+  const ReuseContext reuse{impl->store.get(), codec, &impl->calibrations, &impl->model->fingerprint()};
+  impl->scheduler = std::make_unique<BatchScheduler>(*impl->model, *impl->session, reuse, so2, impl->metrics);
   return std::unique_ptr<CompletionServer>(new CompletionServer(std::move(impl)));
 }
 
@@ -489,7 +285,6 @@ Status CompletionServer::Start() {
     s.bound_port = s.http.bind_to_port(s.o.host, s.o.port) ? s.o.port : -1;
   }
   if (s.bound_port <= 0) return IoError(FormatMessage("cannot listen on %s:%d", s.o.host.c_str(), s.o.port));
-  s.storer = std::thread([&s] { s.StorerLoop(); });
   s.listener = std::thread([&s] { s.http.listen_after_bind(); });
   // Listening starts on the new thread; callers may connect as soon as Start returns.
   for (int i = 0; i < 5000 && !s.http.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -507,15 +302,13 @@ void CompletionServer::Stop() {
   }
   s.http.stop();
   if (s.listener.joinable()) s.listener.join();
-  // Let the request that holds the sequence finish, then drain the stores.
-  { std::lock_guard engine(s.engine_mu); }
+  // The listener returns once every connection's handler has, so every admitted request has
+  // been answered (or its client is gone); then the stores drain.
+  s.scheduler->Stop();
   {
-    std::lock_guard lock(s.store_mu);
-    s.store_stopping = true;
-    s.store_cv.notify_all();
+    std::lock_guard lock(s.stop_mu);
+    s.stop_cv.notify_all();
   }
-  if (s.storer.joinable()) s.storer.join();
-  s.stop_cv.notify_all();
 }
 
 void CompletionServer::Wait() {

@@ -4,10 +4,15 @@
 // through the fetcher, prefills the rest and generates; its new chunks are encoded and stored
 // by a background thread after the response.
 //
-// A request with a stored prefix fetches and decodes it without holding the llama.cpp sequence
-// (the waiting-for-KV queue), so requests with nothing to fetch are not held up by transfers.
-// Where this stands (issue 6): generation runs one request at a time on one sequence;
-// continuous batching over several sequences is not built yet.
+// Continuous batching: up to `parallel` requests decode together in one llama.cpp batch, each on
+// its own sequence; a request joins the running batch as soon as a sequence is free and its KV
+// is ready, and leaves it when it finishes or its client goes away.
+//
+// Scheduling (design brief §3): with the KV-fetch-aware scheduler a request with a stored prefix
+// waits in the waiting-for-KV queue while fetch threads (a bounded number, `fetch_threads`)
+// bring its chunks in and decode them, and requests with nothing to fetch go straight to the
+// batch. The FIFO scheduler admits requests strictly in arrival order, so a request behind one
+// whose prefix is still arriving waits for it (the comparison `kvcodec bench serve` makes).
 #pragma once
 
 #include <memory>
@@ -31,8 +36,18 @@ struct ServerOptions {
   // false: always fetch stored chunks, never plan a recompute (benchmarks and tests that need
   // fetches to happen whatever this machine's prefill speed).
   bool plan_recompute = true;
-  int threads = 0;
+  int threads = 0;         // llama.cpp threads; 0: all cores
+  int parallel = 4;        // sequences decoded together (continuous batching)
+  int fetch_threads = 1;   // threads fetching and decoding stored prefixes, and encoding new chunks
+                           // (the share of the cores that reuse may take from generation)
+  enum class Scheduler { kKvAware, kFifo };
+  Scheduler scheduler = Scheduler::kKvAware;
+  bool reuse = true;       // false: never look up, fetch or store chunks (the no-reuse baseline)
 };
+
+// "kv-aware" or "fifo".
+Result<ServerOptions::Scheduler> ParseScheduler(const std::string& name);
+const char* SchedulerName(ServerOptions::Scheduler scheduler);
 
 class CompletionServer {
  public:
@@ -44,7 +59,7 @@ class CompletionServer {
   // Binds and starts serving on background threads; returns once the socket listens.
   Status Start();
   int port() const;
-  // Stops accepting, lets the request being generated finish, drains the background stores.
+  // Stops accepting, finishes the requests already admitted, drains the background stores.
   void Stop();
   // Blocks until Stop() (from another thread or a signal watcher) has completed.
   void Wait();

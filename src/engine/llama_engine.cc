@@ -153,15 +153,20 @@ LlamaSession::~LlamaSession() {
 }
 
 Result<std::unique_ptr<LlamaSession>> LlamaSession::Create(const LlamaModel& model, const SessionOptions& options) {
-  if (options.n_ctx == 0 || options.n_batch == 0) return InvalidArgument("n_ctx and n_batch must be positive");
+  if (options.n_ctx == 0 || options.n_batch == 0 || options.n_seq == 0) {
+    return InvalidArgument("n_ctx, n_batch and n_seq must be positive");
+  }
   std::unique_ptr<LlamaSession> s(new LlamaSession());
   s->model_ = &model;
   s->options_ = options;
   llama_context_params params = llama_context_default_params();
-  params.n_ctx = options.n_ctx;
+  // A stream per sequence (not one unified cache): attention then runs over the sequence's own
+  // cells only, where a unified cache makes every token attend over (masked) cells of all of
+  // them, so each request's cost would grow with the others' lengths.
+  params.n_ctx = options.n_ctx * options.n_seq;
   params.n_batch = options.n_batch;
   params.n_ubatch = options.n_batch;
-  params.n_seq_max = 1;
+  params.n_seq_max = options.n_seq;
   const int threads = options.n_threads > 0 ? options.n_threads
                                             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   params.n_threads = threads;
@@ -171,7 +176,7 @@ Result<std::unique_ptr<LlamaSession>> LlamaSession::Create(const LlamaModel& mod
   params.flash_attn_type = options.flash_attn ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
   params.type_k = GgmlType(options.cache_type);
   params.type_v = GgmlType(options.cache_type);
-  params.kv_unified = true;
+  params.kv_unified = options.n_seq == 1;
   params.no_perf = true;
   s->ctx_ = llama_init_from_model(model.raw(), params);
   if (s->ctx_ == nullptr) return Internal("llama.cpp could not create a context");
@@ -225,16 +230,28 @@ std::span<const float> LlamaSession::Logits(int i) const {
   return {row, n_vocab_};
 }
 
-Result<KvCache> LlamaSession::ExtractKv() const {
-  const size_t size = llama_state_seq_get_size(ctx_, 0);
+Result<KvCache> LlamaSession::ExtractKv() const { return ExtractSeqKv(0); }
+
+Result<KvCache> LlamaSession::ExtractSeqKv(int32_t seq) const {
+  if (seq < 0 || static_cast<uint32_t>(seq) >= options_.n_seq) return InvalidArgument("no such sequence");
+  const size_t size = llama_state_seq_get_size(ctx_, seq);
   std::vector<uint8_t> blob(size);
-  const size_t written = llama_state_seq_get_data(ctx_, blob.data(), blob.size(), 0);
+  const size_t written = llama_state_seq_get_data(ctx_, blob.data(), blob.size(), seq);
   if (written == 0 || written > size) return Internal("llama_state_seq_get_data failed");
   blob.resize(written);
   return ParseLlamaSeqState(blob, model_->info().n_kv_heads);
 }
 
 Status LlamaSession::RestoreKv(const KvCache& kv) {
+  Clear();
+  RETURN_IF_ERROR(RestoreSeqKv(0, kv));
+  next_pos_ = kv.pos_begin() + static_cast<int32_t>(kv.shape().n_tokens);
+  n_cached_ = kv.shape().n_tokens;
+  return Status::Ok();
+}
+
+Status LlamaSession::RestoreSeqKv(int32_t seq, const KvCache& kv) {
+  if (seq < 0 || static_cast<uint32_t>(seq) >= options_.n_seq) return InvalidArgument("no such sequence");
   const ModelInfo& info = model_->info();
   if (kv.shape().n_layers != info.n_layers || kv.shape().n_kv_heads != info.n_kv_heads ||
       kv.shape().head_dim != info.head_dim) {
@@ -253,13 +270,64 @@ Status LlamaSession::RestoreKv(const KvCache& kv) {
   LlamaStateLayout layout;
   layout.dtype = options_.cache_type;
   layout.v_trans = !options_.flash_attn;
+  layout.seq_id = seq;
+  if (options_.n_seq > 1) {
+    layout.n_stream = options_.n_seq;
+    layout.stream = static_cast<uint32_t>(seq);
+  }
   ASSIGN_OR_RETURN(std::vector<uint8_t> blob, BuildLlamaSeqState(*source, layout));
-  Clear();
-  const size_t read = llama_state_seq_set_data(ctx_, blob.data(), blob.size(), 0);
-  if (read != blob.size()) return Internal("llama.cpp rejected the restored KV state");
-  next_pos_ = kv.pos_begin() + static_cast<int32_t>(kv.shape().n_tokens);
-  n_cached_ = kv.shape().n_tokens;
+  ClearSeq(seq);
+  const size_t read = llama_state_seq_set_data(ctx_, blob.data(), blob.size(), seq);
+  if (read != blob.size()) {
+    ClearSeq(seq);
+    return Internal("llama.cpp rejected the restored KV state (the shared cache may be full)");
+  }
   return Status::Ok();
+}
+
+void LlamaSession::ClearSeq(int32_t seq) { llama_memory_seq_rm(llama_get_memory(ctx_), seq, -1, -1); }
+
+Status LlamaSession::DecodeBatch(std::span<const SeqTokens> entries) {
+  size_t total = 0;
+  for (const SeqTokens& e : entries) {
+    if (e.tokens.empty()) return InvalidArgument("a batch entry without tokens");
+    if (e.seq < 0 || static_cast<uint32_t>(e.seq) >= options_.n_seq) return InvalidArgument("no such sequence");
+    if (e.pos < 0 || static_cast<uint64_t>(e.pos) + e.tokens.size() > options_.n_ctx) {
+      return InvalidArgument(FormatMessage("positions %d..%zu exceed the %u tokens a sequence may hold", e.pos,
+                                           e.pos + e.tokens.size(), options_.n_ctx));
+    }
+    total += e.tokens.size();
+  }
+  if (total == 0) return InvalidArgument("nothing to evaluate");
+  // llama.cpp keeps only the last decode call's logits, so one call must take the whole batch.
+  if (total > options_.n_batch) return InvalidArgument(FormatMessage("%zu tokens exceed n_batch %u", total, options_.n_batch));
+  llama_batch batch = llama_batch_init(static_cast<int32_t>(total), 0, 1);
+  last_logit_rows_.assign(entries.size(), -1);
+  int32_t n = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const SeqTokens& e = entries[i];
+    for (size_t t = 0; t < e.tokens.size(); ++t, ++n) {
+      batch.token[n] = e.tokens[t];
+      batch.pos[n] = e.pos + static_cast<int32_t>(t);
+      batch.n_seq_id[n] = 1;
+      batch.seq_id[n][0] = e.seq;
+      batch.logits[n] = t + 1 == e.tokens.size();
+    }
+    last_logit_rows_[i] = n - 1;
+  }
+  batch.n_tokens = n;
+  const int32_t rc = llama_decode(ctx_, batch);
+  llama_batch_free(batch);
+  if (rc != 0) {
+    last_logit_rows_.clear();
+    return Internal(FormatMessage("llama_decode failed with code %d%s", rc, rc == 1 ? " (the shared KV cache is full)" : ""));
+  }
+  return Status::Ok();
+}
+
+std::span<const float> LlamaSession::BatchLogits(size_t entry) const {
+  const float* row = llama_get_logits_ith(ctx_, last_logit_rows_[entry]);
+  return {row, n_vocab_};
 }
 
 Status LlamaSession::SetNextPosition(int32_t pos) {

@@ -63,7 +63,8 @@ class LlamaModel {
 };
 
 struct SessionOptions {
-  uint32_t n_ctx = 2048;
+  uint32_t n_ctx = 2048;       // tokens per sequence
+  uint32_t n_seq = 1;          // sequences in the context (continuous batching), each its own stream
   uint32_t n_batch = 512;
   int n_threads = 0;           // 0: all cores
   DType cache_type = DType::kF16;  // K and V cache type: f16, bf16 or f32
@@ -73,7 +74,17 @@ struct SessionOptions {
 // Greedy decoding: the token with the highest logit (the first of equals).
 int32_t GreedyToken(std::span<const float> logits);
 
-// One llama.cpp context evaluating one sequence (seq 0).
+// One sequence's tokens in a batched decode: `tokens` at positions pos, pos+1, ...; the logits of
+// the last one are kept.
+struct SeqTokens {
+  int32_t seq = 0;
+  int32_t pos = 0;
+  std::span<const int32_t> tokens;
+};
+
+// One llama.cpp context. The single-sequence calls (Eval, ExtractKv, RestoreKv, Clear) work on
+// seq 0 and track its position; a server batching several sequences uses DecodeBatch and the
+// per-sequence calls and tracks positions itself.
 class LlamaSession {
  public:
   ~LlamaSession();
@@ -94,6 +105,16 @@ class LlamaSession {
   // continues at position kv.pos_begin() + kv.shape().n_tokens.
   Status RestoreKv(const KvCache& kv);
   void Clear();
+
+  // Decodes several sequences' tokens in one llama.cpp batch (at most n_batch tokens in all).
+  Status DecodeBatch(std::span<const SeqTokens> entries);
+  // Logits of entry i's last token after DecodeBatch.
+  std::span<const float> BatchLogits(size_t entry) const;
+  Result<KvCache> ExtractSeqKv(int32_t seq) const;
+  // Replaces sequence `seq` with `kv` at its own positions.
+  Status RestoreSeqKv(int32_t seq, const KvCache& kv);
+  void ClearSeq(int32_t seq);
+
   // Makes an empty session's next token sit at `pos` instead of 0 (RoPE tests use this).
   Status SetNextPosition(int32_t pos);
 

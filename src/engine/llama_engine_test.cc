@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "engine/llama_state.h"
@@ -134,6 +135,51 @@ TEST(RoundTrip, RestoreConvertsDTypeAndRejectsWrongShapes) {
   Status s = b->RestoreKv(wrong);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("does not fit this model"), std::string::npos);
+}
+
+// Continuous batching: three sequences in one context — one prefilled, one restored from another
+// context's KV, one prefilling while the other two decode in the same batch — give the logits
+// each would get alone (up to summation order over the shared cache's cells).
+TEST(Batching, SequencesInOneBatchMatchSeparateRuns) {
+  const auto tokens = SomeTokens(400);
+  const std::span<const int32_t> a(tokens.data(), 100), b(tokens.data() + 100, 120), c(tokens.data() + 220, 60);
+  const int32_t next_a = tokens[390], next_b = tokens[391];
+  auto alone = [&](std::span<const int32_t> prompt, std::optional<int32_t> next) {
+    auto s = NewSession(DType::kF16, false);
+    EXPECT_TRUE(s->Eval(prompt, false).ok());
+    if (next) {
+      EXPECT_TRUE(s->Eval(std::span(&*next, 1), false).ok());
+    }
+    auto l = s->Logits(-1);
+    return std::vector<float>(l.begin(), l.end());
+  };
+  SessionOptions options;
+  options.n_ctx = 512;
+  options.n_seq = 3;
+  auto batched = LlamaSession::Create(Model(), options).value();
+  const SeqTokens prefill_a{0, 0, a};
+  ASSERT_TRUE(batched->DecodeBatch(std::span(&prefill_a, 1)).ok());
+  auto other = NewSession(DType::kF16, false);
+  ASSERT_TRUE(other->Eval(b, false).ok());
+  ASSERT_TRUE(batched->RestoreSeqKv(1, other->ExtractKv().value()).ok());
+  const SeqTokens step[] = {{0, 100, std::span(&next_a, 1)}, {1, 120, std::span(&next_b, 1)}, {2, 0, c}};
+  ASSERT_TRUE(batched->DecodeBatch(step).ok());
+  const std::vector<float> expected[] = {alone(a, next_a), alone(b, next_b), alone(c, std::nullopt)};
+  for (size_t i = 0; i < 3; ++i) {
+    const auto got = batched->BatchLogits(i);
+    ASSERT_EQ(got.size(), expected[i].size());
+    float worst = 0;
+    for (size_t v = 0; v < got.size(); ++v) worst = std::max(worst, std::abs(got[v] - expected[i][v]));
+    EXPECT_LT(worst, 1e-3f) << "sequence " << i;
+    EXPECT_EQ(GreedyToken(got), GreedyToken(expected[i])) << "sequence " << i;
+  }
+  // Each sequence's KV comes out on its own; clearing one leaves the others.
+  EXPECT_EQ(batched->ExtractSeqKv(1).value().shape().n_tokens, 121u);
+  batched->ClearSeq(1);
+  EXPECT_EQ(batched->ExtractSeqKv(0).value().shape().n_tokens, 101u);
+  EXPECT_EQ(batched->ExtractSeqKv(2).value().shape().n_tokens, 60u);
+  const SeqTokens bad{3, 0, c};
+  EXPECT_EQ(batched->DecodeBatch(std::span(&bad, 1)).code(), StatusCode::kInvalidArgument);
 }
 
 // Keys in llama.cpp's cache carry RoPE. The same tokens evaluated at positions 0.. and at

@@ -53,40 +53,46 @@ Result<double> MeasureChunkPrefillSeconds(LlamaSession& session, std::span<const
   return seconds;
 }
 
-Result<FetchedPrefix> FetchStoredPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
-                                        uint32_t chunk_tokens, const CodecContext& codec_context, LinkShaper& link,
-                                        const FetchOptions& options) {
+PrefixLookup LookupStoredPrefix(Store& store, std::span<const ChunkKey> keys, uint32_t chunk_tokens) {
+  PrefixLookup out;
+  if (keys.empty()) return out;
+  const auto t_lookup = Clock::now();
+  std::vector<std::string> names;
+  for (const ChunkKey& k : keys) names.push_back(ChunkManifestName(k));
+  const auto got = store.GetMany(names);
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!got[i].ok()) {
+      if (got[i].status().code() != StatusCode::kNotFound) {
+        out.fallback = FormatMessage("chunk %zu: manifest: %s", i, got[i].status().ToString().c_str());
+      }
+      break;
+    }
+    auto m = ReadChunkManifest(*got[i]);
+    if (!m.ok() || m->chunk_tokens != chunk_tokens || m->chunk_index != i) {
+      out.fallback = FormatMessage("chunk %zu: manifest unusable: %s", i,
+                                   m.ok() ? "chunk size or index differs" : m.status().ToString().c_str());
+      break;
+    }
+    out.manifests.push_back(std::move(*m));
+  }
+  out.lookup_s = Since(t_lookup);
+  return out;
+}
+
+Result<FetchedPrefix> FetchLookedUpPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
+                                          PrefixLookup lookup, const CodecContext& codec_context, LinkShaper& link,
+                                          const FetchOptions& options) {
   FetchedPrefix out;
   PrefixRestore& r = out.stats;
-  const auto t_lookup = Clock::now();
-  std::vector<ChunkManifest> manifests;
-  if (!keys.empty()) {
-    std::vector<std::string> names;
-    for (const ChunkKey& k : keys) names.push_back(ChunkManifestName(k));
-    const auto got = store.GetMany(names);
-    for (size_t i = 0; i < got.size(); ++i) {
-      if (!got[i].ok()) {
-        if (got[i].status().code() != StatusCode::kNotFound) {
-          r.fallback = FormatMessage("chunk %zu: manifest: %s", i, got[i].status().ToString().c_str());
-        }
-        break;
-      }
-      auto m = ReadChunkManifest(*got[i]);
-      if (!m.ok() || m->chunk_tokens != chunk_tokens || m->chunk_index != i) {
-        r.fallback = FormatMessage("chunk %zu: manifest unusable: %s", i,
-                                   m.ok() ? "chunk size or index differs" : m.status().ToString().c_str());
-        break;
-      }
-      manifests.push_back(std::move(*m));
-    }
-  }
-  r.lookup_s = Since(t_lookup);
-  r.chunks_found = static_cast<uint32_t>(manifests.size());
-  if (manifests.empty()) return out;
+  r.lookup_s = lookup.lookup_s;
+  r.fallback = std::move(lookup.fallback);
+  r.chunks_found = static_cast<uint32_t>(lookup.manifests.size());
+  if (lookup.manifests.empty()) return out;
+  if (lookup.manifests.size() > keys.size()) return InvalidArgument("more manifests than chunk keys");
 
   const auto t_fetch = Clock::now();
   Fetcher fetcher(store, link, model, codec_context, options);
-  auto report = fetcher.Run(keys.first(manifests.size()), manifests, [&](FetchedChunk&& c) -> Status {
+  auto report = fetcher.Run(keys.first(lookup.manifests.size()), lookup.manifests, [&](FetchedChunk&& c) -> Status {
     r.variants.push_back(c.variant.codec + "/" + c.variant.level);
     r.max_chunk_decode_s = std::max(r.max_chunk_decode_s, c.decode_s);
     if (c.index == 0) {
@@ -102,6 +108,13 @@ Result<FetchedPrefix> FetchStoredPrefix(Store& store, const ModelFingerprint& mo
   r.chunks_fetched = report->chunks;
   if (!report->stop_reason.empty()) r.fallback = report->stop_reason;
   return out;
+}
+
+Result<FetchedPrefix> FetchStoredPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
+                                        uint32_t chunk_tokens, const CodecContext& codec_context, LinkShaper& link,
+                                        const FetchOptions& options) {
+  return FetchLookedUpPrefix(store, model, keys, LookupStoredPrefix(store, keys, chunk_tokens), codec_context, link,
+                             options);
 }
 
 Result<PrefixRestore> RestoreStoredPrefix(Store& store, LlamaSession& session, const ModelFingerprint& model,

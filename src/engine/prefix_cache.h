@@ -10,6 +10,7 @@
 #include "engine/llama_engine.h"
 #include "fetch/fetcher.h"
 #include "store/chunk_key.h"
+#include "store/chunk_manifest.h"
 #include "store/store.h"
 
 namespace kvc {
@@ -43,13 +44,25 @@ struct PrefixRestore {
   double max_chunk_decode_s = 0;
 };
 
-// Looks up keys' manifests in one batched call and fetches the longest present run through a
-// Fetcher (link and options as given) into one KvCache, without touching any llama.cpp session:
-// a server runs this while other requests use the sequence.
+// The manifests of keys' longest stored run from chunk 0, from one batched lookup. A store that
+// fails is not an error here: the lookup stops and says why in `fallback` (the request recomputes).
+struct PrefixLookup {
+  std::vector<ChunkManifest> manifests;
+  std::string fallback;
+  double lookup_s = 0;
+};
+PrefixLookup LookupStoredPrefix(Store& store, std::span<const ChunkKey> keys, uint32_t chunk_tokens);
+
+// Fetches the looked-up run through a Fetcher (link and options as given) into one KvCache,
+// without touching any llama.cpp session: a server runs this while other requests decode.
 struct FetchedPrefix {
   PrefixRestore stats;  // restore_s stays 0
   KvCache kv;           // chunks_fetched * chunk_tokens tokens (empty when none)
 };
+Result<FetchedPrefix> FetchLookedUpPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
+                                          PrefixLookup lookup, const CodecContext& codec_context, LinkShaper& link,
+                                          const FetchOptions& options);
+// LookupStoredPrefix, then FetchLookedUpPrefix.
 Result<FetchedPrefix> FetchStoredPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
                                         uint32_t chunk_tokens, const CodecContext& codec_context, LinkShaper& link,
                                         const FetchOptions& options);
