@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -274,6 +275,11 @@ Status CompletionServer::Start() {
               [&s](const httplib::Request& req, httplib::Response& res) { s.HandleCompletion(req, res, false); });
   s.http.Post("/v1/chat/completions",
               [&s](const httplib::Request& req, httplib::Response& res) { s.HandleCompletion(req, res, true); });
+  // A connection thread per client that may be waiting at once (streams, fetches in flight,
+  // the queue for a sequence): with too few, clients would queue inside the HTTP library, where
+  // the scheduler cannot see them and a request with nothing to fetch waits behind blocked ones.
+  const size_t connection_threads = std::max<size_t>(64, 8 * static_cast<size_t>(s.o.parallel));
+  s.http.new_task_queue = [connection_threads] { return new httplib::ThreadPool(connection_threads); };
   s.http.set_error_handler([](const httplib::Request&, httplib::Response& res) {
     if (res.body.empty()) {
       res.set_content(ErrorJson(FormatMessage("HTTP %d", res.status), "invalid_request_error"), "application/json");
