@@ -190,7 +190,7 @@ typedef struct kvc_serve_params {
   double link_gbps;         /* in-process link cap for fetches; 0: none */
   uint32_t n_ctx;           /* 0: 4096 */
   uint32_t default_max_tokens; /* 0: 64 */
-  int32_t n_threads;
+  int32_t n_threads;        /* llama.cpp threads; 0: the cores the fetch threads leave */
   int32_t n_parallel;       /* sequences decoded together; 0: 4 */
   int32_t n_fetch_threads;  /* threads fetching stored prefixes; 0: 1 */
   const char* scheduler;    /* "kv-aware" (NULL) or "fifo" */

@@ -211,6 +211,14 @@ struct CompletionServer::Impl {
   }
 };
 
+int ServerLlamaThreads(const ServerOptions& o) {
+  if (o.threads > 0) return o.threads;
+  // The fetch threads' cores are theirs: llama.cpp's threads wait for each other at every step,
+  // so one preempted by a chunk's decode would stall the whole batch.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores - (o.reuse ? o.fetch_threads : 0));
+}
+
 Result<ServerOptions::Scheduler> ParseScheduler(const std::string& name) {
   if (name == "kv-aware") return ServerOptions::Scheduler::kKvAware;
   if (name == "fifo") return ServerOptions::Scheduler::kFifo;
@@ -243,7 +251,7 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
   SessionOptions so;
   so.n_ctx = o.n_ctx;
   so.n_seq = static_cast<uint32_t>(o.parallel);
-  so.n_threads = o.threads;
+  so.n_threads = ServerLlamaThreads(o);
   ASSIGN_OR_RETURN(impl->session, LlamaSession::Create(*impl->model, so));
   impl->model_name = std::filesystem::path(o.model_path).stem().string();
   SchedulerOptions so2;

@@ -36,7 +36,7 @@ struct ServerOptions {
   // false: always fetch stored chunks, never plan a recompute (benchmarks and tests that need
   // fetches to happen whatever this machine's prefill speed).
   bool plan_recompute = true;
-  int threads = 0;         // llama.cpp threads; 0: all cores
+  int threads = 0;         // llama.cpp threads; 0: the cores the fetch threads leave (at least 1)
   int parallel = 4;        // sequences decoded together (continuous batching)
   int fetch_threads = 1;   // threads fetching and decoding stored prefixes, and encoding new chunks
                            // (the share of the cores that reuse may take from generation)
@@ -44,6 +44,10 @@ struct ServerOptions {
   Scheduler scheduler = Scheduler::kKvAware;
   bool reuse = true;       // false: never look up, fetch or store chunks (the no-reuse baseline)
 };
+
+// The llama.cpp threads a server with these options runs: `threads`, or the cores the fetch
+// threads leave (at least one).
+int ServerLlamaThreads(const ServerOptions& options);
 
 // "kv-aware" or "fifo".
 Result<ServerOptions::Scheduler> ParseScheduler(const std::string& name);

@@ -368,8 +368,12 @@ Result<std::string> RunServeBenchJson(const ServeBenchOptions& o) {
   }
   model.reset();  // the servers load their own
 
-  const int threads =
-      o.threads > 0 ? o.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - o.fetch_threads);
+  ServerOptions with_fetchers;
+  with_fetchers.threads = o.threads;
+  with_fetchers.fetch_threads = o.fetch_threads;
+  // Every configuration gets the same llama.cpp threads, the no-reuse one too (it fetches nothing,
+  // but the comparison is of scheduling, not of core counts).
+  const int threads = ServerLlamaThreads(with_fetchers);
   ProgressBar progress("bench serve", configs.size() * (o.prefixes + o.requests), o.progress);
   Json configs_json = Json::array();
   for (const Config& c : configs) {

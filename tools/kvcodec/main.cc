@@ -681,7 +681,7 @@ int main(int argc, char** argv) {
   serve->add_option("--ctx", sv.n_ctx, "Tokens per request (prompt + completion)")->capture_default_str();
   serve->add_option("--max-tokens", sv.max_tokens, "Completion tokens when a request does not say")
       ->capture_default_str();
-  serve->add_option("--threads", sv.threads, "Threads for llama.cpp (0: all cores)");
+  serve->add_option("--threads", sv.threads, "Threads for llama.cpp (0: the cores --fetch-threads leave)");
   serve->add_option("--parallel", sv.parallel, "Requests decoded together (continuous batching)")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
