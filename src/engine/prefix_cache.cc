@@ -3,15 +3,10 @@
 #include <algorithm>
 #include <chrono>
 
+#include "base/clock.h"
 #include "store/chunk_manifest.h"
 
 namespace kvc {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-}  // namespace
 
 std::vector<std::string> StoredLevels(const std::string& codec) {
   if (codec == "raw") return {"fp16"};
@@ -46,9 +41,9 @@ FetchOptions ReuseFetchOptions(double link_gbps, double recompute_s) {
 Result<double> MeasureChunkPrefillSeconds(LlamaSession& session, std::span<const int32_t> probe, uint32_t chunk_tokens) {
   if (probe.empty()) return InvalidArgument("an empty prefill probe");
   session.Clear();
-  const auto t = Clock::now();
+  const auto t = SteadyClock::now();
   RETURN_IF_ERROR(session.Eval(probe, false));
-  const double seconds = Since(t) / static_cast<double>(probe.size()) * chunk_tokens;
+  const double seconds = SecondsSince(t) / static_cast<double>(probe.size()) * chunk_tokens;
   session.Clear();
   return seconds;
 }
@@ -56,7 +51,7 @@ Result<double> MeasureChunkPrefillSeconds(LlamaSession& session, std::span<const
 PrefixLookup LookupStoredPrefix(Store& store, std::span<const ChunkKey> keys, uint32_t chunk_tokens) {
   PrefixLookup out;
   if (keys.empty()) return out;
-  const auto t_lookup = Clock::now();
+  const auto t_lookup = SteadyClock::now();
   std::vector<std::string> names;
   for (const ChunkKey& k : keys) names.push_back(ChunkManifestName(k));
   const auto got = store.GetMany(names);
@@ -75,7 +70,7 @@ PrefixLookup LookupStoredPrefix(Store& store, std::span<const ChunkKey> keys, ui
     }
     out.manifests.push_back(std::move(*m));
   }
-  out.lookup_s = Since(t_lookup);
+  out.lookup_s = SecondsSince(t_lookup);
   return out;
 }
 
@@ -90,7 +85,7 @@ Result<FetchedPrefix> FetchLookedUpPrefix(Store& store, const ModelFingerprint& 
   if (lookup.manifests.empty()) return out;
   if (lookup.manifests.size() > keys.size()) return InvalidArgument("more manifests than chunk keys");
 
-  const auto t_fetch = Clock::now();
+  const auto t_fetch = SteadyClock::now();
   Fetcher fetcher(store, link, model, codec_context, options);
   auto report = fetcher.Run(keys.first(lookup.manifests.size()), lookup.manifests, [&](FetchedChunk&& c) -> Status {
     r.variants.push_back(c.variant.codec + "/" + c.variant.level);
@@ -102,7 +97,7 @@ Result<FetchedPrefix> FetchLookedUpPrefix(Store& store, const ModelFingerprint& 
     return out.kv.Append(c.kv.View());
   });
   RETURN_IF_ERROR(report.status());
-  r.fetch_s = Since(t_fetch);
+  r.fetch_s = SecondsSince(t_fetch);
   r.decode_s = report->decode_s;
   r.bytes = report->bytes;
   r.chunks_fetched = report->chunks;
@@ -124,9 +119,9 @@ Result<PrefixRestore> RestoreStoredPrefix(Store& store, LlamaSession& session, c
   ASSIGN_OR_RETURN(FetchedPrefix fetched,
                    FetchStoredPrefix(store, model, keys, chunk_tokens, codec_context, link, options));
   if (fetched.stats.chunks_fetched > 0) {
-    const auto t_restore = Clock::now();
+    const auto t_restore = SteadyClock::now();
     RETURN_IF_ERROR(session.RestoreKv(fetched.kv));
-    fetched.stats.restore_s = Since(t_restore);
+    fetched.stats.restore_s = SecondsSince(t_restore);
   }
   return fetched.stats;
 }

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "base/clock.h"
 #include "base/thread_pool.h"
 #include "engine/llama_engine.h"
 #include "engine/model_files.h"
@@ -11,9 +12,6 @@
 
 namespace kvc {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Tokens prefilled to measure this machine's prefill speed, which prices "recompute" for the
 // level planner.
@@ -31,7 +29,7 @@ Result<RunReport> RunJob(const RunOptions& o) {
   if (levels.empty()) return InvalidArgument("no levels to store for codec '" + o.codec + "'");
   if (o.chunk_tokens == 0) return InvalidArgument("chunk tokens must be positive");
 
-  const auto t_load = Clock::now();
+  const auto t_load = SteadyClock::now();
   ASSIGN_OR_RETURN(auto model, LlamaModel::Load(o.model_path));
   CalibrationRegistry calibrations;
   RETURN_IF_ERROR(LoadModelCalibration(calibrations, o.model_path, o.calibration));
@@ -50,12 +48,12 @@ Result<RunReport> RunJob(const RunOptions& o) {
   ASSIGN_OR_RETURN(auto session, LlamaSession::Create(*model, so));
   const std::span<const int32_t> probe = std::span(tokens).first(std::min<size_t>(kProbeTokens, tokens.size()));
   ASSIGN_OR_RETURN(const double recompute_s, MeasureChunkPrefillSeconds(*session, probe, o.chunk_tokens));
-  r.load_s = Since(t_load);
+  r.load_s = SecondsSince(t_load);
 
   const std::vector<ChunkKey> keys = ReusableChunkKeys(model->fingerprint(), tokens, o.chunk_tokens);
   r.chunks_reusable = static_cast<uint32_t>(keys.size());
 
-  const auto t_request = Clock::now();
+  const auto t_request = SteadyClock::now();
   const CodecContext codec_context{&calibrations, &model->fingerprint(), nullptr};
   if (o.reuse) {
     LinkShaper link(LinkShaper::GbpsToBytesPerSecond(o.link_gbps));
@@ -74,15 +72,15 @@ Result<RunReport> RunJob(const RunOptions& o) {
   }
   r.reused_tokens = r.chunks_fetched * o.chunk_tokens;
 
-  const auto t_prefill = Clock::now();
+  const auto t_prefill = SteadyClock::now();
   const std::span<const int32_t> rest = std::span(tokens).subspan(r.reused_tokens);
   r.prefilled_tokens = static_cast<uint32_t>(rest.size());
   RETURN_IF_ERROR(session->Eval(rest, false));
   int32_t next = GreedyToken(session->Logits(-1));
-  r.prefill_s = Since(t_prefill);
-  r.ttft_s = Since(t_request);
+  r.prefill_s = SecondsSince(t_prefill);
+  r.ttft_s = SecondsSince(t_request);
 
-  const auto t_generate = Clock::now();
+  const auto t_generate = SteadyClock::now();
   for (uint32_t i = 0; i < o.n_generate; ++i) {
     r.text += model->TokenText(next);
     ++r.generated_tokens;
@@ -90,12 +88,12 @@ Result<RunReport> RunJob(const RunOptions& o) {
     RETURN_IF_ERROR(session->Eval(std::span(&next, 1), false));
     next = GreedyToken(session->Logits(-1));
   }
-  r.generate_s = Since(t_generate);
+  r.generate_s = SecondsSince(t_generate);
 
   // From the first chunk not restored: new chunks, and any that were found but missing or damaged
   // (rewritten whole, so the next request finds them intact).
   if (o.store_new_chunks && r.chunks_fetched < keys.size()) {
-    const auto t_store = Clock::now();
+    const auto t_store = SteadyClock::now();
     ASSIGN_OR_RETURN(KvCache kv, session->ExtractKv());
     // The pool's threads start only now: encoding is after the response, never on the TTFT path.
     ThreadPool pool(0);
@@ -104,7 +102,7 @@ Result<RunReport> RunJob(const RunOptions& o) {
                                                             levels, model->fingerprint(), store_context));
     r.chunks_stored = stored.chunks;
     r.bytes_stored = stored.bytes;
-    r.store_s = Since(t_store);
+    r.store_s = SecondsSince(t_store);
   }
   return r;
 }

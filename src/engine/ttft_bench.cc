@@ -5,6 +5,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "base/clock.h"
 #include "base/progress.h"
 #include "engine/llama_engine.h"
 #include "engine/model_files.h"
@@ -15,9 +16,7 @@
 namespace kvc {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using Json = nlohmann::ordered_json;
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -65,9 +64,9 @@ Result<std::string> RunTtftBenchJson(const TtftBenchOptions& o) {
   std::vector<double> recompute;
   for (uint32_t i = 0; i < std::max(1u, o.repeats); ++i) {
     session->Clear();
-    const auto t = Clock::now();
+    const auto t = SteadyClock::now();
     RETURN_IF_ERROR(session->Eval(tokens, false));
-    recompute.push_back(Since(t));
+    recompute.push_back(SecondsSince(t));
   }
   ASSIGN_OR_RETURN(KvCache kv, session->ExtractKv());
   const std::vector<ChunkKey> keys = ReusableChunkKeys(fp, tokens, o.chunk_tokens);
@@ -94,13 +93,13 @@ Result<std::string> RunTtftBenchJson(const TtftBenchOptions& o) {
     // Each stored variant's ratio and one-thread decode speed over all chunks: the projection's inputs.
     for (const std::string& level : levels) {
       uint64_t stored = 0;
-      const auto t = Clock::now();
+      const auto t = SteadyClock::now();
       for (const ChunkKey& k : keys) {
         ASSIGN_OR_RETURN(auto bytes, store->Get(ChunkObjectName(k, name, level)));
         stored += bytes.size();
         RETURN_IF_ERROR(DecodeKvc(bytes, &fp, context).status());
       }
-      const double decode_s = Since(t);
+      const double decode_s = SecondsSince(t);
       Json v;
       v["codec"] = name;
       v["level"] = level;
@@ -120,14 +119,14 @@ Result<std::string> RunTtftBenchJson(const TtftBenchOptions& o) {
         FetchOptions fo;
         for (const std::string& level : levels) fo.allowed.emplace_back(name, level);
         fo.initial_gbps = gbps;
-        const auto t0 = Clock::now();
+        const auto t0 = SteadyClock::now();
         ASSIGN_OR_RETURN(const PrefixRestore p, RestoreStoredPrefix(*store, *session, fp, keys, o.chunk_tokens,
                                                                     context, link, fo));
         if (p.chunks_fetched != keys.size()) return Internal(name + ": reuse stopped early: " + p.fallback);
-        const auto t_prefill = Clock::now();
+        const auto t_prefill = SteadyClock::now();
         RETURN_IF_ERROR(session->Eval(std::span(tokens).subspan(reused), false));
-        const double prefill_s = Since(t_prefill);
-        ttft.push_back(Since(t0));
+        const double prefill_s = SecondsSince(t_prefill);
+        ttft.push_back(SecondsSince(t0));
         lookup.push_back(p.lookup_s);
         fetch.push_back(p.fetch_s);
         decode.push_back(p.decode_s);

@@ -12,7 +12,6 @@ namespace {
 constexpr ModelFingerprint kFp{9, 9, 9};
 const KvShape kChunkShape{.n_layers = 2, .n_kv_heads = 2, .head_dim = 32, .n_tokens = 64};
 
-double Since(SteadyClock::time_point t) { return std::chrono::duration<double>(SteadyClock::now() - t).count(); }
 
 TEST(LinkShaper, CapsConcurrentTransfersToTheRate) {
   LinkShaper link(1e6);  // 1 MB/s
@@ -21,11 +20,11 @@ TEST(LinkShaper, CapsConcurrentTransfersToTheRate) {
   for (int i = 0; i < 4; ++i) threads.emplace_back([&] { link.Acquire(25'000); });
   for (auto& t : threads) t.join();
   // 100 KB shared by four transfers at 1 MB/s: at least 0.1 s, whatever the scheduling.
-  EXPECT_GE(Since(start), 0.099);
+  EXPECT_GE(SecondsSince(start), 0.099);
   LinkShaper open_link(0);
   const auto t0 = SteadyClock::now();
   open_link.Acquire(1'000'000'000);
-  EXPECT_LT(Since(t0), 0.05) << "an uncapped link must not wait";
+  EXPECT_LT(SecondsSince(t0), 0.05) << "an uncapped link must not wait";
 }
 
 TEST(BandwidthEstimator, CountsTheTimeTheLinkWasBusy) {

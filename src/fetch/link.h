@@ -8,9 +8,9 @@
 #include <deque>
 #include <mutex>
 
-namespace kvc {
+#include "base/clock.h"
 
-using SteadyClock = std::chrono::steady_clock;
+namespace kvc {
 
 // Transfers are served first come, first served at `bytes_per_second`: Acquire(n) returns when
 // the link would have delivered n more bytes after everything acquired before. Rate 0 is an
