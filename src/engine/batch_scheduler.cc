@@ -3,19 +3,14 @@
 #include <algorithm>
 #include <chrono>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/thread_pool.h"
 
 namespace kvc {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-}  // namespace
 
 ServeRequest::ServeRequest(std::vector<int32_t> tokens, uint32_t max_tokens)
-    : tokens_(std::move(tokens)), max_tokens_(max_tokens), arrived_(Clock::now()) {
+    : tokens_(std::move(tokens)), max_tokens_(max_tokens), arrived_(SteadyClock::now()) {
   generation_.prompt_tokens = static_cast<uint32_t>(tokens_.size());
 }
 
@@ -49,7 +44,7 @@ struct BatchScheduler::Slot {
   uint32_t restored_chunks = 0;
   bool generating = false;                // prompt done; `next` is the token to evaluate
   int32_t next = 0;
-  Clock::time_point prefill_start;
+  SteadyClock::time_point prefill_start;
 };
 
 BatchScheduler::BatchScheduler(const LlamaModel& model, LlamaSession& session, const ReuseContext& reuse,
@@ -154,7 +149,7 @@ void BatchScheduler::EngineLoop() {
     return nullptr;
   };
   for (;;) {
-    std::vector<std::pair<Slot*, std::shared_ptr<ServeRequest>>> admitted;
+    std::vector<Slot*> admitted;
     {
       std::unique_lock lock(mu_);
       engine_cv_.wait(lock, [&] {
@@ -164,11 +159,11 @@ void BatchScheduler::EngineLoop() {
       for (Slot* s = free_slot(); s != nullptr && !ready_.empty(); s = free_slot()) {
         s->request = std::move(ready_.front());
         ready_.pop_front();
-        admitted.emplace_back(s, s->request);
+        admitted.push_back(s);
+        ++running_;
       }
-      running_ = static_cast<int>(std::count_if(slots.begin(), slots.end(), [](const Slot& s) { return s.request; }));
     }
-    for (auto& [slot, request] : admitted) Admit(*slot, std::move(request));
+    for (Slot* slot : admitted) Admit(*slot);
     for (Slot& s : slots) {
       if (s.request && s.request->cancelled_) {
         {
@@ -183,19 +178,19 @@ void BatchScheduler::EngineLoop() {
   }
 }
 
-void BatchScheduler::Admit(Slot& slot, std::shared_ptr<ServeRequest> request) {
-  slot.request = std::move(request);
+// Restores the fetched prefix (if any) into the sequence the request was given.
+void BatchScheduler::Admit(Slot& slot) {
   ServeRequest& r = *slot.request;
   slot.evaluated = 0;
   slot.restored_chunks = 0;
   slot.generating = false;
   {
     std::lock_guard m(metrics_.mu);
-    metrics_.queue.Add(Since(r.arrived_));
+    metrics_.queue.Add(SecondsSince(r.arrived_));
   }
   session_.ClearSeq(slot.seq);
   if (r.fetched_ && r.fetched_->stats.chunks_fetched > 0) {
-    const auto t = Clock::now();
+    const auto t = SteadyClock::now();
     if (Status s = session_.RestoreSeqKv(slot.seq, r.fetched_->kv); s.ok()) {
       slot.restored_chunks = r.fetched_->stats.chunks_fetched;
       slot.evaluated = slot.restored_chunks * o_.chunk_tokens;
@@ -205,11 +200,11 @@ void BatchScheduler::Admit(Slot& slot, std::shared_ptr<ServeRequest> request) {
       session_.ClearSeq(slot.seq);
     }
     std::lock_guard m(metrics_.mu);
-    metrics_.restore.Add(Since(t));
+    metrics_.restore.Add(SecondsSince(t));
   }
   r.fetched_.reset();  // the decoded prefix can be large; the sequence holds it now
   r.generation_.cached_tokens = slot.evaluated;
-  slot.prefill_start = Clock::now();
+  slot.prefill_start = SteadyClock::now();
 }
 
 // One llama.cpp batch: a token for every generating sequence first (so streams keep flowing),
@@ -260,9 +255,9 @@ void BatchScheduler::Step(std::vector<Slot>& slots) {
     if (!s.generating) {
       if (s.evaluated < s.request->tokens_.size()) continue;
       s.generating = true;
-      s.request->generation_.ttft_s = Since(s.request->arrived_);
+      s.request->generation_.ttft_s = SecondsSince(s.request->arrived_);
       std::lock_guard m(metrics_.mu);
-      metrics_.prefill.Add(Since(s.prefill_start));
+      metrics_.prefill.Add(SecondsSince(s.prefill_start));
       metrics_.ttft.Add(s.request->generation_.ttft_s);
     }
     Emit(s, GreedyToken(session_.BatchLogits(i)));

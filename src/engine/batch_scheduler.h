@@ -123,7 +123,7 @@ class BatchScheduler {
   void MakeReady(std::shared_ptr<ServeRequest> request);
   void Lookup(ServeRequest& request);
   void Fetch(ServeRequest& request);
-  void Admit(Slot& slot, std::shared_ptr<ServeRequest> request);
+  void Admit(Slot& slot);
   void Step(std::vector<Slot>& slots);
   void Emit(Slot& slot, int32_t token);
   void Release(Slot& slot, Status status);
