@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "engine/model_files.h"
+#include "engine/serve_bench.h"
 
 namespace kvc {
 namespace {
@@ -51,12 +52,8 @@ class ServerTest : public ::testing::Test {
   }
   // Waits until the background storer has written every pending chunk.
   static void WaitForStores() {
-    for (int i = 0; i < 600; ++i) {
-      auto res = Client().Get("/metrics");
-      if (res && res->body.find("kvcodec_queue_length{queue=\"store\"} 0") != std::string::npos) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    FAIL() << "stores did not drain";
+    const Status drained = WaitForServerStores("http://127.0.0.1:" + std::to_string(server_->port()), 30);
+    ASSERT_TRUE(drained.ok()) << drained.ToString();
   }
 
   static inline CompletionServer* server_ = nullptr;
@@ -73,7 +70,8 @@ TEST_F(ServerTest, HealthAndMetrics) {
   ASSERT_TRUE(metrics);
   for (const char* series : {"kvcodec_requests_total{endpoint=\"completions\",status=\"200\"}", "kvcodec_ttft_seconds_bucket",
                              "kvcodec_stage_seconds_count{stage=\"prefill\"}", "kvcodec_cached_prompt_tokens_total",
-                             "kvcodec_fetched_bytes_total", "kvcodec_queue_length{queue=\"waiting\"}", "kvcodec_store_bytes"}) {
+                             "kvcodec_fetched_bytes_total", "kvcodec_queue_length{queue=\"waiting\"}",
+                             "kvcodec_queue_length{queue=\"store\"}", "kvcodec_store_bytes"}) {
     EXPECT_NE(metrics->body.find(series), std::string::npos) << series;
   }
 }
@@ -260,12 +258,7 @@ TEST_P(ServerScheduling, ARequestWithoutStoredKvAndAFetchInFlight) {
   const std::string prompt =
       ReadTextFile(std::filesystem::path(KVCODEC_TEST_MODEL).parent_path() / "eval.txt").value().substr(0, 1100);
   ASSERT_TRUE(post(prompt));  // stores the prompt's chunk
-  for (int i = 0; i < 600; ++i) {  // wait for the background store
-    httplib::Client c("127.0.0.1", server->port());
-    auto m = c.Get("/metrics");
-    if (m && m->body.find("kvcodec_queue_length{queue=\"store\"} 0") != std::string::npos) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  ASSERT_TRUE(WaitForServerStores("http://127.0.0.1:" + std::to_string(server->port()), 30).ok());
   const auto start = std::chrono::steady_clock::now();
   std::atomic<double> long_done{0}, short_done{0};
   std::thread slow([&] {

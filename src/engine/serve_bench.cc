@@ -177,21 +177,6 @@ Status SendOnce(const std::string& url, const std::string& prompt) {
   return Status::Ok();
 }
 
-// Waits until the server's background chunk stores are written (its /metrics store queue reads
-// 0), so the replay finds every warmed prefix. A server without that series is not waited for.
-Status WaitForStores(const std::string& url) {
-  const auto start = Clock::now();
-  while (Seconds(Clock::now() - start) < kStoreDrainTimeoutS) {
-    auto res = MakeClient(url).Get("/metrics");
-    if (!res || res->status != 200) return IoError("GET /metrics failed");
-    const size_t at = res->body.find(kStoreQueueSeries);
-    if (at == std::string::npos) return Status::Ok();
-    if (std::strtoull(res->body.c_str() + at + std::strlen(kStoreQueueSeries), nullptr, 10) == 0) return Status::Ok();
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return Internal(FormatMessage("the server's chunk stores did not drain in %.0f s", kStoreDrainTimeoutS));
-}
-
 // Cuts the text's tokens into consecutive pieces that each start at a word (a token whose text
 // begins with a space). SentencePiece never merges across the space that starts a word, so a
 // prompt made of such pieces tokenizes back into them, and every prompt that starts with the
@@ -270,6 +255,19 @@ double PercentileNearestRank(std::vector<double> values, double p) {
   std::sort(values.begin(), values.end());
   const double rank = std::ceil(std::clamp(p, 0.0, 100.0) / 100.0 * static_cast<double>(values.size()));
   return values[static_cast<size_t>(std::max(rank, 1.0)) - 1];
+}
+
+Status WaitForServerStores(const std::string& url, double timeout_s) {
+  const auto start = Clock::now();
+  while (Seconds(Clock::now() - start) < timeout_s) {
+    auto res = MakeClient(url).Get("/metrics");
+    if (!res || res->status != 200) return IoError("GET /metrics failed");
+    const size_t at = res->body.find(kStoreQueueSeries);
+    if (at == std::string::npos) return Status::Ok();
+    if (std::strtoull(res->body.c_str() + at + std::strlen(kStoreQueueSeries), nullptr, 10) == 0) return Status::Ok();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return Internal(FormatMessage("the server's chunk stores did not drain in %.0f s", timeout_s));
 }
 
 std::vector<ServeTraceRequest> MakeServeTrace(const ServeBenchOptions& o) {
@@ -407,7 +405,7 @@ Result<std::string> RunServeBenchJson(const ServeBenchOptions& o) {
       RETURN_IF_ERROR(SendOnce(url, d).WithContext(c.name));
       progress.Advance();
     }
-    RETURN_IF_ERROR(WaitForStores(url).WithContext(c.name));
+    RETURN_IF_ERROR(WaitForServerStores(url, kStoreDrainTimeoutS).WithContext(c.name));
     const double warmup_s = Seconds(Clock::now() - t_warm);
 
     // The replay: each request on its own thread, sent at its arrival time.

@@ -10,6 +10,7 @@
 
 #include "engine/completion_server.h"
 #include "engine/model_files.h"
+#include "engine/serve_bench.h"
 #include "store/redis_test_server.h"
 
 namespace kvc {
@@ -80,13 +81,8 @@ TEST(ServerWithRedis, KeepsServingWellFormedAnswersWhenRedisStopsMidRun) {
                   Json{{"prompt", prompt}, {"max_tokens", max_tokens}, {"stream", stream}}.dump(), "application/json");
   };
   auto wait_for_stores = [&] {
-    for (int i = 0; i < 600; ++i) {
-      httplib::Client c("127.0.0.1", port);
-      auto m = c.Get("/metrics");
-      if (m && m->body.find("kvcodec_queue_length{queue=\"store\"} 0") != std::string::npos) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    ADD_FAILURE() << "stores did not drain";
+    const Status drained = WaitForServerStores("http://127.0.0.1:" + std::to_string(port), 30);
+    EXPECT_TRUE(drained.ok()) << drained.ToString();
   };
   // The shared prefix's chunks are in Redis, and a second request reuses them from there.
   ASSERT_EQ(Malformed(post(shared, false, 2), false, 2), "");
