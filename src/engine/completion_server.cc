@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "engine/batch_scheduler.h"
+#include "engine/completion_request.h"
 #include "engine/llama_engine.h"
 #include "engine/model_files.h"
 
@@ -60,46 +61,16 @@ struct CompletionServer::Impl {
     return out;
   }
 
-  // Parses a request body into a prompt and a token budget; the error is a 400's message.
-  Result<std::pair<std::vector<int32_t>, uint32_t>> ParseRequest(const Json& body, bool chat, bool* stream) {
-    if (!body.is_object()) return InvalidArgument("the body must be a JSON object");
-    std::string prompt;
-    if (chat) {
-      if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty()) {
-        return InvalidArgument("'messages' must be a non-empty array");
-      }
-      for (const auto& m : body["messages"]) {
-        if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
-            !m["content"].is_string()) {
-          return InvalidArgument("each message needs string 'role' and 'content'");
-        }
-        prompt += m["role"].get<std::string>() + ": " + m["content"].get<std::string>() + "\n";
-      }
-      prompt += "assistant:";
-    } else {
-      if (!body.contains("prompt") || !body["prompt"].is_string()) return InvalidArgument("'prompt' must be a string");
-      prompt = body["prompt"].get<std::string>();
-    }
-    uint32_t max_tokens = o.default_max_tokens;
-    if (body.contains("max_tokens")) {
-      if (!body["max_tokens"].is_number_integer() || body["max_tokens"].get<int64_t>() < 1 ||
-          body["max_tokens"].get<int64_t>() > o.n_ctx) {
-        return InvalidArgument(FormatMessage("'max_tokens' must be an integer in 1..%u", o.n_ctx));
-      }
-      max_tokens = body["max_tokens"].get<uint32_t>();
-    }
-    *stream = false;
-    if (body.contains("stream")) {
-      if (!body["stream"].is_boolean()) return InvalidArgument("'stream' must be a boolean");
-      *stream = body["stream"].get<bool>();
-    }
-    ASSIGN_OR_RETURN(std::vector<int32_t> tokens, model->Tokenize(prompt, true));
+  // The checked request and its prompt as tokens; the error is a 400's message.
+  Result<std::pair<CompletionRequest, std::vector<int32_t>>> ReadRequest(const std::string& body, bool chat) {
+    ASSIGN_OR_RETURN(CompletionRequest request, ParseCompletionRequest(body, chat, o.default_max_tokens, o.n_ctx));
+    ASSIGN_OR_RETURN(std::vector<int32_t> tokens, model->Tokenize(request.prompt, true));
     if (tokens.size() < 2) return InvalidArgument("the prompt is empty");
-    if (tokens.size() + max_tokens > o.n_ctx) {
+    if (tokens.size() + request.max_tokens > o.n_ctx) {
       return InvalidArgument(FormatMessage("prompt (%zu tokens) plus max_tokens (%u) exceed the context of %u tokens",
-                                           tokens.size(), max_tokens, o.n_ctx));
+                                           tokens.size(), request.max_tokens, o.n_ctx));
     }
-    return std::pair{std::move(tokens), max_tokens};
+    return std::pair{std::move(request), std::move(tokens)};
   }
 
   Json Usage(const Generation& g) const {
@@ -111,28 +82,21 @@ struct CompletionServer::Impl {
 
   void HandleCompletion(const httplib::Request& req, httplib::Response& res, bool chat) {
     const std::string endpoint = chat ? "chat" : "completions";
-    Json body = Json::parse(req.body, nullptr, false);
-    if (body.is_discarded()) {
+    auto read = ReadRequest(req.body, chat);
+    if (!read.ok()) {
       metrics.CountRequest(endpoint, "400");
       res.status = 400;
-      res.set_content(ErrorJson("the body is not valid JSON", "invalid_request_error"), "application/json");
+      res.set_content(ErrorJson(read.status().message(), "invalid_request_error"), "application/json");
       return;
     }
-    bool stream = false;
-    auto parsed = ParseRequest(body, chat, &stream);
-    if (!parsed.ok()) {
-      metrics.CountRequest(endpoint, "400");
-      res.status = 400;
-      res.set_content(ErrorJson(parsed.status().message(), "invalid_request_error"), "application/json");
-      return;
-    }
+    const bool stream = read->first.stream;
     static std::atomic<uint64_t> next_id{1};
     const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
     const auto created = std::chrono::duration_cast<std::chrono::seconds>(
                              std::chrono::system_clock::now().time_since_epoch())
                              .count();
     const std::string object = chat ? "chat.completion" : "text_completion";
-    auto request = std::make_shared<ServeRequest>(std::move(parsed->first), parsed->second);
+    auto request = std::make_shared<ServeRequest>(std::move(read->second), read->first.max_tokens);
     scheduler->Submit(request);
 
     if (!stream) {

@@ -1,0 +1,64 @@
+#include "engine/completion_request.h"
+
+#include <gtest/gtest.h>
+
+namespace kvc {
+namespace {
+
+TEST(CompletionRequest, ReadsPromptBudgetAndStream) {
+  auto r = ParseCompletionRequest(R"({"prompt": "In the beginning", "max_tokens": 7, "stream": true})", false, 64, 100);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->prompt, "In the beginning");
+  EXPECT_EQ(r->max_tokens, 7u);
+  EXPECT_TRUE(r->stream);
+  auto defaults = ParseCompletionRequest(R"({"prompt": "x", "temperature": 0.7})", false, 64, 100);
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->max_tokens, 64u);
+  EXPECT_FALSE(defaults->stream);
+  EXPECT_TRUE(ParseCompletionRequest(R"({"prompt": "x", "max_tokens": 100})", false, 64, 100).ok());
+}
+
+TEST(CompletionRequest, ChatMessagesBecomeRoleLinesThenAssistant) {
+  auto r = ParseCompletionRequest(
+      R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Who?"}]})", true, 8, 100);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->prompt, "system: Be brief.\nuser: Who?\nassistant:");
+  // A chat body is read as chat only: its `prompt` means nothing there.
+  EXPECT_FALSE(ParseCompletionRequest(R"({"prompt": "x"})", true, 8, 100).ok());
+}
+
+TEST(CompletionRequest, MalformedBodiesAreInvalidArgumentsThatSayWhy) {
+  struct Case {
+    const char* body;
+    bool chat;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"{not json", false, "not valid JSON"},
+      {"", false, "not valid JSON"},
+      {"[1, 2]", false, "JSON object"},
+      {R"({"max_tokens": 3})", false, "'prompt' must be a string"},
+      {R"({"prompt": 7})", false, "'prompt' must be a string"},
+      {R"({"prompt": "x", "max_tokens": 0})", false, "1..100"},
+      {R"({"prompt": "x", "max_tokens": 101})", false, "1..100"},
+      {R"({"prompt": "x", "max_tokens": -3})", false, "1..100"},
+      {R"({"prompt": "x", "max_tokens": 2.5})", false, "1..100"},
+      {R"({"prompt": "x", "max_tokens": "4"})", false, "1..100"},
+      {R"({"prompt": "x", "max_tokens": 18446744073709551615})", false, "1..100"},
+      {R"({"prompt": "x", "stream": "yes"})", false, "'stream' must be a boolean"},
+      {R"({"messages": []})", true, "non-empty array"},
+      {R"({"messages": {"role": "user"}})", true, "non-empty array"},
+      {R"({"messages": [{"role": "user"}]})", true, "'role' and 'content'"},
+      {R"({"messages": [{"role": 1, "content": "x"}]})", true, "'role' and 'content'"},
+      {R"({"messages": ["hi"]})", true, "'role' and 'content'"},
+  };
+  for (const Case& c : cases) {
+    auto r = ParseCompletionRequest(c.body, c.chat, 8, 100);
+    ASSERT_FALSE(r.ok()) << c.body;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << c.body;
+    EXPECT_NE(r.status().message().find(c.says), std::string::npos) << c.body << ": " << r.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace kvc
