@@ -216,16 +216,17 @@ TEST(Fetcher, PlannerSwitchesLevelWhenTheLinkSlowsDown) {
   const uint32_t n = 16;
   const uint32_t change_at = 9;  // the rate drops when chunk 9 is delivered
   // Chunks large enough that video's decode (milliseconds) clearly exceeds raw's transfer on the
-  // fast link (tens of microseconds), and raw's transfer on the slow link (26 ms) clearly
-  // exceeds video's transfer and decode.
+  // fast link (tens of microseconds), and raw's transfer on the slow link (131 ms) clearly
+  // exceeds video's transfer and decode, even under ASan (where decode is several times slower)
+  // and with the estimate after the first slow transfer still twice the slow rate.
   const KvShape shape{.n_layers = 2, .n_kv_heads = 2, .head_dim = 64, .n_tokens = 256};
   StoredRun run = StoreRun(n, {{"raw", "fp16"}, {"video", "4"}}, shape);
-  LinkShaper link(1e10);  // 10 GB/s, then 10 MB/s
+  LinkShaper link(1e10);  // 10 GB/s, then 2 MB/s
   Fetcher fetcher(*run.store, link, kFp, {}, {});
   std::vector<std::string> codec_of(n);
   auto report = fetcher.Run(run.keys, run.manifests, [&](FetchedChunk&& c) {
     codec_of[c.index] = c.variant.codec;
-    if (c.index == change_at) link.SetRate(1e7);
+    if (c.index == change_at) link.SetRate(2e6);
     return Status::Ok();
   });
   ASSERT_TRUE(report.ok());
