@@ -3,6 +3,8 @@
 #include <cstdarg>
 #include <cstdio>
 
+#include "base/utf8.h"
+
 namespace kvc {
 
 const char* StatusCodeName(StatusCode code) {
@@ -20,7 +22,9 @@ const char* StatusCodeName(StatusCode code) {
 
 std::string Status::ToString() const {
   if (ok()) return "ok";
-  return std::string(StatusCodeName(code_)) + ": " + message_;
+  // Messages quote hostile input (a level name from a file, a request's text): escaped here, so
+  // what reaches a log or a terminal is always one line of valid UTF-8.
+  return std::string(StatusCodeName(code_)) + ": " + PrintableOneLine(message_);
 }
 
 Status Status::WithContext(std::string_view context) const {
