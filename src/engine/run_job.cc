@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "base/clock.h"
+#include "base/log.h"
+#include "base/utf8.h"
 #include "base/thread_pool.h"
 #include "engine/llama_engine.h"
 #include "engine/model_files.h"
@@ -16,6 +18,12 @@ namespace {
 // Tokens prefilled to measure this machine's prefill speed, which prices "recompute" for the
 // level planner.
 constexpr uint32_t kProbeTokens = 64;
+
+// Also logged, so a caller that only reads the text still sees on stderr why nothing was reused.
+void Warn(RunReport& r, std::string message) {
+  KVC_LOG_WARN("%s", PrintableOneLine(message).c_str());
+  r.warnings.push_back(std::move(message));
+}
 
 }  // namespace
 
@@ -38,7 +46,18 @@ Result<RunReport> RunJob(const RunOptions& o) {
                            "` or pass --calibration");
   }
   r.store_url = o.store_url.empty() ? DefaultStoreUrl() : o.store_url;
-  ASSIGN_OR_RETURN(auto store, OpenStore(r.store_url));
+  // A malformed URL is the caller's mistake; a store that cannot be reached is a warning.
+  std::unique_ptr<Store> store;
+  if (o.reuse || o.store_new_chunks) {
+    auto opened = OpenStore(r.store_url);
+    if (opened.ok()) {
+      store = std::move(opened).value();
+    } else if (opened.status().code() == StatusCode::kInvalidArgument) {
+      return opened.status();
+    } else {
+      Warn(r, "store " + r.store_url + " unavailable, recomputing and not storing: " + opened.status().ToString());
+    }
+  }
   ASSIGN_OR_RETURN(std::vector<int32_t> tokens, model->Tokenize(o.prompt, true));
   if (tokens.size() < 2) return InvalidArgument("the prompt is empty");
   r.prompt_tokens = static_cast<uint32_t>(tokens.size());
@@ -55,11 +74,18 @@ Result<RunReport> RunJob(const RunOptions& o) {
 
   const auto t_request = SteadyClock::now();
   const CodecContext codec_context{&calibrations, &model->fingerprint(), nullptr};
-  if (o.reuse) {
+  if (o.reuse && store != nullptr) {
     LinkShaper link(LinkShaper::GbpsToBytesPerSecond(o.link_gbps));
-    ASSIGN_OR_RETURN(const PrefixRestore p,
-                     RestoreStoredPrefix(*store, *session, model->fingerprint(), keys, o.chunk_tokens, codec_context,
-                                         link, ReuseFetchOptions(o.link_gbps, recompute_s)));
+    auto restored = RestoreStoredPrefix(*store, *session, model->fingerprint(), keys, o.chunk_tokens, codec_context,
+                                        link, ReuseFetchOptions(o.link_gbps, recompute_s));
+    // The fetcher turns a missing or damaged chunk into a shorter prefix; an error here (a
+    // restore llama.cpp refused) leaves nothing trustworthy in the session: start over.
+    if (!restored.ok()) {
+      Warn(r, "reuse failed, recomputing the whole prompt: " + restored.status().ToString());
+      session->Clear();
+      restored = PrefixRestore{};
+    }
+    const PrefixRestore& p = *restored;
     r.chunks_found = p.chunks_found;
     r.chunks_fetched = p.chunks_fetched;
     r.fallback = p.fallback;
@@ -81,27 +107,37 @@ Result<RunReport> RunJob(const RunOptions& o) {
   r.ttft_s = SecondsSince(t_request);
 
   const auto t_generate = SteadyClock::now();
+  // A token's piece may be part of a character (byte-fallback tokens): the text is joined as
+  // valid UTF-8, and a character the last token left incomplete becomes U+FFFD.
+  Utf8Stream text;
   for (uint32_t i = 0; i < o.n_generate; ++i) {
-    r.text += model->TokenText(next);
+    r.text += text.Push(model->TokenText(next));
     ++r.generated_tokens;
     if (i + 1 == o.n_generate) break;
     RETURN_IF_ERROR(session->Eval(std::span(&next, 1), false));
     next = GreedyToken(session->Logits(-1));
   }
+  r.text += text.Finish();
   r.generate_s = SecondsSince(t_generate);
 
   // From the first chunk not restored: new chunks, and any that were found but missing or damaged
   // (rewritten whole, so the next request finds them intact).
-  if (o.store_new_chunks && r.chunks_fetched < keys.size()) {
+  if (o.store_new_chunks && store != nullptr && r.chunks_fetched < keys.size()) {
     const auto t_store = SteadyClock::now();
-    ASSIGN_OR_RETURN(KvCache kv, session->ExtractKv());
     // The pool's threads start only now: encoding is after the response, never on the TTFT path.
     ThreadPool pool(0);
     const CodecContext store_context{&calibrations, &model->fingerprint(), &pool};
-    ASSIGN_OR_RETURN(const StoredChunks stored, StoreChunks(*store, kv, keys, r.chunks_fetched, o.chunk_tokens, *codec,
-                                                            levels, model->fingerprint(), store_context));
-    r.chunks_stored = stored.chunks;
-    r.bytes_stored = stored.bytes;
+    auto stored = [&]() -> Result<StoredChunks> {
+      ASSIGN_OR_RETURN(KvCache kv, session->ExtractKv());
+      return StoreChunks(*store, kv, keys, r.chunks_fetched, o.chunk_tokens, *codec, levels, model->fingerprint(),
+                         store_context);
+    }();
+    if (stored.ok()) {
+      r.chunks_stored = stored->chunks;
+      r.bytes_stored = stored->bytes;
+    } else {
+      Warn(r, "storing the prompt's chunks failed, they are not kept: " + stored.status().ToString());
+    }
     r.store_s = SecondsSince(t_store);
   }
   return r;
@@ -134,7 +170,8 @@ std::string RunReportJson(const RunReport& r) {
   j["store_s"] = r.store_s;
   j["chunks_stored"] = r.chunks_stored;
   j["bytes_stored"] = r.bytes_stored;
-  return j.dump(2);
+  j["warnings"] = r.warnings;
+  return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 }  // namespace kvc

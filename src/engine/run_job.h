@@ -4,6 +4,10 @@
 // first one not restored on (new, missing or damaged) are encoded at every level of the chosen
 // codec and stored for the next request. Reports the
 // time to first token and its parts.
+//
+// The store is a cache, never a reason to lose an answer: a store that cannot be opened or read
+// means the prompt is recomputed, one that cannot be written means the chunks are not kept; both
+// are warnings in the report, and the generated text is returned either way.
 #pragma once
 
 #include <string>
@@ -42,6 +46,7 @@ struct RunReport {
   uint32_t chunks_stored = 0;
   uint64_t bytes_stored = 0;
   std::string store_url, codec;
+  std::vector<std::string> warnings;  // the store's failures, each one line (the text was still generated)
   double link_gbps = 0;
 };
 

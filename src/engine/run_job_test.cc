@@ -5,7 +5,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include "engine/llama_engine.h"
 #include "engine/model_files.h"
+#include "engine/prefix_cache.h"
+#include "store/redis_test_server.h"
 
 namespace kvc {
 namespace {
@@ -103,6 +106,95 @@ TEST(RunJob, FallsBackAtAMissingOrCorruptChunk) {
   EXPECT_LT(third->chunks_fetched, third->chunks_found);
   EXPECT_NE(third->fallback.find("not found"), std::string::npos) << third->fallback;
   EXPECT_EQ(third->text, first->text);
+}
+
+// The store is a cache: whatever happens to it, `run` answers (exit 0 in the CLI), recomputing
+// what it could not read and warning about what it could not keep. Before, each of these failed
+// the whole run with no text.
+class RunJobStoreFaults : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    RunOptions o = Options("", "quant");
+    o.store_url = "mem://";
+    o.levels = {"8"};
+    o.reuse = false;
+    o.store_new_chunks = false;
+    auto r = RunJob(o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    expected_text_ = new std::string(r->text);
+  }
+  static void TearDownTestSuite() { delete expected_text_; }
+
+  static RunOptions QuantOptions(const std::string& url) {
+    RunOptions o = Options("", "quant");
+    o.store_url = url;
+    o.levels = {"8"};
+    return o;
+  }
+  static void ExpectAnswerWithWarning(const Result<RunReport>& r, const std::string& warning) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->text, *expected_text_);
+    EXPECT_EQ(r->generated_tokens, 12u);
+    ASSERT_FALSE(r->warnings.empty());
+    EXPECT_NE(r->warnings[0].find(warning), std::string::npos) << r->warnings[0];
+    EXPECT_EQ(r->chunks_stored, 0u);
+  }
+
+  static std::string* expected_text_;
+};
+std::string* RunJobStoreFaults::expected_text_ = nullptr;
+
+TEST_F(RunJobStoreFaults, RedisDownFromTheStart) {
+  auto port = PickFreeLoopbackPort();
+  ASSERT_TRUE(port.ok());
+  ExpectAnswerWithWarning(RunJob(QuantOptions("redis://127.0.0.1:" + std::to_string(*port))), "unavailable");
+}
+
+TEST_F(RunJobStoreFaults, RedisFrozen) {
+  auto server = RedisTestServer::Start();
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  ASSERT_TRUE(RunJob(QuantOptions("redis://" + (*server)->address())).ok());  // stores the chunks
+  (*server)->Pause();
+  // Every call times out (2 s): the lookup finds nothing usable, the stores fail.
+  const auto r = RunJob(QuantOptions("redis://" + (*server)->address()));
+  (*server)->Resume();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->text, *expected_text_);
+  EXPECT_EQ(r->chunks_fetched, 0u);
+}
+
+TEST_F(RunJobStoreFaults, RedisOutOfMemory) {
+  auto server = RedisTestServer::Start();
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  ASSERT_TRUE((*server)->Command({"CONFIG", "SET", "maxmemory-policy", "noeviction"}).ok());
+  ASSERT_TRUE((*server)->Command({"CONFIG", "SET", "maxmemory", "1"}).ok());
+  ExpectAnswerWithWarning(RunJob(QuantOptions("redis://" + (*server)->address())), "storing");
+}
+
+TEST_F(RunJobStoreFaults, AnObjectPathThatIsADirectory) {
+  const std::string store = FreshStore("objdir");
+  // Every object the run would write is a directory already.
+  auto model = LlamaModel::Load(KVCODEC_TEST_MODEL);
+  ASSERT_TRUE(model.ok());
+  auto tokens = (*model)->Tokenize(Prompt(), true);
+  ASSERT_TRUE(tokens.ok());
+  ASSERT_TRUE(OpenStore("dir://" + store).ok());
+  // The disk store's layout (disk_store.cc): objects/<first byte of xxh3-128(name), hex>/<name>.
+  auto object_path = [&](const std::string& name) {
+    const Hash128 h = Xxh3_128(name.data(), name.size());
+    return std::filesystem::path(store) / "objects" / FormatMessage("%02x", h[0]) / name;
+  };
+  for (const ChunkKey& key : ReusableChunkKeys((*model)->fingerprint(), *tokens, 256)) {
+    std::filesystem::create_directories(object_path(ChunkObjectName(key, "quant", "8")));
+    std::filesystem::create_directories(object_path(ChunkManifestName(key)));
+  }
+  ExpectAnswerWithWarning(RunJob(QuantOptions("dir://" + store)), "storing");
+}
+
+TEST_F(RunJobStoreFaults, AStoreThatCannotBeCreated) {
+  const std::string file = FreshStore("notadir");
+  std::ofstream(file) << "a file where the store's folder should be";
+  ExpectAnswerWithWarning(RunJob(QuantOptions("dir://" + file + "/store")), "unavailable");
 }
 
 TEST(RunJob, ClearErrors) {
