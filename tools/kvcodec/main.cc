@@ -4,21 +4,33 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <pthread.h>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "cli_files.h"
 #include "kvcodec/kvcodec.hpp"
 
 namespace {
 
+// One line on stderr, whatever the message quotes: a path or a name with a newline or an escape
+// sequence in it can neither forge another line nor reach the terminal as a control sequence.
+// (The library's own messages are already escaped this way.)
 int Fail(const std::string& message) {
-  std::fprintf(stderr, "kvcodec: error: %s\n", message.c_str());
+  std::string line;
+  for (unsigned char c : message) {
+    if (c < 0x20 || c == 0x7F) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02X", c);
+      line += buf;
+    } else {
+      line += static_cast<char>(c);
+    }
+  }
+  std::fprintf(stderr, "kvcodec: error: %s\n", line.c_str());
   return 1;
 }
 
@@ -29,24 +41,10 @@ std::string DefaultModel() {
   return env != nullptr ? env : KVCODEC_DEFAULT_MODEL;
 }
 
-bool ReadFile(const std::string& path, std::vector<uint8_t>* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  out->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  return true;
-}
-
-bool WriteFile(const std::string& path, const std::vector<uint8_t>& bytes) {
-  // Written beside the target and renamed, so a failed write never leaves a half file.
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return false;
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    if (!out) return false;
-  }
-  return std::rename(tmp.c_str(), path.c_str()) == 0;
-}
+// Input limits: a .kvc or KV dump holds at most a 16 GiB cache (the library's own limit) plus its
+// headers; texts and prompts are far smaller than a gigabyte.
+constexpr uint64_t kMaxKvFileBytes = (uint64_t{16} << 30) + (uint64_t{64} << 20);
+constexpr uint64_t kMaxTextFileBytes = uint64_t{1} << 30;
 
 std::string JoinParams(const std::vector<std::string>& params) {
   std::string joined;
@@ -135,7 +133,7 @@ int RunEncode(const EncodeArgs& a) {
   std::vector<uint8_t> fingerprint(16, 0);
   if (!a.kv_dump.empty()) {
     std::vector<uint8_t> bytes;
-    if (!ReadFile(a.kv_dump, &bytes)) return Fail("cannot read KV dump " + a.kv_dump);
+    if (auto e = kvcodec_cli::ReadInputFile(a.kv_dump, kMaxKvFileBytes, &bytes); !e.empty()) return Fail(e);
     uint32_t heads = a.kv_heads;
     if (heads == 0 || !a.text.empty()) {
       auto model = kvcodec::Model::Load(a.model);
@@ -149,7 +147,7 @@ int RunEncode(const EncodeArgs& a) {
   } else {
     if (a.text.empty()) return Fail("give --text FILE (with --model) or --kv DUMP");
     std::vector<uint8_t> text;
-    if (!ReadFile(a.text, &text)) return Fail("cannot read text " + a.text);
+    if (auto e = kvcodec_cli::ReadInputFile(a.text, kMaxTextFileBytes, &text); !e.empty()) return Fail(e);
     auto model = kvcodec::Model::Load(a.model);
     if (!model.ok()) return Fail(model.error());
     fingerprint = model.value().Fingerprint();
@@ -170,7 +168,7 @@ int RunEncode(const EncodeArgs& a) {
   }
   auto bytes = kvcodec::Encode(kv, a.codec, a.level, JoinParams(a.params), fingerprint, a.token_begin, a.n_tokens);
   if (!bytes.ok()) return Fail(bytes.error());
-  if (!WriteFile(a.out, bytes.value())) return Fail("cannot write " + a.out);
+  if (auto e = kvcodec_cli::WriteOutputFile(a.out, bytes.value()); !e.empty()) return Fail(e);
   const kvc_shape s = kvcodec::Shape(kv);
   const uint32_t covered = a.n_tokens ? a.n_tokens : s.n_tokens - a.token_begin;
   const double fp16 = 4.0 * s.n_layers * s.n_kv_heads * s.head_dim * covered;
@@ -185,7 +183,7 @@ int RunDecode(const std::string& in, const std::string& out, const std::string& 
     if (auto err = kvcodec::LoadCalibration(c)) return Fail(*err);
   }
   std::vector<uint8_t> bytes;
-  if (!ReadFile(in, &bytes)) return Fail("cannot read " + in);
+  if (auto e = kvcodec_cli::ReadInputFile(in, kMaxKvFileBytes, &bytes); !e.empty()) return Fail(e);
   std::vector<uint8_t> fingerprint;
   if (!model_path.empty()) {
     auto model = kvcodec::Model::Load(model_path);
@@ -198,7 +196,7 @@ int RunDecode(const std::string& in, const std::string& out, const std::string& 
   if (!out.empty()) {
     auto state = kvcodec::KvToLlamaState(kv.value());
     if (!state.ok()) return Fail(state.error());
-    if (!WriteFile(out, state.value())) return Fail("cannot write " + out);
+    if (auto e = kvcodec_cli::WriteOutputFile(out, state.value()); !e.empty()) return Fail(e);
   }
   std::printf("decoded %s: %u layers x %u tokens x %u kv heads x %u dims%s%s\n", in.c_str(), s.n_layers, s.n_tokens,
               s.n_kv_heads, s.head_dim, out.empty() ? "" : " -> llama.cpp sequence state ", out.c_str());
@@ -340,7 +338,7 @@ std::string FormatGbps(double gbps) {
 
 int RunRun(const RunArgs& a) {
   std::vector<uint8_t> prompt_bytes;
-  if (!ReadFile(a.prompt_file, &prompt_bytes)) return Fail("cannot read prompt " + a.prompt_file);
+  if (auto e = kvcodec_cli::ReadInputFile(a.prompt_file, kMaxTextFileBytes, &prompt_bytes); !e.empty()) return Fail(e);
   const std::string prompt(prompt_bytes.begin(), prompt_bytes.end());
   kvc_run_params p{};
   p.model_path = a.model.c_str();
@@ -547,7 +545,7 @@ int RunServe(const ServeArgs& a) {
 
 int RunInspect(const std::string& path, bool json) {
   std::vector<uint8_t> bytes;
-  if (!ReadFile(path, &bytes)) return Fail("cannot read " + path);
+  if (auto e = kvcodec_cli::ReadInputFile(path, kMaxKvFileBytes, &bytes); !e.empty()) return Fail(e);
   auto info = kvcodec::InspectJson(bytes);
   if (!info.ok()) return Fail(path + ": " + info.error().message);
   if (json) {
@@ -578,7 +576,7 @@ int RunInspect(const std::string& path, bool json) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int Main(int argc, char** argv) {
   CLI::App app{"kvcodec: compress, inspect and evaluate LLM KV caches"};
   app.require_subcommand(1);
   app.set_version_flag("--version", kvc_version());
@@ -815,4 +813,18 @@ int main(int argc, char** argv) {
   if (*bench_serve) return RunBenchServe(bs);
   if (*inspect) return RunInspect(inspect_in, inspect_json);
   return Fail("no command");
+}
+
+// No exception ends the process with an abort: whatever escapes (a bug, memory exhaustion) is one
+// error line and exit status 1.
+int main(int argc, char** argv) {
+  try {
+    return Main(argc, argv);
+  } catch (const std::bad_alloc&) {
+    return Fail("out of memory");
+  } catch (const std::exception& e) {
+    return Fail(std::string("unexpected exception: ") + e.what());
+  } catch (...) {
+    return Fail("unexpected exception");
+  }
 }
