@@ -6,6 +6,8 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <new>
+#include <span>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -63,17 +65,64 @@ kvc_status Fail(const kvc::Status& status) {
   return KVC_INTERNAL;
 }
 
+// The one guard every entry point runs in: no exception crosses the C boundary (it would end the
+// caller's process); an unexpected one becomes KVC_INTERNAL with its message. Fail allocates, so
+// under memory exhaustion even the message may be lost: then it is a fixed text.
+template <typename Body>
+kvc_status Guard(Body&& body) noexcept {
+  const char* what = "unexpected exception";
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    what = "out of memory";
+  } catch (const std::exception& e) {
+    try {
+      return Fail(kvc::Internal(std::string("unexpected exception: ") + e.what()));
+    } catch (...) {
+    }
+  } catch (...) {
+  }
+  try {
+    return Fail(kvc::Internal(what));
+  } catch (...) {
+    g_last_error.clear();
+    return KVC_INTERNAL;
+  }
+}
+
+// For the entry points with no status to return (release functions): swallow, never throw.
+template <typename Body>
+void GuardVoid(Body&& body) noexcept {
+  try {
+    body();
+  } catch (...) {
+  }
+}
+
+// Reports are JSON; a string in them that is not valid UTF-8 (model text, a name from a file) is
+// replaced rather than throwing, as a second guard behind the sources' own conversion.
+std::string DumpJson(const nlohmann::ordered_json& j) {
+  return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+// Input buffers: an empty one may come with a NULL pointer (an empty file read into a vector).
+bool MissingInput(const uint8_t* data, size_t size) { return data == nullptr && size > 0; }
+
 kvc_status NullArgument(const char* what) { return Fail(kvc::InvalidArgument(std::string(what) + " is NULL")); }
 
+// malloc'd copies the caller frees with kvc_free; a failed allocation is "out of memory" through
+// the guard, never a NULL result reported as success.
 char* CopyString(const std::string& s) {
   char* out = static_cast<char*>(std::malloc(s.size() + 1));
-  if (out != nullptr) std::memcpy(out, s.c_str(), s.size() + 1);
+  if (out == nullptr) throw std::bad_alloc();
+  std::memcpy(out, s.c_str(), s.size() + 1);
   return out;
 }
 
-uint8_t* CopyBytes(const std::vector<uint8_t>& bytes) {
+uint8_t* CopyBytes(std::span<const uint8_t> bytes) {
   uint8_t* out = static_cast<uint8_t*>(std::malloc(bytes.empty() ? 1 : bytes.size()));
-  if (out != nullptr && !bytes.empty()) std::memcpy(out, bytes.data(), bytes.size());
+  if (out == nullptr) throw std::bad_alloc();
+  if (!bytes.empty()) std::memcpy(out, bytes.data(), bytes.size());
   return out;
 }
 
@@ -126,63 +175,73 @@ const char* kvc_last_error(void) { return g_last_error.c_str(); }
 void kvc_free(void* p) { std::free(p); }
 
 kvc_status kvc_codecs_json(char** out_json) {
-  if (out_json == nullptr) return NullArgument("out_json");
-  nlohmann::ordered_json list = nlohmann::ordered_json::array();
-  for (const kvc::Codec* codec : kvc::AllCodecs()) {
-    const auto& info = codec->info();
-    list.push_back({{"name", info.name},
-                    {"id", info.id},
-                    {"version", info.version},
-                    {"levels", info.levels},
-                    {"default_level", info.default_level},
-                    {"params", info.params},
-                    {"description", info.description}});
-  }
-  *out_json = CopyString(list.dump(2));
-  return KVC_OK;
+  return Guard([&]() -> kvc_status {
+    if (out_json == nullptr) return NullArgument("out_json");
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const kvc::Codec* codec : kvc::AllCodecs()) {
+      const auto& info = codec->info();
+      list.push_back({{"name", info.name},
+                      {"id", info.id},
+                      {"version", info.version},
+                      {"levels", info.levels},
+                      {"default_level", info.default_level},
+                      {"params", info.params},
+                      {"description", info.description}});
+    }
+    *out_json = CopyString(DumpJson(list));
+    return KVC_OK;
+  });
 }
 
 kvc_status kvc_model_load(const char* path, kvc_model** out) {
-  if (path == nullptr || out == nullptr) return NullArgument("path or out");
-  auto model = kvc::LlamaModel::Load(path);
-  if (!model.ok()) return Fail(model.status());
-  *out = new kvc_model{std::move(model).value()};
-  return KVC_OK;
+  return Guard([&]() -> kvc_status {
+    if (path == nullptr || out == nullptr) return NullArgument("path or out");
+    auto model = kvc::LlamaModel::Load(path);
+    if (!model.ok()) return Fail(model.status());
+    *out = new kvc_model{std::move(model).value()};
+    return KVC_OK;
+  });
 }
 
-void kvc_model_free(kvc_model* model) { delete model; }
+void kvc_model_free(kvc_model* model) {
+  GuardVoid([&] { delete model; });
+}
 
 void kvc_model_fingerprint(const kvc_model* model, uint8_t out[16]) {
+  if (model == nullptr || out == nullptr) return;
   std::memcpy(out, model->model->fingerprint().data(), 16);
 }
 
 kvc_status kvc_model_info_json(const kvc_model* model, char** out_json) {
-  if (model == nullptr || out_json == nullptr) return NullArgument("model or out_json");
-  const kvc::ModelInfo& i = model->model->info();
-  nlohmann::ordered_json j = {{"path", model->model->path()},
-                              {"architecture", i.architecture},
-                              {"n_layers", i.n_layers},
-                              {"n_heads", i.n_heads},
-                              {"n_kv_heads", i.n_kv_heads},
-                              {"head_dim", i.head_dim},
-                              {"n_vocab", i.n_vocab},
-                              {"n_ctx_train", i.n_ctx_train},
-                              {"rope_type", i.rope.type == kvc::RopeType::kNormal ? "normal" : "neox"},
-                              {"rope_freq_base", i.rope.freq_base},
-                              {"fingerprint", kvc::HexString(model->model->fingerprint())}};
-  *out_json = CopyString(j.dump(2));
-  return KVC_OK;
+  return Guard([&]() -> kvc_status {
+    if (model == nullptr || out_json == nullptr) return NullArgument("model or out_json");
+    const kvc::ModelInfo& i = model->model->info();
+    nlohmann::ordered_json j = {{"path", model->model->path()},
+                                {"architecture", i.architecture},
+                                {"n_layers", i.n_layers},
+                                {"n_heads", i.n_heads},
+                                {"n_kv_heads", i.n_kv_heads},
+                                {"head_dim", i.head_dim},
+                                {"n_vocab", i.n_vocab},
+                                {"n_ctx_train", i.n_ctx_train},
+                                {"rope_type", i.rope.type == kvc::RopeType::kNormal ? "normal" : "neox"},
+                                {"rope_freq_base", i.rope.freq_base},
+                                {"fingerprint", kvc::HexString(model->model->fingerprint())}};
+    *out_json = CopyString(DumpJson(j));
+    return KVC_OK;
+  });
 }
 
 kvc_status kvc_model_tokenize(const kvc_model* model, const char* text, size_t len, int add_bos, int32_t** out_tokens,
                               size_t* out_n) {
-  if (model == nullptr || text == nullptr || out_tokens == nullptr || out_n == nullptr) return NullArgument("argument");
-  auto tokens = model->model->Tokenize(std::string_view(text, len), add_bos != 0);
-  if (!tokens.ok()) return Fail(tokens.status());
-  *out_n = tokens->size();
-  *out_tokens = static_cast<int32_t*>(std::malloc(std::max<size_t>(1, tokens->size()) * sizeof(int32_t)));
-  if (!tokens->empty()) std::memcpy(*out_tokens, tokens->data(), tokens->size() * sizeof(int32_t));
-  return KVC_OK;
+  return Guard([&]() -> kvc_status {
+    if (model == nullptr || text == nullptr || out_tokens == nullptr || out_n == nullptr) return NullArgument("argument");
+    auto tokens = model->model->Tokenize(std::string_view(text, len), add_bos != 0);
+    if (!tokens.ok()) return Fail(tokens.status());
+    *out_tokens = reinterpret_cast<int32_t*>(CopyBytes(std::span(reinterpret_cast<const uint8_t*>(tokens->data()), tokens->size() * sizeof(int32_t))));
+    *out_n = tokens->size();
+    return KVC_OK;
+  });
 }
 
 void kvc_session_default_params(kvc_session_params* params) {
@@ -193,360 +252,411 @@ void kvc_session_default_params(kvc_session_params* params) {
 }
 
 kvc_status kvc_session_create(const kvc_model* model, const kvc_session_params* params, kvc_session** out) {
-  if (model == nullptr || params == nullptr || out == nullptr) return NullArgument("model, params or out");
-  if (!ValidDType(params->cache_type)) return Fail(kvc::InvalidArgument("invalid cache_type"));
-  auto session = kvc::LlamaSession::Create(*model->model, ToSessionOptions(*params));
-  if (!session.ok()) return Fail(session.status());
-  *out = new kvc_session{std::move(session).value()};
-  return KVC_OK;
+  return Guard([&]() -> kvc_status {
+    if (model == nullptr || params == nullptr || out == nullptr) return NullArgument("model, params or out");
+    if (!ValidDType(params->cache_type)) return Fail(kvc::InvalidArgument("invalid cache_type"));
+    auto session = kvc::LlamaSession::Create(*model->model, ToSessionOptions(*params));
+    if (!session.ok()) return Fail(session.status());
+    *out = new kvc_session{std::move(session).value()};
+    return KVC_OK;
+  });
 }
 
-void kvc_session_free(kvc_session* session) { delete session; }
+void kvc_session_free(kvc_session* session) {
+  GuardVoid([&] { delete session; });
+}
 
 kvc_status kvc_session_eval(kvc_session* session, const int32_t* tokens, size_t n) {
-  if (session == nullptr || tokens == nullptr) return NullArgument("session or tokens");
-  kvc::Status s = session->session->Eval(std::span(tokens, n), false);
-  return s.ok() ? KVC_OK : Fail(s);
+  return Guard([&]() -> kvc_status {
+    if (session == nullptr || tokens == nullptr) return NullArgument("session or tokens");
+    kvc::Status s = session->session->Eval(std::span(tokens, n), false);
+    return s.ok() ? KVC_OK : Fail(s);
+  });
 }
 
 kvc_status kvc_session_extract(const kvc_session* session, kvc_kv** out) {
-  if (session == nullptr || out == nullptr) return NullArgument("session or out");
-  auto kv = session->session->ExtractKv();
-  if (!kv.ok()) return Fail(kv.status());
-  *out = new kvc_kv{std::move(kv).value()};
-  return KVC_OK;
+  return Guard([&]() -> kvc_status {
+    if (session == nullptr || out == nullptr) return NullArgument("session or out");
+    auto kv = session->session->ExtractKv();
+    if (!kv.ok()) return Fail(kv.status());
+    *out = new kvc_kv{std::move(kv).value()};
+    return KVC_OK;
+  });
 }
 
 kvc_status kvc_session_restore(kvc_session* session, const kvc_kv* kv) {
-  if (session == nullptr || kv == nullptr) return NullArgument("session or kv");
-  kvc::Status s = session->session->RestoreKv(kv->cache);
-  return s.ok() ? KVC_OK : Fail(s);
+  return Guard([&]() -> kvc_status {
+    if (session == nullptr || kv == nullptr) return NullArgument("session or kv");
+    kvc::Status s = session->session->RestoreKv(kv->cache);
+    return s.ok() ? KVC_OK : Fail(s);
+  });
 }
 
-void kvc_kv_free(kvc_kv* kv) { delete kv; }
+void kvc_kv_free(kvc_kv* kv) {
+  GuardVoid([&] { delete kv; });
+}
 
 void kvc_kv_shape(const kvc_kv* kv, kvc_shape* out) {
+  if (out == nullptr) return;
+  if (kv == nullptr) {
+    *out = kvc_shape{};
+    return;
+  }
   const kvc::KvShape& s = kv->cache.shape();
   *out = kvc_shape{s.n_layers, s.n_kv_heads, s.head_dim, s.n_tokens, static_cast<kvc_dtype>(kv->cache.dtype()),
                    kv->cache.pos_begin()};
 }
 
 kvc_status kvc_kv_from_llama_state(const uint8_t* data, size_t size, uint32_t n_kv_heads, kvc_kv** out) {
-  if (data == nullptr || out == nullptr) return NullArgument("data or out");
-  auto kv = kvc::ParseLlamaSeqState(std::span(data, size), n_kv_heads);
-  if (!kv.ok()) return Fail(kv.status());
-  *out = new kvc_kv{std::move(kv).value()};
-  return KVC_OK;
+  return Guard([&]() -> kvc_status {
+    if (MissingInput(data, size) || out == nullptr) return NullArgument("data or out");
+    auto kv = kvc::ParseLlamaSeqState(std::span(data, size), n_kv_heads);
+    if (!kv.ok()) return Fail(kv.status());
+    *out = new kvc_kv{std::move(kv).value()};
+    return KVC_OK;
+  });
 }
 
 kvc_status kvc_kv_to_llama_state(const kvc_kv* kv, uint8_t** out, size_t* out_size) {
-  if (kv == nullptr || out == nullptr || out_size == nullptr) return NullArgument("argument");
-  kvc::LlamaStateLayout layout;
-  layout.dtype = kv->cache.dtype();
-  auto blob = kvc::BuildLlamaSeqState(kv->cache, layout);
-  if (!blob.ok()) return Fail(blob.status());
-  *out = CopyBytes(*blob);
-  *out_size = blob->size();
-  return KVC_OK;
+  return Guard([&]() -> kvc_status {
+    if (kv == nullptr || out == nullptr || out_size == nullptr) return NullArgument("argument");
+    kvc::LlamaStateLayout layout;
+    layout.dtype = kv->cache.dtype();
+    auto blob = kvc::BuildLlamaSeqState(kv->cache, layout);
+    if (!blob.ok()) return Fail(blob.status());
+    *out = CopyBytes(*blob);
+    *out_size = blob->size();
+    return KVC_OK;
+  });
 }
 
 kvc_status kvc_encode(const kvc_kv* kv, uint32_t token_begin, uint32_t n_tokens, const char* codec_name,
                       const char* level, const char* codec_params, const uint8_t fingerprint[16], uint8_t** out,
                       size_t* out_size) {
-  if (kv == nullptr || codec_name == nullptr || fingerprint == nullptr || out == nullptr || out_size == nullptr) {
-    return NullArgument("argument");
-  }
-  const kvc::Codec* codec = kvc::FindCodec(codec_name);
-  if (codec == nullptr) return Fail(kvc::InvalidArgument(std::string("unknown codec '") + codec_name + "'"));
-  const uint32_t total = kv->cache.shape().n_tokens;
-  if (token_begin > total) return Fail(kvc::InvalidArgument("token_begin beyond the cache"));
-  auto view = kv->cache.View(token_begin, n_tokens == 0 ? total - token_begin : n_tokens);
-  if (!view.ok()) return Fail(view.status());
-  kvc::EncodeOptions options;
-  if (level != nullptr) options.level = level;
-  auto params = ParseParams(codec_params);
-  if (!params.ok()) return Fail(params.status());
-  options.params = std::move(params).value();
-  kvc::ModelFingerprint fp;
-  std::memcpy(fp.data(), fingerprint, 16);
-  const kvc::CodecContext context{&Calibrations(), &fp, nullptr};
-  auto bytes = kvc::EncodeKvc(*codec, *view, options, fp, token_begin, context);
-  if (!bytes.ok()) return Fail(bytes.status());
-  *out = CopyBytes(*bytes);
-  *out_size = bytes->size();
-  return KVC_OK;
+  return Guard([&]() -> kvc_status {
+    if (kv == nullptr || codec_name == nullptr || fingerprint == nullptr || out == nullptr || out_size == nullptr) {
+      return NullArgument("argument");
+    }
+    const kvc::Codec* codec = kvc::FindCodec(codec_name);
+    if (codec == nullptr) return Fail(kvc::InvalidArgument(std::string("unknown codec '") + codec_name + "'"));
+    const uint32_t total = kv->cache.shape().n_tokens;
+    if (token_begin > total) return Fail(kvc::InvalidArgument("token_begin beyond the cache"));
+    auto view = kv->cache.View(token_begin, n_tokens == 0 ? total - token_begin : n_tokens);
+    if (!view.ok()) return Fail(view.status());
+    kvc::EncodeOptions options;
+    if (level != nullptr) options.level = level;
+    auto params = ParseParams(codec_params);
+    if (!params.ok()) return Fail(params.status());
+    options.params = std::move(params).value();
+    kvc::ModelFingerprint fp;
+    std::memcpy(fp.data(), fingerprint, 16);
+    const kvc::CodecContext context{&Calibrations(), &fp, nullptr};
+    auto bytes = kvc::EncodeKvc(*codec, *view, options, fp, token_begin, context);
+    if (!bytes.ok()) return Fail(bytes.status());
+    *out = CopyBytes(*bytes);
+    *out_size = bytes->size();
+    return KVC_OK;
+  });
 }
 
 kvc_status kvc_decode(const uint8_t* data, size_t size, const uint8_t* expected_fingerprint, kvc_kv** out) {
-  if (data == nullptr || out == nullptr) return NullArgument("data or out");
-  kvc::ModelFingerprint fp;
-  if (expected_fingerprint != nullptr) std::memcpy(fp.data(), expected_fingerprint, 16);
-  const kvc::CodecContext context{&Calibrations(), expected_fingerprint ? &fp : nullptr, nullptr};
-  auto kv = kvc::DecodeKvc(std::span(data, size), expected_fingerprint ? &fp : nullptr, context);
-  if (!kv.ok()) return Fail(kv.status());
-  *out = new kvc_kv{std::move(kv).value()};
-  return KVC_OK;
+  return Guard([&]() -> kvc_status {
+    if (MissingInput(data, size) || out == nullptr) return NullArgument("data or out");
+    kvc::ModelFingerprint fp;
+    if (expected_fingerprint != nullptr) std::memcpy(fp.data(), expected_fingerprint, 16);
+    const kvc::CodecContext context{&Calibrations(), expected_fingerprint ? &fp : nullptr, nullptr};
+    auto kv = kvc::DecodeKvc(std::span(data, size), expected_fingerprint ? &fp : nullptr, context);
+    if (!kv.ok()) return Fail(kv.status());
+    *out = new kvc_kv{std::move(kv).value()};
+    return KVC_OK;
+  });
 }
 
 kvc_status kvc_inspect_json(const uint8_t* data, size_t size, char** out_json) {
-  if (data == nullptr || out_json == nullptr) return NullArgument("data or out_json");
-  auto file = kvc::ReadKvc(std::span(data, size));
-  if (!file.ok()) return Fail(file.status());
-  const kvc::KvcHeader& h = file->header;
-  const kvc::Codec* codec = kvc::FindCodecById(h.codec_id);
-  nlohmann::ordered_json sections = nlohmann::ordered_json::array();
-  for (const auto& s : file->sections) {
-    char tag[16];
-    std::snprintf(tag, sizeof tag, "0x%08x", s.tag);
-    sections.push_back({{"tag", tag}, {"bytes", s.bytes.size()}});
-  }
-  const double ratio = static_cast<double>(h.shape.fp16_bytes()) / static_cast<double>(size);
-  nlohmann::ordered_json j = {{"format_version", kvc::kKvcFormatVersion},
-                              {"file_bytes", size},
-                              {"codec", codec ? codec->info().name : "unknown"},
-                              {"codec_id", h.codec_id},
-                              {"codec_version", h.codec_version},
-                              {"level", h.level},
-                              {"codec_params_bytes", h.codec_params.size()},
-                              {"n_layers", h.shape.n_layers},
-                              {"n_kv_heads", h.shape.n_kv_heads},
-                              {"head_dim", h.shape.head_dim},
-                              {"n_tokens", h.shape.n_tokens},
-                              {"dtype", kvc::DTypeName(h.dtype)},
-                              {"model_fingerprint", kvc::HexString(h.model_fingerprint)},
-                              {"token_begin", h.token_begin},
-                              {"pos_begin", h.pos_begin},
-                              {"bytes_fp16", h.shape.fp16_bytes()},
-                              {"compression_ratio", ratio},
-                              {"sections", sections}};
-  *out_json = CopyString(j.dump(2));
-  return KVC_OK;
+  return Guard([&]() -> kvc_status {
+    if (MissingInput(data, size) || out_json == nullptr) return NullArgument("data or out_json");
+    auto file = kvc::ReadKvc(std::span(data, size));
+    if (!file.ok()) return Fail(file.status());
+    const kvc::KvcHeader& h = file->header;
+    const kvc::Codec* codec = kvc::FindCodecById(h.codec_id);
+    nlohmann::ordered_json sections = nlohmann::ordered_json::array();
+    for (const auto& s : file->sections) {
+      char tag[16];
+      std::snprintf(tag, sizeof tag, "0x%08x", s.tag);
+      sections.push_back({{"tag", tag}, {"bytes", s.bytes.size()}});
+    }
+    const double ratio = static_cast<double>(h.shape.fp16_bytes()) / static_cast<double>(size);
+    nlohmann::ordered_json j = {{"format_version", kvc::kKvcFormatVersion},
+                                {"file_bytes", size},
+                                {"codec", codec ? codec->info().name : "unknown"},
+                                {"codec_id", h.codec_id},
+                                {"codec_version", h.codec_version},
+                                {"level", h.level},
+                                {"codec_params_bytes", h.codec_params.size()},
+                                {"n_layers", h.shape.n_layers},
+                                {"n_kv_heads", h.shape.n_kv_heads},
+                                {"head_dim", h.shape.head_dim},
+                                {"n_tokens", h.shape.n_tokens},
+                                {"dtype", kvc::DTypeName(h.dtype)},
+                                {"model_fingerprint", kvc::HexString(h.model_fingerprint)},
+                                {"token_begin", h.token_begin},
+                                {"pos_begin", h.pos_begin},
+                                {"bytes_fp16", h.shape.fp16_bytes()},
+                                {"compression_ratio", ratio},
+                                {"sections", sections}};
+    *out_json = CopyString(DumpJson(j));
+    return KVC_OK;
+  });
 }
 
 kvc_status kvc_eval_json(const kvc_eval_params* p, char** out_json) {
-  if (p == nullptr || p->model_path == nullptr || out_json == nullptr) return NullArgument("params, model or out");
-  if (!ValidDType(p->cache_type)) return Fail(kvc::InvalidArgument("invalid cache_type"));
-  kvc::EvalOptions o;
-  o.model_path = p->model_path;
-  if (p->text_path) o.text_path = p->text_path;
-  if (p->codec) o.codec = p->codec;
-  if (p->calibration) o.calibration = p->calibration;
-  if (p->level) o.encode.level = p->level;
-  auto params = ParseParams(p->codec_params);
-  if (!params.ok()) return Fail(params.status());
-  o.encode.params = std::move(params).value();
-  if (p->n_docs) o.n_docs = p->n_docs;
-  if (p->ctx) o.ctx = p->ctx;
-  if (p->cont) o.cont = p->cont;
-  o.session.n_threads = p->n_threads;
-  o.session.cache_type = static_cast<kvc::DType>(p->cache_type);
-  o.progress = p->progress != 0;
-  auto report = kvc::RunEval(o);
-  if (!report.ok()) return Fail(report.status());
-  *out_json = CopyString(kvc::EvalReportJson(*report));
-  return KVC_OK;
+  return Guard([&]() -> kvc_status {
+    if (p == nullptr || p->model_path == nullptr || out_json == nullptr) return NullArgument("params, model or out");
+    if (!ValidDType(p->cache_type)) return Fail(kvc::InvalidArgument("invalid cache_type"));
+    kvc::EvalOptions o;
+    o.model_path = p->model_path;
+    if (p->text_path) o.text_path = p->text_path;
+    if (p->codec) o.codec = p->codec;
+    if (p->calibration) o.calibration = p->calibration;
+    if (p->level) o.encode.level = p->level;
+    auto params = ParseParams(p->codec_params);
+    if (!params.ok()) return Fail(params.status());
+    o.encode.params = std::move(params).value();
+    if (p->n_docs) o.n_docs = p->n_docs;
+    if (p->ctx) o.ctx = p->ctx;
+    if (p->cont) o.cont = p->cont;
+    o.session.n_threads = p->n_threads;
+    o.session.cache_type = static_cast<kvc::DType>(p->cache_type);
+    o.progress = p->progress != 0;
+    auto report = kvc::RunEval(o);
+    if (!report.ok()) return Fail(report.status());
+    *out_json = CopyString(kvc::EvalReportJson(*report));
+    return KVC_OK;
+  });
 }
 
 kvc_status kvc_calibration_load(const char* path) {
-  if (path == nullptr) return NullArgument("path");
-  auto loaded = Calibrations().Load(path);
-  return loaded.ok() ? KVC_OK : Fail(loaded.status());
+  return Guard([&]() -> kvc_status {
+    if (path == nullptr) return NullArgument("path");
+    auto loaded = Calibrations().Load(path);
+    return loaded.ok() ? KVC_OK : Fail(loaded.status());
+  });
 }
 
 kvc_status kvc_calibrate_json(const kvc_calibrate_params* p, char** out_json) {
-  if (p == nullptr || p->model_path == nullptr || out_json == nullptr) return NullArgument("params, model or out");
-  kvc::CalibrateOptions o;
-  o.model_path = p->model_path;
-  if (p->text_path) o.text_path = p->text_path;
-  if (p->grouping) {
-    auto grouping = kvc::ParseKvtcGrouping(p->grouping);
-    if (!grouping.ok()) return Fail(grouping.status());
-    o.grouping = *grouping;
-  }
-  if (p->group_size) o.group_size = p->group_size;
-  o.max_tokens = p->max_tokens;
-  if (p->window) o.window = p->window;
-  o.session.n_threads = p->n_threads;
-  o.progress = p->progress != 0;
-  kvc::KvtcCalibration calibration;
-  auto report = kvc::RunCalibrate(o, &calibration);
-  if (!report.ok()) return Fail(report.status());
-  const std::string out = p->out_path ? p->out_path
-                                      : std::filesystem::path(o.model_path).replace_extension(".kvcal").string();
-  kvc::Status saved = kvc::SaveKvcal(calibration, out);
-  if (!saved.ok()) return Fail(saved);
-  auto json = nlohmann::ordered_json::parse(kvc::CalibrateReportJson(*report));
-  json["out"] = out;
-  *out_json = CopyString(json.dump(2));
-  return KVC_OK;
+  return Guard([&]() -> kvc_status {
+    if (p == nullptr || p->model_path == nullptr || out_json == nullptr) return NullArgument("params, model or out");
+    kvc::CalibrateOptions o;
+    o.model_path = p->model_path;
+    if (p->text_path) o.text_path = p->text_path;
+    if (p->grouping) {
+      auto grouping = kvc::ParseKvtcGrouping(p->grouping);
+      if (!grouping.ok()) return Fail(grouping.status());
+      o.grouping = *grouping;
+    }
+    if (p->group_size) o.group_size = p->group_size;
+    o.max_tokens = p->max_tokens;
+    if (p->window) o.window = p->window;
+    o.session.n_threads = p->n_threads;
+    o.progress = p->progress != 0;
+    kvc::KvtcCalibration calibration;
+    auto report = kvc::RunCalibrate(o, &calibration);
+    if (!report.ok()) return Fail(report.status());
+    const std::string out = p->out_path ? p->out_path
+                                        : std::filesystem::path(o.model_path).replace_extension(".kvcal").string();
+    kvc::Status saved = kvc::SaveKvcal(calibration, out);
+    if (!saved.ok()) return Fail(saved);
+    auto json = nlohmann::ordered_json::parse(kvc::CalibrateReportJson(*report));
+    json["out"] = out;
+    *out_json = CopyString(DumpJson(json));
+    return KVC_OK;
+  });
 }
 
 kvc_status kvc_bench_codec_json(const kvc_bench_codec_params* p, char** out_json) {
-  if (p == nullptr || p->model_path == nullptr || out_json == nullptr) return NullArgument("params, model or out");
-  kvc::CodecBenchOptions o;
-  o.model_path = p->model_path;
-  if (p->text_path) o.text_path = p->text_path;
-  if (p->calibration) o.calibration = p->calibration;
-  if (p->codec) o.codec = p->codec;
-  if (p->level) o.encode.level = p->level;
-  auto params = ParseParams(p->codec_params);
-  if (!params.ok()) return Fail(params.status());
-  o.encode.params = std::move(params).value();
-  if (p->ctx) o.ctx = p->ctx;
-  if (p->chunk) o.chunk = p->chunk;
-  o.threads = p->n_threads;
-  if (p->min_seconds > 0) o.min_seconds = p->min_seconds;
-  auto report = kvc::RunCodecBench(o);
-  if (!report.ok()) return Fail(report.status());
-  *out_json = CopyString(kvc::CodecBenchReportJson(*report));
-  return KVC_OK;
+  return Guard([&]() -> kvc_status {
+    if (p == nullptr || p->model_path == nullptr || out_json == nullptr) return NullArgument("params, model or out");
+    kvc::CodecBenchOptions o;
+    o.model_path = p->model_path;
+    if (p->text_path) o.text_path = p->text_path;
+    if (p->calibration) o.calibration = p->calibration;
+    if (p->codec) o.codec = p->codec;
+    if (p->level) o.encode.level = p->level;
+    auto params = ParseParams(p->codec_params);
+    if (!params.ok()) return Fail(params.status());
+    o.encode.params = std::move(params).value();
+    if (p->ctx) o.ctx = p->ctx;
+    if (p->chunk) o.chunk = p->chunk;
+    o.threads = p->n_threads;
+    if (p->min_seconds > 0) o.min_seconds = p->min_seconds;
+    auto report = kvc::RunCodecBench(o);
+    if (!report.ok()) return Fail(report.status());
+    *out_json = CopyString(kvc::CodecBenchReportJson(*report));
+    return KVC_OK;
+  });
 }
 
 kvc_status kvc_run_json(const kvc_run_params* p, char** out_json) {
-  if (p == nullptr || p->model_path == nullptr || p->prompt == nullptr || out_json == nullptr) {
-    return NullArgument("params, model, prompt or out");
-  }
-  kvc::RunOptions o;
-  o.model_path = p->model_path;
-  o.prompt = p->prompt;
-  if (p->store_url) o.store_url = p->store_url;
-  if (p->codec) o.codec = p->codec;
-  o.levels = SplitList(p->levels);
-  if (p->calibration) o.calibration = p->calibration;
-  if (p->link_gbps < 0) return Fail(kvc::InvalidArgument("link rate must not be negative"));
-  o.link_gbps = p->link_gbps;
-  if (p->chunk_tokens) o.chunk_tokens = p->chunk_tokens;
-  o.n_generate = p->n_generate;
-  o.threads = p->n_threads;
-  o.store_new_chunks = p->no_store == 0;
-  o.reuse = p->no_reuse == 0;
-  auto report = kvc::RunJob(o);
-  if (!report.ok()) return Fail(report.status());
-  *out_json = CopyString(kvc::RunReportJson(*report));
-  return KVC_OK;
+  return Guard([&]() -> kvc_status {
+    if (p == nullptr || p->model_path == nullptr || p->prompt == nullptr || out_json == nullptr) {
+      return NullArgument("params, model, prompt or out");
+    }
+    kvc::RunOptions o;
+    o.model_path = p->model_path;
+    o.prompt = p->prompt;
+    if (p->store_url) o.store_url = p->store_url;
+    if (p->codec) o.codec = p->codec;
+    o.levels = SplitList(p->levels);
+    if (p->calibration) o.calibration = p->calibration;
+    if (p->link_gbps < 0) return Fail(kvc::InvalidArgument("link rate must not be negative"));
+    o.link_gbps = p->link_gbps;
+    if (p->chunk_tokens) o.chunk_tokens = p->chunk_tokens;
+    o.n_generate = p->n_generate;
+    o.threads = p->n_threads;
+    o.store_new_chunks = p->no_store == 0;
+    o.reuse = p->no_reuse == 0;
+    auto report = kvc::RunJob(o);
+    if (!report.ok()) return Fail(report.status());
+    *out_json = CopyString(kvc::RunReportJson(*report));
+    return KVC_OK;
+  });
 }
 
 kvc_status kvc_server_create(const kvc_serve_params* p, kvc_server** out) {
-  if (p == nullptr || p->model_path == nullptr || out == nullptr) return NullArgument("params, model or out");
-  kvc::ServerOptions o;
-  o.model_path = p->model_path;
-  if (p->store_url) o.store_url = p->store_url;
-  if (p->codec) o.codec = p->codec;
-  if (p->calibration) o.calibration = p->calibration;
-  if (p->host) o.host = p->host;
-  if (p->port < 0 || p->port > 65535) return Fail(kvc::InvalidArgument("port outside 0..65535"));
-  o.port = p->port;
-  if (p->link_gbps < 0) return Fail(kvc::InvalidArgument("link rate must not be negative"));
-  o.link_gbps = p->link_gbps;
-  if (p->n_ctx) o.n_ctx = p->n_ctx;
-  if (p->default_max_tokens) o.default_max_tokens = p->default_max_tokens;
-  o.threads = p->n_threads;
-  if (p->n_parallel < 0 || p->n_fetch_threads < 0) return Fail(kvc::InvalidArgument("parallel and fetch threads must not be negative"));
-  if (p->n_parallel) o.parallel = p->n_parallel;
-  if (p->n_fetch_threads) o.fetch_threads = p->n_fetch_threads;
-  if (p->scheduler) {
-    auto scheduler = kvc::ParseScheduler(p->scheduler);
-    if (!scheduler.ok()) return Fail(scheduler.status());
-    o.scheduler = *scheduler;
-  }
-  o.reuse = p->no_reuse == 0;
-  auto server = kvc::CompletionServer::Create(o);
-  if (!server.ok()) return Fail(server.status());
-  *out = new kvc_server{std::move(*server)};
-  return KVC_OK;
+  return Guard([&]() -> kvc_status {
+    if (p == nullptr || p->model_path == nullptr || out == nullptr) return NullArgument("params, model or out");
+    kvc::ServerOptions o;
+    o.model_path = p->model_path;
+    if (p->store_url) o.store_url = p->store_url;
+    if (p->codec) o.codec = p->codec;
+    if (p->calibration) o.calibration = p->calibration;
+    if (p->host) o.host = p->host;
+    if (p->port < 0 || p->port > 65535) return Fail(kvc::InvalidArgument("port outside 0..65535"));
+    o.port = p->port;
+    if (p->link_gbps < 0) return Fail(kvc::InvalidArgument("link rate must not be negative"));
+    o.link_gbps = p->link_gbps;
+    if (p->n_ctx) o.n_ctx = p->n_ctx;
+    if (p->default_max_tokens) o.default_max_tokens = p->default_max_tokens;
+    o.threads = p->n_threads;
+    if (p->n_parallel < 0 || p->n_fetch_threads < 0) return Fail(kvc::InvalidArgument("parallel and fetch threads must not be negative"));
+    if (p->n_parallel) o.parallel = p->n_parallel;
+    if (p->n_fetch_threads) o.fetch_threads = p->n_fetch_threads;
+    if (p->scheduler) {
+      auto scheduler = kvc::ParseScheduler(p->scheduler);
+      if (!scheduler.ok()) return Fail(scheduler.status());
+      o.scheduler = *scheduler;
+    }
+    o.reuse = p->no_reuse == 0;
+    auto server = kvc::CompletionServer::Create(o);
+    if (!server.ok()) return Fail(server.status());
+    *out = new kvc_server{std::move(*server)};
+    return KVC_OK;
+  });
 }
 
 kvc_status kvc_server_start(kvc_server* server) {
-  if (server == nullptr) return NullArgument("server");
-  if (kvc::Status s = server->server->Start(); !s.ok()) return Fail(s);
-  return KVC_OK;
+  return Guard([&]() -> kvc_status {
+    if (server == nullptr) return NullArgument("server");
+    if (kvc::Status s = server->server->Start(); !s.ok()) return Fail(s);
+    return KVC_OK;
+  });
 }
 
 int32_t kvc_server_port(const kvc_server* server) { return server == nullptr ? -1 : server->server->port(); }
 
 void kvc_server_stop(kvc_server* server) {
-  if (server != nullptr) server->server->Stop();
+  GuardVoid([&] {
+    if (server != nullptr) server->server->Stop();
+  });
 }
 
-void kvc_server_free(kvc_server* server) { delete server; }
+void kvc_server_free(kvc_server* server) {
+  GuardVoid([&] { delete server; });
+}
 
 kvc_status kvc_bench_ttft_json(const kvc_bench_ttft_params* p, char** out_json) {
-  if (p == nullptr || p->model_path == nullptr || out_json == nullptr) return NullArgument("params, model or out");
-  kvc::TtftBenchOptions o;
-  o.model_path = p->model_path;
-  if (p->text_path) o.text_path = p->text_path;
-  if (p->calibration) o.calibration = p->calibration;
-  o.codecs = SplitList(p->codecs);
-  if (p->link_gbps) {
-    o.link_gbps.clear();
-    for (const std::string& g : SplitList(p->link_gbps)) {
-      char* end = nullptr;
-      const double v = std::strtod(g.c_str(), &end);
-      if (end == g.c_str() || *end != '\0' || !(v > 0)) {
-        return Fail(kvc::InvalidArgument("link rate '" + g + "' is not a positive number of Gbps"));
+  return Guard([&]() -> kvc_status {
+    if (p == nullptr || p->model_path == nullptr || out_json == nullptr) return NullArgument("params, model or out");
+    kvc::TtftBenchOptions o;
+    o.model_path = p->model_path;
+    if (p->text_path) o.text_path = p->text_path;
+    if (p->calibration) o.calibration = p->calibration;
+    o.codecs = SplitList(p->codecs);
+    if (p->link_gbps) {
+      o.link_gbps.clear();
+      for (const std::string& g : SplitList(p->link_gbps)) {
+        char* end = nullptr;
+        const double v = std::strtod(g.c_str(), &end);
+        if (end == g.c_str() || *end != '\0' || !(v > 0)) {
+          return Fail(kvc::InvalidArgument("link rate '" + g + "' is not a positive number of Gbps"));
+        }
+        o.link_gbps.push_back(v);
       }
-      o.link_gbps.push_back(v);
     }
-  }
-  if (p->prompt_tokens) o.prompt_tokens = p->prompt_tokens;
-  if (p->chunk_tokens) o.chunk_tokens = p->chunk_tokens;
-  if (p->repeats) o.repeats = p->repeats;
-  o.threads = p->n_threads;
-  o.progress = p->quiet == 0;
-  auto report = kvc::RunTtftBenchJson(o);
-  if (!report.ok()) return Fail(report.status());
-  *out_json = CopyString(*report);
-  return KVC_OK;
+    if (p->prompt_tokens) o.prompt_tokens = p->prompt_tokens;
+    if (p->chunk_tokens) o.chunk_tokens = p->chunk_tokens;
+    if (p->repeats) o.repeats = p->repeats;
+    o.threads = p->n_threads;
+    o.progress = p->quiet == 0;
+    auto report = kvc::RunTtftBenchJson(o);
+    if (!report.ok()) return Fail(report.status());
+    *out_json = CopyString(*report);
+    return KVC_OK;
+  });
 }
 
 kvc_status kvc_bench_video_json(const kvc_bench_video_params* p, char** out_json) {
-  if (p == nullptr || p->model_path == nullptr || out_json == nullptr) return NullArgument("params, model or out");
-  kvc::VideoAblationOptions o;
-  o.model_path = p->model_path;
-  if (p->text_path) o.text_path = p->text_path;
-  if (p->preset) o.preset = p->preset;
-  if (p->ctx) o.ctx = p->ctx;
-  if (p->chunk) o.chunk = p->chunk;
-  if (p->min_seconds > 0) o.min_seconds = p->min_seconds;
-  o.progress = p->quiet == 0;
-  auto report = kvc::RunVideoAblationJson(o);
-  if (!report.ok()) return Fail(report.status());
-  *out_json = CopyString(*report);
-  return KVC_OK;
+  return Guard([&]() -> kvc_status {
+    if (p == nullptr || p->model_path == nullptr || out_json == nullptr) return NullArgument("params, model or out");
+    kvc::VideoAblationOptions o;
+    o.model_path = p->model_path;
+    if (p->text_path) o.text_path = p->text_path;
+    if (p->preset) o.preset = p->preset;
+    if (p->ctx) o.ctx = p->ctx;
+    if (p->chunk) o.chunk = p->chunk;
+    if (p->min_seconds > 0) o.min_seconds = p->min_seconds;
+    o.progress = p->quiet == 0;
+    auto report = kvc::RunVideoAblationJson(o);
+    if (!report.ok()) return Fail(report.status());
+    *out_json = CopyString(*report);
+    return KVC_OK;
+  });
 }
 
 kvc_status kvc_bench_serve_json(const kvc_bench_serve_params* p, char** out_json) {
-  if (p == nullptr || p->model_path == nullptr || out_json == nullptr) return NullArgument("params, model or out");
-  kvc::ServeBenchOptions o;
-  o.model_path = p->model_path;
-  if (p->text_path) o.text_path = p->text_path;
-  if (p->calibration) o.calibration = p->calibration;
-  if (p->codec) o.codec = p->codec;
-  if (p->configs) o.configs = SplitList(p->configs);
-  if (p->url) o.url = p->url;
-  if (p->link_gbps < 0 || p->rate < 0 || p->shared_fraction < 0 || p->shared_fraction > 1) {
-    return Fail(kvc::InvalidArgument("link rate and request rate must not be negative, shared fraction in 0..1"));
-  }
-  if (p->n_parallel < 0 || p->n_fetch_threads < 0) return Fail(kvc::InvalidArgument("parallel and fetch threads must not be negative"));
-  o.link_gbps = p->link_gbps;
-  if (p->rate > 0) o.rate = p->rate;
-  if (p->shared_fraction > 0) o.shared_fraction = p->shared_fraction;
-  if (p->requests) o.requests = p->requests;
-  if (p->prefixes) o.prefixes = p->prefixes;
-  if (p->prefix_tokens) o.prefix_tokens = p->prefix_tokens;
-  if (p->suffix_tokens) o.suffix_tokens = p->suffix_tokens;
-  if (p->unique_tokens) o.unique_tokens = p->unique_tokens;
-  if (p->max_tokens) o.max_tokens = p->max_tokens;
-  if (p->n_parallel) o.parallel = p->n_parallel;
-  if (p->n_fetch_threads) o.fetch_threads = p->n_fetch_threads;
-  o.threads = p->n_threads;
-  if (p->seed) o.seed = p->seed;
-  o.plan_recompute = p->plan_recompute != 0;
-  o.progress = p->quiet == 0;
-  auto report = kvc::RunServeBenchJson(o);
-  if (!report.ok()) return Fail(report.status());
-  *out_json = CopyString(*report);
-  return KVC_OK;
+  return Guard([&]() -> kvc_status {
+    if (p == nullptr || p->model_path == nullptr || out_json == nullptr) return NullArgument("params, model or out");
+    kvc::ServeBenchOptions o;
+    o.model_path = p->model_path;
+    if (p->text_path) o.text_path = p->text_path;
+    if (p->calibration) o.calibration = p->calibration;
+    if (p->codec) o.codec = p->codec;
+    if (p->configs) o.configs = SplitList(p->configs);
+    if (p->url) o.url = p->url;
+    if (p->link_gbps < 0 || p->rate < 0 || p->shared_fraction < 0 || p->shared_fraction > 1) {
+      return Fail(kvc::InvalidArgument("link rate and request rate must not be negative, shared fraction in 0..1"));
+    }
+    if (p->n_parallel < 0 || p->n_fetch_threads < 0) return Fail(kvc::InvalidArgument("parallel and fetch threads must not be negative"));
+    o.link_gbps = p->link_gbps;
+    if (p->rate > 0) o.rate = p->rate;
+    if (p->shared_fraction > 0) o.shared_fraction = p->shared_fraction;
+    if (p->requests) o.requests = p->requests;
+    if (p->prefixes) o.prefixes = p->prefixes;
+    if (p->prefix_tokens) o.prefix_tokens = p->prefix_tokens;
+    if (p->suffix_tokens) o.suffix_tokens = p->suffix_tokens;
+    if (p->unique_tokens) o.unique_tokens = p->unique_tokens;
+    if (p->max_tokens) o.max_tokens = p->max_tokens;
+    if (p->n_parallel) o.parallel = p->n_parallel;
+    if (p->n_fetch_threads) o.fetch_threads = p->n_fetch_threads;
+    o.threads = p->n_threads;
+    if (p->seed) o.seed = p->seed;
+    o.plan_recompute = p->plan_recompute != 0;
+    o.progress = p->quiet == 0;
+    auto report = kvc::RunServeBenchJson(o);
+    if (!report.ok()) return Fail(report.status());
+    *out_json = CopyString(*report);
+    return KVC_OK;
+  });
 }
 
 }  // extern "C"
