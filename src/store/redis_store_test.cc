@@ -8,6 +8,7 @@
 
 #include "store/redis_test_server.h"
 #include "store/store_contract.h"
+#include "store/stored_object.h"
 
 namespace kvc {
 namespace {
@@ -49,11 +50,22 @@ Result<std::unique_ptr<Store>> OpenEmptyClusterStore(const StoreOptions& options
   return OpenStore("redis-cluster://" + cluster->SeedList(), options);
 }
 
+uint64_t CrcSealed(std::string_view name, uint64_t payload) {
+  return payload + StoredObjectOverhead(name, ObjectSeal::kCrc32c);
+}
+uint64_t HmacSealed(std::string_view name, uint64_t payload) {
+  return payload + StoredObjectOverhead(name, ObjectSeal::kHmacSha256);
+}
+
+// As OpenStore gives them: objects bound to their names, with and without a secret.
 INSTANTIATE_TEST_SUITE_P(
     Redis, StoreContract,
-    ::testing::Values(StoreFactory{"redis", [](uint64_t) { return OpenEmptyServerStore(); }, /*bounded=*/false},
+    ::testing::Values(StoreFactory{"redis", [](uint64_t) { return OpenEmptyServerStore(); }, /*bounded=*/false,
+                                   CrcSealed},
+                      StoreFactory{"redis_secret", [](uint64_t) { return OpenEmptyServerStore({.secret = "s3cret"}); },
+                                   /*bounded=*/false, HmacSealed},
                       StoreFactory{"redis_cluster", [](uint64_t) { return OpenEmptyClusterStore(); },
-                                   /*bounded=*/false}),
+                                   /*bounded=*/false, CrcSealed}),
     StoreFactoryName);
 
 // Unwraps a Result in a test, failing it with the status when there is none.
@@ -101,15 +113,23 @@ TEST(RedisStore, ObjectsAreKvcPrefixedStringsAndStatsCountOnlyThose) {
   ASSERT_OK_AND_ASSIGN(RedisTestServer * server, SharedServer());
   EXPECT_EQ(store->url(), "redis://" + server->address());
   ASSERT_OK(store->Put("a", Bytes(100, 1)));
+  // The value is the object in its envelope (stored_object.h), and the bare backend stores bytes
+  // as given.
   ASSERT_OK_AND_ASSIGN(const std::string raw, server->Command({"GET", KeyOf("a")}));
+  const std::vector<uint8_t> sealed = SealStoredObject("a", Bytes(100, 1), "").value();
+  EXPECT_EQ(raw, std::string(sealed.begin(), sealed.end()));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> bare, OpenBackendStore("redis://" + server->address()));
+  ASSERT_OK(bare->Put("bare", Bytes(100, 1)));
+  ASSERT_OK_AND_ASSIGN(const std::string raw_bare, server->Command({"GET", KeyOf("bare")}));
   const std::vector<uint8_t> expected = Bytes(100, 1);
-  EXPECT_EQ(raw, std::string(expected.begin(), expected.end()));
+  EXPECT_EQ(raw_bare, std::string(expected.begin(), expected.end()));
+  ASSERT_OK(bare->Delete("bare"));
   // Someone else's data in the same database, and a non-string under our prefix.
   ASSERT_OK(server->Command({"SET", "other:key", "12345"}).status());
   ASSERT_OK(server->Command({"HSET", KeyOf("not-ours"), "field", "value"}).status());
   ASSERT_OK_AND_ASSIGN(const StoreStats stats, store->Stats());
   EXPECT_EQ(stats.objects, 1u);
-  EXPECT_EQ(stats.bytes, 100u);
+  EXPECT_EQ(stats.bytes, sealed.size());
   EXPECT_EQ(stats.evictions, 0u);
   // A reply of the wrong type is an error that names it, not a crash or garbage bytes.
   const Result<std::vector<uint8_t>> wrong = store->Get("not-ours");
@@ -271,7 +291,9 @@ TEST(RedisCluster, KeysSpreadOverEveryMasterAndEachSitsWhereItsSlotSays) {
   for (size_t i = 0; i < names.size(); ++i) EXPECT_EQ(got[i].value(), Bytes(50, static_cast<uint32_t>(i))) << i;
   ASSERT_OK_AND_ASSIGN(const StoreStats stats, store->Stats());
   EXPECT_EQ(stats.objects, names.size());
-  EXPECT_EQ(stats.bytes, 50 * names.size());
+  uint64_t stored = 0;
+  for (const std::string& name : names) stored += CrcSealed(name, 50);
+  EXPECT_EQ(stats.bytes, stored);
 }
 
 TEST(RedisCluster, FollowsMovedWhenASlotChangesOwner) {
@@ -387,6 +409,37 @@ TEST(RedisCluster, AStandaloneServerIsNotACluster) {
   const auto store = OpenStore("redis-cluster://" + server->address(), {.timeout_ms = 300});
   EXPECT_EQ(store.status().code(), StatusCode::kIoError);
   EXPECT_NE(store.status().message().find("cluster support disabled"), std::string::npos) << store.status().ToString();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Objects bound to their names on a shared server
+
+// Anyone who can write to the server can copy one prompt's chunk over another's: without a
+// secret the copy is caught by its name, with one so is any object the writer makes itself.
+TEST(RedisStore, AWriterOnTheSameServerCannotPoisonAChunk) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenEmptyServerStore({.secret = "shared"}));
+  ASSERT_OK_AND_ASSIGN(RedisTestServer * server, SharedServer());
+  const std::string victim = "00000000000000000000000000000001.kvtc.16";
+  const std::string source = "00000000000000000000000000000002.kvtc.16";
+  ASSERT_OK(store->Put(victim, Bytes(300, 1)));
+  ASSERT_OK(store->Put(source, Bytes(300, 2)));
+  // A raw copy on the server (what any client can do), then objects made without the secret.
+  ASSERT_OK_AND_ASSIGN(const std::string copied, server->Command({"GET", KeyOf(source)}));
+  ASSERT_OK(server->Command({"SET", KeyOf(victim), copied}).status());
+  Status s = store->Get(victim).status();
+  EXPECT_EQ(s.code(), StatusCode::kCorrupt);
+  EXPECT_EQ(s.message(), "stored object holds chunk '" + source + "', read as '" + victim + "'");
+  for (const std::string secret : {"", "a guess"}) {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> writer,
+                         OpenStore("redis://" + server->address(), {.secret = secret}));
+    ASSERT_OK(writer->Put(victim, Bytes(300, 3)));
+    s = store->Get(victim).status();
+    EXPECT_EQ(s.code(), StatusCode::kCorrupt) << secret;
+    EXPECT_NE(s.message().find("not authenticated by this store's secret"), std::string::npos) << s.ToString();
+  }
+  const auto got = store->GetMany(std::vector<std::string>{victim, source});
+  EXPECT_EQ(got[0].status().code(), StatusCode::kCorrupt);
+  EXPECT_EQ(got[1].value(), Bytes(300, 2));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "store/bound_store.h"
 #include "store/disk_store.h"
 #include "store/memory_store.h"
 #include "store/redis_store.h"
@@ -27,8 +28,8 @@ Result<std::vector<bool>> Store::ExistsMany(std::span<const std::string> names) 
 }
 
 Status CheckObjectName(std::string_view name) {
-  if (name.empty() || name.size() > 200) {
-    return InvalidArgument(FormatMessage("object name of %zu characters (1..200)", name.size()));
+  if (name.empty() || name.size() > kMaxObjectNameBytes) {
+    return InvalidArgument(FormatMessage("object name of %zu characters (1..%zu)", name.size(), kMaxObjectNameBytes));
   }
   for (char c : name) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
@@ -48,7 +49,7 @@ std::string DefaultStoreUrl() {
   return std::string("dir://") + (home != nullptr && *home != '\0' ? home : "/tmp") + "/.cache/kvcodec/store";
 }
 
-Result<std::unique_ptr<Store>> OpenStore(std::string_view url, const StoreOptions& options) {
+Result<std::unique_ptr<Store>> OpenBackendStore(std::string_view url, const StoreOptions& options) {
   auto strip = [&](std::string_view scheme) -> std::optional<std::string_view> {
     if (url.substr(0, scheme.size()) == scheme) return url.substr(scheme.size());
     return std::nullopt;
@@ -83,6 +84,11 @@ Result<std::unique_ptr<Store>> OpenStore(std::string_view url, const StoreOption
   }
   return InvalidArgument("unknown store URL '" + std::string(url) +
                          "' (mem://, dir:///path, redis://host:port, redis-cluster://host:port,...)");
+}
+
+Result<std::unique_ptr<Store>> OpenStore(std::string_view url, const StoreOptions& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Store> backend, OpenBackendStore(url, options));
+  return MakeBoundStore(std::move(backend), options.secret);
 }
 
 }  // namespace kvc
