@@ -3,8 +3,9 @@
 //   mem://                         in-process, LRU bounded by compressed bytes
 //   dir:///path                    local disk, the embedded default (atomic, crash-safe, shared
 //                                  by processes, LRU bounded by bytes)
-//   redis://host:port              one Redis server
-//   redis-cluster://h:p,h:p,...    a Redis Cluster (slot routing, MOVED/ASK redirects)
+//   redis://[user[:password]@]host:port            one Redis server
+//   redis-cluster://[user[:password]@]h:p,h:p,...  a Redis Cluster (slot routing, MOVED/ASK
+//                                                  redirects; one credential for every node)
 // Objects are opaque bytes under names made by chunk_key.h. OpenStore seals each in an envelope
 // that binds it to its name (stored_object.h, bound_store.h). Every backend is safe to call from
 // several threads at once.
@@ -67,7 +68,8 @@ class Store {
 
 // Opens a store by URL (forms above), every object bound to its name and sealed with
 // options.secret (bound_store.h). kInvalidArgument for a malformed or unknown URL; kIoError when
-// the backend cannot be reached or created.
+// the backend cannot be reached or created (or a Redis server refuses the credentials). Neither
+// the store's url() nor any message repeats a password from the URL.
 Result<std::unique_ptr<Store>> OpenStore(std::string_view url, const StoreOptions& options = {});
 
 // The backend alone, objects stored as given (no envelope, options.secret unused): for tests and
