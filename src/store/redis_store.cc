@@ -180,9 +180,10 @@ Result<std::string> PercentDecode(std::string_view text, const char* what) {
     const int high = i + 2 < text.size() ? HexDigit(text[i + 1]) : -1;
     const int low = i + 2 < text.size() ? HexDigit(text[i + 2]) : -1;
     if (high < 0 || low < 0) {
-      return InvalidArgument(FormatMessage("redis URL: a '%%' in the %s is not followed by two hex digits "
-                                           "(write %%25 for '%%')",
-                                           what));
+      return InvalidArgument(
+          FormatMessage("redis URL: a '%%' in the %s is not followed by two hex digits "
+                        "(write %%25 for '%%')",
+                        what));
     }
     out += static_cast<char>(high * 16 + low);
     i += 2;

@@ -430,8 +430,7 @@ TEST(RedisStore, AWriterOnTheSameServerCannotPoisonAChunk) {
   EXPECT_EQ(s.code(), StatusCode::kCorrupt);
   EXPECT_EQ(s.message(), "stored object holds chunk '" + source + "', read as '" + victim + "'");
   for (const std::string secret : {"", "a guess"}) {
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> writer,
-                         OpenStore("redis://" + server->address(), {.secret = secret}));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> writer, OpenStore("redis://" + server->address(), {.secret = secret}));
     ASSERT_OK(writer->Put(victim, Bytes(300, 3)));
     s = store->Get(victim).status();
     EXPECT_EQ(s.code(), StatusCode::kCorrupt) << secret;
@@ -508,8 +507,8 @@ TEST(RedisAuth, WrongOrMissingCredentialsAreClearErrorsThatNeverShowThePassword)
   // Malformed credentials, and URLs that fail for other reasons, never quote the password.
   for (const std::string& url :
        {"redis://alice@" + address, "redis://:@" + address, "redis://@" + address, "redis://:bad%zzsecret@" + address,
-        "redis://:badsecret%4@" + address, "rediss://:badsecret@" + address, std::string("redis-cluster://:badsecret@a:1,,b:2"),
-        "redis://:badsecret@" + address + "/0"}) {
+        "redis://:badsecret%4@" + address, "rediss://:badsecret@" + address,
+        std::string("redis-cluster://:badsecret@a:1,,b:2"), "redis://:badsecret@" + address + "/0"}) {
     const auto store = OpenStore(url, {.timeout_ms = 300});
     EXPECT_EQ(store.status().code(), StatusCode::kInvalidArgument) << url << ": " << store.status().ToString();
     EXPECT_EQ(store.status().message().find("badsecret"), std::string::npos) << store.status().ToString();

@@ -408,8 +408,8 @@ Status RedisTestCluster::BeginMigration(int slot, size_t to) {
 
 Status RedisTestCluster::MigrateKey(int slot, const std::string& key, size_t to) {
   const size_t from = OwnerOf(slot);
-  std::vector<std::string> command = {"MIGRATE", "127.0.0.1", std::to_string(nodes_[to]->port()), key, "0",
-                                      std::to_string(kAdminTimeoutMs)};
+  std::vector<std::string> command = {"MIGRATE", "127.0.0.1", std::to_string(nodes_[to]->port()),
+                                      key,       "0",         std::to_string(kAdminTimeoutMs)};
   // The receiving node wants the password too.
   if (!password_.empty()) {
     command.emplace_back("AUTH");

@@ -122,8 +122,16 @@ TEST(StoredObject, RoundTripsWithAndWithoutASecret) {
 TEST(StoredObject, LayoutIsAsDocumented) {
   const std::vector<uint8_t> payload = {0xde, 0xad};
   const std::vector<uint8_t> object = SealStoredObject("ab.c", payload, "").value();
-  const std::vector<uint8_t> head = {'K', 'V', 'C', 'O', 1, 0, 0, 0, 1, 0, 0, 0, 4, 0, 0, 0, 'a', 'b', '.', 'c',
-                                     2,   0,   0,   0,   0, 0, 0, 0, 0xde, 0xad};
+  // clang-format off
+  const std::vector<uint8_t> head = {
+      'K', 'V', 'C', 'O',        // magic
+      1, 0, 0, 0,                // version
+      1, 0, 0, 0,                // seal: CRC32C
+      4, 0, 0, 0,                // name length
+      'a', 'b', '.', 'c',        // name
+      2, 0, 0, 0, 0, 0, 0, 0,    // payload length
+      0xde, 0xad};               // payload
+  // clang-format on
   ASSERT_EQ(object.size(), head.size() + 4);
   EXPECT_EQ(std::vector<uint8_t>(object.begin(), object.begin() + head.size()), head);
   const uint32_t crc = Crc32c(head.data(), head.size());
