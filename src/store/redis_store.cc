@@ -119,6 +119,12 @@ struct Answer {
 };
 
 Status UnexpectedReply(const Answer& answer, std::string_view command) {
+  const redisReply* r = answer.reply.get();
+  if (r != nullptr && r->type == REDIS_REPLY_ERROR && ReplyText(*r).starts_with("NOAUTH")) {
+    return IoError("redis " + answer.server + ": " + std::string(command) +
+                   ": the server requires authentication (NOAUTH); put the credentials in the URL: "
+                   "redis://[user]:password@host:port");
+  }
   return IoError("redis " + answer.server + ": " + std::string(command) + " answered " +
                  DescribeReply(answer.reply.get()));
 }
@@ -153,13 +159,82 @@ std::string_view AsText(std::span<const uint8_t> bytes) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Credentials
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// `what` names the part ("user", "password"); the text itself is never quoted.
+Result<std::string> PercentDecode(std::string_view text, const char* what) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out += text[i];
+      continue;
+    }
+    const int high = i + 2 < text.size() ? HexDigit(text[i + 1]) : -1;
+    const int low = i + 2 < text.size() ? HexDigit(text[i + 2]) : -1;
+    if (high < 0 || low < 0) {
+      return InvalidArgument(
+          FormatMessage("redis URL: a '%%' in the %s is not followed by two hex digits "
+                        "(write %%25 for '%%')",
+                        what));
+    }
+    out += static_cast<char>(high * 16 + low);
+    i += 2;
+  }
+  return out;
+}
+
+// For url(): a user name that reads back as itself.
+std::string PercentEncode(std::string_view text) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (const char c : text) {
+    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                       c == '_' || c == '-' || c == '~';
+    if (plain) {
+      out += c;
+    } else {
+      const auto b = static_cast<uint8_t>(c);
+      out += '%';
+      out += kHex[b >> 4];
+      out += kHex[b & 15];
+    }
+  }
+  return out;
+}
+
+std::string UserPrefix(const RedisCredentials& credentials) {
+  return credentials.user.empty() ? std::string() : PercentEncode(credentials.user) + "@";
+}
+
+// A server's reply quoted in an error, with any occurrence of the password blanked out: no
+// server should echo it, but a message must not depend on that.
+std::string QuoteWithout(std::string_view text, const std::string& password) {
+  std::string scrubbed(text);
+  if (!password.empty()) {
+    for (size_t at = scrubbed.find(password); at != std::string::npos; at = scrubbed.find(password, at + 3)) {
+      scrubbed.replace(at, password.size(), "***");
+    }
+  }
+  return Quote(scrubbed);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Connections
 
 // One TCP connection; not thread-safe (a Node hands each to one caller at a time).
 class Connection {
  public:
-  Connection(const Endpoint& endpoint, std::string name, uint32_t timeout_ms)
-      : endpoint_(endpoint), name_(std::move(name)), timeout_ms_(timeout_ms) {}
+  Connection(const Endpoint& endpoint, std::string name, uint32_t timeout_ms,
+             std::shared_ptr<const RedisCredentials> credentials)
+      : endpoint_(endpoint), name_(std::move(name)), timeout_ms_(timeout_ms), credentials_(std::move(credentials)) {}
 
   bool connected() const { return context_ != nullptr; }
 
@@ -217,7 +292,36 @@ class Connection {
     if (redisSetTimeout(context_.get(), tv) != REDIS_OK) {
       return Fail(std::string("cannot set timeouts: ") + context_->errstr);
     }
+    if (credentials_ != nullptr && !credentials_->empty()) return Authenticate();
     return Status::Ok();
+  }
+
+  // AUTH [user] password, as the first command of every connection (a restarted server, or one
+  // that closed an idle connection, has forgotten the last one). hiredis's argv form sends each
+  // argument with its length, so a password may hold any byte.
+  Status Authenticate() {
+    const RedisCredentials& c = *credentials_;
+    std::vector<const char*> argv = {"AUTH"};
+    std::vector<size_t> lengths = {4};
+    if (!c.user.empty()) {
+      argv.push_back(c.user.data());
+      lengths.push_back(c.user.size());
+    }
+    argv.push_back(c.password.data());
+    lengths.push_back(c.password.size());
+    const std::string as = c.user.empty() ? std::string("with the password alone (the default user)")
+                                          : "as user " + QuoteWithout(c.user, c.password);
+    Reply reply(static_cast<redisReply*>(
+        redisCommandArgv(context_.get(), static_cast<int>(argv.size()), argv.data(), lengths.data())));
+    if (reply == nullptr) {
+      return Fail("authentication " + as + " got no answer: " +
+                  (context_->errstr[0] != '\0' ? std::string(context_->errstr) : std::string("connection lost")));
+    }
+    if (reply->type == REDIS_REPLY_STATUS && ReplyText(*reply) == "OK") return Status::Ok();
+    const std::string answer = reply->type == REDIS_REPLY_ERROR || reply->type == REDIS_REPLY_STATUS
+                                   ? QuoteWithout(ReplyText(*reply), c.password)
+                                   : DescribeReply(reply.get());
+    return Fail("authentication failed " + as + ": the server answered " + answer);
   }
 
   // A connection that failed may have half a reply in flight; it can never be used again.
@@ -229,14 +333,18 @@ class Connection {
   const Endpoint endpoint_;
   const std::string name_;
   const uint32_t timeout_ms_;
+  const std::shared_ptr<const RedisCredentials> credentials_;
   std::unique_ptr<redisContext, ContextFree> context_;
 };
 
 // One server: a small pool of connections, so that concurrent callers do not queue behind one.
 class Node {
  public:
-  Node(Endpoint endpoint, uint32_t timeout_ms)
-      : endpoint_(std::move(endpoint)), name_(endpoint_.ToString()), timeout_ms_(timeout_ms) {}
+  Node(Endpoint endpoint, uint32_t timeout_ms, std::shared_ptr<const RedisCredentials> credentials)
+      : endpoint_(std::move(endpoint)),
+        name_(endpoint_.ToString()),
+        timeout_ms_(timeout_ms),
+        credentials_(std::move(credentials)) {}
 
   const Endpoint& endpoint() const { return endpoint_; }
   const std::string& name() const { return name_; }
@@ -272,7 +380,7 @@ class Node {
         return c;
       }
     }
-    return std::make_unique<Connection>(endpoint_, name_, timeout_ms_);
+    return std::make_unique<Connection>(endpoint_, name_, timeout_ms_, credentials_);
   }
 
   void Release(std::unique_ptr<Connection> connection) {
@@ -284,6 +392,7 @@ class Node {
   const Endpoint endpoint_;
   const std::string name_;
   const uint32_t timeout_ms_;
+  const std::shared_ptr<const RedisCredentials> credentials_;
   std::mutex mutex_;
   std::vector<std::unique_ptr<Connection>> idle_;
 };
@@ -371,9 +480,10 @@ class Router {
 
 class SingleNodeRouter final : public Router {
  public:
-  explicit SingleNodeRouter(std::shared_ptr<Node> node) : node_(std::move(node)) {}
+  SingleNodeRouter(std::shared_ptr<Node> node, std::string user_prefix)
+      : node_(std::move(node)), user_prefix_(std::move(user_prefix)) {}
 
-  std::string url() const override { return "redis://" + node_->name(); }
+  std::string url() const override { return "redis://" + user_prefix_ + node_->name(); }
 
   std::vector<Result<Answer>> Run(std::span<const KeyedCommand> commands) override {
     std::vector<Result<Answer>> out;
@@ -398,6 +508,7 @@ class SingleNodeRouter final : public Router {
 
  private:
   std::shared_ptr<Node> node_;
+  const std::string user_prefix_;  // "user@" or nothing: never the password
 };
 
 struct Redirect {
@@ -440,14 +551,15 @@ std::optional<Redirect> ParseRedirect(const redisReply* r, const Endpoint& asked
 
 class ClusterRouter final : public Router {
  public:
-  ClusterRouter(std::vector<Endpoint> seeds, uint32_t timeout_ms) : seeds_(std::move(seeds)), timeout_ms_(timeout_ms) {
+  ClusterRouter(std::vector<Endpoint> seeds, uint32_t timeout_ms, std::shared_ptr<const RedisCredentials> credentials)
+      : seeds_(std::move(seeds)), timeout_ms_(timeout_ms), credentials_(std::move(credentials)) {
     slot_owner_.fill(-1);
   }
 
   Status Init() { return RefreshSlotMap(); }
 
   std::string url() const override {
-    std::string url = "redis-cluster://";
+    std::string url = "redis-cluster://" + UserPrefix(*credentials_);
     for (size_t i = 0; i < seeds_.size(); ++i) url += (i ? "," : "") + seeds_[i].ToString();
     return url;
   }
@@ -538,7 +650,7 @@ class ClusterRouter final : public Router {
   int IndexOfLocked(const Endpoint& endpoint) {
     const std::string name = endpoint.ToString();
     if (auto it = node_index_.find(name); it != node_index_.end()) return it->second;
-    nodes_.push_back(std::make_shared<Node>(endpoint, timeout_ms_));
+    nodes_.push_back(std::make_shared<Node>(endpoint, timeout_ms_, credentials_));
     const int index = static_cast<int>(nodes_.size() - 1);
     node_index_.emplace(name, index);
     return index;
@@ -632,6 +744,7 @@ class ClusterRouter final : public Router {
 
   const std::vector<Endpoint> seeds_;
   const uint32_t timeout_ms_;
+  const std::shared_ptr<const RedisCredentials> credentials_;  // the same for every node
   std::atomic<bool> stale_{false};
   std::mutex mutex_;                          // guards everything below
   std::vector<std::shared_ptr<Node>> nodes_;  // every server ever seen; indices stay valid
@@ -786,23 +899,42 @@ uint16_t RedisHashSlot(std::string_view key) {
   return static_cast<uint16_t>(Crc16Xmodem(key) % kRedisClusterSlots);
 }
 
-Result<std::unique_ptr<Store>> OpenRedisStore(const std::string& host_port, const StoreOptions& options) {
+Result<RedisCredentials> ParseRedisUserInfo(std::string_view userinfo) {
+  const size_t colon = userinfo.find(':');
+  if (colon == std::string_view::npos) {
+    return InvalidArgument(
+        "redis URL: credentials without ':' before the '@' (redis://user:password@host:port, or "
+        "redis://:password@host:port for a password alone)");
+  }
+  RedisCredentials c;
+  ASSIGN_OR_RETURN(c.user, PercentDecode(userinfo.substr(0, colon), "user"));
+  ASSIGN_OR_RETURN(c.password, PercentDecode(userinfo.substr(colon + 1), "password"));
+  if (c.empty()) return InvalidArgument("redis URL: empty credentials before the '@'");
+  return c;
+}
+
+Result<std::unique_ptr<Store>> OpenRedisStore(const std::string& host_port, const StoreOptions& options,
+                                              const RedisCredentials& credentials) {
   ASSIGN_OR_RETURN(Endpoint endpoint, ParseEndpoint(host_port));
-  auto node = std::make_shared<Node>(std::move(endpoint), TimeoutOf(options));
+  auto node = std::make_shared<Node>(std::move(endpoint), TimeoutOf(options),
+                                     std::make_shared<const RedisCredentials>(credentials));
   // An unreachable server is reported now rather than at the first Put.
   ASSIGN_OR_RETURN(Answer pong, node->RoundtripOne(Command({"PING"})));
   if (pong.reply->type != REDIS_REPLY_STATUS || ReplyText(*pong.reply) != "PONG") return UnexpectedReply(pong, "PING");
-  return std::unique_ptr<Store>(new RedisStore(std::make_unique<SingleNodeRouter>(std::move(node))));
+  return std::unique_ptr<Store>(
+      new RedisStore(std::make_unique<SingleNodeRouter>(std::move(node), UserPrefix(credentials))));
 }
 
-Result<std::unique_ptr<Store>> OpenRedisClusterStore(std::span<const std::string> seeds, const StoreOptions& options) {
+Result<std::unique_ptr<Store>> OpenRedisClusterStore(std::span<const std::string> seeds, const StoreOptions& options,
+                                                     const RedisCredentials& credentials) {
   if (seeds.empty()) return InvalidArgument("redis-cluster:// needs host:port[,host:port...]");
   std::vector<Endpoint> endpoints;
   for (const std::string& seed : seeds) {
     ASSIGN_OR_RETURN(Endpoint e, ParseEndpoint(seed));
     endpoints.push_back(std::move(e));
   }
-  auto router = std::make_unique<ClusterRouter>(std::move(endpoints), TimeoutOf(options));
+  auto router = std::make_unique<ClusterRouter>(std::move(endpoints), TimeoutOf(options),
+                                                std::make_shared<const RedisCredentials>(credentials));
   RETURN_IF_ERROR(router->Init());
   return std::unique_ptr<Store>(new RedisStore(std::move(router)));
 }

@@ -4,6 +4,10 @@
 // database may hold other data too and Stats counts only ours. Eviction is the server's
 // business (its maxmemory policy); kvcodec never evicts from Redis itself.
 //
+// Credentials (redis://user:password@host:port) are sent with AUTH on every new connection, to
+// every node of a cluster, before anything else; a refused AUTH fails that call with an
+// kIoError "authentication failed" that never repeats the password, and url() leaves it out.
+//
 // Every call has the StoreOptions timeout on connect and on each read and write; a connection
 // that failed or timed out is dropped and the next call opens a new one, so a store outlives a
 // server restart. A connection the server closed while it sat idle is retried once on a fresh
@@ -33,11 +37,26 @@ inline constexpr int kRedisClusterSlots = 16384;
 // A longer chain of redirects means the cluster is misconfigured (or mid-failover), not busy.
 inline constexpr int kRedisMaxRedirects = 5;
 
+// Who a store authenticates as.
+struct RedisCredentials {
+  std::string user;      // empty: the password alone (AUTH password: the default user)
+  std::string password;  // with an empty user too: no AUTH at all
+  bool empty() const { return user.empty() && password.empty(); }
+};
+
+// The user information of a Redis URL, what comes before the '@': "user:password", ":password"
+// or "user:" (an ACL user with an empty password), each part percent-decoded (%40 for '@', %3A for
+// ':', %25 for '%'). kInvalidArgument for a user without ':' (ambiguous: "pass@host" would be
+// taken for a user name), nothing at all, or a bad '%' escape; messages never quote the password.
+Result<RedisCredentials> ParseRedisUserInfo(std::string_view userinfo);
+
 // host:port of one Redis server.
-Result<std::unique_ptr<Store>> OpenRedisStore(const std::string& host_port, const StoreOptions& options);
+Result<std::unique_ptr<Store>> OpenRedisStore(const std::string& host_port, const StoreOptions& options,
+                                              const RedisCredentials& credentials = {});
 
 // Seed nodes of a Redis Cluster (host:port each); the slot map is read from any that answers.
-Result<std::unique_ptr<Store>> OpenRedisClusterStore(std::span<const std::string> seeds, const StoreOptions& options);
+Result<std::unique_ptr<Store>> OpenRedisClusterStore(std::span<const std::string> seeds, const StoreOptions& options,
+                                                     const RedisCredentials& credentials = {});
 
 // The cluster hash slot of a key: CRC16-XMODEM of the key, or of the first non-empty {...} hash
 // tag in it, mod 16384 (Redis Cluster specification).

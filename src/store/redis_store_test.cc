@@ -1,6 +1,6 @@
 // The Redis backends against real redis-server processes: the shared store contract on a
 // standalone server and on a 3-master cluster, then what only Redis has (key layout, slot
-// routing, MOVED/ASK redirects, timeouts, reconnecting after a restart).
+// routing, MOVED/ASK redirects, timeouts, reconnecting after a restart, AUTH).
 #include "store/redis_store.h"
 
 #include <chrono>
@@ -8,6 +8,7 @@
 
 #include "store/redis_test_server.h"
 #include "store/store_contract.h"
+#include "store/stored_object.h"
 
 namespace kvc {
 namespace {
@@ -49,11 +50,22 @@ Result<std::unique_ptr<Store>> OpenEmptyClusterStore(const StoreOptions& options
   return OpenStore("redis-cluster://" + cluster->SeedList(), options);
 }
 
+uint64_t CrcSealed(std::string_view name, uint64_t payload) {
+  return payload + StoredObjectOverhead(name, ObjectSeal::kCrc32c);
+}
+uint64_t HmacSealed(std::string_view name, uint64_t payload) {
+  return payload + StoredObjectOverhead(name, ObjectSeal::kHmacSha256);
+}
+
+// As OpenStore gives them: objects bound to their names, with and without a secret.
 INSTANTIATE_TEST_SUITE_P(
     Redis, StoreContract,
-    ::testing::Values(StoreFactory{"redis", [](uint64_t) { return OpenEmptyServerStore(); }, /*bounded=*/false},
+    ::testing::Values(StoreFactory{"redis", [](uint64_t) { return OpenEmptyServerStore(); }, /*bounded=*/false,
+                                   CrcSealed},
+                      StoreFactory{"redis_secret", [](uint64_t) { return OpenEmptyServerStore({.secret = "s3cret"}); },
+                                   /*bounded=*/false, HmacSealed},
                       StoreFactory{"redis_cluster", [](uint64_t) { return OpenEmptyClusterStore(); },
-                                   /*bounded=*/false}),
+                                   /*bounded=*/false, CrcSealed}),
     StoreFactoryName);
 
 // Unwraps a Result in a test, failing it with the status when there is none.
@@ -101,15 +113,23 @@ TEST(RedisStore, ObjectsAreKvcPrefixedStringsAndStatsCountOnlyThose) {
   ASSERT_OK_AND_ASSIGN(RedisTestServer * server, SharedServer());
   EXPECT_EQ(store->url(), "redis://" + server->address());
   ASSERT_OK(store->Put("a", Bytes(100, 1)));
+  // The value is the object in its envelope (stored_object.h), and the bare backend stores bytes
+  // as given.
   ASSERT_OK_AND_ASSIGN(const std::string raw, server->Command({"GET", KeyOf("a")}));
+  const std::vector<uint8_t> sealed = SealStoredObject("a", Bytes(100, 1), "").value();
+  EXPECT_EQ(raw, std::string(sealed.begin(), sealed.end()));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> bare, OpenBackendStore("redis://" + server->address()));
+  ASSERT_OK(bare->Put("bare", Bytes(100, 1)));
+  ASSERT_OK_AND_ASSIGN(const std::string raw_bare, server->Command({"GET", KeyOf("bare")}));
   const std::vector<uint8_t> expected = Bytes(100, 1);
-  EXPECT_EQ(raw, std::string(expected.begin(), expected.end()));
+  EXPECT_EQ(raw_bare, std::string(expected.begin(), expected.end()));
+  ASSERT_OK(bare->Delete("bare"));
   // Someone else's data in the same database, and a non-string under our prefix.
   ASSERT_OK(server->Command({"SET", "other:key", "12345"}).status());
   ASSERT_OK(server->Command({"HSET", KeyOf("not-ours"), "field", "value"}).status());
   ASSERT_OK_AND_ASSIGN(const StoreStats stats, store->Stats());
   EXPECT_EQ(stats.objects, 1u);
-  EXPECT_EQ(stats.bytes, 100u);
+  EXPECT_EQ(stats.bytes, sealed.size());
   EXPECT_EQ(stats.evictions, 0u);
   // A reply of the wrong type is an error that names it, not a crash or garbage bytes.
   const Result<std::vector<uint8_t>> wrong = store->Get("not-ours");
@@ -271,7 +291,9 @@ TEST(RedisCluster, KeysSpreadOverEveryMasterAndEachSitsWhereItsSlotSays) {
   for (size_t i = 0; i < names.size(); ++i) EXPECT_EQ(got[i].value(), Bytes(50, static_cast<uint32_t>(i))) << i;
   ASSERT_OK_AND_ASSIGN(const StoreStats stats, store->Stats());
   EXPECT_EQ(stats.objects, names.size());
-  EXPECT_EQ(stats.bytes, 50 * names.size());
+  uint64_t stored = 0;
+  for (const std::string& name : names) stored += CrcSealed(name, 50);
+  EXPECT_EQ(stats.bytes, stored);
 }
 
 TEST(RedisCluster, FollowsMovedWhenASlotChangesOwner) {
@@ -387,6 +409,164 @@ TEST(RedisCluster, AStandaloneServerIsNotACluster) {
   const auto store = OpenStore("redis-cluster://" + server->address(), {.timeout_ms = 300});
   EXPECT_EQ(store.status().code(), StatusCode::kIoError);
   EXPECT_NE(store.status().message().find("cluster support disabled"), std::string::npos) << store.status().ToString();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Objects bound to their names on a shared server
+
+// Anyone who can write to the server can copy one prompt's chunk over another's: without a
+// secret the copy is caught by its name, with one so is any object the writer makes itself.
+TEST(RedisStore, AWriterOnTheSameServerCannotPoisonAChunk) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenEmptyServerStore({.secret = "shared"}));
+  ASSERT_OK_AND_ASSIGN(RedisTestServer * server, SharedServer());
+  const std::string victim = "00000000000000000000000000000001.kvtc.16";
+  const std::string source = "00000000000000000000000000000002.kvtc.16";
+  ASSERT_OK(store->Put(victim, Bytes(300, 1)));
+  ASSERT_OK(store->Put(source, Bytes(300, 2)));
+  // A raw copy on the server (what any client can do), then objects made without the secret.
+  ASSERT_OK_AND_ASSIGN(const std::string copied, server->Command({"GET", KeyOf(source)}));
+  ASSERT_OK(server->Command({"SET", KeyOf(victim), copied}).status());
+  Status s = store->Get(victim).status();
+  EXPECT_EQ(s.code(), StatusCode::kCorrupt);
+  EXPECT_EQ(s.message(), "stored object holds chunk '" + source + "', read as '" + victim + "'");
+  for (const std::string secret : {"", "a guess"}) {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> writer, OpenStore("redis://" + server->address(), {.secret = secret}));
+    ASSERT_OK(writer->Put(victim, Bytes(300, 3)));
+    s = store->Get(victim).status();
+    EXPECT_EQ(s.code(), StatusCode::kCorrupt) << secret;
+    EXPECT_NE(s.message().find("not authenticated by this store's secret"), std::string::npos) << s.ToString();
+  }
+  const auto got = store->GetMany(std::vector<std::string>{victim, source});
+  EXPECT_EQ(got[0].status().code(), StatusCode::kCorrupt);
+  EXPECT_EQ(got[1].value(), Bytes(300, 2));
+}
+
+// ---------------------------------------------------------------------------------------------
+// AUTH
+
+// The default user's password (requirepass, so no spaces) and an ACL user's, with the characters
+// a URL must escape.
+const std::string kDefaultPassword = "req@pass:1%";
+const std::string kDefaultPasswordInUrl = "req%40pass%3A1%25";
+const std::string kAlicePassword = "s p@ce:%pw";
+const std::string kAlicePasswordInUrl = "s%20p%40ce%3A%25pw";
+
+Result<RedisTestServer*> SharedAuthServer() {
+  static Result<std::unique_ptr<RedisTestServer>> server = RedisTestServer::Start(RedisTestServerOptions{
+      .password = kDefaultPassword, .acl_users = {{"alice", "on", ">" + kAlicePassword, "~*", "+@all"}}});
+  if (!server.ok()) return server.status();
+  return server->get();
+}
+
+void ExpectWorks(Store& store) {
+  ASSERT_OK(store.Put("authed", Bytes(100, 4)));
+  EXPECT_EQ(store.Get("authed").value(), Bytes(100, 4));
+  EXPECT_TRUE(store.Exists("authed").value());
+  EXPECT_EQ(store.GetMany(std::vector<std::string>{"authed", "nope"})[1].status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(store.Stats().ok()) << store.Stats().status().ToString();
+  ASSERT_OK(store.Delete("authed"));
+}
+
+TEST(RedisAuth, APasswordAloneOrAnAclUserAndPassword) {
+  ASSERT_OK_AND_ASSIGN(RedisTestServer * server, SharedAuthServer());
+  const std::string address = server->address();
+  for (const std::string& password : {kDefaultPasswordInUrl, std::string("req@pass:1%25")}) {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore("redis://:" + password + "@" + address));
+    ExpectWorks(*store);
+    EXPECT_EQ(store->url(), "redis://" + address) << "no password in the URL";
+  }
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> alice,
+                       OpenStore("redis://alice:" + kAlicePasswordInUrl + "@" + address, {.secret = "x"}));
+  ExpectWorks(*alice);
+  EXPECT_EQ(alice->url(), "redis://alice@" + address);
+}
+
+TEST(RedisAuth, WrongOrMissingCredentialsAreClearErrorsThatNeverShowThePassword) {
+  ASSERT_OK_AND_ASSIGN(RedisTestServer * server, SharedAuthServer());
+  const std::string address = server->address();
+  struct Case {
+    std::string url, says, secret;
+  };
+  const Case cases[] = {
+      {"redis://:wrong-pw-123@" + address, "authentication failed with the password alone", "wrong-pw-123"},
+      {"redis://alice:also-wrong-456@" + address, "authentication failed as user 'alice'", "also-wrong-456"},
+      {"redis://alice:" + kDefaultPasswordInUrl + "@" + address, "authentication failed as user 'alice'",
+       kDefaultPassword},
+      {"redis://" + address, "requires authentication (NOAUTH)", ""},
+  };
+  for (const Case& c : cases) {
+    const auto store = OpenStore(c.url, {.timeout_ms = 1000});
+    ASSERT_FALSE(store.ok()) << c.url;
+    EXPECT_EQ(store.status().code(), StatusCode::kIoError) << store.status().ToString();
+    EXPECT_NE(store.status().message().find(c.says), std::string::npos) << store.status().ToString();
+    EXPECT_NE(store.status().message().find(address), std::string::npos) << store.status().ToString();
+    if (!c.secret.empty()) {
+      EXPECT_EQ(store.status().message().find(c.secret), std::string::npos) << store.status().ToString();
+    }
+  }
+  // Malformed credentials, and URLs that fail for other reasons, never quote the password.
+  for (const std::string& url :
+       {"redis://alice@" + address, "redis://:@" + address, "redis://@" + address, "redis://:bad%zzsecret@" + address,
+        "redis://:badsecret%4@" + address, "rediss://:badsecret@" + address,
+        std::string("redis-cluster://:badsecret@a:1,,b:2"), "redis://:badsecret@" + address + "/0"}) {
+    const auto store = OpenStore(url, {.timeout_ms = 300});
+    EXPECT_EQ(store.status().code(), StatusCode::kInvalidArgument) << url << ": " << store.status().ToString();
+    EXPECT_EQ(store.status().message().find("badsecret"), std::string::npos) << store.status().ToString();
+  }
+}
+
+TEST(RedisAuth, CredentialsAreSentAgainOnEveryNewConnection) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RedisTestServer> server,
+                       RedisTestServer::Start(RedisTestServerOptions{.password = "restart-pw"}));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store,
+                       OpenStore("redis://:restart-pw@" + server->address(), {.timeout_ms = 1000}));
+  ASSERT_OK(store->Put("x", Bytes(10, 1)));
+  ASSERT_OK(server->Restart());
+  // A new connection that skipped AUTH would get NOAUTH here, not "not found".
+  EXPECT_EQ(store->Get("x").status().code(), StatusCode::kNotFound) << store->Get("x").status().ToString();
+  ASSERT_OK(store->Put("x", Bytes(10, 2)));
+  EXPECT_EQ(store->Get("x").value(), Bytes(10, 2));
+  // The password changes under a running store: connections already open keep working, a new one
+  // fails with the authentication error.
+  ASSERT_OK(server->Command({"CONFIG", "SET", "requirepass", "changed-pw"}).status());
+  ASSERT_OK(RunRedisCommand(server->port(), {"CLIENT", "KILL", "TYPE", "normal"}, "changed-pw").status());
+  const Status s = store->Get("x").status();
+  EXPECT_EQ(s.code(), StatusCode::kIoError);
+  EXPECT_NE(s.message().find("authentication failed"), std::string::npos) << s.ToString();
+}
+
+TEST(RedisAuth, AClusterWithAPassword) {
+  const std::string password = "cluster:p@ss";
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<RedisTestCluster> cluster, RedisTestCluster::Start(3, password));
+  const std::string url = "redis-cluster://:cluster%3Ap%40ss@" + cluster->SeedList();
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenStore(url));
+  EXPECT_EQ(store->url(), "redis-cluster://" + cluster->SeedList());
+  std::vector<std::string> names;
+  for (int i = 0; i < 30; ++i) {
+    names.push_back("auth-spread-" + std::to_string(i));
+    ASSERT_OK(store->Put(names.back(), Bytes(40, static_cast<uint32_t>(i))));
+  }
+  for (size_t n = 0; n < cluster->size(); ++n) {
+    ASSERT_OK_AND_ASSIGN(const std::string dbsize, cluster->node(n).Command({"DBSIZE"}));
+    EXPECT_GT(std::stoull(dbsize), 0u) << "node " << n << " holds no keys";
+  }
+  const auto got = store->GetMany(names);
+  for (size_t i = 0; i < names.size(); ++i) EXPECT_EQ(got[i].value(), Bytes(40, static_cast<uint32_t>(i))) << i;
+  EXPECT_EQ(store->Stats().value().objects, names.size());
+  // A slot moved to another node: the redirect's connection authenticates too.
+  const int slot = RedisHashSlot(KeyOf(names[0]));
+  ASSERT_OK(cluster->MoveSlot(slot, (cluster->OwnerOf(slot) + 1) % cluster->size()));
+  EXPECT_EQ(store->Get(names[0]).value(), Bytes(40, 0));
+
+  for (const std::string bad : {"redis-cluster://:wrong-cluster-pw@", "redis-cluster://"}) {
+    const auto refused = OpenStore(bad + cluster->SeedList(), {.timeout_ms = 1000});
+    EXPECT_EQ(refused.status().code(), StatusCode::kIoError) << bad;
+    const std::string m = refused.status().message();
+    EXPECT_TRUE(m.find("authentication failed") != std::string::npos ||
+                m.find("requires authentication") != std::string::npos)
+        << m;
+    EXPECT_EQ(m.find("wrong-cluster-pw"), std::string::npos) << m;
+  }
 }
 
 }  // namespace

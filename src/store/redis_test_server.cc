@@ -187,13 +187,21 @@ Result<int> PickFreeLoopbackPort() {
   return IoError("no free loopback port found in 20000..29999");
 }
 
-Result<std::string> RunRedisCommand(int port, const std::vector<std::string>& args) {
+Result<std::string> RunRedisCommand(int port, const std::vector<std::string>& args, const std::string& password) {
   const timeval tv{.tv_sec = kAdminTimeoutMs / 1000, .tv_usec = 0};
   std::unique_ptr<redisContext, void (*)(redisContext*)> c(redisConnectWithTimeout("127.0.0.1", port, tv), redisFree);
   const std::string where = "127.0.0.1:" + std::to_string(port);
   if (c == nullptr) return IoError(where + ": cannot allocate a connection");
   if (c->err != 0) return IoError(where + ": " + c->errstr);
   if (redisSetTimeout(c.get(), tv) != REDIS_OK) return IoError(where + ": " + c->errstr);
+  if (!password.empty()) {
+    const char* auth[] = {"AUTH", password.c_str()};
+    const size_t lengths[] = {4, password.size()};
+    std::unique_ptr<redisReply, void (*)(void*)> reply(
+        static_cast<redisReply*>(redisCommandArgv(c.get(), 2, auth, lengths)), freeReplyObject);
+    if (reply == nullptr) return IoError(where + ": AUTH: " + c->errstr);
+    if (reply->type == REDIS_REPLY_ERROR) return IoError(where + ": AUTH: " + Flatten(*reply));
+  }
   std::vector<const char*> argv;
   std::vector<size_t> lengths;
   for (const std::string& a : args) {
@@ -209,13 +217,17 @@ Result<std::string> RunRedisCommand(int port, const std::vector<std::string>& ar
 }
 
 Result<std::unique_ptr<RedisTestServer>> RedisTestServer::Start(bool cluster_node) {
+  return Start(RedisTestServerOptions{.cluster_node = cluster_node});
+}
+
+Result<std::unique_ptr<RedisTestServer>> RedisTestServer::Start(const RedisTestServerOptions& options) {
   RETURN_IF_ERROR(FindRedisServer().status());
   static const bool swept = (RemoveFoldersOfDeadRuns(), true);
   (void)swept;
   std::string pattern = (fs::temp_directory_path() / ("kvc-redis-" + std::to_string(::getpid()) + "-XXXXXX")).string();
   if (::mkdtemp(pattern.data()) == nullptr) return IoError("mkdtemp " + pattern + ": " + std::strerror(errno));
   Register(-1, pattern);
-  std::unique_ptr<RedisTestServer> server(new RedisTestServer(pattern, cluster_node));
+  std::unique_ptr<RedisTestServer> server(new RedisTestServer(pattern, options));
   // Another process may take the port between the check and the server's bind: try again.
   Status last;
   for (int attempt = 0; attempt < 5; ++attempt) {
@@ -235,7 +247,13 @@ Status RedisTestServer::Launch(int port) {
   for (const char* a : {"--save", "", "--appendonly", "no", "--daemonize", "no", "--protected-mode", "no"}) {
     args.emplace_back(a);
   }
-  if (cluster_node_) {
+  if (!options_.password.empty()) {
+    for (const char* a : {"--requirepass", "--masterauth"}) {
+      args.emplace_back(a);
+      args.push_back(options_.password);
+    }
+  }
+  if (options_.cluster_node) {
     for (const char* a : {"--cluster-enabled", "yes", "--cluster-node-timeout", "5000", "--cluster-config-file"}) {
       args.emplace_back(a);
     }
@@ -275,8 +293,16 @@ Status RedisTestServer::Launch(int port) {
                      LogTail(log));
     }
     // The process id tells our server from anything else that might answer on this port.
-    if (Result<std::string> info = RunRedisCommand(port, {"INFO", "server"});
+    if (Result<std::string> info = RunRedisCommand(port, {"INFO", "server"}, options_.password);
         info.ok() && info->find("process_id:" + std::to_string(pid) + "\r") != std::string::npos) {
+      for (const std::vector<std::string>& user : options_.acl_users) {
+        std::vector<std::string> command = {"ACL", "SETUSER"};
+        command.insert(command.end(), user.begin(), user.end());
+        if (Status s = RunRedisCommand(port, command, options_.password).status(); !s.ok()) {
+          Stop();
+          return s;
+        }
+      }
       return Status::Ok();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -314,11 +340,13 @@ void RedisTestServer::Resume() {
   if (pid_ > 0) ::kill(pid_, SIGCONT);
 }
 
-Result<std::unique_ptr<RedisTestCluster>> RedisTestCluster::Start(int masters) {
+Result<std::unique_ptr<RedisTestCluster>> RedisTestCluster::Start(int masters, const std::string& password) {
   if (masters < 1) return InvalidArgument("a cluster needs at least one master");
   std::unique_ptr<RedisTestCluster> cluster(new RedisTestCluster);
+  cluster->password_ = password;
   for (int i = 0; i < masters; ++i) {
-    ASSIGN_OR_RETURN(std::unique_ptr<RedisTestServer> node, RedisTestServer::Start(/*cluster_node=*/true));
+    ASSIGN_OR_RETURN(std::unique_ptr<RedisTestServer> node,
+                     RedisTestServer::Start(RedisTestServerOptions{.cluster_node = true, .password = password}));
     ASSIGN_OR_RETURN(std::string id, node->Command({"CLUSTER", "MYID"}));
     cluster->nodes_.push_back(std::move(node));
     cluster->ids_.push_back(std::move(id));
@@ -380,9 +408,14 @@ Status RedisTestCluster::BeginMigration(int slot, size_t to) {
 
 Status RedisTestCluster::MigrateKey(int slot, const std::string& key, size_t to) {
   const size_t from = OwnerOf(slot);
-  ASSIGN_OR_RETURN(const std::string answer,
-                   nodes_[from]->Command({"MIGRATE", "127.0.0.1", std::to_string(nodes_[to]->port()), key, "0",
-                                          std::to_string(kAdminTimeoutMs)}));
+  std::vector<std::string> command = {"MIGRATE", "127.0.0.1", std::to_string(nodes_[to]->port()),
+                                      key,       "0",         std::to_string(kAdminTimeoutMs)};
+  // The receiving node wants the password too.
+  if (!password_.empty()) {
+    command.emplace_back("AUTH");
+    command.push_back(password_);
+  }
+  ASSIGN_OR_RETURN(const std::string answer, nodes_[from]->Command(command));
   if (answer != "OK") return IoError("MIGRATE " + key + " answered '" + answer + "'");
   return Status::Ok();
 }

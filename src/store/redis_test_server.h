@@ -23,14 +23,25 @@ namespace kvc {
 // A loopback port nothing listens on right now (with its cluster bus port, +10000, free too).
 Result<int> PickFreeLoopbackPort();
 
-// Runs one command on 127.0.0.1:port. Strings, status replies and integers come back as text,
-// nil as "", arrays as their elements joined by '\n'; an error reply is kIoError with its text.
-Result<std::string> RunRedisCommand(int port, const std::vector<std::string>& args);
+// Runs one command on 127.0.0.1:port, after AUTH `password` (the default user) when it is not
+// empty. Strings, status replies and integers come back as text, nil as "", arrays as their
+// elements joined by '\n'; an error reply is kIoError with its text.
+Result<std::string> RunRedisCommand(int port, const std::vector<std::string>& args, const std::string& password = "");
+
+struct RedisTestServerOptions {
+  bool cluster_node = false;
+  // requirepass (and masterauth): clients must AUTH; the helper's own commands do.
+  std::string password;
+  // ACL SETUSER arguments, one user each (e.g. {"alice", "on", ">pw", "~kvc:*", "+@all"}),
+  // applied at every (re)start.
+  std::vector<std::vector<std::string>> acl_users;
+};
 
 class RedisTestServer {
  public:
   // A standalone server, or a cluster-enabled node that serves no slots yet.
   static Result<std::unique_ptr<RedisTestServer>> Start(bool cluster_node = false);
+  static Result<std::unique_ptr<RedisTestServer>> Start(const RedisTestServerOptions& options);
   ~RedisTestServer();
   RedisTestServer(const RedisTestServer&) = delete;
   RedisTestServer& operator=(const RedisTestServer&) = delete;
@@ -45,14 +56,17 @@ class RedisTestServer {
   void Pause();
   void Resume();
 
-  Result<std::string> Command(const std::vector<std::string>& args) const { return RunRedisCommand(port_, args); }
+  Result<std::string> Command(const std::vector<std::string>& args) const {
+    return RunRedisCommand(port_, args, options_.password);
+  }
 
  private:
-  RedisTestServer(std::string folder, bool cluster_node) : folder_(std::move(folder)), cluster_node_(cluster_node) {}
+  RedisTestServer(std::string folder, RedisTestServerOptions options)
+      : folder_(std::move(folder)), options_(std::move(options)) {}
   Status Launch(int port);
 
   const std::string folder_;
-  const bool cluster_node_;
+  const RedisTestServerOptions options_;
   int port_ = 0;
   pid_t pid_ = -1;
 };
@@ -60,8 +74,9 @@ class RedisTestServer {
 class RedisTestCluster {
  public:
   // `masters` nodes without replicas, the slots split evenly in order, and every node reporting
-  // cluster_state:ok (which Redis delays about two seconds after a master starts).
-  static Result<std::unique_ptr<RedisTestCluster>> Start(int masters = 3);
+  // cluster_state:ok (which Redis delays about two seconds after a master starts). With a
+  // `password`, every node requires it (requirepass and masterauth).
+  static Result<std::unique_ptr<RedisTestCluster>> Start(int masters = 3, const std::string& password = "");
 
   size_t size() const { return nodes_.size(); }
   RedisTestServer& node(size_t i) { return *nodes_[i]; }
@@ -88,6 +103,7 @@ class RedisTestCluster {
 
   std::vector<std::unique_ptr<RedisTestServer>> nodes_;
   std::vector<std::string> ids_;
+  std::string password_;
   std::vector<size_t> slot_owner_;
 };
 

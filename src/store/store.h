@@ -3,12 +3,15 @@
 //   mem://                         in-process, LRU bounded by compressed bytes
 //   dir:///path                    local disk, the embedded default (atomic, crash-safe, shared
 //                                  by processes, LRU bounded by bytes)
-//   redis://host:port              one Redis server
-//   redis-cluster://h:p,h:p,...    a Redis Cluster (slot routing, MOVED/ASK redirects)
-// Objects are opaque bytes under names made by chunk_key.h. Every backend is safe to call from
+//   redis://[user[:password]@]host:port            one Redis server
+//   redis-cluster://[user[:password]@]h:p,h:p,...  a Redis Cluster (slot routing, MOVED/ASK
+//                                                  redirects; one credential for every node)
+// Objects are opaque bytes under names made by chunk_key.h. OpenStore seals each in an envelope
+// that binds it to its name (stored_object.h, bound_store.h). Every backend is safe to call from
 // several threads at once.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -26,11 +29,15 @@ struct StoreOptions {
   uint64_t capacity_bytes = 0;
   // Per network operation (Redis); a slower reply is an kIoError, and the next call reconnects.
   uint32_t timeout_ms = 2000;
+  // Objects are sealed with HMAC-SHA256 keyed with this secret, and only objects sealed with it
+  // are read: for stores that others can write to (a shared Redis). Empty: a CRC32C seal, which
+  // binds each object to its name and catches damage, but not a deliberate forgery.
+  std::string secret;
 };
 
 struct StoreStats {
   uint64_t objects = 0;
-  uint64_t bytes = 0;           // compressed bytes stored (object payloads)
+  uint64_t bytes = 0;           // bytes stored (objects as stored: through OpenStore, with their envelopes)
   uint64_t capacity_bytes = 0;  // 0: unbounded by kvcodec (Redis: the server decides)
   uint64_t evictions = 0;       // objects this process evicted
 };
@@ -59,13 +66,21 @@ class Store {
   virtual Result<StoreStats> Stats() = 0;
 };
 
-// Opens a store by URL (forms above). kInvalidArgument for a malformed or unknown URL;
-// kIoError when the backend cannot be reached or created.
+// Opens a store by URL (forms above), every object bound to its name and sealed with
+// options.secret (bound_store.h). kInvalidArgument for a malformed or unknown URL; kIoError when
+// the backend cannot be reached or created (or a Redis server refuses the credentials). Neither
+// the store's url() nor any message repeats a password from the URL.
 Result<std::unique_ptr<Store>> OpenStore(std::string_view url, const StoreOptions& options = {});
+
+// The backend alone, objects stored as given (no envelope, options.secret unused): for tests and
+// tools that look at the bytes a backend holds. Everything that reads chunks uses OpenStore.
+Result<std::unique_ptr<Store>> OpenBackendStore(std::string_view url, const StoreOptions& options = {});
 
 // The embedded default when no URL is given: dir://$KVCODEC_STORE, else
 // dir://$XDG_CACHE_HOME/kvcodec/store, else dir://$HOME/.cache/kvcodec/store.
 std::string DefaultStoreUrl();
+
+inline constexpr size_t kMaxObjectNameBytes = 200;
 
 // Object names are what chunk_key.h makes: [A-Za-z0-9._-], 1..200 characters. Anything else is
 // kInvalidArgument in every backend (names become file names and Redis keys).

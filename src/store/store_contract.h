@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "store/store.h"
 
@@ -19,6 +20,10 @@ struct StoreFactory {
   // cannot bound their bytes themselves (Redis) say so with bounded = false.
   std::function<Result<std::unique_ptr<Store>>(uint64_t capacity_bytes)> open;
   bool bounded = true;
+  // The bytes Stats counts for a payload of `payload_bytes` stored under `name`: the payload
+  // itself for a bare backend, more for a store that wraps objects (bound_store.h). Empty: the
+  // payload.
+  std::function<uint64_t(std::string_view name, uint64_t payload_bytes)> stored_bytes;
 };
 
 inline std::string StoreFactoryName(const ::testing::TestParamInfo<StoreFactory>& info) { return info.param.name; }

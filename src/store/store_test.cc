@@ -7,6 +7,7 @@
 #include "store/disk_store.h"
 #include "store/memory_store.h"
 #include "store/store_contract.h"
+#include "store/stored_object.h"
 
 namespace kvc {
 namespace {
@@ -19,6 +20,14 @@ std::filesystem::path FreshDir(const std::string& tag) {
   return dir;
 }
 
+uint64_t CrcSealed(std::string_view name, uint64_t payload) {
+  return payload + StoredObjectOverhead(name, ObjectSeal::kCrc32c);
+}
+uint64_t HmacSealed(std::string_view name, uint64_t payload) {
+  return payload + StoredObjectOverhead(name, ObjectSeal::kHmacSha256);
+}
+
+// The bare backends, and each as OpenStore gives it (bound, with and without a secret).
 INSTANTIATE_TEST_SUITE_P(
     Local, StoreContract,
     ::testing::Values(StoreFactory{"memory",
@@ -28,7 +37,27 @@ INSTANTIATE_TEST_SUITE_P(
                       StoreFactory{"disk",
                                    [](uint64_t capacity) {
                                      return OpenDiskStore(FreshDir("contract").string(), {.capacity_bytes = capacity});
-                                   }}),
+                                   }},
+                      StoreFactory{"memory_bound",
+                                   [](uint64_t capacity) { return OpenStore("mem://", {.capacity_bytes = capacity}); },
+                                   true, CrcSealed},
+                      StoreFactory{"disk_bound",
+                                   [](uint64_t capacity) {
+                                     return OpenStore("dir://" + FreshDir("contract").string(),
+                                                      {.capacity_bytes = capacity});
+                                   },
+                                   true, CrcSealed},
+                      StoreFactory{"memory_bound_secret",
+                                   [](uint64_t capacity) {
+                                     return OpenStore("mem://", {.capacity_bytes = capacity, .secret = "s3cret"});
+                                   },
+                                   true, HmacSealed},
+                      StoreFactory{"disk_bound_secret",
+                                   [](uint64_t capacity) {
+                                     return OpenStore("dir://" + FreshDir("contract").string(),
+                                                      {.capacity_bytes = capacity, .secret = "s3cret"});
+                                   },
+                                   true, HmacSealed}),
     StoreFactoryName);
 
 TEST(OpenStore, UrlsPickBackends) {
