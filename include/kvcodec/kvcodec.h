@@ -156,6 +156,8 @@ typedef struct kvc_run_params {
   int32_t n_threads;
   int32_t no_store;          /* non-zero: do not store the prompt's new chunks */
   int32_t no_reuse;          /* non-zero: ignore stored chunks (recompute everything) */
+  const char* store_secret;  /* non-NULL, non-empty: seal and check every stored object with HMAC-SHA256 keyed
+                                with it (for stores others can write to); NULL: a CRC32C seal */
 } kvc_run_params;
 
 /* The main job: reuse the prompt's longest stored prefix, prefill the rest, generate, store the

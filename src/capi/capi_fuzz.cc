@@ -6,6 +6,7 @@
 //   byte 0: mode (0 inspect, 1 decode, 2 state -> encode -> decode); then the mode's input.
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -83,7 +84,10 @@ void EncodeFromState(const uint8_t* data, size_t size) {
   if (e == KVC_OK) {
     // What the library wrote it must read back, with the shape it was given.
     kvc_kv* back = nullptr;
-    if (kvc_decode(encoded, encoded_size, fingerprint, &back) != KVC_OK) std::abort();
+    if (kvc_decode(encoded, encoded_size, fingerprint, &back) != KVC_OK) {
+      std::fprintf(stderr, "capi_fuzz: %s encoded what it cannot decode: %s\n", codec, kvc_last_error());
+      std::abort();
+    }
     kvc_shape a, b;
     kvc_kv_shape(kv, &a);
     kvc_kv_shape(back, &b);

@@ -515,6 +515,7 @@ kvc_status kvc_run_json(const kvc_run_params* p, char** out_json) {
     o.threads = p->n_threads;
     o.store_new_chunks = p->no_store == 0;
     o.reuse = p->no_reuse == 0;
+    if (p->store_secret) o.store_secret = p->store_secret;
     auto report = kvc::RunJob(o);
     if (!report.ok()) return Fail(report.status());
     *out_json = CopyString(kvc::RunReportJson(*report));

@@ -45,11 +45,14 @@ Result<RunReport> RunJob(const RunOptions& o) {
     return InvalidArgument("codec '" + o.codec + "' needs a calibration: run `kvcodec calibrate --model " + o.model_path +
                            "` or pass --calibration");
   }
-  r.store_url = o.store_url.empty() ? DefaultStoreUrl() : o.store_url;
+  const std::string store_url = o.store_url.empty() ? DefaultStoreUrl() : o.store_url;
+  r.store_url = RedactedUrl(store_url);
   // A malformed URL is the caller's mistake; a store that cannot be reached is a warning.
   std::unique_ptr<Store> store;
   if (o.reuse || o.store_new_chunks) {
-    auto opened = OpenStore(r.store_url);
+    StoreOptions store_options;
+    store_options.secret = o.store_secret;
+    auto opened = OpenStore(store_url, store_options);
     if (opened.ok()) {
       store = std::move(opened).value();
     } else if (opened.status().code() == StatusCode::kInvalidArgument) {

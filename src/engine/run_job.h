@@ -21,6 +21,7 @@ struct RunOptions {
   std::string model_path;
   std::string prompt;              // text; a BOS token is prepended
   std::string store_url;           // empty: DefaultStoreUrl()
+  std::string store_secret;        // non-empty: objects sealed and checked with HMAC-SHA256 (StoreOptions)
   std::string codec = "kvtc";      // how new chunks are stored
   std::vector<std::string> levels; // empty: the codec's ladder (StoredLevels, prefix_cache.h)
   std::string calibration;         // kvtc; empty: <model>.kvcal beside the model
@@ -45,7 +46,7 @@ struct RunReport {
   double generate_s = 0, store_s = 0;
   uint32_t chunks_stored = 0;
   uint64_t bytes_stored = 0;
-  std::string store_url, codec;
+  std::string store_url, codec;  // the store's URL without any password
   std::vector<std::string> warnings;  // the store's failures, each one line (the text was still generated)
   double link_gbps = 0;
 };

@@ -197,6 +197,84 @@ TEST_F(RunJobStoreFaults, AStoreThatCannotBeCreated) {
   ExpectAnswerWithWarning(RunJob(QuantOptions("dir://" + file + "/store")), "unavailable");
 }
 
+// A valid object of another prompt, copied into a chunk's place, is never restored: objects are
+// bound to their names, so reuse stops there and the text is what recomputing gives. Before, the
+// other prompt's KV was restored silently and changed the generated text.
+TEST(RunJob, AnotherPromptsChunkInThisChunksPlaceIsNeverRestored) {
+  const std::string store = FreshStore("poison");
+  RunOptions a = Options(store, "quant");
+  a.levels = {"8"};
+  RunOptions b = a;
+  b.prompt = ReadTextFile(std::filesystem::path(KVCODEC_TEST_MODEL).parent_path() / "eval.txt").value().substr(5000, 2600);
+  const auto first = RunJob(a);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_TRUE(RunJob(b).ok());
+
+  auto model = LlamaModel::Load(KVCODEC_TEST_MODEL);
+  ASSERT_TRUE(model.ok());
+  auto keys_of = [&](const std::string& prompt) {
+    return ReusableChunkKeys((*model)->fingerprint(), (*model)->Tokenize(prompt, true).value(), 256);
+  };
+  const auto keys_a = keys_of(a.prompt), keys_b = keys_of(b.prompt);
+  ASSERT_GE(keys_a.size(), 2u);
+  ASSERT_GE(keys_b.size(), keys_a.size());
+  // The attacker writes the backend's bytes directly, as any writer of a shared store can.
+  auto backend = OpenBackendStore("dir://" + store);
+  ASSERT_TRUE(backend.ok());
+  for (size_t i = 0; i < keys_a.size(); ++i) {
+    auto object = (*backend)->Get(ChunkObjectName(keys_b[i], "quant", "8"));
+    ASSERT_TRUE(object.ok()) << object.status().ToString();
+    ASSERT_TRUE((*backend)->Put(ChunkObjectName(keys_a[i], "quant", "8"), *object).ok());
+  }
+  const auto poisoned = RunJob(a);
+  ASSERT_TRUE(poisoned.ok()) << poisoned.status().ToString();
+  EXPECT_EQ(poisoned->chunks_fetched, 0u);
+  EXPECT_NE(poisoned->fallback.find("holds chunk"), std::string::npos) << poisoned->fallback;
+  EXPECT_EQ(poisoned->text, first->text);
+}
+
+// With a secret, only objects sealed with it are restored: a writer without it supplies nothing.
+TEST(RunJob, AStoreSecretAdmitsOnlyObjectsSealedWithIt) {
+  const std::string store = FreshStore("secret");
+  RunOptions o = Options(store, "quant");
+  o.levels = {"8"};
+  o.store_secret = "s3cret";
+  const auto first = RunJob(o);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_GE(first->chunks_stored, 2u);
+  const auto reused = RunJob(o);
+  ASSERT_TRUE(reused.ok());
+  EXPECT_EQ(reused->chunks_fetched, first->chunks_stored) << reused->fallback;
+
+  RunOptions other = o;
+  other.store_secret = "another";
+  other.store_new_chunks = false;
+  const auto refused = RunJob(other);
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ(refused->chunks_fetched, 0u);
+  EXPECT_NE(refused->fallback.find("not authenticated"), std::string::npos) << refused->fallback;
+  EXPECT_EQ(refused->text, first->text);
+  other.store_secret.clear();
+  const auto unsealed = RunJob(other);
+  ASSERT_TRUE(unsealed.ok());
+  EXPECT_EQ(unsealed->chunks_fetched, 0u);
+  EXPECT_EQ(unsealed->text, first->text);
+}
+
+// A password in the store URL never reaches the report.
+TEST(RunJob, TheReportNeverRepeatsAStorePassword) {
+  auto port = PickFreeLoopbackPort();
+  ASSERT_TRUE(port.ok());
+  RunOptions o = Options("", "quant");
+  o.store_url = "redis://alice:hunter2@127.0.0.1:" + std::to_string(*port);
+  o.levels = {"8"};
+  const auto r = RunJob(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const std::string json = RunReportJson(*r);
+  EXPECT_EQ(json.find("hunter2"), std::string::npos) << json;
+  EXPECT_FALSE(r->warnings.empty());
+}
+
 TEST(RunJob, ClearErrors) {
   RunOptions o = Options(FreshStore("errors"), "nope");
   EXPECT_EQ(RunJob(o).status().code(), StatusCode::kInvalidArgument);

@@ -50,17 +50,16 @@ std::string DefaultStoreUrl() {
   return std::string("dir://") + (home != nullptr && *home != '\0' ? home : "/tmp") + "/.cache/kvcodec/store";
 }
 
-namespace {
-
-// `url` for messages: whatever stands between "://" and the last '@' (user information, perhaps
-// with a password) is replaced, so that no error repeats a password.
 std::string RedactedUrl(std::string_view url) {
+  // Only Redis URLs carry credentials; a dir:// path may hold an '@' of its own.
   const size_t scheme_end = url.find("://");
-  if (scheme_end == std::string_view::npos) return std::string(url);
+  if (scheme_end == std::string_view::npos || !url.starts_with("redis")) return std::string(url);
   const size_t at = url.rfind('@');
   if (at == std::string_view::npos || at < scheme_end + 3) return std::string(url);
   return std::string(url.substr(0, scheme_end + 3)) + "<credentials>" + std::string(url.substr(at));
 }
+
+namespace {
 
 // "[user[:password]@]rest" of a Redis URL: the credentials (none without an '@') and the rest.
 // The last '@' ends them, so an unescaped '@' in a password still works.

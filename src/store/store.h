@@ -76,6 +76,10 @@ Result<std::unique_ptr<Store>> OpenStore(std::string_view url, const StoreOption
 // tools that look at the bytes a backend holds. Everything that reads chunks uses OpenStore.
 Result<std::unique_ptr<Store>> OpenBackendStore(std::string_view url, const StoreOptions& options = {});
 
+// `url` for reports and messages: what stands between "://" and the last '@' (user information,
+// perhaps with a password) becomes "<credentials>".
+std::string RedactedUrl(std::string_view url);
+
 // The embedded default when no URL is given: dir://$KVCODEC_STORE, else
 // dir://$XDG_CACHE_HOME/kvcodec/store, else dir://$HOME/.cache/kvcodec/store.
 std::string DefaultStoreUrl();

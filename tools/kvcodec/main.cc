@@ -46,6 +46,10 @@ std::string DefaultModel() {
 constexpr uint64_t kMaxKvFileBytes = (uint64_t{16} << 30) + (uint64_t{64} << 20);
 constexpr uint64_t kMaxTextFileBytes = uint64_t{1} << 30;
 
+constexpr const char* kStoreSecretHelp =
+    "Seal and check every stored object with HMAC-SHA256 keyed with this secret, so that only writers "
+    "holding it can supply chunks (for shared stores); prefer $KVCODEC_STORE_SECRET, which `ps` does not show";
+
 std::string JoinParams(const std::vector<std::string>& params) {
   std::string joined;
   for (const auto& p : params) joined += (joined.empty() ? "" : ",") + p;
@@ -323,7 +327,7 @@ int RunBenchVideo(const BenchVideoArgs& a) {
 }
 
 struct RunArgs {
-  std::string model = DefaultModel(), store, codec = "kvtc", levels, calibration, prompt_file;
+  std::string model = DefaultModel(), store, store_secret, codec = "kvtc", levels, calibration, prompt_file;
   double link_gbps = 0;
   uint32_t chunk = 256, n_generate = 32;
   int threads = 0;
@@ -353,6 +357,7 @@ int RunRun(const RunArgs& a) {
   p.n_threads = a.threads;
   p.no_store = a.no_store ? 1 : 0;
   p.no_reuse = a.no_reuse ? 1 : 0;
+  p.store_secret = a.store_secret.empty() ? nullptr : a.store_secret.c_str();
   auto report = kvcodec::RunJson(p);
   if (!report.ok()) return Fail(report.error());
   if (a.json) {
@@ -767,8 +772,10 @@ int Main(int argc, char** argv) {
   run->add_option("prompt", ru.prompt_file, "Prompt text file")->required();
   run->add_option("--model", ru.model, "GGUF model")->capture_default_str();
   run->add_option("--store", ru.store,
-                  "Store URL: dir:///path, mem://, redis://host:port, redis-cluster://h:p,... (default: the embedded "
-                  "disk store, $KVCODEC_STORE or ~/.cache/kvcodec/store)");
+                  "Store URL: dir:///path, mem://, redis://[user[:password]@]host:port, "
+                  "redis-cluster://[user[:password]@]h:p,... (default: the embedded disk store, $KVCODEC_STORE or "
+                  "~/.cache/kvcodec/store)");
+  run->add_option("--store-secret", ru.store_secret, kStoreSecretHelp)->envname("KVCODEC_STORE_SECRET");
   run->add_option("--codec", ru.codec, "Codec for new chunks")->capture_default_str();
   run->add_option("--levels", ru.levels, "Levels to store, comma-separated (default: the codec's ladder)");
   run->add_option("--calibration", ru.calibration, "KVTC calibration (default: <model>.kvcal if present)");

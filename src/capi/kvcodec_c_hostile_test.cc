@@ -1,0 +1,117 @@
+// The C API under hostile bytes, without a model: every call returns a status (no exception, no
+// abort crosses the C boundary), and every error message is one line.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "kvcodec/kvcodec.h"
+
+namespace {
+
+// CRC32C (Castagnoli), bitwise: the test builds its files by hand, from docs/format.md, so a
+// header the library's own writer would refuse can still be made.
+uint32_t Crc32c(const std::vector<uint8_t>& bytes) {
+  uint32_t crc = 0xFFFFFFFFu;
+  for (uint8_t b : bytes) {
+    crc ^= b;
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
+  }
+  return ~crc;
+}
+
+void U16(std::vector<uint8_t>& out, uint16_t v) {
+  for (int i = 0; i < 2; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+void U32(std::vector<uint8_t>& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+
+// A .kvc with no sections and valid CRCs whose level is `level`: quant (codec id 2), one token.
+std::vector<uint8_t> KvcWithLevel(const std::string& level) {
+  std::vector<uint8_t> body;
+  U16(body, 2);  // codec id
+  U16(body, 1);  // codec version
+  U32(body, static_cast<uint32_t>(level.size()));
+  body.insert(body.end(), level.begin(), level.end());
+  U32(body, 0);  // codec params
+  for (uint32_t v : {1u, 1u, 8u, 1u}) U32(body, v);  // layers, kv heads, head_dim, tokens
+  body.push_back(1);  // f16
+  body.insert(body.end(), 16, 0);  // model fingerprint
+  U32(body, 0);  // token_begin
+  U32(body, 0);  // pos_begin
+  U32(body, 0);  // sections
+  std::vector<uint8_t> file = {'K', 'V', 'C', '1'};
+  U32(file, 1);
+  U32(file, static_cast<uint32_t>(body.size()));
+  file.insert(file.end(), body.begin(), body.end());
+  U32(file, Crc32c(file));
+  return file;
+}
+
+bool OneLine(const std::string& s) {
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7F) return false;
+  }
+  return !s.empty();
+}
+
+TEST(CApiHostile, HeaderStringsOutsideTheCharsetAreCorruptOnOneLine) {
+  // Before: a level that is not UTF-8 made the JSON library throw through kvc_inspect_json (the
+  // CLI aborted); a newline forged a second error line; a NUL cut the message; ESC reached the
+  // terminal.
+  for (const std::string& level : {std::string("\xFF\xFE"), std::string("8\nkvcodec: error: forged"),
+                                   std::string("8\0x", 3), std::string("\x1B[2J")}) {
+    const std::vector<uint8_t> file = KvcWithLevel(level);
+    char* json = nullptr;
+    const kvc_status s = kvc_inspect_json(file.data(), file.size(), &json);
+    EXPECT_EQ(s, KVC_CORRUPT) << (json ? json : "");
+    if (json != nullptr) kvc_free(json);
+    const std::string message = kvc_last_error();
+    EXPECT_TRUE(OneLine(message)) << message;
+    EXPECT_NE(message.find("level"), std::string::npos) << message;
+
+    kvc_kv* kv = nullptr;
+    EXPECT_EQ(kvc_decode(file.data(), file.size(), nullptr, &kv), KVC_CORRUPT);
+    EXPECT_TRUE(OneLine(kvc_last_error())) << kvc_last_error();
+  }
+  // The same file with a level in the charset is well formed.
+  const std::vector<uint8_t> good = KvcWithLevel("8");
+  char* json = nullptr;
+  ASSERT_EQ(kvc_inspect_json(good.data(), good.size(), &json), KVC_OK) << kvc_last_error();
+  EXPECT_EQ(nlohmann::json::parse(json)["level"], "8");
+  kvc_free(json);
+}
+
+TEST(CApiHostile, AnEmptyInputIsCorruptNotANullArgument) {
+  // Before: an empty file (a NULL data pointer with size 0) said "data or out_json is NULL".
+  char* json = nullptr;
+  EXPECT_EQ(kvc_inspect_json(nullptr, 0, &json), KVC_CORRUPT);
+  EXPECT_EQ(std::string(kvc_last_error()).find("NULL"), std::string::npos) << kvc_last_error();
+  kvc_kv* kv = nullptr;
+  EXPECT_EQ(kvc_decode(nullptr, 0, nullptr, &kv), KVC_CORRUPT);
+  EXPECT_EQ(kvc_kv_from_llama_state(nullptr, 0, 1, &kv), KVC_CORRUPT);
+  // A NULL pointer that claims bytes is still the caller's mistake.
+  EXPECT_EQ(kvc_inspect_json(nullptr, 10, &json), KVC_INVALID_ARGUMENT);
+}
+
+TEST(CApiHostile, NullHandlesAreHarmless) {
+  kvc_shape shape;
+  std::memset(&shape, 0xAB, sizeof shape);
+  kvc_kv_shape(nullptr, &shape);
+  EXPECT_EQ(shape.n_tokens, 0u);
+  kvc_kv_shape(nullptr, nullptr);
+  uint8_t fp[16];
+  kvc_model_fingerprint(nullptr, fp);
+  kvc_kv_free(nullptr);
+  kvc_model_free(nullptr);
+  kvc_session_free(nullptr);
+  kvc_server_stop(nullptr);
+  kvc_server_free(nullptr);
+  EXPECT_EQ(kvc_server_port(nullptr), -1);
+}
+
+}  // namespace
