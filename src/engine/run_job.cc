@@ -59,7 +59,7 @@ Result<RunReport> RunJob(const RunOptions& o) {
     LinkShaper link(LinkShaper::GbpsToBytesPerSecond(o.link_gbps));
     ASSIGN_OR_RETURN(const PrefixRestore p,
                      RestoreStoredPrefix(*store, *session, model->fingerprint(), keys, o.chunk_tokens, codec_context,
-                                         link, ReuseFetchOptions(o.link_gbps, recompute_s)));
+                                         link, ReuseFetchOptions(o.link_gbps, recompute_s, model->info())));
     r.chunks_found = p.chunks_found;
     r.chunks_fetched = p.chunks_fetched;
     r.fallback = p.fallback;
