@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <new>
 
 #include "base/hash.h"
 #include "codecs/cachegen/cachegen_codec.h"
@@ -68,8 +69,50 @@ Result<std::vector<uint8_t>> EncodeKvc(const Codec& codec, const KvView& kv, con
   return WriteKvc(header, encoded->sections);
 }
 
+DecodeExpect& DecodeExpect::Shape(const KvShape& shape) {
+  n_layers = shape.n_layers;
+  n_kv_heads = shape.n_kv_heads;
+  head_dim = shape.head_dim;
+  n_tokens = shape.n_tokens;
+  return *this;
+}
+
+Status CheckDecodeExpect(const KvcHeader& h, size_t file_bytes, const DecodeExpect& expect) {
+  const struct {
+    const char* name;
+    const std::optional<uint32_t>& want;
+    uint32_t got;
+  } dims[] = {{"n_layers", expect.n_layers, h.shape.n_layers},
+              {"n_kv_heads", expect.n_kv_heads, h.shape.n_kv_heads},
+              {"head_dim", expect.head_dim, h.shape.head_dim},
+              {"n_tokens", expect.n_tokens, h.shape.n_tokens}};
+  for (const auto& d : dims) {
+    if (d.want && *d.want != d.got) {
+      return InvalidArgument(FormatMessage("the file holds %s %u, expected %u", d.name, d.got, *d.want));
+    }
+  }
+  if (expect.pos_begin && *expect.pos_begin != h.pos_begin) {
+    return InvalidArgument(FormatMessage("the file starts at position %d, expected %d", h.pos_begin, *expect.pos_begin));
+  }
+  // ReadKvc has run ValidateShape, so every factor is bounded and the product fits 64 bits.
+  const uint64_t output = uint64_t{2} * h.shape.elems() * DTypeSize(h.dtype);
+  if (output > expect.max_output_bytes) {
+    return InvalidArgument(FormatMessage("the file decodes to %llu bytes, more than the %llu allowed",
+                                         static_cast<unsigned long long>(output),
+                                         static_cast<unsigned long long>(expect.max_output_bytes)));
+  }
+  if (expect.max_expansion != 0) {
+    uint64_t scaled;
+    if (__builtin_mul_overflow(uint64_t{file_bytes}, expect.max_expansion, &scaled)) scaled = UINT64_MAX;
+    const uint64_t bound = std::max(kDecodeExpansionFloorBytes, scaled);
+    KVC_CHECK_CORRUPT(output <= bound, "a %zu-byte file claims %llu bytes of KV, more than %llux its size", file_bytes,
+                      static_cast<unsigned long long>(output), static_cast<unsigned long long>(expect.max_expansion));
+  }
+  return Status::Ok();
+}
+
 Result<KvCache> DecodeKvc(std::span<const uint8_t> bytes, const ModelFingerprint* expected_fingerprint,
-                          const CodecContext& context) {
+                          const CodecContext& context, const DecodeExpect& expect) {
   ASSIGN_OR_RETURN(const KvcFile file, ReadKvc(bytes));
   const KvcHeader& h = file.header;
   if (expected_fingerprint != nullptr && h.model_fingerprint != *expected_fingerprint) {
@@ -83,8 +126,18 @@ Result<KvCache> DecodeKvc(std::span<const uint8_t> bytes, const ModelFingerprint
     return Unsupported(FormatMessage("codec %s version %u not supported (this build reads version %u)",
                                      info.name.c_str(), h.codec_version, info.version));
   }
+  RETURN_IF_ERROR(CheckDecodeExpect(h, bytes.size(), expect));
 
-  auto decoded = codec->Decode(file, context);
+  // The sizes are checked, but a legitimately large file can still meet a memory limit: that
+  // is an error for the caller, never an exception through it.
+  Result<KvCache> decoded = Internal("not decoded");
+  try {
+    decoded = codec->Decode(file, context);
+  } catch (const std::bad_alloc&) {
+    return Internal(FormatMessage("%s: out of memory decoding %u tokens (%llu bytes of KV)", info.name.c_str(),
+                                  h.shape.n_tokens,
+                                  static_cast<unsigned long long>(uint64_t{2} * h.shape.elems() * DTypeSize(h.dtype))));
+  }
   if (!decoded.ok()) return decoded.status().WithContext(info.name);
   KvCache& cache = decoded.value();
   // A codec bug (or a codec fooled by hostile params) must not hand the caller a cache that

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -74,10 +75,42 @@ Result<std::vector<uint8_t>> EncodeKvc(const Codec& codec, const KvView& kv, con
                                        const ModelFingerprint& fingerprint, uint32_t token_begin,
                                        const CodecContext& context = {});
 
+// A decoded file may be at most this many times larger than the file (K and V, in the header's
+// dtype), or kDecodeExpansionFloorBytes, whichever is more. Real KV compresses by well under
+// 200x at any level (kvtc's highest target is 64x of fp16, 128x of an f32 restore); a rANS
+// stream or a lossless video can code a constant run in next to no bytes, so this is what
+// stops a small file from claiming a huge cache where a codec's own sizes cannot.
+inline constexpr uint64_t kDefaultMaxDecodeExpansion = 1024;
+inline constexpr uint64_t kDecodeExpansionFloorBytes = uint64_t{64} << 20;
+
+// What the caller knows about a file before decoding it. Every set field must equal the
+// header's, and the output must fit the limits; all of it is checked right after the header
+// is read, before the codec runs or anything is allocated for the output.
+struct DecodeExpect {
+  std::optional<uint32_t> n_layers;
+  std::optional<uint32_t> n_kv_heads;
+  std::optional<uint32_t> head_dim;
+  std::optional<uint32_t> n_tokens;
+  std::optional<int32_t> pos_begin;
+  // Bytes of the decoded K and V together, in the header's dtype.
+  uint64_t max_output_bytes = kMaxKvBytes;
+  // See kDefaultMaxDecodeExpansion; 0: no bound beyond max_output_bytes.
+  uint64_t max_expansion = kDefaultMaxDecodeExpansion;
+
+  // Sets all four dimensions (n_tokens included) from `shape`.
+  DecodeExpect& Shape(const KvShape& shape);
+};
+
+// kInvalidArgument when the header disagrees with a set field of `expect` or its output exceeds
+// max_output_bytes; kCorrupt when the output exceeds the expansion bound for `file_bytes`.
+Status CheckDecodeExpect(const KvcHeader& header, size_t file_bytes, const DecodeExpect& expect);
+
 // Parses, verifies and decodes a .kvc file with the codec its header names. When
-// `expected_fingerprint` is given, a file made for another model is an error.
+// `expected_fingerprint` is given, a file made for another model is an error; `expect` is
+// checked (CheckDecodeExpect) before the codec runs. Running out of memory while decoding is
+// kInternal, not an exception.
 Result<KvCache> DecodeKvc(std::span<const uint8_t> bytes, const ModelFingerprint* expected_fingerprint = nullptr,
-                          const CodecContext& context = {});
+                          const CodecContext& context = {}, const DecodeExpect& expect = {});
 
 // The two sections raw, quant, cachegen and video write: 'K' (0x4B) for keys, then 'V' (0x56).
 uint32_t KvSectionTag(KvKind kind);

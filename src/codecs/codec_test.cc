@@ -10,6 +10,7 @@
 #include <set>
 
 #include "base/byte_io.h"
+#include "video/video_decoder.h"
 
 namespace kvc {
 namespace {
@@ -180,6 +181,74 @@ TEST(DecodeKvc, FingerprintMismatchIsAnError) {
   EXPECT_EQ(r.status().message(),
             "made for another model (fingerprint deadbeef000102030405060708090aff != "
             "deadbeef000102030405060708090a01)");
+}
+
+// Counts the streams it is asked to decode (then decodes them on the CPU).
+class CountingVideoDecoder final : public VideoDecoderBackend {
+ public:
+  const char* name() const override { return "counting"; }
+  Status Decode(std::span<const uint8_t> stream, const PictureShape& expected, uint32_t frames,
+                std::span<uint8_t> out) const override {
+    ++calls;
+    return CpuVideoDecoder().Decode(stream, expected, frames, out);
+  }
+  mutable int calls = 0;
+};
+
+TEST(DecodeExpect, MismatchesAreNamedBeforeTheCodecRuns) {
+  const KvCache cache = MakeCache({2, 2, 4, 6}, DType::kF16, 8, 30);
+  const auto bytes = EncodeKvc(*FindCodec("video"), cache.View(), {}, kFp, 30).value();
+  CountingVideoDecoder decoder;
+  const CodecContext context{nullptr, nullptr, nullptr, &decoder};
+  const struct {
+    DecodeExpect expect;
+    const char* message;
+  } cases[] = {
+      {{.n_layers = 3}, "the file holds n_layers 2, expected 3"},
+      {{.n_kv_heads = 1}, "the file holds n_kv_heads 2, expected 1"},
+      {{.head_dim = 8}, "the file holds head_dim 4, expected 8"},
+      {{.n_tokens = 5}, "the file holds n_tokens 6, expected 5"},
+      {{.pos_begin = 0}, "the file starts at position 30, expected 0"},
+      {{.max_output_bytes = 383}, "the file decodes to 384 bytes, more than the 383 allowed"},
+  };
+  for (const auto& c : cases) {
+    auto r = DecodeKvc(bytes, &kFp, context, c.expect);
+    ASSERT_FALSE(r.ok()) << c.message;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(r.status().message(), c.message);
+  }
+  EXPECT_EQ(decoder.calls, 0) << "the codec ran on a file the caller had ruled out";
+  DecodeExpect exact;
+  exact.Shape(cache.shape()).pos_begin = 30;
+  exact.max_output_bytes = 384;
+  auto r = DecodeKvc(bytes, &kFp, context, exact);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(decoder.calls, 2);
+}
+
+// Output may exceed kDefaultMaxDecodeExpansion times the file only below the floor.
+TEST(DecodeExpect, ExpansionBound) {
+  KvcHeader h;
+  h.dtype = DType::kF16;
+  h.shape = {.n_layers = 8, .n_kv_heads = 8, .head_dim = 128, .n_tokens = 1024};  // 32 MiB
+  EXPECT_TRUE(CheckDecodeExpect(h, 1, {}).ok()) << "under the floor";
+  h.shape.n_tokens = 4096;  // 128 MiB
+  const uint64_t output = uint64_t{128} << 20;
+  const Status s = CheckDecodeExpect(h, output / kDefaultMaxDecodeExpansion - 1, {});
+  EXPECT_EQ(s.code(), StatusCode::kCorrupt);
+  EXPECT_NE(s.message().find("more than 1024x its size"), std::string::npos) << s.message();
+  EXPECT_TRUE(CheckDecodeExpect(h, output / kDefaultMaxDecodeExpansion, {}).ok());
+  EXPECT_TRUE(CheckDecodeExpect(h, 1, {.max_expansion = 0}).ok());
+  EXPECT_TRUE(CheckDecodeExpect(h, SIZE_MAX, {.max_expansion = UINT64_MAX}).ok()) << "no overflow";
+  h.dtype = DType::kF32;
+  EXPECT_EQ(CheckDecodeExpect(h, output / kDefaultMaxDecodeExpansion, {}).code(), StatusCode::kCorrupt);
+}
+
+TEST(Registry, LevelsAndNamesAreInTheNameCharset) {
+  for (const Codec* codec : AllCodecs()) {
+    EXPECT_TRUE(CheckName(codec->info().name, "codec").ok()) << codec->info().name;
+    for (const std::string& level : codec->info().levels) EXPECT_TRUE(CheckName(level, "level").ok()) << level;
+  }
 }
 
 TEST(DecodeKvc, UnknownCodecOrVersionIsUnsupported) {

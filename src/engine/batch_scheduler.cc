@@ -121,7 +121,7 @@ void BatchScheduler::Fetch(ServeRequest& request) {
   if (request.lookup_.manifests.empty()) return;
   const CodecContext context{reuse_.calibrations, reuse_.model, nullptr};
   auto fetched = FetchLookedUpPrefix(*reuse_.store, *reuse_.model, request.keys_, std::move(request.lookup_), context,
-                                     link_, ReuseFetchOptions(o_.link_gbps, o_.recompute_s));
+                                     link_, ReuseFetchOptions(o_.link_gbps, o_.recompute_s, model_.info()));
   if (!fetched.ok()) {
     KVC_LOG_WARN("KV reuse failed, recomputing: %s", fetched.status().ToString().c_str());
     std::lock_guard m(metrics_.mu);

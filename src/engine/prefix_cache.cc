@@ -30,8 +30,9 @@ std::vector<ChunkKey> ReusableChunkKeys(const ModelFingerprint& model, std::span
   return tokens.empty() ? std::vector<ChunkKey>{} : ChunkKeys(model, tokens.first(tokens.size() - 1), chunk_tokens);
 }
 
-FetchOptions ReuseFetchOptions(double link_gbps, double recompute_s) {
+FetchOptions ReuseFetchOptions(double link_gbps, double recompute_s, const ModelInfo& model) {
   FetchOptions fo;
+  fo.kv_shape = KvShape{.n_layers = model.n_layers, .n_kv_heads = model.n_kv_heads, .head_dim = model.head_dim};
   fo.allowed = QualityFloor();
   fo.recompute_s = recompute_s;
   fo.initial_gbps = link_gbps > 0 ? link_gbps : 1.0;

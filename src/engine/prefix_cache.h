@@ -27,8 +27,9 @@ std::vector<ChunkKey> ReusableChunkKeys(const ModelFingerprint& model, std::span
                                         uint32_t chunk_tokens);
 
 // Fetch options for a request's reuse: any variant within the quality floor, the link's rate as
-// the first bandwidth guess, and "recompute" priced at `recompute_s` per chunk (0: never).
-FetchOptions ReuseFetchOptions(double link_gbps, double recompute_s);
+// the first bandwidth guess, "recompute" priced at `recompute_s` per chunk (0: never), and the
+// model's KV geometry, which every chunk's header must match before it is decoded.
+FetchOptions ReuseFetchOptions(double link_gbps, double recompute_s, const ModelInfo& model);
 
 // Seconds this machine takes to prefill one chunk, from prefilling `probe` in `session` (which
 // is left empty): what prices "recompute" for the level planner.

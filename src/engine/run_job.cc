@@ -80,7 +80,7 @@ Result<RunReport> RunJob(const RunOptions& o) {
   if (o.reuse && store != nullptr) {
     LinkShaper link(LinkShaper::GbpsToBytesPerSecond(o.link_gbps));
     auto restored = RestoreStoredPrefix(*store, *session, model->fingerprint(), keys, o.chunk_tokens, codec_context,
-                                        link, ReuseFetchOptions(o.link_gbps, recompute_s));
+                                        link, ReuseFetchOptions(o.link_gbps, recompute_s, model->info()));
     // The fetcher turns a missing or damaged chunk into a shorter prefix; an error here (a
     // restore llama.cpp refused) leaves nothing trustworthy in the session: start over.
     if (!restored.ok()) {

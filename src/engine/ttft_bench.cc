@@ -119,6 +119,7 @@ Result<std::string> RunTtftBenchJson(const TtftBenchOptions& o) {
         FetchOptions fo;
         for (const std::string& level : levels) fo.allowed.emplace_back(name, level);
         fo.initial_gbps = gbps;
+        fo.kv_shape = kv.shape();
         const auto t0 = SteadyClock::now();
         ASSIGN_OR_RETURN(const PrefixRestore p, RestoreStoredPrefix(*store, *session, fp, keys, o.chunk_tokens,
                                                                     context, link, fo));

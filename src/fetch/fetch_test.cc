@@ -1,10 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <mutex>
 #include <random>
 #include <thread>
 
 #include "fetch/fetcher.h"
 #include "store/memory_store.h"
+#include "video/video_decoder.h"
 
 namespace kvc {
 namespace {
@@ -170,6 +172,7 @@ TEST(Fetcher, StopsAtAMissingChunkAndSaysWhy) {
   EXPECT_EQ(seen, 3u);
   EXPECT_NE(report->stop_reason.find("chunk 3"), std::string::npos) << report->stop_reason;
   EXPECT_NE(report->stop_reason.find("not found"), std::string::npos) << report->stop_reason;
+  EXPECT_FALSE(report->stopped_on_damage) << "a missing object is not a damaged one";
 }
 
 TEST(Fetcher, StopsAtACorruptChunk) {
@@ -184,6 +187,7 @@ TEST(Fetcher, StopsAtACorruptChunk) {
   ASSERT_TRUE(report.ok());
   EXPECT_EQ(report->chunks, 1u);
   EXPECT_NE(report->stop_reason.find("chunk 1"), std::string::npos) << report->stop_reason;
+  EXPECT_TRUE(report->stopped_on_damage);
 }
 
 TEST(Fetcher, AChunkForAnotherPlaceInThePrefixIsRejected) {
@@ -196,7 +200,8 @@ TEST(Fetcher, AChunkForAnotherPlaceInThePrefixIsRejected) {
   auto report = fetcher.Run(run.keys, run.manifests, [](FetchedChunk&&) { return Status::Ok(); });
   ASSERT_TRUE(report.ok());
   EXPECT_EQ(report->chunks, 2u);
-  EXPECT_NE(report->stop_reason.find("at position 0, expected 64 at 128"), std::string::npos) << report->stop_reason;
+  EXPECT_NE(report->stop_reason.find("starts at position 0, expected 128"), std::string::npos) << report->stop_reason;
+  EXPECT_TRUE(report->stopped_on_damage);
 }
 
 TEST(Fetcher, ChunksOfAnotherModelAreRejected) {
@@ -207,6 +212,81 @@ TEST(Fetcher, ChunksOfAnotherModelAreRejected) {
   ASSERT_TRUE(report.ok());
   EXPECT_EQ(report->chunks, 0u);
   EXPECT_NE(report->stop_reason.find("another model"), std::string::npos) << report->stop_reason;
+  EXPECT_TRUE(report->stopped_on_damage);
+}
+
+TEST(Fetcher, APlannedRecomputeIsNotDamage) {
+  StoredRun run = StoreRun(2, {{"quant", "8"}});
+  LinkShaper link;
+  // Recomputing a chunk is priced at a nanosecond at a 1 byte/s link: always the faster choice.
+  Fetcher fetcher(*run.store, link, kFp, {}, {.initial_gbps = 8e-9, .recompute_s = 1e-9});
+  auto report = fetcher.Run(run.keys, run.manifests, [](FetchedChunk&&) { return Status::Ok(); });
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->chunks, 0u);
+  EXPECT_NE(report->stop_reason.find("recomputing"), std::string::npos) << report->stop_reason;
+  EXPECT_FALSE(report->stopped_on_damage);
+}
+
+// The CPU video decoder, recording the picture and frame count of every stream it decodes.
+class RecordingVideoDecoder final : public VideoDecoderBackend {
+ public:
+  const char* name() const override { return "recording"; }
+  Status Decode(std::span<const uint8_t> stream, const PictureShape& expected, uint32_t expected_frames,
+                std::span<uint8_t> out) const override {
+    {
+      std::lock_guard lock(mu_);
+      streams_.emplace_back(expected, expected_frames);
+    }
+    return CpuVideoDecoder().Decode(stream, expected, expected_frames, out);
+  }
+  std::vector<std::pair<PictureShape, uint32_t>> streams() const {
+    std::lock_guard lock(mu_);
+    return streams_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::vector<std::pair<PictureShape, uint32_t>> streams_;
+};
+
+// A well-formed object under the right name but of another shape (a chunk twice as long, or
+// another head_dim) is turned away on its header: the run stops there, as damaged, and the
+// video decoder never sees its streams (in the token-axis layout a stream is one T wide,
+// n_kv_heads * head_dim high picture per layer).
+TEST(Fetcher, AnObjectOfAnotherShapeIsRejectedBeforeDecoding) {
+  const struct {
+    KvShape shape;
+    const char* why;
+  } wrong[] = {
+      {{.n_layers = 2, .n_kv_heads = 2, .head_dim = 32, .n_tokens = 128}, "n_tokens 128, expected 64"},
+      {{.n_layers = 2, .n_kv_heads = 2, .head_dim = 16, .n_tokens = 64}, "head_dim 16, expected 32"},
+      {{.n_layers = 3, .n_kv_heads = 2, .head_dim = 32, .n_tokens = 64}, "n_layers 3, expected 2"},
+  };
+  for (const auto& w : wrong) {
+    SCOPED_TRACE(w.why);
+    StoredRun run = StoreRun(3, {{"video", "8"}});
+    KvCache other = RandomKv(99, w.shape);
+    other.set_pos_begin(64);
+    const auto bytes = EncodeKvc(*FindCodec("video"), other.View(), {.level = "8", .params = {}}, kFp, 64).value();
+    ASSERT_TRUE(run.store->Put(ChunkObjectName(run.keys[1], "video", "8"), bytes).ok());
+    RecordingVideoDecoder decoder;
+    const CodecContext context{nullptr, nullptr, nullptr, &decoder};
+    LinkShaper link;
+    FetchOptions options;
+    options.kv_shape = kChunkShape;
+    Fetcher fetcher(*run.store, link, kFp, context, options);
+    auto report = fetcher.Run(run.keys, run.manifests, [](FetchedChunk&&) { return Status::Ok(); });
+    ASSERT_TRUE(report.ok());
+    EXPECT_EQ(report->chunks, 1u);
+    EXPECT_NE(report->stop_reason.find("chunk 1"), std::string::npos) << report->stop_reason;
+    EXPECT_NE(report->stop_reason.find(w.why), std::string::npos) << report->stop_reason;
+    EXPECT_TRUE(report->stopped_on_damage);
+    const std::pair<PictureShape, uint32_t> bad{
+        {w.shape.n_tokens, static_cast<uint32_t>(w.shape.n_kv_heads * w.shape.head_dim), 1}, w.shape.n_layers};
+    const auto seen = decoder.streams();
+    EXPECT_FALSE(seen.empty()) << "chunk 0 was decoded through the recording decoder";
+    for (const auto& stream : seen) EXPECT_FALSE(stream == bad) << "the wrong object's streams were decoded";
+  }
 }
 
 // The link slows down while chunks are being fetched: the planner, fed by the bandwidth of the

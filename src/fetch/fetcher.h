@@ -9,6 +9,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,12 @@ struct FetchOptions {
   double initial_gbps = 1.0;     // bandwidth assumed before the first transfer completes
   double recompute_s = 0;        // seconds to prefill one chunk here; 0: never plan a recompute
   std::vector<std::pair<std::string, std::string>> allowed;  // (codec, level); empty: any
+  // The model's KV geometry (n_layers, n_kv_heads, head_dim; n_tokens is ignored). Each chunk
+  // must hold exactly that, with its manifest's chunk_tokens tokens at position
+  // index * chunk_tokens: checked on the object's header before it is decoded, so a wrong or
+  // hostile object costs no decode and no allocation of the size it claims. Unset: only the
+  // tokens and the position are checked (before decoding too).
+  std::optional<KvShape> kv_shape;
 };
 
 struct FetchedChunk {
@@ -46,6 +53,11 @@ struct FetchReport {
   double transfer_s = 0;        // summed over chunks
   std::vector<ChunkVariant> variants;  // per delivered chunk
   std::string stop_reason;      // empty when every chunk was delivered
+  // The run stopped on a damaged chunk: its object was there but unusable (the store found it
+  // corrupt, or it failed to decode, or was made for another model, shape or place). False
+  // when it stopped on a missing object, a store error, no allowed variant or a planned
+  // recompute, and when every chunk was delivered.
+  bool stopped_on_damage = false;
 };
 
 class Fetcher {

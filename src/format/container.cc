@@ -26,10 +26,7 @@ constexpr size_t kSectionPrefixBytes = 4 + 8 + 4;
 // Checks shared by writer and reader, so WriteKvc never emits what ReadKvc rejects. Returns
 // the message of the first violation; the caller picks the status code.
 Status CheckHeaderFields(const KvcHeader& h, size_t n_sections) {
-  if (h.level.size() > kMaxLevelNameBytes) {
-    return InvalidArgument(FormatMessage("level name length %zu exceeds the limit %zu", h.level.size(),
-                                         kMaxLevelNameBytes));
-  }
+  RETURN_IF_ERROR(CheckName(h.level, "level"));
   if (h.codec_params.size() > kMaxCodecParamsBytes) {
     return InvalidArgument(FormatMessage("codec params length %zu exceeds the limit %zu", h.codec_params.size(),
                                          kMaxCodecParamsBytes));
@@ -84,6 +81,27 @@ Status ParseHeaderBody(ByteReader& r, KvcHeader* h, uint32_t* n_sections) {
 std::string SectionName(uint32_t index, uint32_t tag) { return FormatMessage("section %u (tag 0x%08x)", index, tag); }
 
 }  // namespace
+
+bool IsNameChar(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+         c == '+' || c == '-';
+}
+
+Status CheckName(std::string_view name, const char* what) {
+  if (name.size() > kMaxLevelNameBytes) {
+    return InvalidArgument(FormatMessage("%s name length %zu exceeds the limit %zu", what, name.size(),
+                                         kMaxLevelNameBytes));
+  }
+  for (size_t i = 0; i < name.size(); ++i) {
+    if (!IsNameChar(name[i])) {
+      // The byte itself is never echoed: only its value, so the message stays one plain line.
+      return InvalidArgument(FormatMessage("%s name holds byte 0x%02x at offset %zu (allowed: %.*s)", what,
+                                           static_cast<unsigned>(static_cast<uint8_t>(name[i])), i,
+                                           static_cast<int>(kNameChars.size()), kNameChars.data()));
+    }
+  }
+  return Status::Ok();
+}
 
 uint32_t SectionCrc(uint32_t tag, uint64_t length, std::span<const uint8_t> data) {
   ByteWriter prefix;

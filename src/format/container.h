@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/byte_io.h"
@@ -17,6 +18,14 @@ namespace kvc {
 inline constexpr uint32_t kKvcFormatVersion = 1;
 inline constexpr size_t kMaxCodecParamsBytes = 1 << 20;
 inline constexpr size_t kMaxLevelNameBytes = 64;
+// Level names (and codec names, which share them in object names and manifests) are at most 64
+// bytes of [A-Za-z0-9._+-]. They reach error messages, JSON, file and object names: restricted
+// to these bytes they can hold no control character, quote, path separator or broken UTF-8.
+inline constexpr std::string_view kNameChars = "A-Za-z0-9._+-";
+bool IsNameChar(char c);
+// InvalidArgument naming the first byte outside the charset (as \xNN) and its offset, or the
+// length if it exceeds kMaxLevelNameBytes. `what` names the field ("level").
+Status CheckName(std::string_view name, const char* what);
 inline constexpr uint32_t kMaxSections = 4096;
 
 using ModelFingerprint = std::array<uint8_t, 16>;
@@ -62,11 +71,12 @@ Result<std::span<const uint8_t>> ReadCheckedHeader(ByteReader& r, std::span<cons
                                                    std::span<const uint8_t> magic, uint32_t version,
                                                    const char* format, size_t min_body, size_t max_body);
 
-// Serialises header and sections; fails on values the format cannot hold.
+// Serialises header and sections; fails (kInvalidArgument) on values the format cannot hold,
+// and on every value ReadKvc would reject (a level outside the name charset included).
 Result<std::vector<uint8_t>> WriteKvc(const KvcHeader& header, const std::vector<KvcSection>& sections);
 
-// Parses and verifies (magic, version, limits, header CRC, every section CRC, no trailing
-// bytes). The returned section spans point into `bytes`, which must outlive the result.
+// Parses and verifies (magic, version, limits, header CRC, the level's charset, every
+// section CRC, no trailing bytes). The returned section spans point into `bytes`, which must outlive the result.
 Result<KvcFile> ReadKvc(std::span<const uint8_t> bytes);
 
 }  // namespace kvc

@@ -237,6 +237,15 @@ std::vector<uint8_t> AssembleVideoStream(VideoCoder coder, const PictureShape& s
 
 Result<VideoStreamView> ParseVideoStream(std::span<const uint8_t> bytes, const PictureShape& expected,
                                          uint32_t expected_frames) {
+  // The caller's shape bounds what the decoder will write: it must be one an encoder can make.
+  if (expected.planes != 1 && expected.planes != 3) {
+    return InvalidArgument(FormatMessage("video picture with %u planes (1 or 3)", expected.planes));
+  }
+  if (expected.width == 0 || expected.height == 0 || expected.width > kMaxPictureSide ||
+      expected.height > kMaxPictureSide) {
+    return InvalidArgument(FormatMessage("video picture %ux%u outside 1..%u", expected.width, expected.height,
+                                         kMaxPictureSide));
+  }
   ByteReader r(bytes);
   uint8_t version;
   uint8_t coder;
@@ -265,8 +274,10 @@ Result<VideoStreamView> ParseVideoStream(std::span<const uint8_t> bytes, const P
   RETURN_IF_ERROR(r.Bytes(extradata_len, &v.extradata, "video extradata"));
   uint32_t n_packets;
   RETURN_IF_ERROR(r.U32(&n_packets, "video packet count"));
-  // Each packet has at least its length: checked before reserving.
-  KVC_CHECK_CORRUPT(n_packets <= r.remaining() / 4, "video claims %u packets in %zu bytes", n_packets, r.remaining());
+  // Encoders write one packet per frame, and each packet is at least its length and one byte:
+  // so the frame count, which sizes the caller's output, is backed by 5 bytes a frame.
+  KVC_CHECK_CORRUPT(n_packets == v.n_frames, "video holds %u packets for %u frames", n_packets, v.n_frames);
+  KVC_CHECK_CORRUPT(n_packets <= r.remaining() / 5, "video claims %u packets in %zu bytes", n_packets, r.remaining());
   v.packets.reserve(n_packets);
   for (uint32_t i = 0; i < n_packets; ++i) {
     uint32_t len;

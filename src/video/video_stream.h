@@ -70,7 +70,10 @@ struct VideoStreamView {
 };
 
 // Parses a stream; `expected` and `expected_frames` are what the caller's own header says, and
-// a stream that claims anything else is corrupt (so its size bounds every allocation).
+// a stream that claims anything else is corrupt, as is one without exactly one packet per frame
+// (what every encoder writes), so the stream's size bounds the frame count. kInvalidArgument
+// for an `expected` no encoder accepts (planes not 1 or 3, a side outside 1..kMaxPictureSide).
+// Cheap: nothing is decoded, nothing allocated beyond the packet list.
 Result<VideoStreamView> ParseVideoStream(std::span<const uint8_t> bytes, const PictureShape& expected,
                                          uint32_t expected_frames);
 

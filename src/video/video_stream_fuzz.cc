@@ -4,8 +4,9 @@
 //   mode 2, anything else: the header's checks would stop most mutations before libavcodec, so
 //     the stream is assembled around the input. Layout:
 //       u8 coder (mod 3) | planes flag in bit 7 (set: 3 planes)
-//       u8 width (1..64), u8 height (1..64), u8 frames (1..8)
-//       then parts, each u16 length and bytes: the first is the extradata, the rest packets.
+//       u8 width (1..64), u8 height (1..64), u8 unused (was the frame count)
+//       then parts, each u16 length and bytes: the first is the extradata, the rest packets,
+//       one per frame (1..64 of them; ParseVideoStream rejects any other packet count at once).
 // Decoding either fails as corrupt/unsupported or fills exactly the output; the output is sized
 // exactly, so a write past it trips ASan.
 // Seeds: fuzz/corpus/video_stream/, written by video_test --gtest_also_run_disabled_tests
@@ -51,7 +52,6 @@ void AssembledStream(const uint8_t* data, size_t size) {
   if (size < 4) return;
   const auto coder = static_cast<kvc::VideoCoder>((data[0] & 0x7f) % 3);
   const kvc::PictureShape shape{1u + data[1] % 64, 1u + data[2] % 64, (data[0] & 0x80) ? 3u : 1u};
-  const uint32_t frames = 1u + data[3] % 8;
   std::vector<std::span<const uint8_t>> parts;
   size_t at = 4;
   while (at + 2 <= size) {
@@ -64,6 +64,8 @@ void AssembledStream(const uint8_t* data, size_t size) {
   for (size_t i = 1; i < parts.size(); ++i) {
     if (!parts[i].empty()) packets.push_back(parts[i]);
   }
+  if (packets.empty() || packets.size() > 64) return;
+  const auto frames = static_cast<uint32_t>(packets.size());
   const std::vector<uint8_t> stream = kvc::AssembleVideoStream(coder, shape, frames, parts[0], packets);
   Decode(stream, shape, frames);
 }

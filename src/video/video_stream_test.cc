@@ -109,6 +109,28 @@ TEST_P(VideoRoundTrip, MismatchedOrTruncatedStreamsAreErrors) {
   }
 }
 
+// Encoders write one packet per frame: a stream with fewer (or more) packets than frames is
+// rejected on its header, before anything is decoded or allocated, so a stream's frame count
+// (which sizes the decoder's output) is backed by at least 5 bytes a frame.
+TEST_P(VideoRoundTrip, OnePacketPerFrame) {
+  const PictureShape shape{20, 12, 1};
+  const auto px = MakePixels(shape, 3, false, 4);
+  auto stream = EncodeVideoStream(shape, 3, px, {.coder = GetParam(), .preset = "ultrafast"});
+  ASSERT_TRUE(stream.ok());
+  const VideoStreamView v = ParseVideoStream(*stream, shape, 3).value();
+  ASSERT_EQ(v.packets.size(), 3u);
+  for (size_t keep : {size_t{1}, size_t{2}}) {
+    const auto fewer = AssembleVideoStream(v.coder, shape, 3, v.extradata, std::span(v.packets).first(keep));
+    const auto r = ParseVideoStream(fewer, shape, 3);
+    EXPECT_EQ(r.status().code(), StatusCode::kCorrupt);
+    EXPECT_NE(r.status().message().find(std::to_string(keep) + " packets for 3 frames"), std::string::npos)
+        << r.status().message();
+  }
+  // A stream claiming 2^22 frames in a few hundred bytes.
+  const auto many = AssembleVideoStream(v.coder, shape, 1u << 22, v.extradata, v.packets);
+  EXPECT_EQ(ParseVideoStream(many, shape, 1u << 22).status().code(), StatusCode::kCorrupt);
+}
+
 INSTANTIATE_TEST_SUITE_P(Coders, VideoRoundTrip, ::testing::ValuesIn(kVideoCoders),
                          [](const auto& info) { return std::string(VideoCoderName(info.param)); });
 
@@ -117,6 +139,17 @@ TEST(VideoCoderNames, RoundTrip) {
   EXPECT_FALSE(ParseVideoCoder("vp9").has_value());
   EXPECT_EQ(FindVideoDecoder("cpu"), &CpuVideoDecoder());
   EXPECT_EQ(FindVideoDecoder("nvdec"), nullptr);
+}
+
+TEST(VideoStream, ExpectedShapeMustBeOneAnEncoderMakes) {
+  const PictureShape shape{20, 12, 1};
+  auto stream = EncodeVideoStream(shape, 1, MakePixels(shape, 1, false, 5), {});
+  ASSERT_TRUE(stream.ok());
+  for (const PictureShape& bad : {PictureShape{0, 12, 1}, PictureShape{20, 0, 1}, PictureShape{kMaxPictureSide + 1, 12, 1},
+                                  PictureShape{20, kMaxPictureSide + 1, 1}, PictureShape{20, 12, 2}}) {
+    EXPECT_EQ(ParseVideoStream(*stream, bad, 1).status().code(), StatusCode::kInvalidArgument)
+        << bad.width << "x" << bad.height << "x" << bad.planes;
+  }
 }
 
 TEST(VideoEncode, RejectsBadInput) {

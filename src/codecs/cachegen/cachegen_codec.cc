@@ -481,6 +481,46 @@ Status DecodeLayer(ByteReader& r, KvKind kind, uint32_t layer, uint32_t tokens, 
   return Status::Ok();
 }
 
+// Walks one section's layer blocks without decoding them, so that both sections are known to
+// be framed as the shape implies before the output is allocated: each block within its
+// section, at least its stats and mode; a packed payload exactly the size the shape gives (it
+// grows with the token count, so a forged count fails here); a rANS payload at least its
+// tables' minimum, a stream length and a stream header (a rANS stream can code a run of one
+// symbol in no bytes, so for those blocks DecodeKvc's expansion bound is what limits T).
+Status CheckFraming(std::span<const uint8_t> section, KvKind kind, const KvShape& shape, const Params& p) {
+  const char* kname = KvKindName(kind);
+  const uint64_t channels = shape.row_elems();
+  const uint64_t n_groups = CeilDiv(shape.n_tokens, p.group);
+  const uint64_t n_deltas = shape.n_tokens - n_groups;
+  const uint64_t stats = channels * kStatBytes;
+  ByteReader r(section);
+  for (uint32_t l = 0; l < shape.n_layers; ++l) {
+    uint32_t block_len;
+    std::span<const uint8_t> block;
+    RETURN_IF_ERROR(r.U32(&block_len, "layer block length"));
+    RETURN_IF_ERROR(r.Bytes(block_len, &block, "layer block"));
+    KVC_CHECK_CORRUPT(block.size() > stats, "%s layer %u: a %zu-byte block cannot hold %llu bytes of stats and a mode",
+                      kname, l, block.size(), static_cast<unsigned long long>(stats));
+    const uint8_t mode = block[stats];
+    const uint64_t payload = block.size() - stats - 1;
+    const uint32_t alphabet = AlphabetOf(p.BandsOf(kind).BinsOf(l));
+    if (mode == kModePacked) {
+      const uint64_t expected = n_groups * channels + PackedDeltaBytes(n_deltas * channels, PackedWidth(alphabet));
+      KVC_CHECK_CORRUPT(payload == expected, "%s layer %u: packed payload of %llu bytes, the shape implies %llu", kname,
+                        l, static_cast<unsigned long long>(payload), static_cast<unsigned long long>(expected));
+    } else if (mode == kModeRans || mode == kModeRansShared) {
+      const uint64_t n_tables = 1 + (n_deltas == 0 ? 0 : mode == kModeRans ? channels : 1);
+      const uint64_t least = n_tables * kMinTableBytes + 4 + kRansStreamHeaderBytes;
+      KVC_CHECK_CORRUPT(payload >= least, "%s layer %u: a %llu-byte rANS payload cannot hold %llu tables and a stream",
+                        kname, l, static_cast<unsigned long long>(payload), static_cast<unsigned long long>(n_tables));
+    } else {
+      return Corrupt(FormatMessage("%s layer %u: mode %u unknown", kname, l, mode));
+    }
+  }
+  KVC_CHECK_CORRUPT(r.empty(), "section %s: %zu bytes after the last layer", kname, r.remaining());
+  return Status::Ok();
+}
+
 }  // namespace
 
 Bands CacheGenCodec::KeyBands(uint32_t level_id, uint32_t n_layers) { return MakeBands(level_id, n_layers, 10); }
@@ -528,6 +568,7 @@ Result<KvCache> CacheGenCodec::Decode(const KvcFile& file, const CodecContext&) 
       const uint64_t min_bytes = uint64_t{shape.n_layers} * (channels * kStatBytes + kMinBlockOverhead);
       KVC_CHECK_CORRUPT(s.size() >= min_bytes, "section %s holds %zu bytes, fewer than the %llu its layers need",
                         KvKindName(kind), s.size(), static_cast<unsigned long long>(min_bytes));
+      RETURN_IF_ERROR(CheckFraming(s, kind, shape, p));
     }
   }
 

@@ -15,6 +15,7 @@
 #include "entropy/block.h"
 #include "entropy/deflate.h"
 #include "entropy/rans.h"
+#include "entropy/varint.h"
 #include "kvtc/basis_layout.h"
 #include "kvtc/calibration_registry.h"
 #include "kvtc/pca.h"
@@ -237,6 +238,52 @@ Result<std::vector<uint8_t>> EncodeCodes(std::span<const uint8_t> codes, std::sp
   return best;
 }
 
+// DEFLATE's densest code spends at least 2 bits on a 258-byte match (RFC 1951), so n bytes of
+// stream decode to at most about 1032 n bytes: what a DEFLATE payload may claim to hold is
+// checked against that before its output is allocated.
+constexpr uint64_t kDeflateMaxRatio = 1032;
+bool DeflateCanHold(uint64_t payload_bytes, uint64_t raw_bytes) {
+  return raw_bytes / kDeflateMaxRatio <= payload_bytes + 2;
+}
+
+// The S section is an entropy block (docs/format.md, "Entropy block": u8 method, varint raw
+// size, payload) that must declare exactly `expected` bytes. Checked before anything is
+// allocated for it: a stored block holds exactly its payload and a DEFLATE one at most
+// kDeflateMaxRatio times it. (A rANS block can code a run of one value in no bytes: for it
+// only DecodeKvc's expansion bound applies.)
+Status CheckScaleBlock(std::span<const uint8_t> block, uint64_t expected) {
+  ASSIGN_OR_RETURN(const EntropyMethod method, BlockMethod(block));
+  ByteReader r(block.subspan(1));
+  uint64_t declared;
+  RETURN_IF_ERROR(ReadVarint(&r, UINT64_MAX, &declared, "entropy block raw size"));
+  KVC_CHECK_CORRUPT(declared == expected, "entropy block declares %llu bytes, expected %llu",
+                    static_cast<unsigned long long>(declared), static_cast<unsigned long long>(expected));
+  if (method == EntropyMethod::kStored) {
+    KVC_CHECK_CORRUPT(r.remaining() == expected, "stored block holds %zu bytes but declares %llu", r.remaining(),
+                      static_cast<unsigned long long>(expected));
+  } else if (method == EntropyMethod::kDeflate) {
+    KVC_CHECK_CORRUPT(DeflateCanHold(r.remaining(), expected), "a %zu-byte DEFLATE block cannot hold %llu bytes",
+                      r.remaining(), static_cast<unsigned long long>(expected));
+  }
+  return Status::Ok();
+}
+
+// The same for the C section, from its method byte and the codes' total width.
+Status CheckCodesSection(std::span<const uint8_t> section, uint64_t total_bits) {
+  KVC_CHECK_CORRUPT(!section.empty(), "codes section is empty");
+  const uint64_t packed = (total_bits + 7) / 8;
+  const uint64_t payload = section.size() - 1;
+  KVC_CHECK_CORRUPT(section[0] <= static_cast<uint8_t>(CodesMethod::kRans), "unknown codes method %u", section[0]);
+  if (section[0] == static_cast<uint8_t>(CodesMethod::kPacked)) {
+    KVC_CHECK_CORRUPT(payload == packed, "packed codes are %llu bytes, expected %llu",
+                      static_cast<unsigned long long>(payload), static_cast<unsigned long long>(packed));
+  } else if (section[0] == static_cast<uint8_t>(CodesMethod::kDeflate)) {
+    KVC_CHECK_CORRUPT(DeflateCanHold(payload, packed), "%llu bytes of DEFLATE cannot hold %llu bytes of codes",
+                      static_cast<unsigned long long>(payload), static_cast<unsigned long long>(packed));
+  }
+  return Status::Ok();
+}
+
 Status DecodeCodes(std::span<const uint8_t> section, std::span<const uint8_t> widths, std::span<uint8_t> codes) {
   ByteReader r(section);
   uint8_t method;
@@ -448,14 +495,12 @@ Result<KvCache> KvtcCodec::Decode(const KvcFile& file, const CodecContext& conte
   const ExemptRanges ex = Exempt(shape.n_tokens, h.pos_begin, p.sinks, p.window);
   const uint32_t n = ex.middle();
   const size_t row = shape.row_elems();
-  // Checked before allocating the output: the cheapest evidence that the header's shape is real.
+  // Every size below is checked against the section that must hold it before the output (or
+  // any buffer as large as the token count) is allocated: the header's n_tokens is only a claim.
   const size_t exempt_values = size_t{2} * shape.n_layers * (ex.prefix + ex.suffix) * row;
   KVC_CHECK_CORRUPT(file.sections[0].bytes.size() == exempt_values * 2, "kvtc exempt section is %zu bytes, expected %zu",
                     file.sections[0].bytes.size(), exempt_values * 2);
-  ASSIGN_OR_RETURN(KvCache out, KvCache::Create(shape, h.dtype, h.pos_begin));
-
-  // Exempt rows.
-  {
+  auto write_exempt_rows = [&](KvCache& out) {
     const uint8_t* src = file.sections[0].bytes.data();
     std::vector<uint16_t> half(row * std::max(ex.prefix, ex.suffix));
     std::vector<float> buf(half.size());
@@ -469,15 +514,24 @@ Result<KvCache> KvtcCodec::Decode(const KvcFile& file, const CodecContext& conte
         }
       }
     }
+  };
+  if (n == 0) {
+    ASSIGN_OR_RETURN(KvCache out, KvCache::Create(shape, h.dtype, h.pos_begin));
+    write_exempt_rows(out);
+    return out;
   }
-  if (n == 0) return out;
 
   const std::vector<BasisPlan> plans = PlanBases(cal, *alloc);
   size_t total_codes = 0, total_scales = 0;
+  uint64_t total_bits = 0;
   for (const auto& plan : plans) {
     total_codes += plan.n_codes * n;
     total_scales += plan.n_scales * n;
+    ForEachCodeRun(cal, plan, n, [&](uint8_t bits, size_t count) { total_bits += uint64_t{bits} * count; });
   }
+  RETURN_IF_ERROR(CheckScaleBlock(file.sections[1].bytes, uint64_t{total_scales} * 2).WithContext("kvtc scales"));
+  RETURN_IF_ERROR(CheckCodesSection(file.sections[2].bytes, total_bits).WithContext("kvtc codes"));
+
   std::vector<uint8_t> scale_bytes(total_scales * 2);
   RETURN_IF_ERROR(DecodeBlockInto(file.sections[1].bytes, scale_bytes).WithContext("kvtc scales"));
   std::vector<uint8_t> widths;
@@ -487,6 +541,9 @@ Result<KvCache> KvtcCodec::Decode(const KvcFile& file, const CodecContext& conte
   }
   std::vector<uint8_t> codes(total_codes);
   RETURN_IF_ERROR(DecodeCodes(file.sections[2].bytes, widths, codes).WithContext("kvtc codes"));
+
+  ASSIGN_OR_RETURN(KvCache out, KvCache::Create(shape, h.dtype, h.pos_begin));
+  write_exempt_rows(out);
 
   LayerRows rows;
   for (auto& layers : rows) layers.assign(shape.n_layers, std::vector<float>(row * n));

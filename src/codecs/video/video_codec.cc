@@ -290,27 +290,53 @@ Status ReadLayerSide(ByteReader& r, const Params& p, uint32_t channels, uint32_t
   return Status::Ok();
 }
 
-Status DecodeKind(std::span<const uint8_t> bytes, KvKind kind, const KvShape& shape, const Params& p,
-                  const VideoDecoderBackend& backend, ThreadPool* pool, KvCache* cache) {
+// One kind's section, parsed and checked but not decoded: everything in it is backed by the
+// section's bytes, so parsing allocates at most a few times the file's size.
+struct ParsedKind {
+  std::vector<LayerSide> side;
+  std::vector<std::span<const uint8_t>> streams;
+};
+
+Result<ParsedKind> ParseKind(std::span<const uint8_t> bytes, KvKind kind, const KvShape& shape, const Params& p,
+                             const LayoutGeometry& geometry) {
   const char* kname = KvKindName(kind);
   const uint32_t channels = static_cast<uint32_t>(shape.row_elems());
   const uint32_t tokens = shape.n_tokens;
-  const LayoutGeometry geometry(shape, p.layout);
   // Side information and one length per stream: checked before anything is allocated.
   const uint64_t fixed = uint64_t{shape.n_layers} * SideBytes(p, channels, tokens) + 4 * geometry.streams().size();
   KVC_CHECK_CORRUPT(bytes.size() >= fixed, "section %s holds %zu bytes, fewer than the %llu its header needs", kname,
                     bytes.size(), static_cast<unsigned long long>(fixed));
   ByteReader r(bytes);
-  std::vector<LayerSide> side(shape.n_layers);
-  for (uint32_t l = 0; l < shape.n_layers; ++l) RETURN_IF_ERROR(ReadLayerSide(r, p, channels, tokens, kname, l, &side[l]));
-  std::vector<std::span<const uint8_t>> streams(geometry.streams().size());
-  for (auto& s : streams) {
+  ParsedKind parsed;
+  parsed.side.resize(shape.n_layers);
+  for (uint32_t l = 0; l < shape.n_layers; ++l) {
+    RETURN_IF_ERROR(ReadLayerSide(r, p, channels, tokens, kname, l, &parsed.side[l]));
+  }
+  parsed.streams.resize(geometry.streams().size());
+  for (auto& s : parsed.streams) {
     uint32_t len;
     RETURN_IF_ERROR(r.U32(&len, "video stream length"));
     RETURN_IF_ERROR(r.Bytes(len, &s, "video stream"));
   }
   KVC_CHECK_CORRUPT(r.empty(), "section %s: %zu bytes after the last stream", kname, r.remaining());
+  // Every stream's header (picture, frame and packet counts) against the shape, before any
+  // picture is allocated: a stream must back each of its frames with a packet.
+  for (size_t s = 0; s < parsed.streams.size(); ++s) {
+    const auto& st = geometry.streams()[s];
+    if (auto v = ParseVideoStream(parsed.streams[s], st.picture, st.n_frames); !v.ok()) {
+      return v.status().WithContext(FormatMessage("%s stream %zu", kname, s));
+    }
+  }
+  return parsed;
+}
 
+Status DecodeKind(const ParsedKind& parsed, KvKind kind, const KvShape& shape, const Params& p,
+                  const LayoutGeometry& geometry, const VideoDecoderBackend& backend, ThreadPool* pool,
+                  KvCache* cache) {
+  const char* kname = KvKindName(kind);
+  const uint32_t channels = static_cast<uint32_t>(shape.row_elems());
+  const uint32_t tokens = shape.n_tokens;
+  const auto& streams = parsed.streams;
   std::vector<std::vector<uint8_t>> pixels(streams.size());
   std::vector<Status> statuses(streams.size());
   ParallelForOrSerial(pool, streams.size(), [&](size_t s) {
@@ -326,7 +352,7 @@ Status DecodeKind(std::span<const uint8_t> bytes, KvKind kind, const KvShape& sh
   std::vector<uint8_t> codes(shape.layer_elems());
   std::vector<float> x(shape.layer_elems());
   for (uint32_t l = 0; l < shape.n_layers; ++l) {
-    const LayerSide& ls = side[l];
+    const LayerSide& ls = parsed.side[l];
     uint32_t bad = 0;
     for (uint32_t t = 0; t < tokens; ++t) {
       uint8_t* row = codes.data() + size_t{ls.token_order[t]} * channels;
@@ -378,18 +404,32 @@ Result<KvCache> VideoCodec::Decode(const KvcFile& file, const CodecContext& cont
   KVC_CHECK_CORRUPT(h.level == kLevelNames[p.level_id], "level '%s' disagrees with params (%u bits)", h.level.c_str(),
                     p.bits());
   ASSIGN_OR_RETURN(const auto sections, KvSections(file));
-  for (KvKind kind : kKvKinds) {
-    if (shape.layer_elems() == 0) {
+  if (shape.layer_elems() == 0) {
+    for (KvKind kind : kKvKinds) {
       KVC_CHECK_CORRUPT(SectionOf(sections, kind).empty(), "section %s holds %zu bytes for zero elements",
                         KvKindName(kind), SectionOf(sections, kind).size());
     }
+    return KvCache::Create(shape, h.dtype, h.pos_begin);
+  }
+  // No encoder makes a picture beyond kMaxPictureSide (the token-axis layout is T wide and C
+  // high), so a header implying one is damaged.
+  const LayoutGeometry geometry(shape, p.layout);
+  for (const auto& st : geometry.streams()) {
+    KVC_CHECK_CORRUPT(st.picture.width <= kMaxPictureSide && st.picture.height <= kMaxPictureSide,
+                      "the shape makes %ux%u pictures, beyond the %u-pixel limit of a video stream",
+                      st.picture.width, st.picture.height, kMaxPictureSide);
+  }
+  // Both sections are parsed and every stream header checked against the shape before the
+  // output or any picture is allocated.
+  std::array<ParsedKind, 2> parsed;
+  for (KvKind kind : kKvKinds) {
+    ASSIGN_OR_RETURN(parsed[kind == KvKind::kKey ? 0 : 1], ParseKind(SectionOf(sections, kind), kind, shape, p, geometry));
   }
   ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(shape, h.dtype, h.pos_begin));
-  if (shape.layer_elems() == 0) return cache;
   const VideoDecoderBackend& backend = context.video_decoder != nullptr ? *context.video_decoder : CpuVideoDecoder();
   for (KvKind kind : kKvKinds) {
-    RETURN_IF_ERROR(
-        DecodeKind(SectionOf(sections, kind), kind, shape, p, backend, context.pool, &cache));
+    RETURN_IF_ERROR(DecodeKind(parsed[kind == KvKind::kKey ? 0 : 1], kind, shape, p, geometry, backend, context.pool,
+                               &cache));
   }
   return cache;
 }
