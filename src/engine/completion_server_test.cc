@@ -288,7 +288,7 @@ TEST_F(ServerTest, NonStreamingClientThatLeavesFreesItsSequence) {
   const double tokens_before = metric("kvcodec_completion_tokens_total");
   const double disconnects_before = metric("kvcodec_client_disconnects_total");
   httplib::Client c("127.0.0.1", server_->port());
-  c.set_read_timeout(1, 0);  // gives up after a second of silence, closing the connection
+  c.set_read_timeout(0, 500000);  // gives up after half a second of silence, closing the connection
   auto res = c.Post("/v1/completions", Json{{"prompt", "And God said"}, {"max_tokens", 1900}}.dump(), "application/json");
   EXPECT_FALSE(res);
   c.stop();
