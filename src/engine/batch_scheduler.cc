@@ -8,6 +8,19 @@
 #include "base/thread_pool.h"
 
 namespace kvc {
+namespace {
+
+std::string ExceptionText(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+}  // namespace
 
 ServeRequest::ServeRequest(std::vector<int32_t> tokens, uint32_t max_tokens)
     : tokens_(std::move(tokens)), max_tokens_(max_tokens), arrived_(SteadyClock::now()) {
@@ -23,7 +36,17 @@ bool ServeRequest::NextPiece(std::string* piece) {
   return true;
 }
 
+ServeRequest::Next ServeRequest::NextPiece(std::string* piece, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return !pieces_.empty() || done_; })) return Next::kTimeout;
+  if (pieces_.empty()) return Next::kEnd;
+  *piece = std::move(pieces_.front());
+  pieces_.pop_front();
+  return Next::kPiece;
+}
+
 void ServeRequest::Push(std::string piece) {
+  if (piece.empty()) return;  // a token that only began a character
   std::lock_guard lock(mu_);
   pieces_.push_back(std::move(piece));
   cv_.notify_all();
@@ -97,7 +120,19 @@ void BatchScheduler::FetchLoop() {
       to_fetch_.pop_front();
       ++fetching_;
     }
-    Fetch(*request);
+    // A client that left while its request waited to be fetched costs no fetch. Nothing thrown
+    // here may end the thread (std::terminate would take the server down): the request then
+    // recomputes its prefix, as for any failed fetch.
+    if (!request->cancelled_) {
+      try {
+        Fetch(*request);
+      } catch (...) {
+        request->fetched_.reset();
+        KVC_LOG_WARN("KV reuse failed, recomputing: %s", ExceptionText(std::current_exception()).c_str());
+        std::lock_guard m(metrics_.mu);
+        ++metrics_.reuse_failures;
+      }
+    }
     std::lock_guard lock(mu_);
     --fetching_;
     ready_.push_back(std::move(request));
@@ -150,6 +185,7 @@ void BatchScheduler::EngineLoop() {
   };
   for (;;) {
     std::vector<Slot*> admitted;
+    std::vector<std::shared_ptr<ServeRequest>> gone;  // cancelled before they got a sequence
     {
       std::unique_lock lock(mu_);
       engine_cv_.wait(lock, [&] {
@@ -157,24 +193,60 @@ void BatchScheduler::EngineLoop() {
       });
       if (!busy() && ready_.empty()) return;  // stopping, and nothing is left anywhere
       for (Slot* s = free_slot(); s != nullptr && !ready_.empty(); s = free_slot()) {
-        s->request = std::move(ready_.front());
+        std::shared_ptr<ServeRequest> request = std::move(ready_.front());
         ready_.pop_front();
+        if (request->cancelled_) {
+          gone.push_back(std::move(request));
+          continue;
+        }
+        s->request = std::move(request);
         admitted.push_back(s);
         ++running_;
       }
     }
-    for (Slot* slot : admitted) Admit(*slot);
-    for (Slot& s : slots) {
-      if (s.request && s.request->cancelled_) {
-        {
-          std::lock_guard m(metrics_.mu);
-          ++metrics_.disconnects;
-        }
-        s.request->generation_.finish_reason = "cancelled";
-        Release(s, Status::Ok());
+    for (const auto& request : gone) {
+      {
+        std::lock_guard m(metrics_.mu);
+        ++metrics_.disconnects;
+      }
+      request->generation_.finish_reason = "cancelled";
+      request->Finish(Status::Ok());
+    }
+    // Nothing thrown may end this thread (std::terminate would take every request in flight
+    // with it): what fails a request ends that request with an error; what fails a step ends
+    // the requests in it.
+    for (Slot* slot : admitted) {
+      try {
+        Admit(*slot);
+      } catch (...) {
+        Release(*slot, Internal("admitting the request failed: " + ExceptionText(std::current_exception())));
       }
     }
-    Step(slots);
+    for (Slot& s : slots) {
+      if (s.request && s.request->cancelled_) Cancelled(s);
+    }
+    try {
+      Step(slots);
+    } catch (...) {
+      const Status failed = Internal("a batch step failed: " + ExceptionText(std::current_exception()));
+      KVC_LOG_ERROR("%s", failed.ToString().c_str());
+      FailAll(slots, failed);
+    }
+  }
+}
+
+void BatchScheduler::Cancelled(Slot& slot) {
+  {
+    std::lock_guard m(metrics_.mu);
+    ++metrics_.disconnects;
+  }
+  slot.request->generation_.finish_reason = "cancelled";
+  Release(slot, Status::Ok());
+}
+
+void BatchScheduler::FailAll(std::vector<Slot>& slots, const Status& status) {
+  for (Slot& s : slots) {
+    if (s.request) Release(s, status);
   }
 }
 
@@ -272,7 +344,7 @@ void BatchScheduler::Emit(Slot& slot, int32_t token) {
     return;
   }
   ++g.completion_tokens;
-  slot.request->Push(model_.TokenText(token));
+  slot.request->Push(slot.request->utf8_.Push(model_.TokenText(token)));
   if (g.completion_tokens == slot.request->max_tokens_) {
     g.finish_reason = "length";
     Release(slot, Status::Ok());
@@ -286,14 +358,21 @@ void BatchScheduler::Emit(Slot& slot, int32_t token) {
 void BatchScheduler::Release(Slot& slot, Status status) {
   ServeRequest& r = *slot.request;
   const bool prompt_done = slot.generating;
-  if (status.ok() && o_.reuse && prompt_done && slot.restored_chunks < r.keys_.size()) {
-    if (auto kv = session_.ExtractSeqKv(slot.seq); kv.ok()) {
-      std::lock_guard lock(mu_);
-      store_jobs_.push_back({std::move(*kv), r.keys_, slot.restored_chunks});
-      store_cv_.notify_one();
-    } else {
-      KVC_LOG_WARN("copying a finished request's KV out failed: %s", kv.status().ToString().c_str());
+  try {
+    if (status.ok() && o_.reuse && prompt_done && slot.restored_chunks < r.keys_.size()) {
+      if (auto kv = session_.ExtractSeqKv(slot.seq); kv.ok()) {
+        std::lock_guard lock(mu_);
+        store_jobs_.push_back({std::move(*kv), r.keys_, slot.restored_chunks});
+        store_cv_.notify_one();
+      } else {
+        KVC_LOG_WARN("copying a finished request's KV out failed: %s", kv.status().ToString().c_str());
+      }
     }
+    // A character still incomplete at the end never completes: it ends the text as U+FFFD.
+    r.Push(r.utf8_.Finish());
+  } catch (...) {
+    // Only the store job or the last piece is lost; the sequence is freed and the request ends.
+    KVC_LOG_WARN("finishing a request: %s", ExceptionText(std::current_exception()).c_str());
   }
   session_.ClearSeq(slot.seq);
   if (status.ok()) {
@@ -322,8 +401,13 @@ void BatchScheduler::StoreLoop() {
       if (store_jobs_.empty()) return;
       job = std::move(store_jobs_.front());
     }
-    auto stored = StoreChunks(*reuse_.store, job.kv, job.keys, job.first, o_.chunk_tokens, *reuse_.codec, o_.levels,
-                              *reuse_.model, context);
+    Result<StoredChunks> stored = Internal("not stored");
+    try {
+      stored = StoreChunks(*reuse_.store, job.kv, job.keys, job.first, o_.chunk_tokens, *reuse_.codec, o_.levels,
+                           *reuse_.model, context);
+    } catch (...) {
+      stored = Internal(ExceptionText(std::current_exception()));
+    }
     if (!stored.ok()) KVC_LOG_WARN("storing new chunks failed: %s", stored.status().ToString().c_str());
     {
       std::lock_guard m(metrics_.mu);

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -26,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/utf8.h"
 #include "engine/prefix_cache.h"
 #include "engine/serve_metrics.h"
 
@@ -47,9 +49,16 @@ class ServeRequest {
   ServeRequest(std::vector<int32_t> tokens, uint32_t max_tokens);
 
   // Blocks until the next piece of text (true) or the end of the generation (false; then
-  // status() and generation() are final).
+  // status() and generation() are final). Pieces are valid UTF-8, and never empty: a character
+  // split over tokens (byte-fallback vocabularies) comes out whole with its last byte, bytes
+  // that never form one come out as U+FFFD, and the text is always what ToValidUtf8 makes of
+  // the tokens' bytes.
   bool NextPiece(std::string* piece);
-  // The client is gone: the engine frees the request's sequence at its next step.
+  enum class Next { kPiece, kEnd, kTimeout };
+  // As NextPiece, waiting at most `timeout` (so a waiting HTTP thread can look at its client).
+  Next NextPiece(std::string* piece, std::chrono::milliseconds timeout);
+  // The client is gone: the engine frees the request's sequence at its next step (or drops
+  // the request before admitting it).
   void Cancel() { cancelled_ = true; }
   const Status& status() const { return status_; }
   const Generation& generation() const { return generation_; }
@@ -67,6 +76,7 @@ class ServeRequest {
   std::vector<ChunkKey> keys_;
   PrefixLookup lookup_;
   std::optional<FetchedPrefix> fetched_;
+  Utf8Stream utf8_;  // the engine thread's: token bytes in, whole characters out
   Generation generation_;
   Status status_;
   // The text channel.
@@ -127,6 +137,8 @@ class BatchScheduler {
   void Step(std::vector<Slot>& slots);
   void Emit(Slot& slot, int32_t token);
   void Release(Slot& slot, Status status);
+  void Cancelled(Slot& slot);
+  void FailAll(std::vector<Slot>& slots, const Status& status);
 
   const LlamaModel& model_;
   LlamaSession& session_;

@@ -44,4 +44,12 @@ Result<CompletionRequest> ParseCompletionRequest(std::string_view text, bool cha
   return r;
 }
 
+Status CheckPromptCanFit(size_t prompt_bytes, uint32_t max_tokens, uint32_t n_ctx, size_t max_token_bytes) {
+  if (max_token_bytes == 0) return Status::Ok();
+  const uint64_t at_least = prompt_bytes / max_token_bytes + (prompt_bytes % max_token_bytes != 0 ? 1 : 0);
+  if (at_least + max_tokens <= n_ctx) return Status::Ok();
+  return InvalidArgument(FormatMessage("the prompt (%zu bytes, so at least %llu tokens) plus max_tokens (%u) exceed the context of %u tokens",
+                                       prompt_bytes, static_cast<unsigned long long>(at_least), max_tokens, n_ctx));
+}
+
 }  // namespace kvc

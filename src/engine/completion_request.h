@@ -22,4 +22,10 @@ struct CompletionRequest {
 Result<CompletionRequest> ParseCompletionRequest(std::string_view body, bool chat, uint32_t default_max_tokens,
                                                  uint32_t max_tokens_limit);
 
+// The context check before tokenizing: a prompt of `prompt_bytes` bytes is at least
+// ceil(prompt_bytes / max_token_bytes) tokens (LlamaModel::max_token_bytes; 0: no bound known,
+// nothing is rejected), so a prompt that cannot fit with `max_tokens` in `n_ctx` is rejected
+// without the tokenizer's time (seconds for a body of megabytes). Never rejects one that fits.
+Status CheckPromptCanFit(size_t prompt_bytes, uint32_t max_tokens, uint32_t n_ctx, size_t max_token_bytes);
+
 }  // namespace kvc

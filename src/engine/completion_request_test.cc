@@ -60,5 +60,19 @@ TEST(CompletionRequest, MalformedBodiesAreInvalidArgumentsThatSayWhy) {
   }
 }
 
+// The bound before tokenizing: a prompt is rejected only when even one token per
+// max_token_bytes bytes could not fit, so nothing that fits is ever refused.
+TEST(CompletionRequest, PromptLengthBoundRejectsOnlyWhatCannotFit) {
+  // 16 bytes a token at most, a 100-token context, 10 tokens to generate: room for 90 tokens.
+  EXPECT_TRUE(CheckPromptCanFit(90 * 16, 10, 100, 16).ok());
+  EXPECT_TRUE(CheckPromptCanFit(0, 10, 100, 16).ok());
+  const Status too_long = CheckPromptCanFit(90 * 16 + 1, 10, 100, 16);  // 91 tokens at least
+  EXPECT_EQ(too_long.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(too_long.message().find("at least 91 tokens"), std::string::npos) << too_long.message();
+  // No bound known (a tokenizer that may drop text): never rejected here.
+  EXPECT_TRUE(CheckPromptCanFit(size_t{1} << 40, 10, 100, 0).ok());
+  EXPECT_FALSE(CheckPromptCanFit(size_t{1} << 40, 10, 100, 1).ok());
+}
+
 }  // namespace
 }  // namespace kvc

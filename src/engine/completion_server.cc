@@ -1,15 +1,30 @@
 #include "engine/completion_server.h"
 
 #include <httplib.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <system_error>
 #include <thread>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/utf8.h"
 
 #include "engine/batch_scheduler.h"
 #include "engine/completion_request.h"
@@ -21,9 +36,361 @@ namespace {
 
 using Json = nlohmann::json;
 
+// Every text we send is valid UTF-8 already (ServeRequest's pieces, Status::ToString); dumping
+// with replacement is the second guard, so a byte that slipped through becomes U+FFFD instead of
+// an exception.
+std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
 std::string ErrorJson(const std::string& message, const std::string& type) {
-  return Json{{"error", {{"message", message}, {"type", type}}}}.dump();
+  return Dump(Json{{"error", {{"message", message}, {"type", type}}}});
 }
+
+const char* ErrorType(int status) { return status >= 500 ? "server_error" : "invalid_request_error"; }
+
+std::string ExceptionText(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+// The /metrics endpoint label of a path ("" for paths that are not completion endpoints).
+std::string Endpoint(const std::string& path) {
+  if (path == "/v1/completions") return "completions";
+  if (path == "/v1/chat/completions") return "chat";
+  return "";
+}
+
+// A request line and headers beyond this are not a request we serve: it bounds what a client
+// can make the server read and hold before a handler has looked at the request (the handlers
+// allow the body its own limit).
+constexpr uint64_t kMaxHeaderBytes = 64 << 10;
+// How often a thread waiting for a generation looks at its client.
+constexpr std::chrono::milliseconds kClientCheck{100};
+// How often a thread waiting for a client's bytes looks at whether the server is stopping.
+constexpr int kPollSliceMs = 100;
+
+int ToMs(time_t sec, time_t usec) { return static_cast<int>(std::min<time_t>(sec * 1000 + usec / 1000, 1 << 30)); }
+
+// What the thread serving a connection knows about it, for the handlers it calls (httplib
+// hands them the request, not the connection).
+struct Connection {
+  int sock = -1;
+  // The request being read must have arrived by `deadline`, in at most `budget` bytes.
+  SteadyClock::time_point deadline;
+  uint64_t budget = 0, read = 0;
+  bool deadline_passed = false;  // a read failed because of the deadline
+  bool close = false;            // answer this request, then close: its bytes were not all read
+};
+thread_local Connection* current_connection = nullptr;
+
+// False once the client has closed (or reset) its end. Data waiting to be read (a pipelined
+// request) is a client still there. A client that only shuts down its sending side counts as
+// gone too (as in httplib's own check): HTTP clients keep both sides open for the answer.
+bool ClientConnected(int sock) {
+  pollfd p{sock, static_cast<short>(POLLIN | POLLRDHUP), 0};
+  if (::poll(&p, 1, 0) <= 0) return true;
+  return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) == 0;
+}
+
+bool ClientConnected() {
+  const Connection* c = current_connection;
+  return c == nullptr || ClientConnected(c->sock);
+}
+
+void AddressOf(int sock, bool peer, std::string& ip, int& port) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  const int rc = peer ? ::getpeername(sock, reinterpret_cast<sockaddr*>(&addr), &len)
+                      : ::getsockname(sock, reinterpret_cast<sockaddr*>(&addr), &len);
+  if (rc != 0) return;
+  char host[NI_MAXHOST], serv[NI_MAXSERV];
+  if (::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof host, serv, sizeof serv,
+                    NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
+    ip = host;
+    port = std::atoi(serv);
+  }
+}
+
+// httplib's socket stream, with limits it lacks: reads stop at the request's deadline and byte
+// budget (a client trickling a header byte every few seconds, or sending headers without end,
+// is cut off) and when the server stops; the read buffer outlives a request, so pipelined
+// requests are not lost.
+class ConnectionStream final : public httplib::Stream {
+ public:
+  ConnectionStream(Connection& c, const std::atomic<socket_t>& server_socket, int read_timeout_ms,
+                   int write_timeout_ms)
+      : c_(c), server_socket_(server_socket), read_timeout_ms_(read_timeout_ms), write_timeout_ms_(write_timeout_ms) {}
+
+  bool buffered() const { return off_ < end_; }
+
+  bool is_readable() const override { return buffered() || WaitReadable(); }
+  bool is_writable() const override { return Wait(POLLOUT, write_timeout_ms_) && ClientConnected(c_.sock); }
+
+  ssize_t read(char* ptr, size_t size) override {
+    if (c_.read >= c_.budget) return -1;
+    size = static_cast<size_t>(std::min<uint64_t>(size, c_.budget - c_.read));
+    if (!buffered()) {
+      if (!WaitReadable()) return -1;
+      ssize_t n;
+      do {
+        n = ::recv(c_.sock, buf_.data(), buf_.size(), 0);
+      } while (n < 0 && errno == EINTR);
+      if (n <= 0) return n;
+      off_ = 0;
+      end_ = static_cast<size_t>(n);
+    }
+    const size_t n = std::min(size, end_ - off_);
+    std::memcpy(ptr, buf_.data() + off_, n);
+    off_ += n;
+    c_.read += n;
+    return static_cast<ssize_t>(n);
+  }
+
+  ssize_t write(const char* ptr, size_t size) override {
+    if (!Wait(POLLOUT, write_timeout_ms_)) return -1;
+    ssize_t n;
+    do {
+      n = ::send(c_.sock, ptr, size, MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    return n;
+  }
+
+  void get_remote_ip_and_port(std::string& ip, int& port) const override { AddressOf(c_.sock, true, ip, port); }
+  void get_local_ip_and_port(std::string& ip, int& port) const override { AddressOf(c_.sock, false, ip, port); }
+  socket_t socket() const override { return c_.sock; }
+
+ private:
+  // Data to read within the read timeout, the deadline and the server's life.
+  bool WaitReadable() const {
+    const auto idle_end = SteadyClock::now() + std::chrono::milliseconds(read_timeout_ms_);
+    for (;;) {
+      const auto now = SteadyClock::now();
+      if (now >= c_.deadline) {
+        c_.deadline_passed = true;
+        return false;
+      }
+      if (now >= idle_end || server_socket_ == INVALID_SOCKET) return false;
+      const auto left = std::min(c_.deadline, idle_end) - now;
+      const int slice = static_cast<int>(std::clamp<int64_t>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(left).count() + 1, 1, kPollSliceMs));
+      pollfd p{c_.sock, POLLIN, 0};
+      const int rc = ::poll(&p, 1, slice);
+      if (rc > 0) return true;
+      if (rc < 0 && errno != EINTR) return false;
+    }
+  }
+
+  bool Wait(short events, int timeout_ms) const {
+    pollfd p{c_.sock, events, 0};
+    int rc;
+    do {
+      rc = ::poll(&p, 1, timeout_ms);
+    } while (rc < 0 && errno == EINTR);
+    return rc > 0 && (p.revents & (POLLERR | POLLNVAL)) == 0;
+  }
+
+  Connection& c_;
+  const std::atomic<socket_t>& server_socket_;
+  const int read_timeout_ms_, write_timeout_ms_;
+  std::vector<char> buf_ = std::vector<char>(16 << 10);
+  size_t off_ = 0, end_ = 0;
+};
+
+// httplib's server with our connection loop (process_and_close_socket is its one hook for it):
+// the same keep-alive handling, over ConnectionStream, with each request's deadline and budget
+// set, the connection visible to the handlers, and the connection closed after a request whose
+// bytes were not all read.
+class HttpServer final : public httplib::Server {
+ public:
+  explicit HttpServer(double request_timeout_s)
+      : request_timeout_(std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(request_timeout_s))) {}
+
+  // After binding: httplib listens with a backlog of 5, so a burst of clients (more than five
+  // connecting while the accept loop starts a thread) had SYNs dropped and waited a second each
+  // for the retry. Listening again on a listening socket only changes the backlog.
+  void RaiseBacklog() { ::listen(svr_sock_, SOMAXCONN); }
+
+ private:
+  bool process_and_close_socket(socket_t sock) override {
+    bool ret = false;
+    try {
+      Connection c;
+      c.sock = sock;
+      current_connection = &c;
+      ConnectionStream stream(c, svr_sock_, ToMs(read_timeout_sec_, read_timeout_usec_),
+                              ToMs(write_timeout_sec_, write_timeout_usec_));
+      for (size_t left = keep_alive_max_count_; left > 0 && svr_sock_ != INVALID_SOCKET; --left) {
+        if (!stream.buffered() && !WaitForRequest(sock)) break;
+        c.deadline = SteadyClock::now() + request_timeout_;
+        c.budget = kMaxHeaderBytes;
+        c.read = 0;
+        c.deadline_passed = c.close = false;
+        bool closed = false;
+        ret = process_request(stream, left == 1, closed, nullptr);
+        if (!ret || closed || c.close) break;
+      }
+    } catch (...) {
+      KVC_LOG_ERROR("serving a connection: %s", ExceptionText(std::current_exception()).c_str());
+    }
+    current_connection = nullptr;
+    ::shutdown(sock, SHUT_RDWR);
+    ::close(sock);
+    return ret;
+  }
+
+  // The next request's first byte within the keep-alive timeout (false: the client is idle or
+  // gone, or the server is stopping).
+  bool WaitForRequest(int sock) const {
+    const auto end = SteadyClock::now() + std::chrono::seconds(keep_alive_timeout_sec_);
+    while (svr_sock_ != INVALID_SOCKET && SteadyClock::now() < end) {
+      pollfd p{sock, POLLIN, 0};
+      const int rc = ::poll(&p, 1, kPollSliceMs);
+      if (rc > 0) return true;
+      if (rc < 0 && errno != EINTR) return false;
+    }
+    return false;
+  }
+
+  const SteadyClock::duration request_timeout_;
+};
+
+// A thread per connection being served, started when one is needed, up to a limit: a client
+// that sends slowly holds only its own thread, so slow clients cannot starve /health or anyone
+// else (a fixed pool of 64 threads was filled by 64 of them). Past the limit, connections wait
+// for a thread; threads idle for a minute end.
+class ConnectionThreads final : public httplib::TaskQueue {
+ public:
+  explicit ConnectionThreads(size_t max_threads) : max_threads_(max_threads) {}
+  ~ConnectionThreads() override { shutdown(); }
+
+  void enqueue(std::function<void()> fn) override {
+    std::vector<std::thread> ended;
+    {
+      std::lock_guard lock(mu_);
+      jobs_.push_back(std::move(fn));
+      ended = TakeEnded();
+      if (idle_ < jobs_.size() && threads_.size() < max_threads_) {
+        try {
+          std::thread t([this] { Work(); });
+          const std::thread::id id = t.get_id();
+          threads_.emplace(id, std::move(t));
+        } catch (const std::system_error& e) {
+          // The threads there are take the job in turn.
+          KVC_LOG_WARN("cannot start a connection thread (%zu running): %s", threads_.size(), e.what());
+        }
+      }
+      cv_.notify_one();
+    }
+    for (std::thread& t : ended) t.join();
+  }
+
+  void shutdown() override {
+    std::map<std::thread::id, std::thread> threads;
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+      cv_.notify_all();
+    }
+    // Threads may still end themselves (and be listed in ended_) until they see stop_.
+    for (;;) {
+      {
+        std::lock_guard lock(mu_);
+        if (threads_.empty()) break;
+        threads.swap(threads_);
+        ended_.clear();
+      }
+      for (auto& [id, t] : threads) t.join();
+      threads.clear();
+    }
+  }
+
+ private:
+  void Work() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      ++idle_;
+      const bool woken = cv_.wait_for(lock, std::chrono::seconds(60), [&] { return stop_ || !jobs_.empty(); });
+      --idle_;
+      if (!woken || jobs_.empty()) {
+        // Idle for a minute, or stopping with nothing left: end (enqueue or shutdown joins us).
+        if (!stop_) ended_.push_back(std::this_thread::get_id());
+        return;
+      }
+      std::function<void()> job = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      try {
+        job();
+      } catch (...) {
+        KVC_LOG_ERROR("a connection thread's job failed: %s", ExceptionText(std::current_exception()).c_str());
+      }
+      job = nullptr;
+      lock.lock();
+    }
+  }
+
+  // Threads that ended on their own, to be joined outside the lock. Under mu_.
+  std::vector<std::thread> TakeEnded() {
+    std::vector<std::thread> out;
+    for (const std::thread::id id : ended_) {
+      auto it = threads_.find(id);
+      if (it == threads_.end()) continue;
+      out.push_back(std::move(it->second));
+      threads_.erase(it);
+    }
+    ended_.clear();
+    return out;
+  }
+
+  const size_t max_threads_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  std::map<std::thread::id, std::thread> threads_;
+  std::vector<std::thread::id> ended_;
+  size_t idle_ = 0;
+  bool stop_ = false;
+};
+
+// Why binding failed, in words ("Address already in use"): httplib only says that it did.
+std::string BindError(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* list = nullptr;
+  if (const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &list); rc != 0) {
+    return ::gai_strerror(rc);
+  }
+  std::string why = "no address to bind";
+  for (addrinfo* a = list; a != nullptr; a = a->ai_next) {
+    const int sock = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (sock < 0) {
+      why = std::strerror(errno);
+      break;
+    }
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    const bool bound = ::bind(sock, a->ai_addr, a->ai_addrlen) == 0 && ::listen(sock, 1) == 0;
+    why = bound ? "the address was busy a moment ago" : std::strerror(errno);
+    ::close(sock);
+    if (!bound) break;
+  }
+  ::freeaddrinfo(list);
+  return why;
+}
+
+// Cancels a submitted request unless it was handed on: a handler that throws between Submit and
+// the end of its answer must not leave the request generating for nobody.
+struct CancelOnExit {
+  std::shared_ptr<ServeRequest> request;
+  ~CancelOnExit() {
+    if (request) request->Cancel();
+  }
+};
 
 }  // namespace
 
@@ -36,7 +403,7 @@ struct CompletionServer::Impl {
   std::string model_name;
   ServeMetrics metrics;
   std::unique_ptr<BatchScheduler> scheduler;
-  httplib::Server http;
+  std::unique_ptr<HttpServer> http;
   std::thread listener;
   int bound_port = 0;
 
@@ -61,9 +428,11 @@ struct CompletionServer::Impl {
     return out;
   }
 
-  // The checked request and its prompt as tokens; the error is a 400's message.
+  // The checked request and its prompt as tokens; the error is a 400's message. A prompt that
+  // cannot fit is rejected by its length before the tokenizer spends time on it.
   Result<std::pair<CompletionRequest, std::vector<int32_t>>> ReadRequest(const std::string& body, bool chat) {
     ASSIGN_OR_RETURN(CompletionRequest request, ParseCompletionRequest(body, chat, o.default_max_tokens, o.n_ctx));
+    RETURN_IF_ERROR(CheckPromptCanFit(request.prompt.size(), request.max_tokens, o.n_ctx, model->max_token_bytes()));
     ASSIGN_OR_RETURN(std::vector<int32_t> tokens, model->Tokenize(request.prompt, true));
     if (tokens.size() < 2) return InvalidArgument("the prompt is empty");
     if (tokens.size() + request.max_tokens > o.n_ctx) {
@@ -80,13 +449,70 @@ struct CompletionServer::Impl {
             {"prompt_tokens_details", {{"cached_tokens", g.cached_tokens}}}};
   }
 
-  void HandleCompletion(const httplib::Request& req, httplib::Response& res, bool chat) {
+  void Reply(httplib::Response& res, const std::string& endpoint, int status, const std::string& message) {
+    res.status = status;
+    res.set_content(ErrorJson(message, ErrorType(status)), "application/json");
+    metrics.CountRequest(endpoint, std::to_string(status));
+  }
+
+  // The body, read here rather than by httplib, which bounds only a body with a Content-Length:
+  // a chunked one is cut off at the limit too. False: the answer (413, 408 or 400) is set, and
+  // the connection closes after it (the rest of the body is never read).
+  bool ReadBody(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
+                const std::string& endpoint, std::string* body) {
+    Connection* c = current_connection;
+    bool too_large = ContentLengthOverLimit(req);
+    bool read = false;
+    if (too_large) {
+      // A client sends its whole body before it reads the answer, so one that is not read gets a
+      // reset connection instead of the 413. A body up to 16 times the limit is read (httplib
+      // drops it, holding none of it), a larger one is not.
+      const uint64_t length = std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10);
+      if (c != nullptr && length / 16 <= o.max_body_bytes) {
+        c->budget = c->read + length;
+        (void)reader([](const char*, size_t) { return true; });
+      }
+    } else {
+      // The body's bytes, with room for a chunked body's framing (a client that sends one in
+      // tiny chunks is refused).
+      if (c != nullptr) c->budget = c->read + 2 * uint64_t{o.max_body_bytes} + 4096;
+      read = reader([&](const char* data, size_t n) {
+        if (n > o.max_body_bytes - body->size()) {
+          too_large = true;
+          return false;
+        }
+        body->append(data, n);
+        return true;
+      });
+    }
+    if (read) return true;
+    if (c != nullptr) c->close = true;
+    if (too_large || res.status == 413) {
+      Reply(res, endpoint, 413, FormatMessage("the request body is larger than the server's limit of %zu bytes", o.max_body_bytes));
+    } else if (c != nullptr && c->deadline_passed) {
+      Reply(res, endpoint, 408, FormatMessage("the request did not arrive within %g s", o.request_timeout_s));
+    } else {
+      Reply(res, endpoint, 400, "the request body could not be read");
+    }
+    return false;
+  }
+
+  // A Content-Length over the body limit. (One that is not a number is httplib's to refuse.)
+  bool ContentLengthOverLimit(const httplib::Request& req) const {
+    const std::string length = req.get_header_value("Content-Length");
+    const bool digits = !length.empty() && std::all_of(length.begin(), length.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+    return digits && (length.size() > 19 || std::strtoull(length.c_str(), nullptr, 10) > o.max_body_bytes);
+  }
+
+  void HandleCompletion(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
+                        bool chat) {
     const std::string endpoint = chat ? "chat" : "completions";
-    auto read = ReadRequest(req.body, chat);
+    std::string body;
+    if (!ReadBody(req, res, reader, endpoint, &body)) return;
+    auto read = ReadRequest(body, chat);
+    body = std::string();
     if (!read.ok()) {
-      metrics.CountRequest(endpoint, "400");
-      res.status = 400;
-      res.set_content(ErrorJson(read.status().message(), "invalid_request_error"), "application/json");
+      Reply(res, endpoint, 400, read.status().message());
       return;
     }
     const bool stream = read->first.stream;
@@ -97,17 +523,31 @@ struct CompletionServer::Impl {
                              .count();
     const std::string object = chat ? "chat.completion" : "text_completion";
     auto request = std::make_shared<ServeRequest>(std::move(read->second), read->first.max_tokens);
+    CancelOnExit guard{request};
     scheduler->Submit(request);
 
     if (!stream) {
+      // Waits for the whole text, looking at the client meanwhile: one that has gone cancels
+      // its request, which frees its sequence at the engine's next step.
       std::string text, piece;
-      while (request->NextPiece(&piece)) text += piece;
+      auto checked = SteadyClock::now();
+      for (;;) {
+        const ServeRequest::Next next = request->NextPiece(&piece, kClientCheck);
+        if (next == ServeRequest::Next::kEnd) break;
+        if (next == ServeRequest::Next::kPiece) text += piece;
+        if (SteadyClock::now() - checked < kClientCheck) continue;
+        checked = SteadyClock::now();
+        if (!ClientConnected()) {
+          request->Cancel();
+          if (current_connection != nullptr) current_connection->close = true;
+          Reply(res, endpoint, 499, "the client closed the connection");
+          return;
+        }
+      }
       const Status& s = request->status();
       const Generation& g = request->generation();
       if (!s.ok()) {
-        metrics.CountRequest(endpoint, "500");
-        res.status = 500;
-        res.set_content(ErrorJson(s.ToString(), "server_error"), "application/json");
+        Reply(res, endpoint, 500, s.ToString());
         return;
       }
       Json choice = {{"index", 0}, {"finish_reason", g.finish_reason}};
@@ -119,59 +559,91 @@ struct CompletionServer::Impl {
       }
       Json out = {{"id", id}, {"object", object}, {"created", created}, {"model", model_name},
                   {"choices", Json::array({choice})}, {"usage", Usage(g)}};
-      metrics.CountRequest(endpoint, "200");
-      res.set_content(out.dump() + "\n", "application/json");  // a newline for terminals (curl)
+      res.set_content(Dump(out) + "\n", "application/json");  // a newline for terminals (curl)
+      metrics.CountRequest(endpoint, "200");  // counted once the answer exists
       return;
     }
 
-    // Server-sent events: one chunk per token as the engine produces it, a last chunk with the
-    // finish reason and usage, then [DONE]. A client that goes away cancels the request, which
-    // frees its sequence at the engine's next step.
+    // Server-sent events: one chunk per piece of text as the engine produces it, a last chunk
+    // with the finish reason and usage, then [DONE]. A client that goes away cancels the
+    // request, which frees its sequence at the engine's next step. This runs after the handler
+    // has returned, outside httplib's exception guard: nothing may leave it.
     const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
     res.set_chunked_content_provider(
         "text/event-stream",
         [this, request, id, created, chat, chunk_object, endpoint](size_t, httplib::DataSink& sink) {
-          auto event = [&](const Json& j) {
-            const std::string line = "data: " + j.dump() + "\n\n";
-            return sink.is_writable() && sink.write(line.data(), line.size());
+          bool counted = false;
+          auto count = [&](const char* status) {
+            if (!counted) metrics.CountRequest(endpoint, status);
+            counted = true;
           };
-          auto delta = [&](const std::string& piece, const Json& finish) {
-            Json choice = {{"index", 0}, {"finish_reason", finish}};
-            if (chat) {
-              choice["delta"] = piece.empty() ? Json::object() : Json{{"content", piece}};
-            } else {
-              choice["text"] = piece;
-            }
-            return Json{{"id", id}, {"object", chunk_object}, {"created", created}, {"model", model_name},
-                        {"choices", Json::array({choice})}};
-          };
-          std::string piece;
-          while (request->NextPiece(&piece)) {
-            if (!event(delta(piece, nullptr))) {
-              request->Cancel();
-              metrics.CountRequest(endpoint, "499");
-              return false;
-            }
+          try {
+            return SendEvents(*request, id, created, chat, chunk_object, sink, count);
+          } catch (...) {
+            KVC_LOG_ERROR("streaming a completion: %s", ExceptionText(std::current_exception()).c_str());
+            request->Cancel();
+            count("500");
+            return false;
           }
-          const Status& s = request->status();
-          const Generation& g = request->generation();
-          if (!s.ok()) {
-            metrics.CountRequest(endpoint, "500");
-            event(Json::parse(ErrorJson(s.ToString(), "server_error")));
-          } else {
-            metrics.CountRequest(endpoint, "200");
-            Json last = delta("", g.finish_reason);
-            last["usage"] = Usage(g);
-            event(last);
-            const std::string done = "data: [DONE]\n\n";
-            if (sink.is_writable()) sink.write(done.data(), done.size());
-          }
-          sink.done();
-          return true;
         },
         [request](bool success) {
           if (!success) request->Cancel();
         });
+    guard.request = nullptr;  // the provider (or its releaser) owns the request's end now
+  }
+
+  template <typename Count>
+  bool SendEvents(ServeRequest& request, const std::string& id, int64_t created, bool chat, const std::string& chunk_object,
+              httplib::DataSink& sink, Count& count) {
+    auto event = [&](const Json& j) {
+      const std::string line = "data: " + Dump(j) + "\n\n";
+      return sink.is_writable() && sink.write(line.data(), line.size());
+    };
+    auto delta = [&](const std::string& piece, const Json& finish) {
+      Json choice = {{"index", 0}, {"finish_reason", finish}};
+      if (chat) {
+        choice["delta"] = piece.empty() ? Json::object() : Json{{"content", piece}};
+      } else {
+        choice["text"] = piece;
+      }
+      return Json{{"id", id}, {"object", chunk_object}, {"created", created}, {"model", model_name},
+                  {"choices", Json::array({choice})}};
+    };
+    auto gone = [&] {
+      request.Cancel();
+      count("499");
+      return false;
+    };
+    std::string piece;
+    auto checked = SteadyClock::now();
+    for (;;) {
+      const ServeRequest::Next next = request.NextPiece(&piece, kClientCheck);
+      if (next == ServeRequest::Next::kEnd) break;
+      if (next == ServeRequest::Next::kPiece) {
+        if (!event(delta(piece, nullptr))) return gone();
+        checked = SteadyClock::now();
+        continue;
+      }
+      // No text for a while (queued, fetching, prefilling): is anyone still waiting for it?
+      if (SteadyClock::now() - checked < kClientCheck) continue;
+      checked = SteadyClock::now();
+      if (!ClientConnected()) return gone();
+    }
+    const Status& s = request.status();
+    const Generation& g = request.generation();
+    if (!s.ok()) {
+      count("500");
+      event(Json::parse(ErrorJson(s.ToString(), "server_error")));
+    } else {
+      Json last = delta("", g.finish_reason);
+      last["usage"] = Usage(g);
+      const bool sent = event(last);
+      const std::string done = "data: [DONE]\n\n";
+      if (sent && sink.is_writable()) sink.write(done.data(), done.size());
+      count("200");
+    }
+    sink.done();
+    return true;
   }
 };
 
@@ -201,6 +673,9 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
   if (o.parallel < 1 || o.parallel > 64) return InvalidArgument("parallel must be in 1..64");
   if (o.fetch_threads < 1 || o.fetch_threads > 64) return InvalidArgument("fetch threads must be in 1..64");
   if (o.n_ctx < 2 || o.chunk_tokens == 0) return InvalidArgument("the context and chunk size must be positive");
+  if (o.max_body_bytes == 0 || o.max_body_bytes > (uint64_t{1} << 40)) return InvalidArgument("the body limit must be in 1..2^40 bytes");
+  if (!(o.request_timeout_s > 0 && o.request_timeout_s <= 86400)) return InvalidArgument("the request timeout must be in (0, 86400] s");
+  if (o.max_connections < 1 || o.max_connections > 65536) return InvalidArgument("max connections must be in 1..65536");
   auto impl = std::make_unique<Impl>();
   impl->o = o;
   const Codec* codec = FindCodec(o.codec);
@@ -232,40 +707,89 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
   }
   const ReuseContext reuse{impl->store.get(), codec, &impl->calibrations, &impl->model->fingerprint()};
   impl->scheduler = std::make_unique<BatchScheduler>(*impl->model, *impl->session, reuse, so2, impl->metrics);
+  impl->http = std::make_unique<HttpServer>(o.request_timeout_s);
   return std::unique_ptr<CompletionServer>(new CompletionServer(std::move(impl)));
 }
 
 Status CompletionServer::Start() {
   Impl& s = *impl_;
-  s.http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+  httplib::Server& http = *s.http;
+  http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"status":"ok"})", "application/json");
   });
-  s.http.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
+  http.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
     res.set_content(s.MetricsText(), "text/plain; version=0.0.4");
   });
-  s.http.Post("/v1/completions",
-              [&s](const httplib::Request& req, httplib::Response& res) { s.HandleCompletion(req, res, false); });
-  s.http.Post("/v1/chat/completions",
-              [&s](const httplib::Request& req, httplib::Response& res) { s.HandleCompletion(req, res, true); });
-  // A connection thread per client that may be waiting at once (streams, fetches in flight,
-  // the queue for a sequence): with too few, clients would queue inside the HTTP library, where
-  // the scheduler cannot see them and a request with nothing to fetch waits behind blocked ones.
-  const size_t connection_threads = std::max<size_t>(64, 8 * static_cast<size_t>(s.o.parallel));
-  s.http.new_task_queue = [connection_threads] { return new httplib::ThreadPool(connection_threads); };
-  s.http.set_error_handler([](const httplib::Request&, httplib::Response& res) {
-    if (res.body.empty()) {
-      res.set_content(ErrorJson(FormatMessage("HTTP %d", res.status), "invalid_request_error"), "application/json");
+  http.Post("/v1/completions", [&s](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+    s.HandleCompletion(req, res, reader, false);
+  });
+  http.Post("/v1/chat/completions", [&s](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+    s.HandleCompletion(req, res, reader, true);
+  });
+  // Connection threads as needed, up to the limit (see ConnectionThreads): with a fixed pool,
+  // clients would queue inside the HTTP library behind slow ones, unseen by the scheduler.
+  const size_t connection_threads = static_cast<size_t>(s.o.max_connections);
+  http.new_task_queue = [connection_threads] { return new ConnectionThreads(connection_threads); };
+  http.set_payload_max_length(s.o.max_body_bytes);  // bodies httplib reads itself (other paths)
+  // A client that asks before sending its body (curl, for large ones) is told 413 instead of
+  // "100 Continue", and sends nothing.
+  http.set_expect_100_continue_handler([&s](const httplib::Request& req, httplib::Response& res) {
+    if (!s.ContentLengthOverLimit(req)) return 100;
+    res.status = 413;
+    return 413;
+  });
+  // An exception out of a handler is that request's 500, never the process's end.
+  http.set_exception_handler([&s](const httplib::Request& req, httplib::Response& res, std::exception_ptr e) {
+    const std::string what = ExceptionText(e);
+    KVC_LOG_ERROR("%s %s failed: %s", req.method.c_str(), PrintableOneLine(req.path).c_str(), what.c_str());
+    res.status = 500;
+    res.set_content(ErrorJson("internal error: " + what, "server_error"), "application/json");
+    if (const std::string endpoint = Endpoint(req.path); !endpoint.empty()) s.metrics.CountRequest(endpoint, "500");
+  });
+  // Errors httplib answers itself (no route, a malformed or oversized or late request) get our
+  // JSON error too; our handlers' own errors already have their body (and are counted).
+  http.set_error_handler([&s](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    Connection* c = current_connection;
+    if (c != nullptr && c->deadline_passed) res.status = 408;
+    std::string message;
+    switch (res.status) {
+      case 404: message = "no such endpoint: " + PrintableOneLine(req.path); break;
+      case 408: message = FormatMessage("the request did not arrive within %g s", s.o.request_timeout_s); break;
+      case 413: message = FormatMessage("the request body is larger than the server's limit of %zu bytes", s.o.max_body_bytes); break;
+      default: message = FormatMessage("HTTP %d", res.status); break;
+    }
+    // The request's bytes may not all have been read: the connection cannot carry another.
+    if (c != nullptr && (res.status == 400 || res.status == 408 || res.status == 413)) c->close = true;
+    res.set_content(ErrorJson(message, ErrorType(res.status)), "application/json");
+    if (const std::string endpoint = Endpoint(req.path); !endpoint.empty()) {
+      s.metrics.CountRequest(endpoint, std::to_string(res.status));
     }
   });
+  // SO_REUSEADDR (a restart binds despite connections in TIME_WAIT) but not httplib's default
+  // SO_REUSEPORT, with which a second server on a busy port started and shared it.
+  http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   if (s.o.port == 0) {
-    s.bound_port = s.http.bind_to_any_port(s.o.host);
+    s.bound_port = http.bind_to_any_port(s.o.host);
   } else {
-    s.bound_port = s.http.bind_to_port(s.o.host, s.o.port) ? s.o.port : -1;
+    s.bound_port = http.bind_to_port(s.o.host, s.o.port) ? s.o.port : -1;
   }
-  if (s.bound_port <= 0) return IoError(FormatMessage("cannot listen on %s:%d", s.o.host.c_str(), s.o.port));
-  s.listener = std::thread([&s] { s.http.listen_after_bind(); });
+  if (s.bound_port <= 0) {
+    return IoError(FormatMessage("cannot listen on %s:%d: %s", s.o.host.c_str(), s.o.port, BindError(s.o.host, s.o.port).c_str()));
+  }
+  s.http->RaiseBacklog();
+  s.listener = std::thread([&http] {
+    try {
+      http.listen_after_bind();
+    } catch (...) {
+      KVC_LOG_ERROR("the server stopped listening: %s", ExceptionText(std::current_exception()).c_str());
+    }
+  });
   // Listening starts on the new thread; callers may connect as soon as Start returns.
-  for (int i = 0; i < 5000 && !s.http.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (int i = 0; i < 5000 && !http.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return Status::Ok();
 }
 
@@ -278,7 +802,7 @@ void CompletionServer::Stop() {
     if (s.stopped) return;
     s.stopped = true;
   }
-  s.http.stop();
+  s.http->stop();
   if (s.listener.joinable()) s.listener.join();
   // The listener returns once every connection's handler has, so every admitted request has
   // been answered (or its client is gone); then the stores drain.

@@ -6,7 +6,12 @@
 //
 // Continuous batching: up to `parallel` requests decode together in one llama.cpp batch, each on
 // its own sequence; a request joins the running batch as soon as a sequence is free and its KV
-// is ready, and leaves it when it finishes or its client goes away.
+// is ready, and leaves it when it finishes or its client goes away (streamed or not: a client
+// that closes its connection cancels its request).
+//
+// Text out is always valid UTF-8 (a character a byte-fallback model spells over several tokens
+// is sent whole), and nothing a request does can end the process: an unexpected exception is a
+// 500 `server_error` for that request alone.
 //
 // Scheduling (design brief §3): with the KV-fetch-aware scheduler a request with a stored prefix
 // waits in the waiting-for-KV queue while fetch threads (a bounded number, `fetch_threads`)
@@ -43,6 +48,17 @@ struct ServerOptions {
   enum class Scheduler { kKvAware, kFifo };
   Scheduler scheduler = Scheduler::kKvAware;
   bool reuse = true;       // false: never look up, fetch or store chunks (the no-reuse baseline)
+
+  // Limits for clients that send too much or too slowly (the server reads hostile input).
+  // A request body over this many bytes is refused with a 413 (a JSON error) before it is read.
+  size_t max_body_bytes = size_t{1} << 20;
+  // A request (its line, headers and body) must arrive within this many seconds of its first
+  // byte, or it gets a 408 and its connection is closed; a client that waits more than 5 s
+  // between two bytes is cut off at once.
+  double request_timeout_s = 30;
+  // Connections served at once, each by its own thread (started as needed): a client that sends
+  // slowly holds only its own. Beyond this, new connections wait for a thread.
+  int max_connections = 512;
 };
 
 // The llama.cpp threads a server with these options runs: `threads`, or the cores the fetch
@@ -60,7 +76,8 @@ class CompletionServer {
   CompletionServer(const CompletionServer&) = delete;
   CompletionServer& operator=(const CompletionServer&) = delete;
 
-  // Binds and starts serving on background threads; returns once the socket listens.
+  // Binds and starts serving on background threads; returns once the socket listens. A port
+  // another process (or server) listens on is an error: the socket is not shared.
   Status Start();
   int port() const;
   // Stops accepting, finishes the requests already admitted, drains the background stores.

@@ -3,11 +3,25 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
+#include "base/clock.h"
+#include "base/utf8.h"
+#include "engine/byte_fallback_model.h"
+#include "engine/completion_request.h"
+#include "engine/llama_engine.h"
 #include "engine/model_files.h"
 #include "engine/serve_bench.h"
 
@@ -15,6 +29,84 @@ namespace kvc {
 namespace {
 
 using Json = nlohmann::json;
+
+// A server-sent-event body: the JSON events, and whether [DONE] ended it. Every event must be
+// valid UTF-8 and parse as JSON.
+struct Events {
+  std::vector<Json> events;
+  bool done = false;
+  std::string text;  // the concatenated text deltas
+};
+
+Events ParseEvents(const std::string& body, bool chat = false) {
+  Events out;
+  size_t at = 0;
+  while ((at = body.find("data: ", at)) != std::string::npos) {
+    const size_t end = body.find("\n\n", at);
+    EXPECT_NE(end, std::string::npos);
+    if (end == std::string::npos) break;
+    const std::string data = body.substr(at + 6, end - at - 6);
+    at = end;
+    if (data == "[DONE]") {
+      out.done = true;
+      continue;
+    }
+    EXPECT_TRUE(IsValidUtf8(data)) << PrintableOneLine(data);
+    Json j = Json::parse(data, nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << PrintableOneLine(data);
+    if (j.is_discarded()) continue;
+    const Json& choice = j["choices"][0];
+    if (chat && choice["delta"].contains("content")) out.text += choice["delta"]["content"].get<std::string>();
+    if (!chat && choice.contains("text")) out.text += choice["text"].get<std::string>();
+    out.events.push_back(std::move(j));
+  }
+  return out;
+}
+
+// The value of a counter or gauge series in /metrics text (-1: absent).
+double Series(const std::string& metrics, const std::string& series) {
+  const size_t at = metrics.find("\n" + series + " ");
+  return at == std::string::npos ? -1.0 : std::stod(metrics.substr(at + series.size() + 2));
+}
+
+// A plain TCP connection to the server, for clients httplib will not play (slow, rude ones).
+int Connect(int port) {
+  const int sock = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (sock >= 0 && ::connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(sock);
+    return -1;
+  }
+  return sock;
+}
+
+bool SendAll(int sock, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = ::send(sock, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+// Waits up to `timeout_s` for the server to close the connection; what it sent meanwhile, and
+// whether it closed.
+std::pair<std::string, bool> ReadUntilClosed(int sock, double timeout_s) {
+  std::string got;
+  const auto start = SteadyClock::now();
+  while (SecondsSince(start) < timeout_s) {
+    pollfd p{sock, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = ::recv(sock, buf, sizeof buf, 0);
+    if (n <= 0) return {got, true};
+    got.append(buf, static_cast<size_t>(n));
+  }
+  return {got, false};
+}
 
 class ServerTest : public ::testing::Test {
  protected:
@@ -132,6 +224,156 @@ TEST_F(ServerTest, MalformedRequestsAre4xxWithJsonErrors) {
   auto missing = Client().Get("/v1/nothing");
   ASSERT_TRUE(missing);
   EXPECT_EQ(missing->status, 404);
+  EXPECT_TRUE(Json::parse(missing->body)["error"]["message"].is_string());
+}
+
+// A body over the limit (1 MiB by default) is a 413 with a JSON error, whether it says its
+// length or comes in chunks, and is never read whole, let alone tokenized (an 8 MB prompt
+// took 12 s of CPU to be told it did not fit).
+TEST_F(ServerTest, OversizedBodyIs413WithAJsonError) {
+  const std::string huge = Json{{"prompt", std::string(8 << 20, 'a')}, {"max_tokens", 1}}.dump();
+  auto sized = Client().Post("/v1/completions", huge, "application/json");
+  ASSERT_TRUE(sized);
+  EXPECT_EQ(sized->status, 413);
+  const Json error = Json::parse(sized->body, nullptr, false);
+  ASSERT_TRUE(error.contains("error")) << sized->body.substr(0, 200);
+  EXPECT_EQ(error["error"]["type"], "invalid_request_error");
+  EXPECT_NE(error["error"]["message"].get<std::string>().find("1048576 bytes"), std::string::npos);
+
+  size_t sent = 0;
+  auto chunked = Client().Post(
+      "/v1/chat/completions",
+      [&](size_t, httplib::DataSink& sink) {
+        const std::string piece = sent == 0 ? R"({"messages": [{"role": "user", "content": ")" : std::string(64 << 10, 'b');
+        sent += piece.size();
+        if (sent > (4u << 20)) {
+          sink.done();
+          return true;
+        }
+        return sink.write(piece.data(), piece.size());
+      },
+      "application/json");
+  if (chunked) {  // the server may close before the client has sent it all
+    EXPECT_EQ(chunked->status, 413);
+    EXPECT_TRUE(Json::parse(chunked->body, nullptr, false).contains("error")) << chunked->body.substr(0, 200);
+  }
+  EXPECT_EQ(Client().Get("/health")->status, 200);
+  const std::string metrics = Client().Get("/metrics")->body;
+  EXPECT_GE(Series(metrics, "kvcodec_requests_total{endpoint=\"completions\",status=\"413\"}"), 1) << metrics;
+}
+
+// A prompt that cannot fit the context is refused by its length, before tokenizing: the bound
+// is the model's longest token, so it never refuses a prompt that fits.
+TEST_F(ServerTest, PromptThatCannotFitIsRejectedBeforeTokenizing) {
+  const Json err = Post("/v1/completions", {{"prompt", std::string(900 << 10, 'a')}, {"max_tokens", 1}}, 400);
+  EXPECT_NE(err["error"]["message"].get<std::string>().find("at least"), std::string::npos) << err.dump();
+  // The bound holds on real text: never more bytes per token than the longest piece.
+  auto model = LlamaModel::Load(KVCODEC_TEST_MODEL);
+  ASSERT_TRUE(model.ok());
+  const size_t longest = (*model)->max_token_bytes();
+  ASSERT_GT(longest, 0u);
+  const std::string text =
+      ReadTextFile(std::filesystem::path(KVCODEC_TEST_MODEL).parent_path() / "eval.txt").value().substr(0, 20000);
+  for (size_t len : {size_t{1}, size_t{7}, size_t{100}, size_t{5000}, text.size()}) {
+    const auto tokens = (*model)->Tokenize(text.substr(0, len), false);
+    ASSERT_TRUE(tokens.ok());
+    EXPECT_GE(tokens->size() * longest, len);
+  }
+}
+
+// A non-streaming client that leaves before its answer frees its sequence as a streaming one
+// does: the generation stops long before its budget and the disconnect is counted.
+TEST_F(ServerTest, NonStreamingClientThatLeavesFreesItsSequence) {
+  auto metric = [](const std::string& name) { return Series(Client().Get("/metrics")->body, name); };
+  const double tokens_before = metric("kvcodec_completion_tokens_total");
+  const double disconnects_before = metric("kvcodec_client_disconnects_total");
+  httplib::Client c("127.0.0.1", server_->port());
+  c.set_read_timeout(0, 500000);  // gives up after half a second of silence, closing the connection
+  auto res = c.Post("/v1/completions", Json{{"prompt", "And God said"}, {"max_tokens", 1900}}.dump(), "application/json");
+  EXPECT_FALSE(res);
+  c.stop();
+  double disconnects = disconnects_before;
+  for (int i = 0; i < 400 && disconnects == disconnects_before; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    disconnects = metric("kvcodec_client_disconnects_total");
+  }
+  EXPECT_EQ(disconnects, disconnects_before + 1);
+  EXPECT_LT(metric("kvcodec_completion_tokens_total") - tokens_before, 1900);
+  EXPECT_EQ(metric("kvcodec_queue_length{queue=\"running\"}"), 0);
+  EXPECT_GE(metric("kvcodec_requests_total{endpoint=\"completions\",status=\"499\"}"), 1);
+  EXPECT_EQ(Post("/v1/completions", {{"prompt", "And God saw"}, {"max_tokens", 2}})["usage"]["completion_tokens"], 2);
+}
+
+// 150 clients that send a request line a byte a second hold a connection each, but not the
+// server: /health and a completion are answered meanwhile (with a fixed pool of 64 connection
+// threads they waited behind the slow clients, and failed).
+TEST_F(ServerTest, SlowClientsDoNotStarveOthers) {
+  struct Slow {
+    int sock;
+    size_t sent;
+  };
+  const std::string line = "POST /v1/completions HTTP/1.1\r\n";
+  std::mutex mu;
+  std::vector<Slow> slow;
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {
+    while (!stop) {
+      for (int k = 0; k < 10 && !stop; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::lock_guard lock(mu);
+      for (Slow& s : slow) {
+        if (s.sent < line.size() && SendAll(s.sock, line.substr(s.sent, 1))) ++s.sent;
+      }
+    }
+  });
+  struct Cleanup {
+    std::function<void()> fn;
+    ~Cleanup() { fn(); }
+  } cleanup{[&] {
+    stop = true;
+    trickle.join();
+    for (const Slow& s : slow) ::close(s.sock);
+  }};
+  const auto t_start = SteadyClock::now();
+  for (int i = 0; i < 150; ++i) {
+    const int sock = Connect(server_->port());
+    ASSERT_GE(sock, 0);
+    ASSERT_TRUE(SendAll(sock, line.substr(0, 1)));
+    std::lock_guard lock(mu);
+    slow.push_back({sock, 1});
+  }
+  // A burst of connections is taken in at once (with a listen backlog of 5, SYNs were dropped
+  // and each retry came a second later: 14 s for these 150). Generous: it takes milliseconds.
+  EXPECT_LT(SecondsSince(t_start), 8.0) << "150 connections took this long to be accepted";
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // every slow connection is being read
+  for (int i = 0; i < 3; ++i) {
+    httplib::Client c("127.0.0.1", server_->port());
+    c.set_connection_timeout(10, 0);
+    c.set_read_timeout(10, 0);  // generous: answered at once when nothing starves it
+    auto health = c.Get("/health");
+    ASSERT_TRUE(health) << "GET /health " << i << " failed with 150 slow clients connected";
+    EXPECT_EQ(health->status, 200);
+  }
+  httplib::Client c("127.0.0.1", server_->port());
+  c.set_read_timeout(30, 0);
+  auto res = c.Post("/v1/completions", Json{{"prompt", "And it came to pass"}, {"max_tokens", 2}}.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+}
+
+// One connection serves several requests in turn (keep-alive through the server's own
+// connection loop).
+TEST_F(ServerTest, KeepAliveConnectionServesSeveralRequests) {
+  httplib::Client c("127.0.0.1", server_->port());
+  c.set_keep_alive(true);
+  c.set_read_timeout(60, 0);
+  for (int i = 0; i < 3; ++i) {
+    auto health = c.Get("/health");
+    ASSERT_TRUE(health);
+    EXPECT_EQ(health->status, 200);
+    auto res = c.Post("/v1/completions", Json{{"prompt", "In the beginning"}, {"max_tokens", 2}}.dump(), "application/json");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(Json::parse(res->body)["usage"]["completion_tokens"], 2);
+  }
 }
 
 // Concurrent streaming and non-streaming clients all get well-formed answers.
@@ -287,6 +529,167 @@ TEST_P(ServerScheduling, ARequestWithoutStoredKvAndAFetchInFlight) {
 INSTANTIATE_TEST_SUITE_P(Schedulers, ServerScheduling,
                          ::testing::Values(ServerOptions::Scheduler::kKvAware, ServerOptions::Scheduler::kFifo),
                          [](const auto& info) { return std::string(info.param == ServerOptions::Scheduler::kFifo ? "Fifo" : "KvAware"); });
+
+}  // namespace
+}  // namespace kvc
+
+namespace kvc {
+namespace {
+
+ServerOptions TestServerOptions(const std::filesystem::path& store) {
+  ServerOptions o;
+  o.model_path = KVCODEC_TEST_MODEL;
+  o.store_url = "dir://" + store.string();
+  o.codec = "raw";
+  o.port = 0;
+  o.n_ctx = 512;
+  return o;
+}
+
+// A byte-fallback model spells a character outside its vocabulary over several tokens, each a
+// lone byte that is not UTF-8 on its own. Such a copy of the test model (the same weights, so
+// the same tokens, some now spelling "中" and "😀" and others stray bytes) must stream and
+// answer valid UTF-8 without taking the server down (it ended the process at the first such
+// token, with every request in flight).
+TEST(ServerByteFallback, StreamsCjkAndEmojiAsValidUtf8) {
+  const auto dir = std::filesystem::temp_directory_path() / ("kvc-server-bytes-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string prompt = "And it came to pass";
+  constexpr uint32_t kTokens = 48;
+  std::vector<int32_t> generated;
+  std::string expected;
+  {
+    auto original = LlamaModel::Load(KVCODEC_TEST_MODEL);
+    ASSERT_TRUE(original.ok());
+    auto plan = PlanByteFallback(**original, prompt, kTokens);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    generated = plan->generated;
+    auto made = MakeByteFallbackModel(KVCODEC_TEST_MODEL, (dir / "bytes.gguf").string(), plan->bytes);
+    ASSERT_TRUE(made.ok()) << made.status().ToString();
+    auto modified = LlamaModel::Load(*made);
+    ASSERT_TRUE(modified.ok()) << modified.status().ToString();
+    EXPECT_EQ((*modified)->Tokenize(prompt, true).value(), plan->prompt_tokens);
+    const std::string bytes = TokenBytes(**modified, generated);
+    ASSERT_FALSE(IsValidUtf8(bytes));  // stray bytes too, not only the two characters
+    expected = ToValidUtf8(bytes);
+    ASSERT_NE(expected.find(kByteFallbackCjk), std::string::npos);
+    ASSERT_NE(expected.find(kByteFallbackEmoji), std::string::npos);
+  }
+  ServerOptions o = TestServerOptions(dir / "store");
+  o.model_path = (dir / "bytes.gguf").string();
+  auto server = CompletionServer::Create(o);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  ASSERT_TRUE((*server)->Start().ok());
+  const int port = (*server)->port();
+  auto post = [&](bool stream) {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(60, 0);
+    return c.Post("/v1/completions", Json{{"prompt", prompt}, {"max_tokens", generated.size()}, {"stream", stream}}.dump(),
+                  "application/json");
+  };
+  // Two streams at once (both died before), then a plain answer.
+  std::vector<std::optional<httplib::Result>> streamed(2);
+  {
+    std::vector<std::thread> clients;
+    for (auto& r : streamed) clients.emplace_back([&] { r.emplace(post(true)); });
+    for (auto& t : clients) t.join();
+  }
+  for (const auto& result : streamed) {
+    ASSERT_TRUE(result && *result) << "the server died";
+    const httplib::Response& r = result->value();
+    EXPECT_EQ(r.status, 200);
+    const Events e = ParseEvents(r.body);
+    EXPECT_TRUE(e.done);
+    EXPECT_TRUE(IsValidUtf8(e.text));
+    EXPECT_EQ(e.text, expected) << PrintableOneLine(e.text) << " vs " << PrintableOneLine(expected);
+    ASSERT_FALSE(e.events.empty());
+    EXPECT_EQ(e.events.back()["usage"]["completion_tokens"], generated.size());
+  }
+  auto plain = post(false);
+  ASSERT_TRUE(plain) << "the server died";
+  ASSERT_EQ(plain->status, 200) << plain->body;
+  const Json answer = Json::parse(plain->body, nullptr, false);
+  ASSERT_FALSE(answer.is_discarded());
+  EXPECT_EQ(answer["choices"][0]["text"], expected);
+  httplib::Client c("127.0.0.1", port);
+  auto metrics = c.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(Series(metrics->body, "kvcodec_requests_total{endpoint=\"completions\",status=\"200\"}"), 3) << metrics->body;
+  EXPECT_EQ(metrics->body.find("status=\"500\""), std::string::npos) << metrics->body;
+  (*server)->Stop();
+  std::filesystem::remove_all(dir);
+}
+
+class ServerLimits : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = std::filesystem::temp_directory_path() / ("kvc-server-limits-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(store_);
+  }
+  void TearDown() override { std::filesystem::remove_all(store_); }
+  std::filesystem::path store_;
+};
+
+// A request must arrive whole within the request timeout: a client that trickles its headers
+// or its body a byte at a time (each within the 5 s read timeout, which alone never cut it off)
+// gets a 408 and its connection closed.
+TEST_F(ServerLimits, RequestThatDoesNotArriveInTimeIs408) {
+  ServerOptions o = TestServerOptions(store_);
+  o.request_timeout_s = 2;
+  auto server = CompletionServer::Create(o).value();
+  ASSERT_TRUE(server->Start().ok());
+  const std::string headers = "Host: 127.0.0.1\r\nContent-Type: application/json\r\nX-Padding: " + std::string(80, 'a') + "\r\n";
+  const std::string body = R"({"prompt": "In the beginning", "max_tokens": 2})" + std::string(60, ' ');
+  struct Case {
+    std::string sent_at_once, trickled;
+  };
+  const Case cases[] = {
+      {"POST /v1/completions HTTP/1.1\r\n", headers},
+      {"POST /v1/completions HTTP/1.1\r\n" + headers + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n", body},
+  };
+  for (const Case& c : cases) {
+    const int sock = Connect(server->port());
+    ASSERT_GE(sock, 0);
+    ASSERT_TRUE(SendAll(sock, c.sent_at_once));
+    std::atomic<bool> stop{false};
+    std::thread trickle([&] {
+      for (size_t i = 0; !stop && i < c.trickled.size(); ++i) {
+        if (!SendAll(sock, c.trickled.substr(i, 1))) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      }
+    });
+    const auto [got, closed] = ReadUntilClosed(sock, 25);
+    stop = true;
+    trickle.join();
+    ::close(sock);
+    EXPECT_TRUE(closed) << "the connection was still open after 25 s";
+    EXPECT_NE(got.find("HTTP/1.1 408"), std::string::npos) << got;
+    EXPECT_NE(got.find("\"error\""), std::string::npos) << got;
+  }
+  httplib::Client client("127.0.0.1", server->port());
+  EXPECT_EQ(client.Get("/health")->status, 200);
+  const std::string metrics = client.Get("/metrics")->body;
+  EXPECT_EQ(Series(metrics, "kvcodec_requests_total{endpoint=\"completions\",status=\"408\"}"), 2) << metrics;
+  server->Stop();
+}
+
+// A second server on a port one already listens on fails to start, saying why (with
+// SO_REUSEPORT it started, and the two shared the port's connections).
+TEST_F(ServerLimits, ASecondServerOnABusyPortFails) {
+  ServerOptions o = TestServerOptions(store_);
+  auto first = CompletionServer::Create(o).value();
+  ASSERT_TRUE(first->Start().ok());
+  o.port = first->port();
+  auto second = CompletionServer::Create(o).value();
+  const Status started = second->Start();
+  EXPECT_FALSE(started.ok());
+  EXPECT_NE(started.message().find("in use"), std::string::npos) << started.ToString();
+  second->Stop();
+  httplib::Client c("127.0.0.1", first->port());
+  EXPECT_EQ(c.Get("/health")->status, 200);
+  first->Stop();
+}
 
 }  // namespace
 }  // namespace kvc

@@ -31,6 +31,24 @@ void QuietLog(ggml_log_level level, const char* text, void*) {
 
 bool NoProgressDots(float, void*) { return true; }
 
+// SentencePiece and BPE vocabularies (byte fallback or byte-level) cover every byte of a text
+// with exactly the bytes of the pieces that stand for it: SPM escapes a space as one U+2581 that
+// the piece turns back into one space, byte-level BPE pieces decode to the raw bytes, and
+// user-defined tokens match their own text. So the longest piece bounds the bytes per token.
+// Other tokenizers may drop input (WPM splits whitespace away, UGM collapses it): no bound.
+size_t MaxTokenBytes(const llama_vocab* vocab) {
+  const enum llama_vocab_type type = llama_vocab_type(vocab);
+  if (type != LLAMA_VOCAB_TYPE_SPM && type != LLAMA_VOCAB_TYPE_BPE) return 0;
+  size_t longest = 1;
+  const int32_t n = llama_vocab_n_tokens(vocab);
+  char buf[256];
+  for (int32_t t = 0; t < n; ++t) {
+    const int32_t len = llama_token_to_piece(vocab, t, buf, sizeof buf, 0, /*special=*/true);
+    longest = std::max(longest, static_cast<size_t>(len < 0 ? -static_cast<int64_t>(len) : len));
+  }
+  return longest;
+}
+
 void InitBackendOnce() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -94,6 +112,7 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& path) {
   m->model_ = llama_model_load_from_file(path.c_str(), params);
   if (m->model_ == nullptr) return InvalidArgument("llama.cpp could not load the model " + path);
   ASSIGN_OR_RETURN(m->fingerprint_, FingerprintGguf(path));
+  m->max_token_bytes_ = MaxTokenBytes(llama_model_get_vocab(m->model_));
 
   ModelInfo& info = m->info_;
   info.architecture = MetaString(m->model_, "general.architecture");
@@ -135,9 +154,14 @@ Result<std::vector<int32_t>> LlamaModel::Tokenize(std::string_view text, bool ad
 }
 
 std::string LlamaModel::TokenText(int32_t token) const {
-  char buf[256];
-  const int32_t n = llama_token_to_piece(llama_model_get_vocab(model_), token, buf, sizeof buf, 0, false);
-  return n < 0 ? std::string() : std::string(buf, static_cast<size_t>(n));
+  std::string piece(256, '\0');
+  int32_t n = llama_token_to_piece(llama_model_get_vocab(model_), token, piece.data(), static_cast<int32_t>(piece.size()), 0, false);
+  if (n < 0) {  // a longer piece (long runs of spaces in code vocabularies): -n bytes
+    piece.resize(static_cast<size_t>(-static_cast<int64_t>(n)));
+    n = llama_token_to_piece(llama_model_get_vocab(model_), token, piece.data(), static_cast<int32_t>(piece.size()), 0, false);
+  }
+  piece.resize(n < 0 ? 0 : static_cast<size_t>(n));
+  return piece;
 }
 
 int32_t LlamaModel::bos_token() const { return llama_vocab_bos(llama_model_get_vocab(model_)); }

@@ -48,6 +48,11 @@ class LlamaModel {
 
   Result<std::vector<int32_t>> Tokenize(std::string_view text, bool add_bos) const;
   std::string TokenText(int32_t token) const;
+  // The most bytes of text one token stands for (the longest token piece), so a text of B bytes
+  // is at least ceil(B / max_token_bytes()) tokens: a context check that needs no tokenizing.
+  // 0 when no such bound holds (tokenizers that normalize text away, such as WPM and UGM
+  // dropping whitespace).
+  size_t max_token_bytes() const { return max_token_bytes_; }
   int32_t bos_token() const;
   // End of sequence / end of turn: generation stops there.
   bool IsEndOfGeneration(int32_t token) const;
@@ -60,6 +65,7 @@ class LlamaModel {
   ModelInfo info_;
   ModelFingerprint fingerprint_{};
   std::string path_;
+  size_t max_token_bytes_ = 0;
 };
 
 struct SessionOptions {
