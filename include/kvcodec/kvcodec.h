@@ -197,6 +197,10 @@ typedef struct kvc_serve_params {
   int32_t n_fetch_threads;  /* threads fetching stored prefixes; 0: 1 */
   const char* scheduler;    /* "kv-aware" (NULL) or "fifo" */
   int32_t no_reuse;         /* nonzero: never look up, fetch or store chunks */
+  const char* store_secret; /* as in kvc_run_params */
+  uint64_t max_body_bytes;  /* a larger request body is a 413; 0: 1 MiB */
+  double request_timeout_s; /* a request must arrive whole within this, else 408; 0: 30 */
+  int32_t max_connections;  /* connections served at once (a thread each); 0: 512 */
 } kvc_serve_params;
 
 /* The OpenAI-compatible completion server with KV reuse: create (loads the model), start

@@ -548,6 +548,13 @@ kvc_status kvc_server_create(const kvc_serve_params* p, kvc_server** out) {
       o.scheduler = *scheduler;
     }
     o.reuse = p->no_reuse == 0;
+    if (p->store_secret) o.store_secret = p->store_secret;
+    if (p->request_timeout_s < 0 || p->max_connections < 0) {
+      return Fail(kvc::InvalidArgument("request timeout and max connections must not be negative"));
+    }
+    if (p->max_body_bytes) o.max_body_bytes = static_cast<size_t>(p->max_body_bytes);
+    if (p->request_timeout_s > 0) o.request_timeout_s = p->request_timeout_s;
+    if (p->max_connections) o.max_connections = p->max_connections;
     auto server = kvc::CompletionServer::Create(o);
     if (!server.ok()) return Fail(server.status());
     *out = new kvc_server{std::move(*server)};

@@ -147,6 +147,8 @@ void BatchScheduler::Lookup(ServeRequest& request) {
   std::lock_guard m(metrics_.mu);
   metrics_.lookup.Add(request.lookup_.lookup_s);
   metrics_.reuse_failures += failed ? 1 : 0;
+  // With manifests before it, a damaged one is counted when the fetch reports it (below).
+  if (request.lookup_.damaged && request.lookup_.manifests.empty()) ++metrics_.damaged_chunks;
 }
 
 // Brings the request's stored prefix in and decodes it (on this fetch thread, one core's worth:
@@ -169,6 +171,7 @@ void BatchScheduler::Fetch(ServeRequest& request) {
   {
     std::lock_guard m(metrics_.mu);
     metrics_.fetch.Add(fetched->stats.fetch_s);
+    if (fetched->stats.damaged) ++metrics_.damaged_chunks;
   }
   request.fetched_ = std::move(*fetched);
 }

@@ -686,7 +686,7 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
       impl->calibrations.FindForModel(impl->model->fingerprint()) == nullptr) {
     return InvalidArgument("codec '" + o.codec + "' needs a calibration: run `kvcodec calibrate` or pass --calibration");
   }
-  ASSIGN_OR_RETURN(impl->store, OpenStore(o.store_url.empty() ? DefaultStoreUrl() : o.store_url));
+  ASSIGN_OR_RETURN(impl->store, OpenStore(o.store_url.empty() ? DefaultStoreUrl() : o.store_url, StoreOptions{.secret = o.store_secret}));
   SessionOptions so;
   so.n_ctx = o.n_ctx;
   so.n_seq = static_cast<uint32_t>(o.parallel);

@@ -30,6 +30,7 @@ namespace kvc {
 struct ServerOptions {
   std::string model_path;
   std::string store_url;   // empty: DefaultStoreUrl()
+  std::string store_secret;  // non-empty: objects sealed and checked with HMAC-SHA256 (StoreOptions)
   std::string codec = "kvtc";
   std::string calibration;
   std::string host = "127.0.0.1";

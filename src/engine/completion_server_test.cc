@@ -11,6 +11,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -464,6 +465,39 @@ TEST_F(ServerTest, SecondRequestReusesTheStoredPrefix) {
   const Json second = Post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 6}});
   EXPECT_GE(second["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 512);
   EXPECT_EQ(second["choices"][0]["text"], first["choices"][0]["text"]);
+}
+
+// A damaged chunk (here: a byte of every stored chunk object changed) is never restored: the
+// request recomputes, answers the same, and /metrics counts it.
+TEST_F(ServerTest, ADamagedChunkIsRecomputedAndCounted) {
+  auto damaged_count = [] {
+    auto res = Client().Get("/metrics");
+    EXPECT_TRUE(res);
+    const std::string name = "kvcodec_damaged_chunks_total ";
+    const size_t at = res ? res->body.find("\n" + name) : std::string::npos;
+    EXPECT_NE(at, std::string::npos);
+    return at == std::string::npos ? -1 : std::stoi(res->body.substr(at + 1 + name.size()));
+  };
+  const std::string prompt =
+      ReadTextFile(std::filesystem::path(KVCODEC_TEST_MODEL).parent_path() / "eval.txt").value().substr(9000, 2500);
+  const Json first = Post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 6}});
+  WaitForStores();
+  const int before = damaged_count();
+  size_t changed = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(store_ / "objects")) {
+    if (!entry.is_regular_file() || entry.path().extension() == ".manifest") continue;
+    std::fstream f(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(120);
+    const char c = static_cast<char>(f.get());
+    f.seekp(120);
+    f.put(static_cast<char>(c ^ 0x5a));
+    ++changed;
+  }
+  ASSERT_GE(changed, 2u);
+  const Json second = Post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 6}});
+  EXPECT_EQ(second["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_EQ(second["choices"][0]["text"], first["choices"][0]["text"]);
+  EXPECT_EQ(damaged_count(), before + 1);
 }
 
 }  // namespace

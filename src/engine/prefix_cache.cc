@@ -60,11 +60,13 @@ PrefixLookup LookupStoredPrefix(Store& store, std::span<const ChunkKey> keys, ui
     if (!got[i].ok()) {
       if (got[i].status().code() != StatusCode::kNotFound) {
         out.fallback = FormatMessage("chunk %zu: manifest: %s", i, got[i].status().ToString().c_str());
+        out.damaged = got[i].status().code() == StatusCode::kCorrupt;
       }
       break;
     }
     auto m = ReadChunkManifest(*got[i]);
     if (!m.ok() || m->chunk_tokens != chunk_tokens || m->chunk_index != i) {
+      out.damaged = true;
       out.fallback = FormatMessage("chunk %zu: manifest unusable: %s", i,
                                    m.ok() ? "chunk size or index differs" : m.status().ToString().c_str());
       break;
@@ -82,6 +84,7 @@ Result<FetchedPrefix> FetchLookedUpPrefix(Store& store, const ModelFingerprint& 
   PrefixRestore& r = out.stats;
   r.lookup_s = lookup.lookup_s;
   r.fallback = std::move(lookup.fallback);
+  r.damaged = lookup.damaged;
   r.chunks_found = static_cast<uint32_t>(lookup.manifests.size());
   if (lookup.manifests.empty()) return out;
   if (lookup.manifests.size() > keys.size()) return InvalidArgument("more manifests than chunk keys");
@@ -103,6 +106,7 @@ Result<FetchedPrefix> FetchLookedUpPrefix(Store& store, const ModelFingerprint& 
   r.bytes = report->bytes;
   r.chunks_fetched = report->chunks;
   if (!report->stop_reason.empty()) r.fallback = report->stop_reason;
+  r.damaged = r.damaged || report->stopped_on_damage;
   return out;
 }
 

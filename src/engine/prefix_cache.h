@@ -39,6 +39,10 @@ struct PrefixRestore {
   uint32_t chunks_found = 0;    // manifests present, from chunk 0 on
   uint32_t chunks_fetched = 0;  // restored into the session
   std::string fallback;         // why fewer than found were restored (or the lookup stopped)
+  // Reuse stopped at a damaged chunk: an object or manifest that is corrupt, bound to another
+  // name, not sealed with the store's secret, or for another model, shape or place (not a
+  // missing one, a store that failed, or a planned recompute).
+  bool damaged = false;
   std::vector<std::string> variants;  // "codec/level" per restored chunk
   uint64_t bytes = 0;
   double lookup_s = 0, fetch_s = 0, decode_s = 0, restore_s = 0;
@@ -50,6 +54,7 @@ struct PrefixRestore {
 struct PrefixLookup {
   std::vector<ChunkManifest> manifests;
   std::string fallback;
+  bool damaged = false;  // the lookup stopped at a manifest that is damaged (PrefixRestore::damaged)
   double lookup_s = 0;
 };
 PrefixLookup LookupStoredPrefix(Store& store, std::span<const ChunkKey> keys, uint32_t chunk_tokens);

@@ -92,6 +92,7 @@ Result<RunReport> RunJob(const RunOptions& o) {
     r.chunks_found = p.chunks_found;
     r.chunks_fetched = p.chunks_fetched;
     r.fallback = p.fallback;
+    r.damaged = p.damaged;
     r.variants = p.variants;
     r.bytes_fetched = p.bytes;
     r.lookup_s = p.lookup_s;
@@ -161,6 +162,7 @@ std::string RunReportJson(const RunReport& r) {
   j["chunks_fetched"] = r.chunks_fetched;
   j["variants"] = r.variants;
   j["fallback"] = r.fallback;
+  j["damaged"] = r.damaged;
   j["bytes_fetched"] = r.bytes_fetched;
   j["ttft_s"] = r.ttft_s;
   j["lookup_s"] = r.lookup_s;

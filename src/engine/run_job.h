@@ -40,6 +40,7 @@ struct RunReport {
   uint32_t chunks_found = 0;     // of those, with a manifest in the store
   uint32_t chunks_fetched = 0;   // restored from the store
   std::string fallback;          // why reuse stopped before chunks_found, if it did
+  bool damaged = false;          // it stopped at a damaged chunk (PrefixRestore::damaged)
   std::vector<std::string> variants;  // "codec/level" per fetched chunk
   uint64_t bytes_fetched = 0;
   double load_s = 0, lookup_s = 0, fetch_s = 0, decode_s = 0, restore_s = 0, prefill_s = 0, ttft_s = 0;

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "base/utf8.h"
+#include "engine/byte_fallback_model.h"
 #include "engine/llama_engine.h"
 #include "engine/model_files.h"
 #include "engine/prefix_cache.h"
@@ -79,6 +81,7 @@ TEST(RunJob, FallsBackAtAMissingOrCorruptChunk) {
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   EXPECT_EQ(second->chunks_fetched, 0u);
   EXPECT_NE(second->fallback.find("chunk 0"), std::string::npos) << second->fallback;
+  EXPECT_TRUE(second->damaged);
   EXPECT_EQ(second->prefilled_tokens, second->prompt_tokens);
   EXPECT_EQ(second->text, first->text);
   // The damaged chunks were stored again, whole: the next request reuses them.
@@ -105,6 +108,7 @@ TEST(RunJob, FallsBackAtAMissingOrCorruptChunk) {
   ASSERT_TRUE(third.ok()) << third.status().ToString();
   EXPECT_LT(third->chunks_fetched, third->chunks_found);
   EXPECT_NE(third->fallback.find("not found"), std::string::npos) << third->fallback;
+  EXPECT_FALSE(third->damaged);  // missing, not damaged
   EXPECT_EQ(third->text, first->text);
 }
 
@@ -230,6 +234,7 @@ TEST(RunJob, AnotherPromptsChunkInThisChunksPlaceIsNeverRestored) {
   ASSERT_TRUE(poisoned.ok()) << poisoned.status().ToString();
   EXPECT_EQ(poisoned->chunks_fetched, 0u);
   EXPECT_NE(poisoned->fallback.find("holds chunk"), std::string::npos) << poisoned->fallback;
+  EXPECT_TRUE(poisoned->damaged);
   EXPECT_EQ(poisoned->text, first->text);
 }
 
@@ -273,6 +278,42 @@ TEST(RunJob, TheReportNeverRepeatsAStorePassword) {
   const std::string json = RunReportJson(*r);
   EXPECT_EQ(json.find("hunter2"), std::string::npos) << json;
   EXPECT_FALSE(r->warnings.empty());
+}
+
+// A byte-fallback model spells characters over several tokens and emits bytes that never form
+// one: `run`'s text (and the JSON report the C API returns) is valid UTF-8 all the same, with
+// the characters whole. Before, the report's JSON dump threw and `kvcodec run` aborted.
+TEST(RunJob, TextOfAByteFallbackModelIsValidUtf8) {
+  const auto dir = std::filesystem::temp_directory_path() / ("kvc-run-bytes-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string prompt = "And it came to pass";
+  auto original = LlamaModel::Load(KVCODEC_TEST_MODEL);
+  ASSERT_TRUE(original.ok());
+  auto plan = PlanByteFallback(**original, prompt, 48);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  auto made = MakeByteFallbackModel(KVCODEC_TEST_MODEL, (dir / "bytes.gguf").string(), plan->bytes);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  auto modified = LlamaModel::Load(*made);
+  ASSERT_TRUE(modified.ok());
+  const std::string expected = ToValidUtf8(TokenBytes(**modified, plan->generated));
+  ASSERT_NE(expected.find(kByteFallbackCjk), std::string::npos);
+  ASSERT_NE(expected.find(kByteFallbackEmoji), std::string::npos);
+
+  RunOptions o;
+  o.model_path = *made;
+  o.prompt = prompt;
+  o.store_url = "mem://";
+  o.codec = "quant";
+  o.n_generate = static_cast<uint32_t>(plan->generated.size());
+  const auto r = RunJob(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(IsValidUtf8(r->text));
+  EXPECT_EQ(r->text, expected) << PrintableOneLine(r->text);
+  const std::string json = RunReportJson(*r);
+  EXPECT_TRUE(IsValidUtf8(json));
+  EXPECT_NE(json.find(kByteFallbackEmoji), std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(RunJob, ClearErrors) {

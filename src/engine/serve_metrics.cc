@@ -51,6 +51,7 @@ std::string ServeMetrics::Text() {
   counter("kvcodec_stored_bytes_total", stored_bytes);
   counter("kvcodec_store_failures_total", store_failures);
   counter("kvcodec_reuse_failures_total", reuse_failures);
+  counter("kvcodec_damaged_chunks_total", damaged_chunks);
   counter("kvcodec_client_disconnects_total", disconnects);
   counter("kvcodec_batches_total", batches);
   counter("kvcodec_batched_sequences_total", batched_sequences);

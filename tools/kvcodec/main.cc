@@ -499,9 +499,12 @@ int RunBenchServe(const BenchServeArgs& a) {
 }
 
 struct ServeArgs {
-  std::string model = DefaultModel(), store, codec = "kvtc", calibration, host = "127.0.0.1";
+  std::string model = DefaultModel(), store, store_secret, codec = "kvtc", calibration, host = "127.0.0.1";
   int port = 8080;
   double link_gbps = 0;
+  uint64_t max_body = 1 << 20;
+  double request_timeout = 30;
+  int max_connections = 512;
   uint32_t n_ctx = 4096, max_tokens = 64;
   int threads = 0, parallel = 4, fetch_threads = 1;
   std::string scheduler = "kv-aware";
@@ -531,6 +534,10 @@ int RunServe(const ServeArgs& a) {
   p.n_fetch_threads = a.fetch_threads;
   p.scheduler = a.scheduler.c_str();
   p.no_reuse = a.no_reuse ? 1 : 0;
+  p.store_secret = a.store_secret.empty() ? nullptr : a.store_secret.c_str();
+  p.max_body_bytes = a.max_body;
+  p.request_timeout_s = a.request_timeout;
+  p.max_connections = a.max_connections;
   kvc_server* server = nullptr;
   if (kvc_server_create(&p, &server) != KVC_OK) return Fail(kvc_last_error());
   if (kvc_server_start(server) != KVC_OK) {
@@ -673,7 +680,20 @@ int Main(int argc, char** argv) {
   ServeArgs sv;
   auto* serve = app.add_subcommand("serve", "OpenAI-compatible completion server with remote KV reuse");
   serve->add_option("--model", sv.model, "GGUF model")->capture_default_str();
-  serve->add_option("--store", sv.store, "Store URL (default: the embedded disk store)");
+  serve->add_option("--store", sv.store,
+                    "Store URL: dir:///path, mem://, redis://[user[:password]@]host:port, "
+                    "redis-cluster://[user[:password]@]h:p,... (default: the embedded disk store)");
+  serve->add_option("--store-secret", sv.store_secret, kStoreSecretHelp)->envname("KVCODEC_STORE_SECRET");
+  serve->add_option("--max-body", sv.max_body, "Largest request body in bytes (larger: 413)")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
+  serve->add_option("--request-timeout", sv.request_timeout,
+                    "Seconds a request may take to arrive whole (slower: 408, connection closed)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 86400.0));
+  serve->add_option("--max-connections", sv.max_connections, "Connections served at once, a thread each")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65536));
   serve->add_option("--codec", sv.codec, "Codec for new chunks")->capture_default_str();
   serve->add_option("--calibration", sv.calibration, "KVTC calibration (default: <model>.kvcal if present)");
   serve->add_option("--host", sv.host, "Address to listen on")->capture_default_str();
