@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <new>
 
 #include "base/hash.h"
@@ -45,6 +48,26 @@ const Codec* FindCodecById(uint16_t id) {
 
 std::vector<const Codec*> AllCodecs() { return Registry(); }
 
+Status CheckFinite(const KvView& kv) {
+  const KvShape shape = kv.shape();
+  const size_t row = shape.row_elems();
+  std::vector<float> values(shape.layer_elems());
+  for (KvKind kind : kKvKinds) {
+    for (uint32_t layer = 0; layer < shape.n_layers; ++layer) {
+      kv.ReadLayerF32(kind, layer, values.data());
+      for (size_t i = 0; i < values.size(); ++i) {
+        // The negated test is also true for NaN.
+        if (!(std::fabs(values[i]) <= kMaxEncodableMagnitude)) {
+          return InvalidArgument(FormatMessage("%s layer %u token %zu holds %g, outside the fp16 range every lossy "
+                                               "codec takes (only the raw codec stores it)",
+                                               KvKindName(kind), layer, i / row, static_cast<double>(values[i])));
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 Result<std::vector<uint8_t>> EncodeKvc(const Codec& codec, const KvView& kv, const EncodeOptions& options,
                                        const ModelFingerprint& fingerprint, uint32_t token_begin,
                                        const CodecContext& context) {
@@ -53,6 +76,9 @@ Result<std::vector<uint8_t>> EncodeKvc(const Codec& codec, const KvView& kv, con
   // calibration) must check against that one.
   CodecContext with_model = context;
   if (with_model.model == nullptr) with_model.model = &fingerprint;
+  if (!info.keeps_non_finite) {
+    if (Status s = CheckFinite(kv); !s.ok()) return s.WithContext(info.name);
+  }
   auto encoded = codec.Encode(kv, options, with_model);
   if (!encoded.ok()) return encoded.status().WithContext(info.name);
 

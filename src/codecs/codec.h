@@ -25,6 +25,9 @@ struct CodecInfo {
   std::string description;
   std::vector<std::string> params;  // names of accepted key=value parameters, with their defaults
   bool needs_calibration = false;    // encodes and decodes only with a calibration in the CodecContext
+  // Stores NaN, infinities and values past the fp16 range as they are (raw). The others quantise by
+  // ranges and scales that such a value would overflow, so EncodeKvc refuses it (CheckFinite).
+  bool keeps_non_finite = false;
 };
 
 // Level plus codec-specific parameters (e.g. group_size=128).
@@ -70,7 +73,14 @@ const Codec* FindCodec(std::string_view name);
 const Codec* FindCodecById(uint16_t id);
 std::vector<const Codec*> AllCodecs();
 
-// Encodes a view into a complete .kvc file.
+// What lossy codecs take: finite values within the fp16 range, as every fp16 KV cache holds (a
+// larger one would overflow their ranges and scales). kInvalidArgument naming the first value
+// outside it (which K or V, layer, token).
+inline constexpr float kMaxEncodableMagnitude = 65504.0f;
+Status CheckFinite(const KvView& kv);
+
+// Encodes a view into a complete .kvc file. Input CheckFinite refuses is refused unless the codec
+// keeps it (CodecInfo::keeps_non_finite): a lossy codec would write a file it cannot read.
 Result<std::vector<uint8_t>> EncodeKvc(const Codec& codec, const KvView& kv, const EncodeOptions& options,
                                        const ModelFingerprint& fingerprint, uint32_t token_begin,
                                        const CodecContext& context = {});

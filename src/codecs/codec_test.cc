@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -165,6 +167,65 @@ TEST(EncodeKvc, IsDeterministic) {
     // A copy of the cache elsewhere in memory encodes the same, too.
     const KvCache copy = cache.View().Copy().value();
     EXPECT_EQ(a, EncodeKvc(*codec, copy.View(), {.level = level}, kFp, 0).value());
+  }
+}
+
+// A lossy codec fed NaN, infinity or a value past the fp16 range used to write a file its own
+// decoder rejects (cachegen: "an anchor min/scale or delta step is inf, NaN or negative", found
+// by the capi fuzzer): the data was lost at encode time without an error. Now every codec but raw refuses such input, naming
+// where it is; raw keeps NaN and infinities.
+TEST(EncodeKvc, OutOfRangeInputIsRefusedByLossyCodecsAndNaNAndInfinityKeptByRaw) {
+  for (DType dtype : {DType::kF16, DType::kBF16, DType::kF32}) {
+    for (const float bad : {std::nanf(""), INFINITY, -INFINITY, 1e30f, -70000.0f}) {
+      if (dtype == DType::kF16 && std::isfinite(bad)) continue;  // fp16 cannot hold them
+      KvCache cache = MakeCache({2, 2, 16, 8}, dtype, 5);
+      std::vector<float> row(32);
+      cache.View().ReadRowsF32(KvKind::kValue, 1, 3, 1, row.data());
+      row[17] = bad;
+      cache.WriteRowsF32(KvKind::kValue, 1, 3, 1, row.data());
+      for (const auto& [codec, level] : AllCodecLevels()) {
+        auto bytes = EncodeKvc(*codec, cache.View(), {.level = level}, kFp, 0);
+        if (codec->info().name == "raw") {
+          if (std::isfinite(bad)) {  // raw is fp16: a finite value past its range is raw's own error
+            EXPECT_FALSE(bytes.ok());
+            continue;
+          }
+          ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+          const KvCache back = DecodeKvc(*bytes).value();
+          std::vector<float> got(32);
+          back.ReadRowsF32(KvKind::kValue, 1, 3, 1, got.data());
+          EXPECT_EQ(std::isnan(got[17]), std::isnan(bad));
+          if (std::isinf(bad)) EXPECT_EQ(got[17], bad);
+          continue;
+        }
+        ASSERT_FALSE(bytes.ok()) << codec->info().name << " " << level;
+        EXPECT_EQ(bytes.status().code(), StatusCode::kInvalidArgument);
+        EXPECT_NE(bytes.status().message().find("V layer 1 token 3 holds"), std::string::npos)
+            << bytes.status().ToString();
+      }
+    }
+  }
+}
+
+// Channels that hold only -0 (found by the capi fuzzer): quant, cachegen and video computed a
+// scale of -0 from them, whose sign bit their decoders reject, so the file could not be read.
+TEST(EncodeKvc, ChannelsOfNegativeZeroRoundTrip) {
+  KvCache cache = MakeCache({2, 2, 16, 40}, DType::kF16, 6);
+  std::vector<float> layer(40 * 32);
+  cache.View().ReadLayerF32(KvKind::kValue, 1, layer.data());
+  for (size_t i = 0; i < layer.size(); ++i) {
+    if (i % 32 < 16) layer[i] = -0.0f;  // the first head: every channel
+  }
+  cache.WriteRowsF32(KvKind::kValue, 1, 0, 40, layer.data());
+  for (KvKind kind : kKvKinds) {
+    std::vector<float> zeros(40 * 32, -0.0f);
+    cache.WriteRowsF32(kind, 0, 0, 40, zeros.data());  // a whole layer
+  }
+  for (const auto& [codec, level] : AllCodecLevels()) {
+    auto bytes = EncodeKvc(*codec, cache.View(), {.level = level}, kFp, 0);
+    ASSERT_TRUE(bytes.ok()) << codec->info().name << " " << level << ": " << bytes.status().ToString();
+    auto back = DecodeKvc(*bytes);
+    EXPECT_TRUE(back.ok()) << codec->info().name << " " << level << ": " << back.status().ToString();
   }
 }
 

@@ -189,7 +189,9 @@ void QuantiseLayer(const float* x, uint32_t tokens, size_t channels, uint32_t gr
     // + 0.0f: which zero a min reduction returns must not reach the bytes.
     const uint16_t min_h = Fp32ToFp16Down(lo[c] + 0.0f);
     amin[c] = Fp16ToFp32(min_h);
-    const uint16_t scale_h = Fp32ToFp16Up((hi[c] - amin[c]) / static_cast<float>(kAnchorLevels));
+    // + 0.0f again: a channel whose anchors are all -0 has hi - amin = -0, and a scale with its
+    // sign bit set is what the decoder rejects (the file would be unreadable).
+    const uint16_t scale_h = Fp32ToFp16Up((hi[c] - amin[c]) / static_cast<float>(kAnchorLevels) + 0.0f);
     ascale[c] = Fp16ToFp32(scale_h);
     ainv[c] = ascale[c] > 0.0f ? 1.0f / ascale[c] : 0.0f;
     PutU16(&out->stats[c * kStatBytes], min_h);

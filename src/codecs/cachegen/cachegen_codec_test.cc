@@ -282,6 +282,14 @@ TEST(CacheGen, ConstantAndExtremeValues) {
   out->ReadRowsF32(KvKind::kKey, 0, 0, shape.n_tokens, y.data());
   for (size_t t = 0; t < shape.n_tokens; ++t) EXPECT_EQ(y[t * 4], 1.5f);  // a constant channel is exact
 
+  // A channel of -0 only (found by the capi fuzzer): its anchor scale came out as -0, whose sign
+  // bit the decoder rejects, so the encoder wrote a file it could not read.
+  std::vector<float> zeros = buf;
+  for (size_t t = 0; t < shape.n_tokens; ++t) zeros[t * 4 + 2] = -0.0f;
+  cache.WriteRowsF32(KvKind::kValue, 0, 0, shape.n_tokens, zeros.data());
+  const auto negative_zero = DecodeKvc(Encode(cache, Options("high")).value());
+  ASSERT_TRUE(negative_zero.ok()) << negative_zero.status().ToString();
+
   buf[3] = std::nanf("");
   cache.WriteRowsF32(KvKind::kValue, 1, 0, shape.n_tokens, buf.data());
   EXPECT_EQ(Encode(cache, Options("low")).status().code(), StatusCode::kInvalidArgument);

@@ -80,7 +80,9 @@ inline GroupStat MakeStat(float lo, float hi, float levels, float* min_out, floa
   // order (vectorised or not), and the stored bytes must not.
   st.min_h = Fp32ToFp16Down(lo + 0.0f);
   const float m = Fp16ToFp32(st.min_h);
-  st.scale_h = Fp32ToFp16Up((hi - m) / levels);
+  // And again for the scale: hi - m is -0 when the group holds only -0, and a scale with its sign
+  // bit set is what the decoder rejects.
+  st.scale_h = Fp32ToFp16Up((hi - m) / levels + 0.0f);
   const float s = Fp16ToFp32(st.scale_h);
   *min_out = m;
   // scale 0 (a constant group whose value is an exact fp16): every code is 0.

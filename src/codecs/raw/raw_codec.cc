@@ -41,6 +41,8 @@ const CodecInfo& RawCodec::info() const {
       .default_level = kLevel,
       .description = "uncompressed fp16 (the baseline)",
       .params = {},
+      .needs_calibration = false,
+      .keeps_non_finite = true,
   };
   return info;
 }

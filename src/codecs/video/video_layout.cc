@@ -177,7 +177,8 @@ void QuantiseLayer(const float* x, uint32_t n_tokens, uint32_t n_channels, uint3
     // + 0.0f: which zero a min reduction returns must not reach the bytes.
     const uint16_t min_h = Fp32ToFp16Down(glo + 0.0f);
     gmin[g] = Fp16ToFp32(min_h);
-    const uint16_t scale_h = Fp32ToFp16Up((ghi - gmin[g]) / levels);
+    // And for the scale: a group of -0 only gives ghi - gmin = -0, a sign the decoder rejects.
+    const uint16_t scale_h = Fp32ToFp16Up((ghi - gmin[g]) / levels + 0.0f);
     const float scale = Fp16ToFp32(scale_h);
     ginv[g] = scale > 0.0f ? 1.0f / scale : 0.0f;
     (*scales)[g] = {min_h, scale_h};
