@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite: set up and build, then every test (unit, model, slow) in the dev
+# The whole test suite: set up and build, then every test (unit and model) in the dev
 # build, the unit tests and fuzz-corpus replays again under ASan+UBSan, and the concurrent
 # parts (store backends, fetch pipeline, the server's scheduler) under ThreadSanitizer.
 set -euo pipefail

@@ -52,4 +52,14 @@ std::string FormatMessage(const char* fmt, ...) {
   return out;
 }
 
+std::string ExceptionText(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
 }  // namespace kvc

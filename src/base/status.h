@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -99,6 +100,11 @@ class [[nodiscard]] Result {
   } while (0)
 
 namespace kvc {
+// The message of a caught exception (from std::current_exception()), for the places that must
+// turn any exception into a Status or a log line because nothing may escape them (threads, the
+// C API, the server's handlers).
+std::string ExceptionText(std::exception_ptr e);
+
 // printf-style formatting into std::string (used by the check macro).
 std::string FormatMessage(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 }  // namespace kvc

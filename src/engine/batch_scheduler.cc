@@ -8,19 +8,6 @@
 #include "base/thread_pool.h"
 
 namespace kvc {
-namespace {
-
-std::string ExceptionText(std::exception_ptr e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  } catch (...) {
-    return "unknown exception";
-  }
-}
-
-}  // namespace
 
 ServeRequest::ServeRequest(std::vector<int32_t> tokens, uint32_t max_tokens)
     : tokens_(std::move(tokens)), max_tokens_(max_tokens), arrived_(SteadyClock::now()) {

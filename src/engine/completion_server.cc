@@ -47,16 +47,6 @@ std::string ErrorJson(const std::string& message, const std::string& type) {
 
 const char* ErrorType(int status) { return status >= 500 ? "server_error" : "invalid_request_error"; }
 
-std::string ExceptionText(std::exception_ptr e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  } catch (...) {
-    return "unknown exception";
-  }
-}
-
 // The /metrics endpoint label of a path ("" for paths that are not completion endpoints).
 std::string Endpoint(const std::string& path) {
   if (path == "/v1/completions") return "completions";

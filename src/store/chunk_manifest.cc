@@ -2,6 +2,7 @@
 
 #include "base/byte_io.h"
 #include "base/crc32c.h"
+#include "format/container.h"
 
 namespace kvc {
 namespace {
@@ -50,6 +51,10 @@ Result<ChunkManifest> ReadChunkManifest(std::span<const uint8_t> bytes) {
     RETURN_IF_ERROR(r.String(&v.level, kMaxNameBytes, "variant level"));
     RETURN_IF_ERROR(r.U64(&v.bytes, "variant bytes"));
     KVC_CHECK_CORRUPT(!v.codec.empty() && !v.level.empty(), "manifest: a variant without codec or level");
+    // The names become parts of object names and of messages: the .kvc header's charset.
+    for (const auto& [name, what] : {std::pair{&v.codec, "variant codec"}, std::pair{&v.level, "variant level"}}) {
+      if (Status s = CheckName(*name, what); !s.ok()) return Corrupt("manifest: " + s.message());
+    }
   }
   KVC_CHECK_CORRUPT(r.empty(), "manifest: %zu bytes after the variants", r.remaining());
   return m;

@@ -58,6 +58,10 @@ run(FALSE "${KVCODEC}" decode "${WORK}/prompt.txt")
 run(FALSE "${KVCODEC}" encode --text "${WORK}/prompt.txt" --codec nope -o "${WORK}/c.kvc")
 run(FALSE "${KVCODEC}" encode --text "${WORK}/prompt.txt" --codec quant --level 3 -o "${WORK}/c.kvc")
 run(FALSE "${KVCODEC}" eval --codec raw --docs 0)
+# Hostile files: a level name with a newline, a header claiming 2^22 tokens of a constant cache.
+run(FALSE "${KVCODEC}" inspect "${src}/fuzz/corpus/container/level_with_newline.kvc")
+run(FALSE "${KVCODEC}" decode "${src}/fuzz/corpus/container/level_with_newline.kvc")
+run(FALSE "${KVCODEC}" decode "${src}/fuzz/corpus/codecs/hostile_cachegen_constant_rans_2p22_tokens.hostile")
 # Paths that are not files: a clear line each, never an abort or an unbounded read.
 run(FALSE "${KVCODEC}" inspect "${WORK}")
 run(FALSE "${KVCODEC}" inspect /dev/zero)
