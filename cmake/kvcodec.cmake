@@ -42,7 +42,9 @@ function(kvcodec_test name)
   if(ARG_SERIAL)
     set(serial TRUE)
   endif()
-  gtest_discover_tests(${name} PROPERTIES LABELS ${ARG_LABEL} RUN_SERIAL ${serial} DISCOVERY_TIMEOUT 120)
+  # One llama.cpp thread per test (llama_engine.cc, DefaultThreads): ctest runs tests side by side.
+  gtest_discover_tests(${name} PROPERTIES LABELS ${ARG_LABEL} RUN_SERIAL ${serial} ENVIRONMENT KVCODEC_THREADS=1
+                       DISCOVERY_TIMEOUT 120)
 endfunction()
 
 # kvcodec_benchmark(<name> SOURCES ... DEPS ...)

@@ -19,5 +19,5 @@ fi
 cmake --build build/tsan -j"$(nproc)" --target fetch_test store_test redis_store_test completion_server_test server_redis_test
 for t in build/tsan/src/fetch/fetch_test build/tsan/src/store/store_test build/tsan/src/store/redis_store_test \
          build/tsan/src/engine/completion_server_test build/tsan/src/engine/server_redis_test; do
-  TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/scripts/tsan.supp" "$t" --gtest_brief=1
+  KVCODEC_THREADS=1 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/scripts/tsan.supp" "$t" --gtest_brief=1
 done

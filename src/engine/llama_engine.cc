@@ -19,6 +19,18 @@
 namespace kvc {
 namespace {
 
+// llama.cpp threads when the caller leaves the choice: $KVCODEC_THREADS (1..1024), else every
+// core. The test suite sets it to 1: two tests at once on two cores, each with a thread per
+// core, stall each other at every step (llama.cpp's threads wait for one another).
+int DefaultThreads() {
+  if (const char* env = std::getenv("KVCODEC_THREADS"); env != nullptr) {
+    char* end = nullptr;
+    const long n = std::strtol(env, &end, 10);
+    if (end != env && *end == '\0' && n >= 1 && n <= 1024) return static_cast<int>(n);
+  }
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 // llama.cpp logs model loading in detail, and warns about harmless metadata of converted
 // models; pass on only its errors unless KVCODEC_LOG asks for more, so the CLI's stderr stays
 // one line per error.
@@ -191,8 +203,7 @@ Result<std::unique_ptr<LlamaSession>> LlamaSession::Create(const LlamaModel& mod
   params.n_batch = options.n_batch;
   params.n_ubatch = options.n_batch;
   params.n_seq_max = options.n_seq;
-  const int threads = options.n_threads > 0 ? options.n_threads
-                                            : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = options.n_threads > 0 ? options.n_threads : DefaultThreads();
   params.n_threads = threads;
   params.n_threads_batch = threads;
   // Explicit, never AUTO: the V layout (transposed or not) depends on it, and restore must

@@ -27,6 +27,9 @@ RunOptions Options(const std::string& store, const std::string& codec) {
   o.store_url = "dir://" + store;
   o.codec = codec;
   o.n_generate = 12;
+  // One llama.cpp thread: ctest runs two tests at once on two cores, and llama.cpp's threads
+  // wait for each other at every step, so more would only stall each other.
+  o.threads = 1;
   return o;
 }
 
@@ -306,6 +309,7 @@ TEST(RunJob, TextOfAByteFallbackModelIsValidUtf8) {
   o.store_url = "mem://";
   o.codec = "quant";
   o.n_generate = static_cast<uint32_t>(plan->generated.size());
+  o.threads = 1;
   const auto r = RunJob(o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(IsValidUtf8(r->text));

@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <string_view>
 
@@ -27,6 +28,8 @@ struct StoreFactory {
 };
 
 inline std::string StoreFactoryName(const ::testing::TestParamInfo<StoreFactory>& info) { return info.param.name; }
+// For gtest's listings (ctest shows them): the backend's name, not the struct's bytes.
+inline void PrintTo(const StoreFactory& factory, std::ostream* os) { *os << factory.name; }
 
 class StoreContract : public ::testing::TestWithParam<StoreFactory> {};
 
