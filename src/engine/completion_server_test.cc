@@ -143,6 +143,17 @@ class ServerTest : public ::testing::Test {
     EXPECT_EQ(res->status, expect_status) << res->body;
     return Json::parse(res->body, nullptr, false);
   }
+  // One series of /metrics (-1 when it is missing).
+  static double Metric(const std::string& series) { return Series(Client().Get("/metrics")->body, series); }
+  // The series once it differs from `before` (or `before` after 10 s).
+  static double MetricAfterChange(const std::string& series, double before) {
+    double now = before;
+    for (int i = 0; i < 400 && now == before; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+      now = Metric(series);
+    }
+    return now;
+  }
   // Waits until the background storer has written every pending chunk.
   static void WaitForStores() {
     const Status drained = WaitForServerStores("http://127.0.0.1:" + std::to_string(server_->port()), 30);
@@ -285,23 +296,17 @@ TEST_F(ServerTest, PromptThatCannotFitIsRejectedBeforeTokenizing) {
 // A non-streaming client that leaves before its answer frees its sequence as a streaming one
 // does: the generation stops long before its budget and the disconnect is counted.
 TEST_F(ServerTest, NonStreamingClientThatLeavesFreesItsSequence) {
-  auto metric = [](const std::string& name) { return Series(Client().Get("/metrics")->body, name); };
-  const double tokens_before = metric("kvcodec_completion_tokens_total");
-  const double disconnects_before = metric("kvcodec_client_disconnects_total");
+  const double tokens_before = Metric("kvcodec_completion_tokens_total");
+  const double disconnects_before = Metric("kvcodec_client_disconnects_total");
   httplib::Client c("127.0.0.1", server_->port());
   c.set_read_timeout(0, 500000);  // gives up after half a second of silence, closing the connection
   auto res = c.Post("/v1/completions", Json{{"prompt", "And God said"}, {"max_tokens", 1900}}.dump(), "application/json");
   EXPECT_FALSE(res);
   c.stop();
-  double disconnects = disconnects_before;
-  for (int i = 0; i < 400 && disconnects == disconnects_before; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-    disconnects = metric("kvcodec_client_disconnects_total");
-  }
-  EXPECT_EQ(disconnects, disconnects_before + 1);
-  EXPECT_LT(metric("kvcodec_completion_tokens_total") - tokens_before, 1900);
-  EXPECT_EQ(metric("kvcodec_queue_length{queue=\"running\"}"), 0);
-  EXPECT_GE(metric("kvcodec_requests_total{endpoint=\"completions\",status=\"499\"}"), 1);
+  EXPECT_EQ(MetricAfterChange("kvcodec_client_disconnects_total", disconnects_before), disconnects_before + 1);
+  EXPECT_LT(Metric("kvcodec_completion_tokens_total") - tokens_before, 1900);
+  EXPECT_EQ(Metric("kvcodec_queue_length{queue=\"running\"}"), 0);
+  EXPECT_GE(Metric("kvcodec_requests_total{endpoint=\"completions\",status=\"499\"}"), 1);
   EXPECT_EQ(Post("/v1/completions", {{"prompt", "And God saw"}, {"max_tokens", 2}})["usage"]["completion_tokens"], 2);
 }
 
@@ -425,13 +430,8 @@ TEST_F(ServerTest, ConcurrentGenerationsShareBatches) {
 // A streaming client that goes away mid-answer frees its sequence: the generation stops long
 // before its budget, the disconnect is counted, and nothing stays running.
 TEST_F(ServerTest, ClientThatDisconnectsFreesItsSequence) {
-  auto counter = [](const std::string& name) {
-    const std::string metrics = Client().Get("/metrics")->body;
-    const size_t at = metrics.find("\n" + name + " ");
-    return at == std::string::npos ? -1.0 : std::stod(metrics.substr(at + name.size() + 2));
-  };
-  const double tokens_before = counter("kvcodec_completion_tokens_total");
-  const double disconnects_before = counter("kvcodec_client_disconnects_total");
+  const double tokens_before = Metric("kvcodec_completion_tokens_total");
+  const double disconnects_before = Metric("kvcodec_client_disconnects_total");
   int events = 0;
   httplib::Client c("127.0.0.1", server_->port());
   httplib::Request req;
@@ -442,13 +442,8 @@ TEST_F(ServerTest, ClientThatDisconnectsFreesItsSequence) {
   req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++events < 3; };  // hang up
   auto res = c.send(req);
   EXPECT_FALSE(res);  // the client cancelled
-  double disconnects = disconnects_before;
-  for (int i = 0; i < 400 && disconnects == disconnects_before; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-    disconnects = counter("kvcodec_client_disconnects_total");
-  }
-  EXPECT_EQ(disconnects, disconnects_before + 1);
-  EXPECT_LT(counter("kvcodec_completion_tokens_total") - tokens_before, 1900);
+  EXPECT_EQ(MetricAfterChange("kvcodec_client_disconnects_total", disconnects_before), disconnects_before + 1);
+  EXPECT_LT(Metric("kvcodec_completion_tokens_total") - tokens_before, 1900);
   EXPECT_NE(Client().Get("/metrics")->body.find("kvcodec_queue_length{queue=\"running\"} 0"), std::string::npos);
   // And the server carries on.
   EXPECT_EQ(Post("/v1/completions", {{"prompt", "And God saw"}, {"max_tokens", 2}})["usage"]["completion_tokens"], 2);
@@ -470,19 +465,12 @@ TEST_F(ServerTest, SecondRequestReusesTheStoredPrefix) {
 // A damaged chunk (here: a byte of every stored chunk object changed) is never restored: the
 // request recomputes, answers the same, and /metrics counts it.
 TEST_F(ServerTest, ADamagedChunkIsRecomputedAndCounted) {
-  auto damaged_count = [] {
-    auto res = Client().Get("/metrics");
-    EXPECT_TRUE(res);
-    const std::string name = "kvcodec_damaged_chunks_total ";
-    const size_t at = res ? res->body.find("\n" + name) : std::string::npos;
-    EXPECT_NE(at, std::string::npos);
-    return at == std::string::npos ? -1 : std::stoi(res->body.substr(at + 1 + name.size()));
-  };
   const std::string prompt =
       ReadTextFile(std::filesystem::path(KVCODEC_TEST_MODEL).parent_path() / "eval.txt").value().substr(9000, 2500);
   const Json first = Post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 6}});
   WaitForStores();
-  const int before = damaged_count();
+  const double before = Metric("kvcodec_damaged_chunks_total");
+  ASSERT_GE(before, 0);
   size_t changed = 0;
   for (const auto& entry : std::filesystem::recursive_directory_iterator(store_ / "objects")) {
     if (!entry.is_regular_file() || entry.path().extension() == ".manifest") continue;
@@ -497,7 +485,7 @@ TEST_F(ServerTest, ADamagedChunkIsRecomputedAndCounted) {
   const Json second = Post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 6}});
   EXPECT_EQ(second["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
   EXPECT_EQ(second["choices"][0]["text"], first["choices"][0]["text"]);
-  EXPECT_EQ(damaged_count(), before + 1);
+  EXPECT_EQ(Metric("kvcodec_damaged_chunks_total"), before + 1);
 }
 
 }  // namespace

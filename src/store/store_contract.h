@@ -8,8 +8,10 @@
 #include <functional>
 #include <memory>
 #include <ostream>
+#include <random>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "store/store.h"
 
@@ -28,6 +30,14 @@ struct StoreFactory {
 };
 
 inline std::string StoreFactoryName(const ::testing::TestParamInfo<StoreFactory>& info) { return info.param.name; }
+// Reproducible test payloads.
+inline std::vector<uint8_t> Bytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> b(n);
+  for (uint8_t& v : b) v = static_cast<uint8_t>(rng());
+  return b;
+}
+
 // For gtest's listings (ctest shows them): the backend's name, not the struct's bytes.
 inline void PrintTo(const StoreFactory& factory, std::ostream* os) { *os << factory.name; }
 

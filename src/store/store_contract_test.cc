@@ -7,13 +7,6 @@
 namespace kvc {
 namespace {
 
-std::vector<uint8_t> Bytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<uint8_t> b(n);
-  for (uint8_t& v : b) v = static_cast<uint8_t>(rng());
-  return b;
-}
-
 std::unique_ptr<Store> Open(uint64_t capacity = 0) {
   auto s = StoreContract::GetParam().open(capacity);
   EXPECT_TRUE(s.ok()) << s.status().ToString();

@@ -19,16 +19,10 @@
 #include "store/hmac_sha256.h"
 #include "store/memory_store.h"
 #include "store/store.h"
+#include "store/store_contract.h"
 
 namespace kvc {
 namespace {
-
-std::vector<uint8_t> Bytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<uint8_t> b(n);
-  for (uint8_t& v : b) v = static_cast<uint8_t>(rng());
-  return b;
-}
 
 std::vector<uint8_t> Text(std::string_view s) { return {s.begin(), s.end()}; }
 
