@@ -1,9 +1,14 @@
 #!/usr/bin/python3
-"""Trains kvcodec's small Llama-architecture test model and converts it to GGUF.
+"""Trains one of kvcodec's small Llama-architecture test models and converts it to GGUF.
 
-Text: the King James Bible from Debian's bible-kjv package (public domain), extracted with its
-`bible` command. Whole books are held out: some for calibration (calib.txt), others for
-evaluation (eval.txt); neither is trained on, and they share no book.
+Text (--text), public domain, from Debian packages:
+- bible: the King James Bible (bible-kjv), extracted with its `bible` command. Whole books are
+  held out: some for calibration (calib.txt), others for evaluation (eval.txt).
+- jargon: the Jargon File 4.4.7 (dict-jargon) and Ambrose Bierce's The Devil's Dictionary
+  (dict-devil), read from their dictd files (the packages are fetched with `apt-get download`
+  when they are not installed; nothing is installed). Whole entries are held out, chosen by a
+  hash of their headword.
+Calibration and evaluation text are never trained on and share nothing.
 
 The model is Llama as llama.cpp's "llama" architecture runs it: RMSNorm, rotary embeddings on
 adjacent channel pairs (llama.cpp's "normal" RoPE, as llama2.c and the original Llama do),
@@ -15,13 +20,18 @@ OPENBLAS_NUM_THREADS=1 so torch and OpenBLAS do not fight over the cores.
 """
 
 import argparse
+import base64
+import glob
+import gzip
 import json
 import math
 import os
 import struct
 import subprocess
 import sys
+import tempfile
 import time
+import zlib
 
 import numpy as np
 import sentencepiece as spm
@@ -67,6 +77,69 @@ def read_bible():
             verses[-1] += " " + stripped  # a verse wrapped onto the next line
     flush()
     return chapters
+
+
+def split_bible():
+    return split_text(read_bible())
+
+
+def dictd_entries(package, name):
+    """[(headword, text)] of a dictd dictionary, from /usr/share/dictd or the package's .deb."""
+    folder = "/usr/share/dictd"
+    if not os.path.exists(os.path.join(folder, name + ".index")):
+        folder = tempfile.mkdtemp(prefix="kvcodec-text-")
+        subprocess.run(["apt-get", "download", package], check=True, cwd=folder, capture_output=True)
+        subprocess.run(["dpkg-deb", "-x", glob.glob(os.path.join(folder, package + "_*.deb"))[0], folder],
+                       check=True)
+        folder = os.path.join(folder, "usr", "share", "dictd")
+    with gzip.open(os.path.join(folder, name + ".dict.dz"), "rb") as f:
+        data = f.read()
+    digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+    def number(b64):
+        v = 0
+        for c in b64:
+            v = v * 64 + digits.index(c)
+        return v
+
+    entries, seen = [], set()
+    with open(os.path.join(folder, name + ".index"), encoding="utf-8") as f:
+        for line in f:
+            head, offset, length = line.rstrip("\n").split("\t")[:3]
+            where = (number(offset), number(length))
+            if head.startswith("00-database") or where in seen:
+                continue
+            seen.add(where)
+            raw = data[where[0] : where[0] + where[1]].decode("utf-8", errors="replace")
+            # One line a paragraph: dictd text is indented and wrapped at 70 columns.
+            paragraphs = [" ".join(p.split()) for p in raw.split("\n\n")]
+            entries.append((head, "\n".join(p for p in paragraphs if p)))
+    return entries
+
+
+def split_jargon():
+    entries = dictd_entries("dict-jargon", "jargon") + dictd_entries("dict-devil", "devil")
+    parts = {"train": [], "calib": [], "eval": []}
+    for head, text in entries:
+        bucket = zlib.crc32(head.lower().encode()) % 20
+        parts["calib" if bucket < 2 else "eval" if bucket < 4 else "train"].append(text)
+    return tuple("\n\n".join(parts[k]) + "\n" for k in ("train", "calib", "eval"))
+
+
+TEXTS = {
+    "bible": {
+        "split": split_bible, "prompt": "And it came to pass",
+        "source": "the King James Bible (public domain; Debian package `bible-kjv`)",
+        "calib": f"books {', '.join(CALIB_BOOKS)}", "eval": f"books {', '.join(EVAL_BOOKS)}",
+    },
+    "jargon": {
+        "split": split_jargon, "prompt": "The hacker",
+        "source": "the Jargon File 4.4.7 and The Devil's Dictionary (public domain; Debian packages "
+                  "`dict-jargon`, `dict-devil`)",
+        "calib": "entries whose headword's CRC-32 mod 20 is 0-1",
+        "eval": "entries whose headword's CRC-32 mod 20 is 2-3",
+    },
+}
 
 
 def split_text(chapters):
@@ -260,42 +333,49 @@ def write_readme(out_dir):
     """models/<name>/README.md from model.json, so the figures there are the run's own."""
     with open(os.path.join(out_dir, "model.json")) as f:
         m = json.load(f)
-    text = f"""# {m['name']}: kvcodec's test model
+    source = TEXTS[m.get("text", "bible")]
+    attention = ("multi-head attention" if m["n_heads"] == m["n_kv_heads"]
+                 else f"grouped-query attention, {m['n_heads'] // m['n_kv_heads']}:1")
+    short = (f" (first {round(100 * m['short_frac'])}% of the time at {m['short_seq_len']})"
+             if m["short_seq_len"] < m["train_ctx"] else "")
+    threads = m.get("threads", 2)
+    text = f"""# {m['name']}: one of kvcodec's test models
 
-A small Llama-architecture model trained by `scripts/train_model.py` on the King James Bible
-(public domain; Debian package `bible-kjv`), converted to GGUF with llama.cpp's
-`llama-convert-llama2c-to-ggml`. Tests and benchmarks use this committed file; nothing
-retrains it.
+A small Llama-architecture model trained by `scripts/train_model.py` on {source['source']},
+converted to GGUF with llama.cpp's `llama-convert-llama2c-to-ggml`. Tests and benchmarks use
+this committed file; nothing retrains it.
 
 | | |
 |---|---|
 | architecture | llama (RMSNorm, SwiGLU, RoPE "normal" = adjacent pairs, tied embeddings) |
 | layers | {m['n_layers']} |
 | model dim / FFN dim | {m['dim']} / {m['ffn_dim']} |
-| attention heads / KV heads | {m['n_heads']} / {m['n_kv_heads']} (grouped-query attention) |
+| attention heads / KV heads | {m['n_heads']} / {m['n_kv_heads']} ({attention}) |
 | head_dim | {m['head_dim']} |
 | vocabulary | {m['vocab_size']} (SentencePiece BPE with byte fallback) |
 | parameters | {m['n_params']:,} |
-| training context | {m['train_ctx']} tokens (first {round(100 * m['short_frac'])}% of the time at {m['short_seq_len']}) |
-| training | {m['train_steps']} steps, {m['train_tokens']:,} tokens, {m['train_minutes']} min on 2 CPU cores |
-| validation perplexity (PyTorch, held-out books, {m['train_ctx']}-token windows) | {m['eval_ppl_torch']} |
+| training context | {m['train_ctx']} tokens{short} |
+| training | {m['train_steps']} steps, {m['train_tokens']:,} tokens, {m['train_minutes']} min, {threads} torch thread(s) on a 2-core machine |
+| validation perplexity (PyTorch, held-out text, {m['train_ctx']}-token windows) | {m['eval_ppl_torch']} |
 | GGUF size | {m['gguf_bytes']:,} bytes (f32 weights) |
 
 Files:
 - `{m['name']}.gguf`: the model.
-- `calib.txt`: calibration text (books {", ".join(m['calib_books'])}); never trained on.
-- `eval.txt`: evaluation text (books {", ".join(m['eval_books'])}); never trained on, disjoint
-  from the calibration text.
+- `calib.txt`: calibration text ({source['calib']}); never trained on.
+- `eval.txt`: evaluation text ({source['eval']}); never trained on, disjoint from the
+  calibration text.
 - `model.json`: the run's settings and figures, and a greedy continuation computed by PyTorch
   that a test checks llama.cpp reproduces token for token.
 
-Reproduce (about {round(m['train_minutes'])} minutes on 2 cores, plus a few for text and tokenizer):
+Reproduce (about {round(m['train_minutes'])} minutes, plus a few for text and tokenizer):
 
 ```
 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 scripts/train_model.py --out models/{m['name']} \\
-    --name {m['name']} --llama-prefix "$(scripts/setup-llama.sh)" --layers {m['n_layers']} \\
+    --name {m['name']} --llama-prefix "$(scripts/setup-llama.sh)" --text {m.get('text', 'bible')} --layers {m['n_layers']} \\
     --dim {m['dim']} --heads {m['n_heads']} --kv-heads {m['n_kv_heads']} --hidden {m['ffn_dim']} \\
-    --vocab {m['vocab_size']} --seq-len {m['train_ctx']} --minutes {round(m['train_minutes'])} --seed {m['seed']}
+    --vocab {m['vocab_size']} --seq-len {m['train_ctx']} --batch {m['batch']} --short-seq-len {m['short_seq_len']} \\
+    --short-batch {m.get('short_batch', 12)} --short-frac {m['short_frac']} --lr {m['lr']} --threads {threads} \\
+    --minutes {round(m['train_minutes'])} --seed {m['seed']}
 ```
 (needs Debian's python3-torch, python3-numpy and python3-sentencepiece; training is
 time-budgeted, so the weights differ run to run.)
@@ -311,6 +391,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="output folder, e.g. models/kvtiny")
     p.add_argument("--name", default="kvtiny")
+    p.add_argument("--text", choices=sorted(TEXTS), default="bible", help="training text (see above)")
     p.add_argument("--llama-prefix", required=True, help="llama.cpp install prefix (scripts/setup-llama.sh)")
     p.add_argument("--dim", type=int, default=256)
     p.add_argument("--layers", type=int, default=6)
@@ -328,16 +409,18 @@ def main():
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--minutes", type=float, default=40.0, help="training wall-clock budget")
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                   help="torch threads (train two models side by side with 1 each)")
     a = p.parse_args()
 
     torch.manual_seed(a.seed)
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    torch.set_num_threads(max(1, a.threads))
     os.makedirs(a.out, exist_ok=True)
     work = os.path.join(a.out, ".work")
     os.makedirs(work, exist_ok=True)
 
-    chapters = read_bible()
-    train_text, calib_text, eval_text = split_text(chapters)
+    a.short_seq_len = min(a.short_seq_len, a.seq_len)
+    train_text, calib_text, eval_text = TEXTS[a.text]["split"]()
     log(f"text: train {len(train_text)} chars, calib {len(calib_text)}, eval {len(eval_text)}")
     with open(os.path.join(a.out, "calib.txt"), "w") as f:
         f.write(calib_text)
@@ -406,10 +489,13 @@ def main():
     env = dict(os.environ, PYTHONPATH=os.path.join(a.llama_prefix, "share", "gguf-py"))
     subprocess.run([sys.executable, "-m", "gguf.scripts.gguf_set_metadata", "--force", gguf,
                     "llama.context_length", str(cfg.seq_len)], check=True, env=env, capture_output=True)
+    # It also caps the rotary dimension at 64; the model rotates the whole head.
+    subprocess.run([sys.executable, "-m", "gguf.scripts.gguf_set_metadata", "--force", gguf,
+                    "llama.rope.dimension_count", str(cfg.head_dim)], check=True, env=env, capture_output=True)
 
     # Greedy continuation of a fixed prompt, so tests can check llama.cpp reproduces PyTorch.
     model.eval()
-    prompt = "And it came to pass"
+    prompt = TEXTS[a.text]["prompt"]
     ids = [1] + sp.encode(prompt)
     with torch.no_grad():
         for _ in range(16):
@@ -422,8 +508,9 @@ def main():
         "short_frac": a.short_frac, "train_tokens": tokens_seen,
         "train_minutes": round(train_minutes, 1), "eval_ppl_torch": round(val_ppl, 3),
         "gguf_bytes": os.path.getsize(gguf), "seed": a.seed, "batch": a.batch, "lr": a.lr,
+        "short_batch": a.short_batch, "threads": a.threads,
         "greedy_prompt": prompt, "greedy_tokens_torch": ids,
-        "calib_books": CALIB_BOOKS, "eval_books": EVAL_BOOKS,
+        "text": a.text,
     }
     with open(os.path.join(a.out, "model.json"), "w") as f:
         json.dump(meta, f, indent=2)

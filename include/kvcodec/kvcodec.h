@@ -54,18 +54,22 @@ typedef struct kvc_eval_params {
   kvc_dtype cache_type;
   int progress; /* non-zero: a progress line on stderr */
   const char* calibration; /* .kvcal for kvtc; NULL: <model>.kvcal beside the model, if present */
+  const char* token_path;  /* instead of text: one document per line of space-separated token ids */
 } kvc_eval_params;
 
 typedef struct kvc_calibrate_params {
   const char* model_path;
   const char* text_path;  /* NULL: calib.txt beside the model */
   const char* out_path;   /* NULL: <model>.kvcal beside the model */
-  const char* grouping;   /* "layer" (default), "layer-head" or "all" */
-  uint32_t group_size;    /* 0: 16 */
+  const char* grouping;   /* "layer", "layer-head", "all"; NULL or "auto": the better of layer and layer-head */
+  uint32_t group_size;    /* token-group components per scale; 0: the best of 8, 16, 32 */
   uint32_t max_tokens;    /* 0: the whole text */
-  uint32_t window;        /* 0: 1024 */
+  uint32_t window;        /* 0: min(1024, the model's training context) */
   int32_t n_threads;
   int progress;
+  const char* quantizer;  /* "token-group", "component"; NULL or "auto": the better one */
+  const char* token_path; /* instead of text: one document per line of space-separated token ids */
+  uint32_t chunk_tokens;  /* tokens per chunk sizes are measured at; 0: 256 */
 } kvc_calibrate_params;
 
 const char* kvc_version(void);

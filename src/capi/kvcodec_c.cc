@@ -418,6 +418,7 @@ kvc_status kvc_eval_json(const kvc_eval_params* p, char** out_json) {
     if (p->text_path) o.text_path = p->text_path;
     if (p->codec) o.codec = p->codec;
     if (p->calibration) o.calibration = p->calibration;
+    if (p->token_path) o.token_path = p->token_path;
     if (p->level) o.encode.level = p->level;
     auto params = ParseParams(p->codec_params);
     if (!params.ok()) return Fail(params.status());
@@ -449,14 +450,21 @@ kvc_status kvc_calibrate_json(const kvc_calibrate_params* p, char** out_json) {
     kvc::CalibrateOptions o;
     o.model_path = p->model_path;
     if (p->text_path) o.text_path = p->text_path;
-    if (p->grouping) {
+    if (p->token_path) o.token_path = p->token_path;
+    if (p->grouping && std::string_view(p->grouping) != "auto") {
       auto grouping = kvc::ParseKvtcGrouping(p->grouping);
       if (!grouping.ok()) return Fail(grouping.status());
       o.grouping = *grouping;
     }
-    if (p->group_size) o.group_size = p->group_size;
+    if (p->quantizer && std::string_view(p->quantizer) != "auto") {
+      auto quantizer = kvc::ParseKvtcQuantizer(p->quantizer);
+      if (!quantizer.ok()) return Fail(quantizer.status());
+      o.quantizer = *quantizer;
+    }
+    o.group_size = p->group_size;
+    if (p->chunk_tokens) o.chunk_tokens = p->chunk_tokens;
     o.max_tokens = p->max_tokens;
-    if (p->window) o.window = p->window;
+    o.window = p->window;
     o.session.n_threads = p->n_threads;
     o.progress = p->progress != 0;
     kvc::KvtcCalibration calibration;

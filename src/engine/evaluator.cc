@@ -8,6 +8,7 @@
 
 #include "base/progress.h"
 #include "engine/model_files.h"
+#include "engine/token_file.h"
 
 namespace kvc {
 namespace {
@@ -65,6 +66,26 @@ Result<std::vector<std::vector<int32_t>>> MakeDocuments(const std::vector<int32_
   return docs;
 }
 
+Result<std::vector<std::vector<int32_t>>> DocumentsFromTokenLines(const std::vector<std::vector<int32_t>>& lines,
+                                                                  int32_t bos, uint32_t n_docs, uint32_t doc_tokens) {
+  std::vector<std::vector<int32_t>> docs;
+  for (const auto& line : lines) {
+    if (docs.size() == n_docs) break;
+    std::vector<int32_t> doc;
+    doc.reserve(doc_tokens);
+    if (line.empty() || line.front() != bos) doc.push_back(bos);
+    const size_t take = std::min<size_t>(line.size(), doc_tokens - doc.size());
+    doc.insert(doc.end(), line.begin(), line.begin() + static_cast<std::ptrdiff_t>(take));
+    if (doc.size() == doc_tokens) docs.push_back(std::move(doc));
+  }
+  if (docs.size() < n_docs) {
+    return InvalidArgument(FormatMessage("the token file has %zu documents of at least %u tokens (ctx + cont + 1, BOS "
+                                         "included); --docs asks for %u",
+                                         docs.size(), doc_tokens, n_docs));
+  }
+  return docs;
+}
+
 Result<EvalReport> RunEval(const EvalOptions& options) {
   if (options.n_docs == 0) return InvalidArgument("--docs must be at least 1");
   if (options.ctx < 2) return InvalidArgument("--ctx must be at least 2");
@@ -74,11 +95,16 @@ Result<EvalReport> RunEval(const EvalOptions& options) {
 
   const auto t_start = Clock::now();
   ASSIGN_OR_RETURN(auto model, LlamaModel::Load(options.model_path));
-  ASSIGN_OR_RETURN(std::string text,
-                   ReadTextFile(BesideModel(options.model_path, "eval.txt", options.text_path)));
-  ASSIGN_OR_RETURN(std::vector<int32_t> stream, model->Tokenize(text, /*add_bos=*/false));
   const uint32_t doc_tokens = options.ctx + options.cont + 1;
-  ASSIGN_OR_RETURN(auto docs, MakeDocuments(stream, model->bos_token(), options.n_docs, doc_tokens));
+  std::vector<std::vector<int32_t>> docs;
+  if (!options.token_path.empty()) {
+    ASSIGN_OR_RETURN(auto lines, ReadTokenFile(options.token_path, model->info().n_vocab));
+    ASSIGN_OR_RETURN(docs, DocumentsFromTokenLines(lines, model->bos_token(), options.n_docs, doc_tokens));
+  } else {
+    ASSIGN_OR_RETURN(std::string text, ReadTextFile(BesideModel(options.model_path, "eval.txt", options.text_path)));
+    ASSIGN_OR_RETURN(std::vector<int32_t> stream, model->Tokenize(text, /*add_bos=*/false));
+    ASSIGN_OR_RETURN(docs, MakeDocuments(stream, model->bos_token(), options.n_docs, doc_tokens));
+  }
 
   CalibrationRegistry calibrations;
   RETURN_IF_ERROR(LoadModelCalibration(calibrations, options.model_path, options.calibration));

@@ -15,6 +15,10 @@ namespace kvc {
 struct EvalOptions {
   std::string model_path;
   std::string text_path;  // empty: eval.txt beside the model
+  // Instead of text: one document per line of token ids (engine/token_file.h). Each of the first
+  // n_docs lines with at least ctx + cont + 1 tokens (BOS prepended when it does not start
+  // with it) gives one document, its first ctx + cont + 1 tokens.
+  std::string token_path;
   std::string codec = "raw";
   EncodeOptions encode;
   std::string calibration;  // .kvcal for kvtc; empty: <model>.kvcal beside the model, if present
@@ -54,5 +58,9 @@ std::string EvalReportJson(const EvalReport& report);
 // Splits a token stream into `n_docs` documents of `doc_tokens` tokens, each starting with BOS.
 Result<std::vector<std::vector<int32_t>>> MakeDocuments(const std::vector<int32_t>& stream, int32_t bos,
                                                         uint32_t n_docs, uint32_t doc_tokens);
+
+// The same from pre-tokenised documents (see EvalOptions::token_path).
+Result<std::vector<std::vector<int32_t>>> DocumentsFromTokenLines(const std::vector<std::vector<int32_t>>& lines,
+                                                                  int32_t bos, uint32_t n_docs, uint32_t doc_tokens);
 
 }  // namespace kvc

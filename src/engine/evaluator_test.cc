@@ -2,7 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+
+#include "engine/model_files.h"
 
 namespace kvc {
 namespace {
@@ -36,6 +41,38 @@ TEST(Evaluator, QuantCodecIsCloseAndSmaller) {
   EXPECT_LT(std::abs(report->ppl_delta_pct), 2.0);
   EXPECT_GT(report->top1_agreement, 0.9);
   EXPECT_GT(report->kl_mean, 0.0);  // lossy: not bit-identical
+}
+
+// The same documents given as token ids score exactly as the text they came from.
+TEST(Evaluator, TokenFileScoresLikeItsText) {
+  EvalOptions text = SmallEval("quant", "8");
+  auto from_text = RunEval(text);
+  ASSERT_TRUE(from_text.ok()) << from_text.status().ToString();
+
+  auto model = LlamaModel::Load(KVCODEC_TEST_MODEL);
+  ASSERT_TRUE(model.ok());
+  auto eval_text = ReadTextFile(std::filesystem::path(KVCODEC_TEST_MODEL).parent_path() / "eval.txt");
+  ASSERT_TRUE(eval_text.ok());
+  auto stream = (*model)->Tokenize(*eval_text, false);
+  ASSERT_TRUE(stream.ok());
+  const uint32_t body = text.ctx + text.cont;
+  const std::string path = testing::TempDir() + "/kvc_eval_tokens.txt";
+  {
+    std::ofstream out(path);
+    for (uint32_t d = 0; d < text.n_docs; ++d) {
+      for (uint32_t i = 0; i < body; ++i) out << (i ? " " : "") << (*stream)[size_t{d} * body + i];
+      out << "\n";
+    }
+  }
+  EvalOptions tokens = text;
+  tokens.token_path = path;
+  auto from_tokens = RunEval(tokens);
+  ASSERT_TRUE(from_tokens.ok()) << from_tokens.status().ToString();
+  EXPECT_EQ(from_tokens->ppl_base, from_text->ppl_base);
+  EXPECT_EQ(from_tokens->ppl_codec, from_text->ppl_codec);
+  EXPECT_EQ(from_tokens->top1_agreement, from_text->top1_agreement);
+  EXPECT_EQ(from_tokens->bytes_stored, from_text->bytes_stored);
+  std::remove(path.c_str());
 }
 
 TEST(Evaluator, JsonHasTheContractFields) {

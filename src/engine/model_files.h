@@ -12,7 +12,9 @@
 
 namespace kvc {
 
-Result<std::string> ReadTextFile(const std::string& path);
+// The whole of a regular file of at most `max_bytes` (default 1 GiB): kNotFound if it cannot be
+// opened, kInvalidArgument for a directory, a device or one that is too large.
+Result<std::string> ReadTextFile(const std::string& path, uint64_t max_bytes = uint64_t{1} << 30);
 
 // `explicit_path` if given, else `name` in the model's folder.
 std::string BesideModel(const std::string& model_path, const std::string& name, const std::string& explicit_path);

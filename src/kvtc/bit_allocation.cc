@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <queue>
 
 namespace kvc {
 namespace {
@@ -143,6 +144,69 @@ Result<std::vector<uint8_t>> AllocateBits(std::span<const AllocationGroup> group
     if (best_g == n_groups) break;
     used += OptionCost(groups[best_g], best_b, scale_bits) - OptionCost(groups[best_g], bits[best_g], scale_bits);
     bits[best_g] = best_b;
+  }
+  return bits;
+}
+
+Result<std::vector<uint8_t>> AllocateBitsByRate(std::span<const RateGroup> groups, double budget_bits) {
+  const size_t n_groups = groups.size();
+  // Per group, the widths on its lower convex hull, starting at 0 bits: from each hull point the
+  // next is the width with the steepest error drop per extra bit.
+  std::vector<std::vector<uint8_t>> hull(n_groups);
+  for (size_t g = 0; g < n_groups; ++g) {
+    for (uint32_t b = 0; b < kWidths; ++b) {
+      const double r = groups[g].rate[b], e = groups[g].error[b];
+      if (!std::isfinite(r) || r < 0 || !std::isfinite(e) || e < 0) {
+        return InvalidArgument(FormatMessage("rate group %zu: rate %g / error %g at %u bits", g, r, e, b));
+      }
+    }
+    std::vector<uint8_t>& h = hull[g];
+    h.push_back(0);
+    for (;;) {
+      const uint8_t at = h.back();
+      double best_slope = 0;
+      uint8_t best = at;
+      for (uint32_t b = at + 1u; b < kWidths; ++b) {
+        const double dr = groups[g].rate[b] - groups[g].rate[at];
+        const double de = groups[g].error[at] - groups[g].error[b];
+        if (de <= 0) continue;
+        const double slope = dr <= 0 ? std::numeric_limits<double>::infinity() : de / dr;
+        if (slope > best_slope) {
+          best_slope = slope;
+          best = static_cast<uint8_t>(b);
+        }
+      }
+      if (best == at) break;
+      h.push_back(best);
+    }
+  }
+  // Max-heap of (slope of the group's next hull step, group).
+  std::vector<uint8_t> bits(n_groups, 0);
+  std::vector<size_t> at(n_groups, 0);
+  using Step = std::pair<double, size_t>;
+  std::priority_queue<Step> next;
+  auto push = [&](size_t g) {
+    if (at[g] + 1 >= hull[g].size()) return;
+    const uint8_t from = hull[g][at[g]], to = hull[g][at[g] + 1];
+    const double dr = groups[g].rate[to] - groups[g].rate[from];
+    const double de = groups[g].error[from] - groups[g].error[to];
+    next.push({dr <= 0 ? std::numeric_limits<double>::infinity() : de / dr, g});
+  };
+  double used = 0;
+  for (size_t g = 0; g < n_groups; ++g) {
+    used += groups[g].rate[0];
+    push(g);
+  }
+  while (!next.empty()) {
+    const size_t g = next.top().second;
+    next.pop();
+    const uint8_t from = hull[g][at[g]], to = hull[g][at[g] + 1];
+    const double extra = groups[g].rate[to] - groups[g].rate[from];
+    if (used + extra > budget_bits) continue;  // this group stops here; cheaper steps elsewhere may fit
+    used += extra;
+    bits[g] = to;
+    ++at[g];
+    push(g);
   }
   return bits;
 }

@@ -43,4 +43,18 @@ double AllocationError(std::span<const AllocationGroup> groups, std::span<const 
 [[nodiscard]] Result<std::vector<uint8_t>> AllocateBits(std::span<const AllocationGroup> groups, uint64_t budget_bits,
                                                         uint32_t scale_bits = 16, uint64_t granularity_bits = 0);
 
+// A group whose cost at each width is a measured rate (bits per token, fractional: an entropy
+// coder's) rather than b * n_components + a scale.
+struct RateGroup {
+  std::array<double, 9> rate{};   // bits per token at b = 0..8 (rate[0] is normally 0)
+  std::array<double, 9> error{};  // weighted squared error per token at b = 0..8
+};
+
+// Chooses b in 0..8 per group, greedily by error saved per bit along each group's lower convex
+// hull of (rate, error), while the summed rate stays within budget_bits; when the best next
+// step does not fit, smaller steps of other groups that do are still taken. Optimal for the
+// convexified problem up to the last step. Errors and rates must be finite and >= 0
+// (kInvalidArgument otherwise).
+[[nodiscard]] Result<std::vector<uint8_t>> AllocateBitsByRate(std::span<const RateGroup> groups, double budget_bits);
+
 }  // namespace kvc

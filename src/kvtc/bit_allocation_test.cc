@@ -188,5 +188,95 @@ TEST(BitAllocation, InvalidInputs) {
   EXPECT_EQ(AllocateBits(groups, 100).status().code(), StatusCode::kInvalidArgument);
 }
 
+// Rate groups of one component each, rate b bits at width b and Gaussian error
+// variance * 2^(-2b): convex, so greedy along the hull is optimal at the hull's vertices.
+std::vector<RateGroup> GaussianRateGroups(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(0.01, 10.0);
+  std::vector<RateGroup> groups(n);
+  for (RateGroup& g : groups) {
+    const double variance = u(rng);
+    for (uint32_t b = 0; b <= 8; ++b) {
+      g.rate[b] = b;
+      g.error[b] = variance * std::pow(2.0, -2.0 * b);
+    }
+  }
+  return groups;
+}
+
+double RateOf(const std::vector<RateGroup>& groups, const std::vector<uint8_t>& bits) {
+  double r = 0;
+  for (size_t g = 0; g < groups.size(); ++g) r += groups[g].rate[bits[g]];
+  return r;
+}
+
+double ErrorOf(const std::vector<RateGroup>& groups, const std::vector<uint8_t>& bits) {
+  double e = 0;
+  for (size_t g = 0; g < groups.size(); ++g) e += groups[g].error[bits[g]];
+  return e;
+}
+
+TEST(BitAllocationByRate, MatchesTheExactDpOnConvexGroups) {
+  for (uint32_t seed = 1; seed <= 5; ++seed) {
+    const std::vector<RateGroup> groups = GaussianRateGroups(40, seed);
+    std::vector<AllocationGroup> same(groups.size());
+    for (size_t g = 0; g < groups.size(); ++g) {
+      same[g].n_components = 1;
+      same[g].error = groups[g].error;
+    }
+    for (double budget : {0.0, 7.0, 40.0, 100.0, 200.0, 320.0, 1000.0}) {
+      auto greedy = AllocateBitsByRate(groups, budget);
+      ASSERT_TRUE(greedy.ok());
+      EXPECT_LE(RateOf(groups, *greedy), budget);
+      auto exact = AllocateBits(same, static_cast<uint64_t>(budget), 0);
+      ASSERT_TRUE(exact.ok());
+      // Integer rates on convex curves: the greedy plan is the optimum.
+      EXPECT_NEAR(ErrorOf(groups, *greedy), ErrorOf(groups, *exact), 1e-9 * (1 + ErrorOf(groups, *exact)))
+          << "seed " << seed << " budget " << budget;
+    }
+  }
+}
+
+TEST(BitAllocationByRate, SkipsWidthsOffTheHullAndSpendsWhatFits) {
+  // Group 0: 1 and 2 bits barely help, 3 bits helps a lot: the hull jumps 0 -> 3.
+  RateGroup jump;
+  jump.rate = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+  jump.error = {10, 9.9, 9.8, 1, 0.5, 0.25, 0.125, 0.06, 0.03};
+  // Group 1: a steady decline.
+  RateGroup steady;
+  steady.rate = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+  steady.error = {4, 2, 1, 0.5, 0.25, 0.125, 0.06, 0.03, 0.015};
+  const std::vector<RateGroup> groups = {jump, steady};
+  auto bits = AllocateBitsByRate(groups, 3);
+  ASSERT_TRUE(bits.ok());
+  EXPECT_EQ((*bits)[0], 3);  // slope 3 per bit beats the steady group's 2
+  EXPECT_EQ((*bits)[1], 0);
+  bits = AllocateBitsByRate(groups, 4);
+  ASSERT_TRUE(bits.ok());
+  EXPECT_EQ((*bits)[0], 3);
+  EXPECT_EQ((*bits)[1], 1);
+  // A budget too small for the jump still buys the steady group's steps.
+  bits = AllocateBitsByRate(groups, 2);
+  ASSERT_TRUE(bits.ok());
+  EXPECT_EQ((*bits)[0], 0);
+  EXPECT_EQ((*bits)[1], 2);
+}
+
+TEST(BitAllocationByRate, FractionalRatesAndInvalidInputs) {
+  RateGroup g;
+  g.rate = {0, 0.3, 1.1, 2.05, 3.0, 4.0, 5.0, 6.0, 7.0};
+  g.error = {1, 0.4, 0.12, 0.03, 0.008, 0.002, 0.0005, 0.0001, 0.00003};
+  auto bits = AllocateBitsByRate(std::vector<RateGroup>{g, g}, 2.2);
+  ASSERT_TRUE(bits.ok());
+  EXPECT_LE(g.rate[(*bits)[0]] + g.rate[(*bits)[1]], 2.2);
+  EXPECT_EQ((*bits)[0] + (*bits)[1], 4);  // 1.1 + 1.1: two 2-bit widths
+  EXPECT_TRUE(AllocateBitsByRate({}, 10)->empty());
+  g.error[2] = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(AllocateBitsByRate(std::vector<RateGroup>{g}, 10).status().code(), StatusCode::kInvalidArgument);
+  g.error[2] = 0.12;
+  g.rate[4] = -1;
+  EXPECT_EQ(AllocateBitsByRate(std::vector<RateGroup>{g}, 10).status().code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace kvc

@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 
+#include "base/utf8.h"
 #include "kvtc/kvcal.h"
 #include "tensor/kv_cache.h"
 
@@ -54,7 +55,7 @@ bool AllFinite(const std::vector<float>& v) {
   return true;
 }
 
-Status ValidateBasis(const PcaBasis& b, uint32_t expected_dim) {
+Status ValidateBasis(const PcaBasis& b, uint32_t expected_dim, KvtcQuantizer quantizer) {
   if (b.dim != expected_dim) {
     return InvalidArgument(FormatMessage("dim %u differs from the grouping's basis dimension %u", b.dim, expected_dim));
   }
@@ -75,6 +76,18 @@ Status ValidateBasis(const PcaBasis& b, uint32_t expected_dim) {
   if (!AllFinite(b.mean)) return InvalidArgument("mean holds a non-finite value");
   if (!AllFinite(b.components)) return InvalidArgument("components holds a non-finite value");
   if (!AllFinite(b.eigenvalues)) return InvalidArgument("eigenvalues holds a non-finite value");
+  const uint64_t n_multipliers = quantizer == KvtcQuantizer::kComponent ? uint64_t{b.n_components} * kKvtcWidths : 0;
+  if (b.step_multipliers.size() != n_multipliers) {
+    return InvalidArgument(FormatMessage("step_multipliers has %zu values, expected %" PRIu64 " for quantizer %s",
+                                         b.step_multipliers.size(), n_multipliers, KvtcQuantizerName(quantizer)));
+  }
+  for (size_t i = 0; i < b.step_multipliers.size(); ++i) {
+    const float m = b.step_multipliers[i];
+    if (!(m >= kKvtcMinStepMultiplier && m <= kKvtcMaxStepMultiplier)) {
+      return InvalidArgument(FormatMessage("step multiplier %zu is %g, outside [%g, %g]", i, m, kKvtcMinStepMultiplier,
+                                           kKvtcMaxStepMultiplier));
+    }
+  }
 
   // Norms catch a scaled or zeroed row; the dot product of neighbouring rows catches a row
   // written twice. Full orthogonality would cost O(n_components^2 * dim), too much for a
@@ -139,6 +152,22 @@ const char* KvtcGroupingName(KvtcGrouping grouping) {
   return "?";
 }
 
+const char* KvtcQuantizerName(KvtcQuantizer quantizer) {
+  switch (quantizer) {
+    case KvtcQuantizer::kTokenGroup:
+      return "token-group";
+    case KvtcQuantizer::kComponent:
+      return "component";
+  }
+  return "?";
+}
+
+Result<KvtcQuantizer> ParseKvtcQuantizer(std::string_view name) {
+  if (name == "token-group") return KvtcQuantizer::kTokenGroup;
+  if (name == "component") return KvtcQuantizer::kComponent;
+  return InvalidArgument("unknown kvtc quantizer '" + std::string(name) + "' (expected token-group or component)");
+}
+
 Result<KvtcGrouping> ParseKvtcGrouping(std::string_view name) {
   if (name == "layer-head" || name == "layer_head") return KvtcGrouping::kLayerHead;
   if (name == "layer") return KvtcGrouping::kLayer;
@@ -168,8 +197,29 @@ Status ValidateCalibrationHeader(const KvtcCalibration& c) {
   if (!IsKnownGrouping(c.grouping)) {
     return InvalidArgument(FormatMessage("unknown grouping %u", static_cast<unsigned>(c.grouping)));
   }
+  if (c.format_version < 1 || c.format_version > kKvcalFormatVersion) {
+    return InvalidArgument(FormatMessage("format_version %u outside 1..%u", c.format_version, kKvcalFormatVersion));
+  }
   if (c.group_size == 0 || c.group_size > kMaxKvtcGroupSize) {
     return InvalidArgument(FormatMessage("group_size %u outside 1..%u", c.group_size, kMaxKvtcGroupSize));
+  }
+  if (static_cast<uint8_t>(c.quantizer) > static_cast<uint8_t>(KvtcQuantizer::kComponent)) {
+    return InvalidArgument(FormatMessage("unknown quantizer %u", static_cast<unsigned>(c.quantizer)));
+  }
+  if (c.format_version == 1 && (c.quantizer != KvtcQuantizer::kTokenGroup || c.chunk_tokens != 0 || !c.choice.empty())) {
+    return InvalidArgument("format version 1 holds only token-group calibrations without chunk_tokens or choice");
+  }
+  if (c.quantizer == KvtcQuantizer::kComponent && c.group_size != 1) {
+    return InvalidArgument(FormatMessage("quantizer component needs group_size 1, not %u", c.group_size));
+  }
+  if (c.chunk_tokens > kMaxTokens) {
+    return InvalidArgument(FormatMessage("chunk_tokens %u exceeds %u", c.chunk_tokens, kMaxTokens));
+  }
+  if (c.choice.size() > kMaxKvtcChoiceBytes) {
+    return InvalidArgument(FormatMessage("choice is %zu bytes, over %u", c.choice.size(), kMaxKvtcChoiceBytes));
+  }
+  if (!IsValidUtf8(c.choice) || PrintableOneLine(c.choice) != c.choice) {
+    return InvalidArgument("choice is not one line of printable UTF-8");
   }
   const auto rope_type = static_cast<uint8_t>(c.rope.type);
   if (rope_type > static_cast<uint8_t>(RopeType::kNeox)) {
@@ -214,8 +264,8 @@ Status ValidateCalibration(const KvtcCalibration& c) {
   uint64_t total_groups = 0;
   for (size_t i = 0; i < c.bases.size(); ++i) {
     const PcaBasis& b = c.bases[i];
-    if (Status s = ValidateBasis(b, dim); !s.ok()) return s.WithContext(BasisName(c, i));
-    floats += BasisFloats(b.dim, b.n_components);
+    if (Status s = ValidateBasis(b, dim, c.quantizer); !s.ok()) return s.WithContext(BasisName(c, i));
+    floats += BasisFloats(b.dim, b.n_components) + b.step_multipliers.size();
     if (floats > kMaxKvtcFloats) {
       return InvalidArgument(FormatMessage("bases hold more than %" PRIu64 " floats", kMaxKvtcFloats));
     }
@@ -246,6 +296,11 @@ Status ValidateCalibration(const KvtcCalibration& c) {
     if (!std::isfinite(a.heldout_rel_mse) || a.heldout_rel_mse < 0) {
       return InvalidArgument(
           FormatMessage("%s: heldout_rel_mse %g is not finite and non-negative", where.c_str(), a.heldout_rel_mse));
+    }
+    if (!std::isfinite(a.coded_bits_per_value) || a.coded_bits_per_value < 0 ||
+        (c.format_version == 1 && a.coded_bits_per_value != 0)) {
+      return InvalidArgument(FormatMessage("%s: coded_bits_per_value %g is not finite and non-negative (0 in version 1)",
+                                           where.c_str(), a.coded_bits_per_value));
     }
     if (a.bits.size() != total_groups) {
       return InvalidArgument(FormatMessage("%s: %zu bit widths, expected %" PRIu64 " (one per component group)",

@@ -24,16 +24,21 @@ constexpr uint8_t kMagic[4] = {'K', 'V', 'C', 'L'};
 constexpr size_t kPreambleBytes = 12;
 // fingerprint, n_layers, n_kv_heads, head_dim, rope (type, n_rot, freq_base, freq_scale),
 // keys_rope_undone, grouping, group_size, fit_tokens, heldout_tokens, n_bases, n_allocations.
-constexpr size_t kHeaderBodyBytes = 16 + 4 + 4 + 4 + (1 + 4 + 4 + 4) + 1 + 1 + 4 + 4 + 4 + 4 + 4;
-static_assert(kHeaderBodyBytes == 63, "docs/format.md documents a 63-byte header body");
+constexpr size_t kHeaderBodyBytesV1 = 16 + 4 + 4 + 4 + (1 + 4 + 4 + 4) + 1 + 1 + 4 + 4 + 4 + 4 + 4;
+static_assert(kHeaderBodyBytesV1 == 63, "docs/format.md documents a 63-byte version 1 header body");
+// Version 2 appends quantizer (u8) and chunk_tokens (u32).
+constexpr size_t kHeaderBodyBytesV2 = kHeaderBodyBytesV1 + 1 + 4;
+constexpr size_t HeaderBodyBytes(uint32_t version) { return version == 1 ? kHeaderBodyBytesV1 : kHeaderBodyBytesV2; }
 // tag + length + CRC before each section's data.
 constexpr size_t kSectionPrefixBytes = 4 + 8 + 4;
 // index, dim, n_components before a basis section's floats.
 constexpr size_t kBasisFieldsBytes = 12;
 // groups_per_allocation before the allocation records.
 constexpr size_t kAllocationsFieldsBytes = 4;
-// target_ratio (f32) + heldout_rel_mse (f64) before each record's bit widths.
-constexpr size_t kAllocationRecordFixedBytes = 12;
+// target_ratio (f32) + heldout_rel_mse (f64) [+ coded_bits_per_value (f64), version 2] before
+// each record's bit widths.
+constexpr size_t AllocationRecordFixedBytes(uint32_t version) { return version == 1 ? 12 : 20; }
+constexpr size_t kAllocationRecordFixedBytes = 20;  // the larger, for bounds
 
 constexpr uint32_t Tag(const char (&s)[5]) {
   return uint32_t{static_cast<uint8_t>(s[0])} | uint32_t{static_cast<uint8_t>(s[1])} << 8 |
@@ -42,16 +47,21 @@ constexpr uint32_t Tag(const char (&s)[5]) {
 constexpr uint32_t kTagKeyBasis = Tag("KBAS");
 constexpr uint32_t kTagValueBasis = Tag("VBAS");
 constexpr uint32_t kTagAllocations = Tag("ALOC");
+constexpr uint32_t kTagChoice = Tag("NOTE");  // version 2: the calibration's choice, UTF-8
 
 // No valid file is larger, so LoadKvcal refuses bigger ones before reading them into memory.
 constexpr uint64_t kMaxKvcalFileBytes =
-    kPreambleBytes + kHeaderBodyBytes + 4 +
+    kPreambleBytes + kHeaderBodyBytesV2 + 4 +
     uint64_t{2} * kMaxLayers * kMaxKvHeads * (kSectionPrefixBytes + kBasisFieldsBytes) + 4 * kMaxKvtcFloats +
     kSectionPrefixBytes + kAllocationsFieldsBytes + uint64_t{kMaxKvtcAllocations} * kAllocationRecordFixedBytes +
-    kMaxKvtcAllocationBits;
+    kMaxKvtcAllocationBits + kSectionPrefixBytes + kMaxKvtcChoiceBytes;
 
-uint64_t BasisDataBytes(uint64_t dim, uint64_t n_components) {
-  return kBasisFieldsBytes + 4 * (dim + n_components * dim + n_components);
+uint64_t MultiplierCount(KvtcQuantizer quantizer, uint64_t n_components) {
+  return quantizer == KvtcQuantizer::kComponent ? n_components * kKvtcWidths : 0;
+}
+
+uint64_t BasisDataBytes(uint64_t dim, uint64_t n_components, KvtcQuantizer quantizer) {
+  return kBasisFieldsBytes + 4 * (dim + n_components * dim + n_components + MultiplierCount(quantizer, n_components));
 }
 
 std::string TagName(uint32_t tag) {
@@ -140,6 +150,7 @@ Status GetFloats(ByteReader& r, size_t n, std::vector<float>* out, const char* f
 
 // Parses the 63-byte header body into `c` (everything but bases and allocations).
 Status ParseHeaderBody(ByteReader& h, KvtcCalibration* c, uint32_t* n_bases, uint32_t* n_allocations) {
+  // c->format_version is set by the caller.
   std::span<const uint8_t> fingerprint;
   RETURN_IF_ERROR(h.Bytes(c->model_fingerprint.size(), &fingerprint, "model fingerprint"));
   std::copy(fingerprint.begin(), fingerprint.end(), c->model_fingerprint.begin());
@@ -167,13 +178,20 @@ Status ParseHeaderBody(ByteReader& h, KvtcCalibration* c, uint32_t* n_bases, uin
   RETURN_IF_ERROR(h.U32(&c->heldout_tokens, "heldout_tokens"));
   RETURN_IF_ERROR(h.U32(n_bases, "n_bases"));
   RETURN_IF_ERROR(h.U32(n_allocations, "n_allocations"));
+  if (c->format_version >= 2) {
+    uint8_t quantizer;
+    RETURN_IF_ERROR(h.U8(&quantizer, "quantizer"));
+    KVC_CHECK_CORRUPT(quantizer <= static_cast<uint8_t>(KvtcQuantizer::kComponent), "unknown quantizer %u", quantizer);
+    c->quantizer = static_cast<KvtcQuantizer>(quantizer);
+    RETURN_IF_ERROR(h.U32(&c->chunk_tokens, "chunk_tokens"));
+  }
   return Status::Ok();
 }
 
 // Parses one basis section's data. Sizes are checked against the grouping, the float budget
 // left and the section length before anything is allocated.
-Status ParseBasis(std::span<const uint8_t> data, uint32_t expected_index, uint32_t expected_dim, uint64_t* floats_left,
-                  PcaBasis* b) {
+Status ParseBasis(std::span<const uint8_t> data, uint32_t expected_index, uint32_t expected_dim, KvtcQuantizer quantizer,
+                  uint64_t* floats_left, PcaBasis* b) {
   ByteReader r(data);
   uint32_t index;
   RETURN_IF_ERROR(r.U32(&index, "index"));
@@ -184,10 +202,11 @@ Status ParseBasis(std::span<const uint8_t> data, uint32_t expected_index, uint32
   RETURN_IF_ERROR(r.U32(&b->n_components, "n_components"));
   KVC_CHECK_CORRUPT(b->n_components >= 1 && b->n_components <= b->dim, "n_components %u outside 1..%u", b->n_components,
                     b->dim);
-  const uint64_t floats = uint64_t{b->dim} + uint64_t{b->n_components} * b->dim + b->n_components;
+  const uint64_t n_multipliers = MultiplierCount(quantizer, b->n_components);
+  const uint64_t floats = uint64_t{b->dim} + uint64_t{b->n_components} * b->dim + b->n_components + n_multipliers;
   KVC_CHECK_CORRUPT(floats <= *floats_left, "%" PRIu64 " floats exceed the %" PRIu64 " left of the limit %" PRIu64,
                     floats, *floats_left, kMaxKvtcFloats);
-  const uint64_t expected_length = BasisDataBytes(b->dim, b->n_components);
+  const uint64_t expected_length = BasisDataBytes(b->dim, b->n_components, quantizer);
   KVC_CHECK_CORRUPT(data.size() == expected_length,
                     "section length %zu disagrees with dim %u and n_components %u (%" PRIu64 " bytes)", data.size(),
                     b->dim, b->n_components, expected_length);
@@ -195,10 +214,11 @@ Status ParseBasis(std::span<const uint8_t> data, uint32_t expected_index, uint32
   RETURN_IF_ERROR(GetFloats(r, b->dim, &b->mean, "mean"));
   RETURN_IF_ERROR(GetFloats(r, size_t{b->n_components} * b->dim, &b->components, "components"));
   RETURN_IF_ERROR(GetFloats(r, b->n_components, &b->eigenvalues, "eigenvalues"));
+  RETURN_IF_ERROR(GetFloats(r, static_cast<size_t>(n_multipliers), &b->step_multipliers, "step multipliers"));
   return Status::Ok();
 }
 
-Status ParseAllocations(std::span<const uint8_t> data, uint32_t n_allocations, uint64_t total_groups,
+Status ParseAllocations(std::span<const uint8_t> data, uint32_t version, uint32_t n_allocations, uint64_t total_groups,
                         std::vector<BitAllocation>* out) {
   ByteReader r(data);
   uint32_t groups;
@@ -209,7 +229,7 @@ Status ParseAllocations(std::span<const uint8_t> data, uint32_t n_allocations, u
                     "%u allocations of %u groups exceed the limit of %" PRIu64 " bit widths", n_allocations, groups,
                     kMaxKvtcAllocationBits);
   const uint64_t expected_length =
-      kAllocationsFieldsBytes + uint64_t{n_allocations} * (kAllocationRecordFixedBytes + groups);
+      kAllocationsFieldsBytes + uint64_t{n_allocations} * (AllocationRecordFixedBytes(version) + groups);
   KVC_CHECK_CORRUPT(data.size() == expected_length,
                     "section length %zu disagrees with %u allocations of %u groups (%" PRIu64 " bytes)", data.size(),
                     n_allocations, groups, expected_length);
@@ -220,6 +240,11 @@ Status ParseAllocations(std::span<const uint8_t> data, uint32_t n_allocations, u
     RETURN_IF_ERROR(r.F32(&a.target_ratio, "target_ratio"));
     RETURN_IF_ERROR(r.U64(&mse_bits, "heldout_rel_mse"));
     std::memcpy(&a.heldout_rel_mse, &mse_bits, 8);
+    if (version >= 2) {
+      uint64_t coded_bits;
+      RETURN_IF_ERROR(r.U64(&coded_bits, "coded_bits_per_value"));
+      std::memcpy(&a.coded_bits_per_value, &coded_bits, 8);
+    }
     std::span<const uint8_t> bits;
     RETURN_IF_ERROR(r.Bytes(groups, &bits, "bits"));
     a.bits.assign(bits.begin(), bits.end());
@@ -250,8 +275,9 @@ Result<std::vector<uint8_t>> WriteKvcal(const KvtcCalibration& c) {
 
   ByteWriter w;
   w.Bytes(kMagic, sizeof(kMagic));
-  w.U32(kKvcalFormatVersion);
-  w.U32(static_cast<uint32_t>(kHeaderBodyBytes));
+  const uint32_t version = c.format_version;
+  w.U32(version);
+  w.U32(static_cast<uint32_t>(HeaderBodyBytes(version)));
   w.Bytes(c.model_fingerprint.data(), c.model_fingerprint.size());
   w.U32(c.n_layers);
   w.U32(c.n_kv_heads);
@@ -267,6 +293,10 @@ Result<std::vector<uint8_t>> WriteKvcal(const KvtcCalibration& c) {
   w.U32(c.heldout_tokens);
   w.U32(c.n_bases());
   w.U32(static_cast<uint32_t>(c.allocations.size()));
+  if (version >= 2) {
+    w.U8(static_cast<uint8_t>(c.quantizer));
+    w.U32(c.chunk_tokens);
+  }
   w.U32(Crc32c(w.bytes().data(), w.size()));
 
   const uint32_t n_bases = c.n_bases();
@@ -274,37 +304,57 @@ Result<std::vector<uint8_t>> WriteKvcal(const KvtcCalibration& c) {
   for (size_t i = 0; i < c.bases.size(); ++i) {
     const PcaBasis& b = c.bases[i];
     const bool key = i < n_bases;
-    const OpenSection section = BeginSection(w, key ? kTagKeyBasis : kTagValueBasis, BasisDataBytes(b.dim, b.n_components));
+    const OpenSection section =
+        BeginSection(w, key ? kTagKeyBasis : kTagValueBasis, BasisDataBytes(b.dim, b.n_components, c.quantizer));
     w.U32(static_cast<uint32_t>(key ? i : i - n_bases));
     w.U32(b.dim);
     w.U32(b.n_components);
     PutFloats(w, b.mean);
     PutFloats(w, b.components);
     PutFloats(w, b.eigenvalues);
+    PutFloats(w, b.step_multipliers);
     FinishSection(w, section);
     total_groups += c.n_groups(static_cast<uint32_t>(i));
   }
 
   const OpenSection allocations =
       BeginSection(w, kTagAllocations,
-                   kAllocationsFieldsBytes + c.allocations.size() * (kAllocationRecordFixedBytes + total_groups));
+                   kAllocationsFieldsBytes + c.allocations.size() * (AllocationRecordFixedBytes(version) + total_groups));
   w.U32(static_cast<uint32_t>(total_groups));
   for (const BitAllocation& a : c.allocations) {
     w.F32(a.target_ratio);
     PutF64(w, a.heldout_rel_mse);
+    if (version >= 2) PutF64(w, a.coded_bits_per_value);
     w.Bytes(a.bits);
   }
   FinishSection(w, allocations);
+  if (version >= 2) {
+    const OpenSection choice = BeginSection(w, kTagChoice, c.choice.size());
+    w.Bytes(reinterpret_cast<const uint8_t*>(c.choice.data()), c.choice.size());
+    FinishSection(w, choice);
+  }
   return w.Take();
 }
 
 Result<KvtcCalibration> ReadKvcal(std::span<const uint8_t> bytes) {
   ByteReader r(bytes);
+  // Peeked before the checked read so each version is parsed with its own header length.
+  uint32_t version = kKvcalFormatVersion;
+  if (bytes.size() >= 8 && std::equal(kMagic, kMagic + 4, bytes.begin())) {
+    const uint32_t found = uint32_t{bytes[4]} | uint32_t{bytes[5]} << 8 | uint32_t{bytes[6]} << 16 |
+                           uint32_t{bytes[7]} << 24;
+    if (found < 1 || found > kKvcalFormatVersion) {
+      return Unsupported(FormatMessage("format version %u not supported (this build reads 1 and %u)", found,
+                                       kKvcalFormatVersion));
+    }
+    version = found;
+  }
   ASSIGN_OR_RETURN(const std::span<const uint8_t> body,
-                   ReadCheckedHeader(r, bytes, std::span(kMagic), kKvcalFormatVersion, ".kvcal", kHeaderBodyBytes,
-                                     kHeaderBodyBytes));
+                   ReadCheckedHeader(r, bytes, std::span(kMagic), version, ".kvcal", HeaderBodyBytes(version),
+                                     HeaderBodyBytes(version)));
 
   KvtcCalibration c;
+  c.format_version = version;
   uint32_t n_bases = 0;
   uint32_t n_allocations = 0;
   ByteReader header_reader(body);
@@ -318,9 +368,9 @@ Result<KvtcCalibration> ReadKvcal(std::span<const uint8_t> bytes) {
   // The smallest bases this header allows must be present before any is reserved, so a
   // header claiming a million bases in a short file fails here rather than allocating.
   const uint32_t dim = c.basis_dim();
-  const uint64_t min_bytes = uint64_t{2} * n_bases * (kSectionPrefixBytes + BasisDataBytes(dim, 1)) +
+  const uint64_t min_bytes = uint64_t{2} * n_bases * (kSectionPrefixBytes + BasisDataBytes(dim, 1, c.quantizer)) +
                              kSectionPrefixBytes + kAllocationsFieldsBytes +
-                             uint64_t{n_allocations} * kAllocationRecordFixedBytes;
+                             uint64_t{n_allocations} * AllocationRecordFixedBytes(version);
   KVC_CHECK_CORRUPT(min_bytes <= r.remaining(),
                     "truncated: %u bases of dimension %u and %u allocations need at least %" PRIu64
                     " bytes after the header, %zu present",
@@ -337,17 +387,25 @@ Result<KvtcCalibration> ReadKvcal(std::span<const uint8_t> bytes) {
     if (Status s = ReadSection(r, key ? kTagKeyBasis : kTagValueBasis, &data); !s.ok()) {
       return s.WithContext(where);
     }
-    if (Status s = ParseBasis(data, within, dim, &floats_left, &c.bases[i]); !s.ok()) return s.WithContext(where);
+    if (Status s = ParseBasis(data, within, dim, c.quantizer, &floats_left, &c.bases[i]); !s.ok()) {
+      return s.WithContext(where);
+    }
     total_groups += c.n_groups(i);
   }
 
   std::span<const uint8_t> data;
   if (Status s = ReadSection(r, kTagAllocations, &data); !s.ok()) return s.WithContext("allocations");
-  if (Status s = ParseAllocations(data, n_allocations, total_groups, &c.allocations); !s.ok()) {
+  if (Status s = ParseAllocations(data, version, n_allocations, total_groups, &c.allocations); !s.ok()) {
     return s.WithContext("allocations");
   }
-  KVC_CHECK_CORRUPT(r.empty(), "%zu trailing bytes after the allocations section (at offset %zu)", r.remaining(),
-                    r.offset());
+  if (version >= 2) {
+    std::span<const uint8_t> note;
+    if (Status s = ReadSection(r, kTagChoice, &note); !s.ok()) return s.WithContext("choice");
+    KVC_CHECK_CORRUPT(note.size() <= kMaxKvtcChoiceBytes, "choice: %zu bytes, over %u", note.size(),
+                      kMaxKvtcChoiceBytes);
+    c.choice.assign(note.begin(), note.end());
+  }
+  KVC_CHECK_CORRUPT(r.empty(), "%zu trailing bytes after the last section (at offset %zu)", r.remaining(), r.offset());
 
   if (Status s = ValidateCalibration(c); !s.ok()) return Corrupt(s.message());
   return c;

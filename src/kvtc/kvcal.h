@@ -14,7 +14,8 @@
 
 namespace kvc {
 
-inline constexpr uint32_t kKvcalFormatVersion = 1;
+// Written by this build; version 1 files (token-group quantiser only) are still read.
+inline constexpr uint32_t kKvcalFormatVersion = 2;
 
 // Limits ValidateCalibration enforces on top of the KV shape limits (tensor/kv_cache.h), so a
 // hostile file can never make a reader allocate more than about 1 GiB of floats.
@@ -24,6 +25,11 @@ inline constexpr uint32_t kMaxKvtcAllocations = 256;
 inline constexpr uint64_t kMaxKvtcAllocationBits = uint64_t{1} << 28;  // bit widths, all allocations together
 inline constexpr uint32_t kMaxKvtcGroupSize = 4096;
 inline constexpr uint8_t kMaxKvtcBits = 8;
+inline constexpr uint32_t kMaxKvtcChoiceBytes = 4096;
+// A multiplier outside this range would mean the Gaussian step is off by more than the
+// calibration grid spans; a reader refuses it rather than make steps of 0 or inf.
+inline constexpr float kKvtcMinStepMultiplier = 0.0625f;
+inline constexpr float kKvtcMaxStepMultiplier = 16.0f;
 // How far a component row's norm may stray from 1, and the dot product of two neighbouring
 // rows from 0.
 inline constexpr double kKvtcUnitNormTolerance = 1e-3;

@@ -104,12 +104,16 @@ PcaBasis MakeBasis(uint32_t dim, uint32_t n_components, Rng& rng) {
   return b;
 }
 
+// Version 1 by default: the byte offsets below are version 1's; version 2 files get their own
+// tests (Kvcal2).
 struct Spec {
   KvtcGrouping grouping = KvtcGrouping::kLayer;
   uint32_t n_layers = 2, n_kv_heads = 2, head_dim = 4;
   uint32_t group_size = 3;
   uint32_t n_allocations = 2;
   uint64_t seed = 1;
+  uint32_t format_version = 1;
+  KvtcQuantizer quantizer = KvtcQuantizer::kTokenGroup;  // kComponent forces group_size 1
 };
 
 // A valid calibration whose bases have differing component counts, so group counts differ.
@@ -122,14 +126,25 @@ KvtcCalibration MakeCalibration(const Spec& spec) {
   c.head_dim = spec.head_dim;
   c.rope = {.type = RopeType::kNeox, .n_rot = spec.head_dim & ~1u, .freq_base = 500000.0f, .freq_scale = 0.25f};
   c.keys_rope_undone = (spec.seed & 1) != 0;
+  c.format_version = spec.format_version;
+  c.quantizer = spec.quantizer;
   c.grouping = spec.grouping;
-  c.group_size = spec.group_size;
+  c.group_size = spec.quantizer == KvtcQuantizer::kComponent ? 1 : spec.group_size;
+  if (spec.format_version >= 2) {
+    c.chunk_tokens = 256;
+    c.choice = "component/layer: held-out rel MSE at 16x 0.0123 vs token-group/layer/16 0.0456";
+  }
   c.fit_tokens = 4096 + static_cast<uint32_t>(spec.seed);
   c.heldout_tokens = 1024;
   const uint32_t dim = c.basis_dim();
   for (uint32_t i = 0; i < 2 * c.n_bases(); ++i) {
     const uint32_t n_components = std::max<uint32_t>(1, dim - i % 3);
     c.bases.push_back(MakeBasis(dim, n_components, rng));
+    if (spec.quantizer == KvtcQuantizer::kComponent) {
+      for (uint32_t k = 0; k < n_components * kKvtcWidths; ++k) {
+        c.bases.back().step_multipliers.push_back(std::exp2(static_cast<float>(rng.Next() % 17) / 8.0f - 1.0f));
+      }
+    }
   }
   uint32_t total_groups = 0;
   for (uint32_t i = 0; i < c.bases.size(); ++i) total_groups += c.n_groups(i);
@@ -137,6 +152,7 @@ KvtcCalibration MakeCalibration(const Spec& spec) {
     BitAllocation a;
     a.target_ratio = 4.0f * static_cast<float>(j + 1);
     a.heldout_rel_mse = 0.01 * (j + 1) + 1e-3 * rng.Uniform();
+    if (spec.format_version >= 2) a.coded_bits_per_value = 16.0 / a.target_ratio * (1 + 0.01 * rng.Uniform());
     for (uint32_t g = 0; g < total_groups; ++g) a.bits.push_back(static_cast<uint8_t>(rng.Next() % 9));
     c.allocations.push_back(a);
   }
@@ -155,6 +171,10 @@ KvtcCalibration MakeCalibration(const Spec& spec) {
     return out;
   };
   if (a.model_fingerprint != b.model_fingerprint) return ::testing::AssertionFailure() << "model_fingerprint";
+  if (a.format_version != b.format_version || a.quantizer != b.quantizer || a.chunk_tokens != b.chunk_tokens ||
+      a.choice != b.choice) {
+    return ::testing::AssertionFailure() << "format_version, quantizer, chunk_tokens or choice";
+  }
   if (a.n_layers != b.n_layers || a.n_kv_heads != b.n_kv_heads || a.head_dim != b.head_dim) {
     return ::testing::AssertionFailure() << "shape";
   }
@@ -171,7 +191,8 @@ KvtcCalibration MakeCalibration(const Spec& spec) {
     const PcaBasis& x = a.bases[i];
     const PcaBasis& y = b.bases[i];
     if (x.dim != y.dim || x.n_components != y.n_components || !same_floats(x.mean, y.mean) ||
-        !same_floats(x.components, y.components) || !same_floats(x.eigenvalues, y.eigenvalues)) {
+        !same_floats(x.components, y.components) || !same_floats(x.eigenvalues, y.eigenvalues) ||
+        !same_floats(x.step_multipliers, y.step_multipliers)) {
       return ::testing::AssertionFailure() << "basis " << i;
     }
   }
@@ -180,7 +201,7 @@ KvtcCalibration MakeCalibration(const Spec& spec) {
     const BitAllocation& x = a.allocations[j];
     const BitAllocation& y = b.allocations[j];
     if (bits(x.target_ratio) != bits(y.target_ratio) || bits(x.heldout_rel_mse) != bits(y.heldout_rel_mse) ||
-        x.bits != y.bits) {
+        bits(x.coded_bits_per_value) != bits(y.coded_bits_per_value) || x.bits != y.bits) {
       return ::testing::AssertionFailure() << "allocation " << j;
     }
   }
@@ -194,13 +215,15 @@ std::vector<uint8_t> Write(const KvtcCalibration& c) {
 }
 
 // The smallest file that still has every part: one K and one V basis of dim 2, one allocation.
-std::vector<uint8_t> TinyFile() {
+std::vector<uint8_t> TinyFile(uint32_t version = 1, KvtcQuantizer quantizer = KvtcQuantizer::kTokenGroup) {
   return Write(MakeCalibration({.grouping = KvtcGrouping::kAll,
                                 .n_layers = 1,
                                 .n_kv_heads = 1,
                                 .head_dim = 2,
                                 .group_size = 1,
-                                .n_allocations = 1}));
+                                .n_allocations = 1,
+                                .format_version = version,
+                                .quantizer = quantizer}));
 }
 
 uint32_t GetU32(const std::vector<uint8_t>& b, size_t at) {
@@ -237,6 +260,17 @@ void FixCrcs(std::vector<uint8_t>& b) {
     const uint64_t length = GetU64(b, off + 4);
     if (length > b.size() - off - 16) break;
     PutU32(b, off + 12, Crc32cExtend(Crc32c(b.data() + off, 12), b.data() + off + 16, static_cast<size_t>(length)));
+  }
+}
+
+// FixCrcs for a layout whose header CRC and first section are elsewhere (version 2).
+void FixCrcsFrom(std::vector<uint8_t>& b, size_t header_crc_at, size_t first_section_at) {
+  PutU32(b, header_crc_at, Crc32c(b.data(), header_crc_at));
+  for (size_t off = first_section_at; off + 16 <= b.size();) {
+    const uint64_t length = GetU64(b, off + 4);
+    if (length > b.size() - off - 16) break;
+    PutU32(b, off + 12, Crc32cExtend(Crc32c(b.data() + off, 12), b.data() + off + 16, static_cast<size_t>(length)));
+    off += 16 + static_cast<size_t>(length);
   }
 }
 
@@ -325,7 +359,7 @@ TEST(Kvcal, LayoutMatchesFormatDoc) {
   const std::vector<uint8_t> b = Write(c);
   ASSERT_GT(b.size(), kFirstSectionAt);
   EXPECT_EQ(std::memcmp(b.data(), "KVCL", 4), 0);
-  EXPECT_EQ(GetU32(b, 4), kKvcalFormatVersion);
+  EXPECT_EQ(GetU32(b, 4), 1u);
   EXPECT_EQ(GetU32(b, 8), 63u);
   EXPECT_EQ(std::memcmp(b.data() + 12, c.model_fingerprint.data(), 16), 0);
   EXPECT_EQ(GetU32(b, kNLayersAt), c.n_layers);
@@ -360,6 +394,7 @@ TEST(Kvcal, LayoutMatchesFormatDoc) {
 // so this holds on every platform.
 TEST(Kvcal, SmallestExampleMatchesFormatDoc) {
   KvtcCalibration c;
+  c.format_version = 1;
   c.n_layers = c.n_kv_heads = c.head_dim = 1;
   c.grouping = KvtcGrouping::kAll;
   c.group_size = 1;
@@ -411,7 +446,10 @@ TEST(Kvcal, EveryTruncationFails) {
 TEST(Kvcal, TrailingBytesFail) {
   std::vector<uint8_t> b = TinyFile();
   b.push_back(0);
-  ExpectCorrupt(b, "1 trailing bytes after the allocations section");
+  ExpectCorrupt(b, "1 trailing bytes after the last section");
+  b = TinyFile(2, KvtcQuantizer::kComponent);
+  b.push_back(0);
+  ExpectCorrupt(b, "1 trailing bytes after the last section");
 }
 
 TEST(Kvcal, WrongMagicAndVersion) {
@@ -419,14 +457,124 @@ TEST(Kvcal, WrongMagicAndVersion) {
   b[3] = '1';  // the .kvc magic
   ExpectCorrupt(b, "not a .kvcal file (bad magic)");
 
+  for (uint32_t version : {0u, 3u}) {
+    b = TinyFile();
+    PutU32(b, 4, version);
+    FixCrcs(b);
+    const Status s = ReadStatus(b);
+    EXPECT_EQ(s.code(), StatusCode::kUnsupported);
+    EXPECT_EQ(s.message(), FormatMessage("format version %u not supported (this build reads 1 and 2)", version));
+  }
+  // A version 1 file relabelled 2 is read as 2: its header is too short.
   b = TinyFile();
   PutU32(b, 4, 2);
   FixCrcs(b);
-  const Status s = ReadStatus(b);
-  EXPECT_EQ(s.code(), StatusCode::kUnsupported);
-  EXPECT_EQ(s.message(), "format version 2 not supported (this build reads 1)");
+  ExpectCorrupt(b, "header_length 63 is not 68");
 
   ExpectCorrupt({}, "truncated reading magic");
+}
+
+// Version 2: the header gains quantizer and chunk_tokens, component bases their step
+// multipliers, allocations their coded size, and a NOTE section closes the file.
+constexpr size_t kV2QuantizerAt = 75, kV2ChunkTokensAt = 76, kV2HeaderCrcAt = 80, kV2FirstSectionAt = 84;
+
+std::vector<size_t> SectionOffsetsFrom(const std::vector<uint8_t>& b, size_t first) {
+  std::vector<size_t> at;
+  for (size_t off = first; off + 16 <= b.size();) {
+    at.push_back(off);
+    const uint64_t length = GetU64(b, off + 4);
+    if (length > b.size() - off - 16) break;
+    off += 16 + static_cast<size_t>(length);
+  }
+  return at;
+}
+
+TEST(Kvcal2, RoundTripEachGroupingAndQuantizer) {
+  for (KvtcQuantizer q : {KvtcQuantizer::kTokenGroup, KvtcQuantizer::kComponent}) {
+    for (KvtcGrouping g : {KvtcGrouping::kLayerHead, KvtcGrouping::kLayer, KvtcGrouping::kAll}) {
+      const KvtcCalibration c = MakeCalibration({.grouping = g, .format_version = 2, .quantizer = q});
+      const std::vector<uint8_t> b = Write(c);
+      auto read = ReadKvcal(b);
+      ASSERT_TRUE(read.ok()) << read.status().ToString();
+      EXPECT_TRUE(Same(*read, c)) << KvtcQuantizerName(q) << " " << KvtcGroupingName(g);
+      EXPECT_TRUE(Write(*read) == b);
+    }
+  }
+}
+
+TEST(Kvcal2, LayoutMatchesFormatDoc) {
+  const KvtcCalibration c =
+      MakeCalibration({.grouping = KvtcGrouping::kLayer, .format_version = 2, .quantizer = KvtcQuantizer::kComponent});
+  const std::vector<uint8_t> b = Write(c);
+  EXPECT_EQ(GetU32(b, 4), 2u);
+  EXPECT_EQ(GetU32(b, 8), 68u);
+  EXPECT_EQ(GetU32(b, kGroupSizeAt), 1u);
+  EXPECT_EQ(b[kV2QuantizerAt], 1);
+  EXPECT_EQ(GetU32(b, kV2ChunkTokensAt), 256u);
+  EXPECT_EQ(GetU32(b, kV2HeaderCrcAt), Crc32c(b.data(), kV2HeaderCrcAt));
+  const std::vector<size_t> at = SectionOffsetsFrom(b, kV2FirstSectionAt);
+  const size_t n_bases = c.n_bases();
+  ASSERT_EQ(at.size(), 2 * n_bases + 2);
+  for (size_t i = 0; i < 2 * n_bases; ++i) {
+    const PcaBasis& basis = c.bases[i];
+    EXPECT_EQ(GetU64(b, at[i] + 4), 12 + 4 * (basis.dim + basis.n_components * (basis.dim + 1 + 8))) << i;
+  }
+  size_t total_groups = 0;
+  for (uint32_t i = 0; i < c.bases.size(); ++i) total_groups += c.n_groups(i);
+  EXPECT_EQ(std::memcmp(b.data() + at[2 * n_bases], "ALOC", 4), 0);
+  EXPECT_EQ(GetU64(b, at[2 * n_bases] + 4), 4 + c.allocations.size() * (20 + total_groups));
+  EXPECT_EQ(std::memcmp(b.data() + at.back(), "NOTE", 4), 0);
+  EXPECT_EQ(GetU64(b, at.back() + 4), c.choice.size());
+  EXPECT_EQ(std::string(b.end() - static_cast<std::ptrdiff_t>(c.choice.size()), b.end()), c.choice);
+}
+
+TEST(Kvcal2, EveryByteFlipAndTruncationFails) {
+  const std::vector<uint8_t> good = TinyFile(2, KvtcQuantizer::kComponent);
+  ASSERT_TRUE(ReadKvcal(good).ok());
+  for (size_t i = 0; i < good.size(); ++i) {
+    for (uint8_t mask : {0x01, 0x80, 0xFF}) {
+      std::vector<uint8_t> bad = good;
+      bad[i] ^= mask;
+      const Status s = ReadStatus(bad);
+      EXPECT_TRUE(s.code() == StatusCode::kCorrupt || s.code() == StatusCode::kUnsupported)
+          << "byte " << i << " mask " << int{mask} << ": " << s.ToString();
+    }
+  }
+  for (size_t n = 0; n < good.size(); ++n) {
+    const std::vector<uint8_t> cut(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(n));
+    EXPECT_EQ(ReadStatus(cut).code(), StatusCode::kCorrupt) << n;
+  }
+}
+
+TEST(Kvcal2, HostileValuesInsideSectionsFail) {
+  std::vector<uint8_t> b = TinyFile(2, KvtcQuantizer::kComponent);
+  b[kV2QuantizerAt] = 2;
+  FixCrcsFrom(b, kV2HeaderCrcAt, kV2FirstSectionAt);
+  ExpectCorrupt(b, "unknown quantizer 2");
+  // A multiplier of 0 (the last float of the first basis section).
+  b = TinyFile(2, KvtcQuantizer::kComponent);
+  const std::vector<size_t> at = SectionOffsetsFrom(b, kV2FirstSectionAt);
+  PutU32(b, at[1] - 4, 0);
+  FixCrcsFrom(b, kV2HeaderCrcAt, kV2FirstSectionAt);
+  ExpectCorrupt(b, "step multiplier 15 is 0, outside [0.0625, 16]");
+  // A choice that is not one printable line.
+  b = TinyFile(2, KvtcQuantizer::kComponent);
+  b[b.size() - 3] = '\n';
+  FixCrcsFrom(b, kV2HeaderCrcAt, kV2FirstSectionAt);
+  ExpectCorrupt(b, "choice is not one line of printable UTF-8");
+  b = TinyFile(2, KvtcQuantizer::kComponent);
+  b[b.size() - 3] = 0xC3;
+  FixCrcsFrom(b, kV2HeaderCrcAt, kV2FirstSectionAt);
+  ExpectCorrupt(b, "choice is not one line of printable UTF-8");
+}
+
+TEST(Kvcal2, VersionOneFilesAreStillReadAndRewriteToThemselves) {
+  const std::vector<uint8_t> v1 = TinyFile(1);
+  auto read = ReadKvcal(v1);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->format_version, 1u);
+  EXPECT_EQ(read->quantizer, KvtcQuantizer::kTokenGroup);
+  EXPECT_TRUE(Write(*read) == v1);
 }
 
 TEST(Kvcal, DamagedHeaderReportsCrcFirst) {
@@ -636,6 +784,21 @@ TEST(ValidateCalibration, RejectsEachInconsistency) {
       {"bits size", [](auto& c) { c.allocations[1].bits.pop_back(); },
        "allocation 1: 10 bit widths, expected 11 (one per component group)"},
       {"bits > 8", [](auto& c) { c.allocations[1].bits[3] = 9; }, "allocation 1: group 3 has 9 bits, more than 8"},
+      {"version 0", [](auto& c) { c.format_version = 0; }, "format_version 0 outside 1..2"},
+      {"v1 component", [](auto& c) { c.quantizer = KvtcQuantizer::kComponent; },
+       "format version 1 holds only token-group calibrations"},
+      {"v1 choice", [](auto& c) { c.choice = "x"; }, "format version 1 holds only token-group"},
+      {"v1 coded bits", [](auto& c) { c.allocations[0].coded_bits_per_value = 1; }, "coded_bits_per_value 1"},
+      {"quantizer", [](auto& c) { c.format_version = 2, c.quantizer = static_cast<KvtcQuantizer>(5); },
+       "unknown quantizer 5"},
+      {"component group size", [](auto& c) { c.format_version = 2, c.quantizer = KvtcQuantizer::kComponent; },
+       "quantizer component needs group_size 1, not 3"},
+      {"multipliers on token-group", [](auto& c) { c.bases[0].step_multipliers.assign(64, 1.0f); },
+       "K basis 0: step_multipliers has 64 values, expected 0 for quantizer token-group"},
+      {"choice newline", [](auto& c) { c.format_version = 2, c.choice = "a\nb"; }, "choice is not one line"},
+      {"choice long", [](auto& c) { c.format_version = 2, c.choice.assign(4097, 'a'); }, "choice is 4097 bytes"},
+      {"coded bits nan", [](auto& c) { c.format_version = 2, c.allocations[0].coded_bits_per_value = NAN; },
+       "coded_bits_per_value nan"},
   };
   // kLayer, 2 layers of 2 heads x 4: two bases per kind of dim 8, component counts 8, 7, 6, 8.
   const KvtcCalibration good = MakeCalibration({.grouping = KvtcGrouping::kLayer});
@@ -649,6 +812,22 @@ TEST(ValidateCalibration, RejectsEachInconsistency) {
     EXPECT_NE(s.message().find(m.needle), std::string::npos) << "message: " << s.message() << "\nwanted: " << m.needle;
     // The writer refuses what the validator refuses.
     EXPECT_EQ(WriteKvcal(c).status().code(), StatusCode::kInvalidArgument);
+  }
+}
+
+TEST(ValidateCalibration, ComponentMultipliersAreChecked) {
+  const KvtcCalibration good =
+      MakeCalibration({.grouping = KvtcGrouping::kLayer, .format_version = 2, .quantizer = KvtcQuantizer::kComponent});
+  ASSERT_TRUE(ValidateCalibration(good).ok()) << ValidateCalibration(good).ToString();
+  KvtcCalibration c = good;
+  c.bases[1].step_multipliers.pop_back();
+  EXPECT_NE(ValidateCalibration(c).message().find("K basis 1: step_multipliers has 55 values, expected 56"),
+            std::string::npos)
+      << ValidateCalibration(c).message();
+  for (float bad : {0.0f, 0.06f, 16.5f, NAN, INFINITY, -1.0f}) {
+    c = good;
+    c.bases[2].step_multipliers[3] = bad;
+    EXPECT_NE(ValidateCalibration(c).message().find("V basis 0: step multiplier 3 is"), std::string::npos) << bad;
   }
 }
 
@@ -797,6 +976,24 @@ const Seed kSeeds[] = {
       .group_size = 1,
       .n_allocations = 0,
       .seed = 14}},
+    {"v2_component",
+     {.grouping = KvtcGrouping::kLayer,
+      .n_layers = 2,
+      .n_kv_heads = 1,
+      .head_dim = 4,
+      .n_allocations = 2,
+      .seed = 15,
+      .format_version = 2,
+      .quantizer = KvtcQuantizer::kComponent}},
+    {"v2_token_group",
+     {.grouping = KvtcGrouping::kLayerHead,
+      .n_layers = 1,
+      .n_kv_heads = 2,
+      .head_dim = 2,
+      .group_size = 2,
+      .n_allocations = 1,
+      .seed = 16,
+      .format_version = 2}},
 };
 
 std::vector<uint8_t> ReadSeed(const std::string& name) {

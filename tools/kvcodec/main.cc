@@ -63,7 +63,7 @@ kvc_dtype ParseCacheType(const std::string& s) {
 }
 
 struct EvalArgs {
-  std::string model = DefaultModel(), text, codec = "raw", level, cache_type = "f16", calibration;
+  std::string model = DefaultModel(), text, token_file, codec = "raw", level, cache_type = "f16", calibration;
   std::vector<std::string> params;
   uint32_t docs = 8, ctx = 1024, cont = 128;
   int threads = 0;
@@ -74,6 +74,7 @@ int RunEval(const EvalArgs& a) {
   kvc_eval_params p{};
   p.model_path = a.model.c_str();
   p.text_path = a.text.empty() ? nullptr : a.text.c_str();
+  p.token_path = a.token_file.empty() ? nullptr : a.token_file.c_str();
   p.codec = a.codec.c_str();
   p.level = a.level.empty() ? nullptr : a.level.c_str();
   const std::string params = JoinParams(a.params);
@@ -208,8 +209,8 @@ int RunDecode(const std::string& in, const std::string& out, const std::string& 
 }
 
 struct CalibrateArgs {
-  std::string model = DefaultModel(), text, out, grouping = "layer";
-  uint32_t group_size = 16, tokens = 0, window = 1024;
+  std::string model = DefaultModel(), text, token_file, out, grouping = "auto", quantizer = "auto";
+  uint32_t group_size = 0, tokens = 0, window = 0, chunk = 256;
   int threads = 0;
   bool json = false, quiet = false;
 };
@@ -220,9 +221,12 @@ int RunCalibrate(const CalibrateArgs& a) {
   p.text_path = a.text.empty() ? nullptr : a.text.c_str();
   p.out_path = a.out.empty() ? nullptr : a.out.c_str();
   p.grouping = a.grouping.c_str();
+  p.quantizer = a.quantizer.c_str();
+  p.token_path = a.token_file.empty() ? nullptr : a.token_file.c_str();
   p.group_size = a.group_size;
   p.max_tokens = a.tokens;
   p.window = a.window;
+  p.chunk_tokens = a.chunk;
   p.n_threads = a.threads;
   p.progress = a.quiet ? 0 : 1;
   auto report = kvcodec::CalibrateJson(p);
@@ -232,16 +236,20 @@ int RunCalibrate(const CalibrateArgs& a) {
     return 0;
   }
   const auto j = nlohmann::json::parse(report.value());
-  std::printf("wrote %s: grouping %s, group size %u, fitted on %u tokens, allocations measured on %u\n",
-              j["out"].get<std::string>().c_str(), j["grouping"].get<std::string>().c_str(),
-              j["group_size"].get<unsigned>(), j["fit_tokens"].get<unsigned>(), j["heldout_tokens"].get<unsigned>());
+  std::printf("wrote %s: quantizer %s, grouping %s, group size %u; windows of %u tokens, fitted on %u tokens, "
+              "measured on %u held back (chunks of %u)\n",
+              j["out"].get<std::string>().c_str(), j["quantizer"].get<std::string>().c_str(),
+              j["grouping"].get<std::string>().c_str(), j["group_size"].get<unsigned>(), j["window"].get<unsigned>(),
+              j["fit_tokens"].get<unsigned>(), j["heldout_tokens"].get<unsigned>(), j["chunk_tokens"].get<unsigned>());
+  std::printf("  chose %s\n", j["choice"].get<std::string>().c_str());
   std::printf("  variance in the top 8 components: keys %.1f%%, values %.1f%%\n",
               100 * j["key_variance_top8"].get<double>(), 100 * j["value_variance_top8"].get<double>());
-  std::printf("  %8s %12s %14s %14s\n", "ratio", "bits/value", "rel. MSE", "RWF bits/val");
+  std::printf("  %8s %12s %12s %10s %14s %14s\n", "ratio", "alloc b/val", "coded b/val", "coded x", "rel. MSE",
+              "RWF bits/val");
   for (const auto& r : j["rungs"]) {
-    std::printf("  %8g %12.3f %14.5f %14.3f\n", r["target_ratio"].get<double>(),
-                r["allocated_bits_per_value"].get<double>(), r["heldout_rel_mse"].get<double>(),
-                r["rwf_bits_per_value"].get<double>());
+    std::printf("  %8g %12.3f %12.3f %10.2f %14.5f %14.3f\n", r["target_ratio"].get<double>(),
+                r["allocated_bits_per_value"].get<double>(), r["coded_bits_per_value"].get<double>(),
+                r["coded_ratio"].get<double>(), r["heldout_rel_mse"].get<double>(), r["rwf_bits_per_value"].get<double>());
   }
   return 0;
 }
@@ -607,6 +615,10 @@ int Main(int argc, char** argv) {
   eval->add_option("--ctx", ev.ctx, "Context tokens whose KV is compressed")->capture_default_str()->check(CLI::Range(2u, 1u << 20));
   eval->add_option("--cont", ev.cont, "Continuation tokens scored")->capture_default_str()->check(CLI::Range(1u, 4096u));
   eval->add_option("--text", ev.text, "Evaluation text (default: eval.txt beside the model)");
+  eval->add_option("--token-file", ev.token_file,
+                   "Pre-tokenised documents: one per line of space-separated token ids (BOS added when missing); "
+                   "the first --docs lines of at least ctx + cont + 1 tokens are used")
+      ->excludes("--text");
   eval->add_option("--cache-type", ev.cache_type, "llama.cpp KV cache type")->check(CLI::IsMember({"f16", "f32", "bf16"}))->capture_default_str();
   eval->add_option("--threads", ev.threads, "Threads for llama.cpp (0: all cores)");
   eval->add_option("--calibration", ev.calibration, "KVTC calibration (default: <model>.kvcal if present)");
@@ -643,9 +655,12 @@ int Main(int argc, char** argv) {
   calibrate->add_option("--text", ca.text, "Calibration text (default: calib.txt beside the model)");
   calibrate->add_option("--out", ca.out, "Output .kvcal (default: <model>.kvcal)");
   calibrate->add_option("--tokens", ca.tokens, "Use at most this many tokens of the text (0: all)");
-  calibrate->add_option("--group", ca.grouping, "Features sharing a basis")->check(CLI::IsMember({"layer", "layer-head", "all"}))->capture_default_str();
-  calibrate->add_option("--group-size", ca.group_size, "Components sharing one scale")->capture_default_str()->check(CLI::Range(1u, 4096u));
-  calibrate->add_option("--window", ca.window, "Tokens per prefill")->capture_default_str()->check(CLI::Range(64u, 1u << 20));
+  calibrate->add_option("--token-file", ca.token_file, "Pre-tokenised calibration text: one document per line of space-separated token ids")->excludes("--text");
+  calibrate->add_option("--group", ca.grouping, "Features sharing a basis (auto: the better of layer and layer-head)")->check(CLI::IsMember({"auto", "layer", "layer-head", "all"}))->capture_default_str();
+  calibrate->add_option("--quantizer", ca.quantizer, "How coefficients are quantised (auto: the better one, measured)")->check(CLI::IsMember({"auto", "token-group", "component"}))->capture_default_str();
+  calibrate->add_option("--group-size", ca.group_size, "Token-group components sharing one scale (0: the best of 8, 16, 32)")->capture_default_str()->check(CLI::Range(0u, 4096u));
+  calibrate->add_option("--window", ca.window, "Tokens per prefill (0: min(1024, the model's training context))")->capture_default_str()->check(CLI::Range(0u, 1u << 20));
+  calibrate->add_option("--chunk", ca.chunk, "Tokens per chunk the coded sizes are measured at")->capture_default_str()->check(CLI::Range(16u, 1u << 20));
   calibrate->add_option("--threads", ca.threads, "Threads for llama.cpp (0: all cores)");
   calibrate->add_flag("--json", ca.json, "Print the report as JSON");
   calibrate->add_flag("--quiet", ca.quiet, "No progress line");

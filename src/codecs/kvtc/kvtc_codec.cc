@@ -18,6 +18,8 @@
 #include "entropy/varint.h"
 #include "kvtc/basis_layout.h"
 #include "kvtc/calibration_registry.h"
+#include "kvtc/code_stream.h"
+#include "kvtc/component_quantizer.h"
 #include "kvtc/pca.h"
 #include "kvtc/quantizer.h"
 #include "tensor/rope.h"
@@ -30,9 +32,8 @@ constexpr uint32_t kTagScales = 0x53;  // 'S': per-token group scales (fp16), bl
 constexpr uint32_t kTagCodes = 0x43;   // 'C': quantised coefficients, entropy-coded
 constexpr uint8_t kParamsVersion = 1;
 constexpr size_t kParamsBytes = 1 + 16 + 4 + 4 + 4 + 1;
-constexpr uint32_t kMaxBits = 8;
 
-enum class CodesMethod : uint8_t { kPacked = 0, kDeflate = 1, kRans = 2 };
+using CodesMethod = KvtcCodesMethod;
 
 struct KvtcParams {
   Hash128 calibration{};
@@ -159,167 +160,6 @@ void ForEachCodeRun(const KvtcCalibration& c, const BasisPlan& p, uint32_t n_tok
   }
 }
 
-void PackBits(std::span<const uint8_t> codes, std::span<const uint8_t> widths_per_code, std::vector<uint8_t>* out) {
-  uint64_t acc = 0;
-  uint32_t n_acc = 0;
-  for (size_t i = 0; i < codes.size(); ++i) {
-    acc |= uint64_t{codes[i]} << n_acc;
-    n_acc += widths_per_code[i];
-    while (n_acc >= 8) {
-      out->push_back(static_cast<uint8_t>(acc));
-      acc >>= 8;
-      n_acc -= 8;
-    }
-  }
-  if (n_acc > 0) out->push_back(static_cast<uint8_t>(acc));
-}
-
-Status UnpackBits(std::span<const uint8_t> packed, std::span<const uint8_t> widths_per_code, std::span<uint8_t> codes) {
-  uint64_t total_bits = 0;
-  for (uint8_t w : widths_per_code) total_bits += w;
-  KVC_CHECK_CORRUPT(packed.size() == (total_bits + 7) / 8, "packed codes are %zu bytes, expected %llu", packed.size(),
-                    static_cast<unsigned long long>((total_bits + 7) / 8));
-  uint64_t acc = 0;
-  uint32_t n_acc = 0;
-  size_t in = 0;
-  for (size_t i = 0; i < codes.size(); ++i) {
-    const uint32_t w = widths_per_code[i];
-    while (n_acc < w) {
-      acc |= uint64_t{packed[in++]} << n_acc;
-      n_acc += 8;
-    }
-    codes[i] = static_cast<uint8_t>(acc & ((1u << w) - 1));
-    acc >>= w;
-    n_acc -= w;
-  }
-  KVC_CHECK_CORRUPT(acc == 0, "packed codes have non-zero padding bits");
-  return Status::Ok();
-}
-
-Result<std::vector<uint8_t>> EncodeCodes(std::span<const uint8_t> codes, std::span<const uint8_t> widths,
-                                         CodesMethod method) {
-  std::vector<uint8_t> packed;
-  PackBits(codes, widths, &packed);
-  std::vector<uint8_t> best;
-  best.push_back(static_cast<uint8_t>(CodesMethod::kPacked));
-  best.insert(best.end(), packed.begin(), packed.end());
-  if (method == CodesMethod::kDeflate) {
-    ASSIGN_OR_RETURN(std::vector<uint8_t> deflated, DeflateCompress(packed, 6));
-    if (deflated.size() + 1 < best.size()) {
-      best.assign(1, static_cast<uint8_t>(CodesMethod::kDeflate));
-      best.insert(best.end(), deflated.begin(), deflated.end());
-    }
-  } else if (method == CodesMethod::kRans && !codes.empty()) {
-    // One table per code width: codes of equal width come from the same kind of quantiser and
-    // share a shape of distribution.
-    std::array<std::vector<uint64_t>, kMaxBits + 1> counts;
-    for (uint32_t w = 1; w <= kMaxBits; ++w) counts[w].assign(size_t{1} << w, 0);
-    for (size_t i = 0; i < codes.size(); ++i) ++counts[widths[i]][codes[i]];
-    ByteWriter w;
-    w.U8(static_cast<uint8_t>(CodesMethod::kRans));
-    uint8_t mask = 0;
-    std::array<std::optional<FrequencyTable>, kMaxBits + 1> tables;
-    for (uint32_t b = 1; b <= kMaxBits; ++b) {
-      if (std::all_of(counts[b].begin(), counts[b].end(), [](uint64_t c) { return c == 0; })) continue;
-      mask |= static_cast<uint8_t>(1u << (b - 1));
-      ASSIGN_OR_RETURN(FrequencyTable t, FrequencyTable::FromCounts(counts[b], b <= 4 ? 12 : 14));
-      tables[b].emplace(std::move(t));
-    }
-    w.U8(mask);
-    for (uint32_t b = 1; b <= kMaxBits; ++b)
-      if (tables[b]) tables[b]->AppendTo(&w);
-    RansEncoder enc;
-    enc.Reserve(codes.size());
-    for (size_t i = 0; i < codes.size(); ++i) enc.Put(*tables[widths[i]], codes[i]);
-    ASSIGN_OR_RETURN(std::vector<uint8_t> stream, enc.Finish());
-    w.Bytes(stream);
-    if (w.size() < best.size()) best = w.Take();
-  }
-  return best;
-}
-
-// DEFLATE's densest code spends at least 2 bits on a 258-byte match (RFC 1951), so n bytes of
-// stream decode to at most about 1032 n bytes: what a DEFLATE payload may claim to hold is
-// checked against that before its output is allocated.
-constexpr uint64_t kDeflateMaxRatio = 1032;
-bool DeflateCanHold(uint64_t payload_bytes, uint64_t raw_bytes) {
-  return raw_bytes / kDeflateMaxRatio <= payload_bytes + 2;
-}
-
-// The S section is an entropy block (docs/format.md, "Entropy block": u8 method, varint raw
-// size, payload) that must declare exactly `expected` bytes. Checked before anything is
-// allocated for it: a stored block holds exactly its payload and a DEFLATE one at most
-// kDeflateMaxRatio times it. (A rANS block can code a run of one value in no bytes: for it
-// only DecodeKvc's expansion bound applies.)
-Status CheckScaleBlock(std::span<const uint8_t> block, uint64_t expected) {
-  ASSIGN_OR_RETURN(const EntropyMethod method, BlockMethod(block));
-  ByteReader r(block.subspan(1));
-  uint64_t declared;
-  RETURN_IF_ERROR(ReadVarint(&r, UINT64_MAX, &declared, "entropy block raw size"));
-  KVC_CHECK_CORRUPT(declared == expected, "entropy block declares %llu bytes, expected %llu",
-                    static_cast<unsigned long long>(declared), static_cast<unsigned long long>(expected));
-  if (method == EntropyMethod::kStored) {
-    KVC_CHECK_CORRUPT(r.remaining() == expected, "stored block holds %zu bytes but declares %llu", r.remaining(),
-                      static_cast<unsigned long long>(expected));
-  } else if (method == EntropyMethod::kDeflate) {
-    KVC_CHECK_CORRUPT(DeflateCanHold(r.remaining(), expected), "a %zu-byte DEFLATE block cannot hold %llu bytes",
-                      r.remaining(), static_cast<unsigned long long>(expected));
-  }
-  return Status::Ok();
-}
-
-// The same for the C section, from its method byte and the codes' total width.
-Status CheckCodesSection(std::span<const uint8_t> section, uint64_t total_bits) {
-  KVC_CHECK_CORRUPT(!section.empty(), "codes section is empty");
-  const uint64_t packed = (total_bits + 7) / 8;
-  const uint64_t payload = section.size() - 1;
-  KVC_CHECK_CORRUPT(section[0] <= static_cast<uint8_t>(CodesMethod::kRans), "unknown codes method %u", section[0]);
-  if (section[0] == static_cast<uint8_t>(CodesMethod::kPacked)) {
-    KVC_CHECK_CORRUPT(payload == packed, "packed codes are %llu bytes, expected %llu",
-                      static_cast<unsigned long long>(payload), static_cast<unsigned long long>(packed));
-  } else if (section[0] == static_cast<uint8_t>(CodesMethod::kDeflate)) {
-    KVC_CHECK_CORRUPT(DeflateCanHold(payload, packed), "%llu bytes of DEFLATE cannot hold %llu bytes of codes",
-                      static_cast<unsigned long long>(payload), static_cast<unsigned long long>(packed));
-  }
-  return Status::Ok();
-}
-
-Status DecodeCodes(std::span<const uint8_t> section, std::span<const uint8_t> widths, std::span<uint8_t> codes) {
-  ByteReader r(section);
-  uint8_t method;
-  RETURN_IF_ERROR(r.U8(&method, "codes method"));
-  std::span<const uint8_t> rest;
-  RETURN_IF_ERROR(r.Bytes(r.remaining(), &rest, "codes"));
-  switch (static_cast<CodesMethod>(method)) {
-    case CodesMethod::kPacked: return UnpackBits(rest, widths, codes);
-    case CodesMethod::kDeflate: {
-      uint64_t total_bits = 0;
-      for (uint8_t w : widths) total_bits += w;
-      std::vector<uint8_t> packed((total_bits + 7) / 8);
-      RETURN_IF_ERROR(DeflateDecompress(rest, packed));
-      return UnpackBits(packed, widths, codes);
-    }
-    case CodesMethod::kRans: {
-      ByteReader tr(rest);
-      uint8_t mask;
-      RETURN_IF_ERROR(tr.U8(&mask, "code table mask"));
-      std::array<std::optional<FrequencyTable>, kMaxBits + 1> tables;
-      for (uint32_t b = 1; b <= kMaxBits; ++b) {
-        if ((mask & (1u << (b - 1))) == 0) continue;
-        ASSIGN_OR_RETURN(FrequencyTable t, FrequencyTable::Parse(&tr, 1u << b));
-        tables[b].emplace(std::move(t));
-      }
-      for (uint8_t w : widths) KVC_CHECK_CORRUPT(tables[w].has_value(), "no code table for %u-bit codes", w);
-      std::span<const uint8_t> stream;
-      RETURN_IF_ERROR(tr.Bytes(tr.remaining(), &stream, "code stream"));
-      ASSIGN_OR_RETURN(RansDecoder dec, RansDecoder::Open(stream));
-      for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<uint8_t>(dec.Get(*tables[widths[i]]));
-      return dec.Finish();
-    }
-  }
-  return Corrupt(FormatMessage("unknown codes method %u", method));
-}
-
 // fp32 rows of the middle tokens, per kind and layer; keys with RoPE undone.
 using LayerRows = std::array<std::vector<std::vector<float>>, 2>;
 
@@ -375,6 +215,9 @@ Result<EncodedKv> KvtcCodec::Encode(const KvView& kv, const EncodeOptions& optio
   p.target_ratio = ratio;
   ASSIGN_OR_RETURN(p.sinks, ParamU32(options, "sinks", 4, 0, kMaxTokens));
   ASSIGN_OR_RETURN(p.window, ParamU32(options, "window", 0, 0, kMaxTokens));
+  // Component codes are near-independent draws of one shape per width, which rANS with a table
+  // per width codes better than DEFLATE's matches (docs/results.md).
+  if (cal.quantizer == KvtcQuantizer::kComponent) p.entropy = CodesMethod::kRans;
   if (auto it = options.params.find("entropy"); it != options.params.end()) {
     if (it->second == "rans") p.entropy = CodesMethod::kRans;
     else if (it->second == "deflate") p.entropy = CodesMethod::kDeflate;
@@ -442,7 +285,11 @@ Result<EncodedKv> KvtcCodec::Encode(const KvView& kv, const EncodeOptions& optio
     std::vector<float> x(size_t{n} * basis.dim), coeffs(size_t{n} * plan.n_keep);
     GatherBasis(cal, static_cast<uint32_t>(i % n_bases), layers, n, x.data());
     Project(basis, x.data(), n, plan.n_keep, coeffs.data());
-    QuantizeBlock(coeffs.data(), n, plan.n_keep, cal.group_size, plan.bits, &blocks[i]);
+    if (cal.quantizer == KvtcQuantizer::kComponent) {
+      QuantizeComponentBlock(coeffs.data(), n, plan.n_keep, plan.bits, basis.step_multipliers, &blocks[i]);
+    } else {
+      QuantizeBlock(coeffs.data(), n, plan.n_keep, cal.group_size, plan.bits, &blocks[i]);
+    }
   });
 
   std::vector<uint8_t> codes, widths;
@@ -462,7 +309,7 @@ Result<EncodedKv> KvtcCodec::Encode(const KvView& kv, const EncodeOptions& optio
   out.sections.push_back(std::move(exempt));
   ASSIGN_OR_RETURN(std::vector<uint8_t> scale_block, EncodeBlock(scales.bytes(), EntropyMethod::kRans));
   out.sections.push_back({kTagScales, std::move(scale_block)});
-  ASSIGN_OR_RETURN(std::vector<uint8_t> code_bytes, EncodeCodes(codes, widths, p.entropy));
+  ASSIGN_OR_RETURN(std::vector<uint8_t> code_bytes, EncodeKvtcCodes(codes, widths, p.entropy));
   out.sections.push_back({kTagCodes, std::move(code_bytes)});
   return out;
 }
@@ -522,15 +369,17 @@ Result<KvCache> KvtcCodec::Decode(const KvcFile& file, const CodecContext& conte
   }
 
   const std::vector<BasisPlan> plans = PlanBases(cal, *alloc);
+  // A token-group scale per token, a component scale per chunk.
+  const size_t scale_rows = cal.quantizer == KvtcQuantizer::kComponent ? 1 : n;
   size_t total_codes = 0, total_scales = 0;
   uint64_t total_bits = 0;
   for (const auto& plan : plans) {
     total_codes += plan.n_codes * n;
-    total_scales += plan.n_scales * n;
+    total_scales += plan.n_scales * scale_rows;
     ForEachCodeRun(cal, plan, n, [&](uint8_t bits, size_t count) { total_bits += uint64_t{bits} * count; });
   }
-  RETURN_IF_ERROR(CheckScaleBlock(file.sections[1].bytes, uint64_t{total_scales} * 2).WithContext("kvtc scales"));
-  RETURN_IF_ERROR(CheckCodesSection(file.sections[2].bytes, total_bits).WithContext("kvtc codes"));
+  RETURN_IF_ERROR(CheckKvtcScaleBlock(file.sections[1].bytes, uint64_t{total_scales} * 2).WithContext("kvtc scales"));
+  RETURN_IF_ERROR(CheckKvtcCodesSection(file.sections[2].bytes, total_bits).WithContext("kvtc codes"));
 
   std::vector<uint8_t> scale_bytes(total_scales * 2);
   RETURN_IF_ERROR(DecodeBlockInto(file.sections[1].bytes, scale_bytes).WithContext("kvtc scales"));
@@ -540,7 +389,7 @@ Result<KvCache> KvtcCodec::Decode(const KvcFile& file, const CodecContext& conte
     ForEachCodeRun(cal, plan, n, [&](uint8_t bits, size_t count) { widths.insert(widths.end(), count, bits); });
   }
   std::vector<uint8_t> codes(total_codes);
-  RETURN_IF_ERROR(DecodeCodes(file.sections[2].bytes, widths, codes).WithContext("kvtc codes"));
+  RETURN_IF_ERROR(DecodeKvtcCodes(file.sections[2].bytes, widths, codes).WithContext("kvtc codes"));
 
   ASSIGN_OR_RETURN(KvCache out, KvCache::Create(shape, h.dtype, h.pos_begin));
   write_exempt_rows(out);
@@ -552,7 +401,7 @@ Result<KvCache> KvtcCodec::Decode(const KvcFile& file, const CodecContext& conte
   std::vector<size_t> code_offset(plans.size() + 1, 0), scale_offset(plans.size() + 1, 0);
   for (size_t i = 0; i < plans.size(); ++i) {
     code_offset[i + 1] = code_offset[i] + plans[i].n_codes * n;
-    scale_offset[i + 1] = scale_offset[i] + plans[i].n_scales * n;
+    scale_offset[i + 1] = scale_offset[i] + plans[i].n_scales * scale_rows;
   }
   // Each basis writes only its own slice of its kind's rows, so the tasks never share memory.
   ParallelForOrSerial(context.pool, plans.size(), [&](size_t i) {
@@ -560,14 +409,17 @@ Result<KvCache> KvtcCodec::Decode(const KvcFile& file, const CodecContext& conte
     const PcaBasis& basis = cal.bases[i];
     QuantizedBlock block;
     block.codes.assign(codes.begin() + code_offset[i], codes.begin() + code_offset[i + 1]);
-    block.scales.resize(plan.n_scales * n);
+    block.scales.resize(plan.n_scales * scale_rows);
     for (size_t s = 0; s < block.scales.size(); ++s) {
       const size_t at = 2 * (scale_offset[i] + s);
       block.scales[s] = static_cast<uint16_t>(scale_bytes[at] | (scale_bytes[at + 1] << 8));
     }
     std::vector<float> coeffs(size_t{n} * plan.n_keep), x(size_t{n} * basis.dim);
     if (plan.n_keep > 0) {
-      statuses[i] = DequantizeBlock(block, n, plan.n_keep, cal.group_size, plan.bits, coeffs.data());
+      statuses[i] = cal.quantizer == KvtcQuantizer::kComponent
+                        ? DequantizeComponentBlock(block, n, plan.n_keep, plan.bits, basis.step_multipliers,
+                                                   coeffs.data())
+                        : DequantizeBlock(block, n, plan.n_keep, cal.group_size, plan.bits, coeffs.data());
       if (!statuses[i].ok()) return;
     }
     Reconstruct(basis, coeffs.data(), n, plan.n_keep, x.data());

@@ -5,7 +5,7 @@
 //   direct (bits 5-7 zero): the CRCs stop blind mutation at the container, so the input is
 //     handed to KvtcCodec::Decode as the params and sections of a KvcFile whose shape is the
 //     selected calibration's. Layout (little-endian):
-//       u8  selector: bits 0-1 calibration index (3 means 0), bits 2-3 dtype (0 f16, 1 f32,
+//       u8  selector: bits 0-1 calibration index (3: the component-quantiser one), bits 2-3 dtype (0 f16, 1 f32,
 //           2 bf16, 3 f16), bit 4 keep the params' calibration hash as given (clear: when the
 //           params hold at least 17 bytes, bytes 1..16 are replaced by the selected
 //           calibration's hash, so mutations get past the lookup)

@@ -49,6 +49,9 @@ struct TestCalibrationSpec {
   RopeParams rope{};
   bool keys_rope_undone = true;
   uint64_t seed = 1;
+  // kComponent: group_size becomes 1, every component gets step multipliers, format version 2.
+  // Token-group calibrations stay format version 1, so the seeds' calibration hashes hold.
+  KvtcQuantizer quantizer = KvtcQuantizer::kTokenGroup;
 };
 
 // Bit widths per group for the allocations of MakeTestCalibration, indexed by group (the last
@@ -96,7 +99,14 @@ inline KvtcCalibration MakeTestCalibration(const TestCalibrationSpec& spec) {
   c.rope = spec.rope;
   c.keys_rope_undone = spec.keys_rope_undone;
   c.grouping = spec.grouping;
-  c.group_size = spec.group_size;
+  c.quantizer = spec.quantizer;
+  const bool component = spec.quantizer == KvtcQuantizer::kComponent;
+  c.format_version = component ? 2 : 1;
+  c.group_size = component ? 1 : spec.group_size;
+  if (component) {
+    c.chunk_tokens = 64;
+    c.choice = "component/test: synthetic";
+  }
   c.fit_tokens = 1000;
   c.heldout_tokens = 100;
   const uint32_t dim = c.basis_dim();
@@ -110,6 +120,12 @@ inline KvtcCalibration MakeTestCalibration(const TestCalibrationSpec& spec) {
     b.components = TestOrthonormalRows(b.n_components, dim, rng);
     double lambda = 4.0 * (1.0 + 0.25 * (i % 3));
     for (uint32_t k = 0; k < b.n_components; ++k, lambda *= 0.75) b.eigenvalues.push_back(static_cast<float>(lambda));
+    if (component) {
+      // Multipliers 0.5 .. 2 (2^(k/8)), as calibration chooses them.
+      for (uint32_t k = 0; k < b.n_components * kKvtcWidths; ++k) {
+        b.step_multipliers.push_back(std::exp2(static_cast<float>(static_cast<int>(rng.Next() % 17) - 8) / 8.0f));
+      }
+    }
     c.bases.push_back(std::move(b));
   }
   const std::pair<float, std::span<const uint8_t>> tables[] = {
@@ -140,6 +156,7 @@ inline std::vector<KvtcCalibration> FuzzCalibrations() {
                            .rope = {.type = RopeType::kNeox, .n_rot = 4, .freq_base = 500000.0f, .freq_scale = 0.5f},
                            .seed = 12}),
       MakeTestCalibration({.grouping = KvtcGrouping::kAll, .keys_rope_undone = false, .seed = 13}),
+      MakeTestCalibration({.grouping = KvtcGrouping::kLayer, .seed = 14, .quantizer = KvtcQuantizer::kComponent}),
   };
 }
 

@@ -1,0 +1,181 @@
+#include "kvtc/code_stream.h"
+
+#include <algorithm>
+#include <array>
+#include <optional>
+
+#include "base/byte_io.h"
+#include "entropy/block.h"
+#include "entropy/deflate.h"
+#include "entropy/rans.h"
+#include "entropy/varint.h"
+#include "kvtc/quantizer.h"
+
+namespace kvc {
+namespace {
+
+void PackBits(std::span<const uint8_t> codes, std::span<const uint8_t> widths_per_code, std::vector<uint8_t>* out) {
+  uint64_t acc = 0;
+  uint32_t n_acc = 0;
+  for (size_t i = 0; i < codes.size(); ++i) {
+    acc |= uint64_t{codes[i]} << n_acc;
+    n_acc += widths_per_code[i];
+    while (n_acc >= 8) {
+      out->push_back(static_cast<uint8_t>(acc));
+      acc >>= 8;
+      n_acc -= 8;
+    }
+  }
+  if (n_acc > 0) out->push_back(static_cast<uint8_t>(acc));
+}
+
+Status UnpackBits(std::span<const uint8_t> packed, std::span<const uint8_t> widths_per_code, std::span<uint8_t> codes) {
+  uint64_t total_bits = 0;
+  for (uint8_t w : widths_per_code) total_bits += w;
+  KVC_CHECK_CORRUPT(packed.size() == (total_bits + 7) / 8, "packed codes are %zu bytes, expected %llu", packed.size(),
+                    static_cast<unsigned long long>((total_bits + 7) / 8));
+  uint64_t acc = 0;
+  uint32_t n_acc = 0;
+  size_t in = 0;
+  for (size_t i = 0; i < codes.size(); ++i) {
+    const uint32_t w = widths_per_code[i];
+    while (n_acc < w) {
+      acc |= uint64_t{packed[in++]} << n_acc;
+      n_acc += 8;
+    }
+    codes[i] = static_cast<uint8_t>(acc & ((1u << w) - 1));
+    acc >>= w;
+    n_acc -= w;
+  }
+  KVC_CHECK_CORRUPT(acc == 0, "packed codes have non-zero padding bits");
+  return Status::Ok();
+}
+
+// DEFLATE's densest code spends at least 2 bits on a 258-byte match (RFC 1951), so n bytes of
+// stream decode to at most about 1032 n bytes: what a DEFLATE payload may claim to hold is
+// checked against that before its output is allocated.
+constexpr uint64_t kDeflateMaxRatio = 1032;
+bool DeflateCanHold(uint64_t payload_bytes, uint64_t raw_bytes) {
+  return raw_bytes / kDeflateMaxRatio <= payload_bytes + 2;
+}
+
+}  // namespace
+
+Result<std::vector<uint8_t>> EncodeKvtcCodes(std::span<const uint8_t> codes, std::span<const uint8_t> widths,
+                                         KvtcCodesMethod method) {
+  std::vector<uint8_t> packed;
+  PackBits(codes, widths, &packed);
+  std::vector<uint8_t> best;
+  best.push_back(static_cast<uint8_t>(KvtcCodesMethod::kPacked));
+  best.insert(best.end(), packed.begin(), packed.end());
+  if (method == KvtcCodesMethod::kDeflate) {
+    ASSIGN_OR_RETURN(std::vector<uint8_t> deflated, DeflateCompress(packed, 6));
+    if (deflated.size() + 1 < best.size()) {
+      best.assign(1, static_cast<uint8_t>(KvtcCodesMethod::kDeflate));
+      best.insert(best.end(), deflated.begin(), deflated.end());
+    }
+  } else if (method == KvtcCodesMethod::kRans && !codes.empty()) {
+    // One table per code width: codes of equal width come from the same kind of quantiser and
+    // share a shape of distribution.
+    std::array<std::vector<uint64_t>, kMaxQuantBits + 1> counts;
+    for (uint32_t w = 1; w <= kMaxQuantBits; ++w) counts[w].assign(size_t{1} << w, 0);
+    for (size_t i = 0; i < codes.size(); ++i) ++counts[widths[i]][codes[i]];
+    ByteWriter w;
+    w.U8(static_cast<uint8_t>(KvtcCodesMethod::kRans));
+    uint8_t mask = 0;
+    std::array<std::optional<FrequencyTable>, kMaxQuantBits + 1> tables;
+    for (uint32_t b = 1; b <= kMaxQuantBits; ++b) {
+      if (std::all_of(counts[b].begin(), counts[b].end(), [](uint64_t c) { return c == 0; })) continue;
+      mask |= static_cast<uint8_t>(1u << (b - 1));
+      ASSIGN_OR_RETURN(FrequencyTable t, FrequencyTable::FromCounts(counts[b], b <= 4 ? 12 : 14));
+      tables[b].emplace(std::move(t));
+    }
+    w.U8(mask);
+    for (uint32_t b = 1; b <= kMaxQuantBits; ++b)
+      if (tables[b]) tables[b]->AppendTo(&w);
+    RansEncoder enc;
+    enc.Reserve(codes.size());
+    for (size_t i = 0; i < codes.size(); ++i) enc.Put(*tables[widths[i]], codes[i]);
+    ASSIGN_OR_RETURN(std::vector<uint8_t> stream, enc.Finish());
+    w.Bytes(stream);
+    if (w.size() < best.size()) best = w.Take();
+  }
+  return best;
+}
+
+// The S section is an entropy block (docs/format.md, "Entropy block": u8 method, varint raw
+// size, payload) that must declare exactly `expected` bytes. Checked before anything is
+// allocated for it: a stored block holds exactly its payload and a DEFLATE one at most
+// kDeflateMaxRatio times it. (A rANS block can code a run of one value in no bytes: for it
+// only DecodeKvc's expansion bound applies.)
+Status CheckKvtcScaleBlock(std::span<const uint8_t> block, uint64_t expected) {
+  ASSIGN_OR_RETURN(const EntropyMethod method, BlockMethod(block));
+  ByteReader r(block.subspan(1));
+  uint64_t declared;
+  RETURN_IF_ERROR(ReadVarint(&r, UINT64_MAX, &declared, "entropy block raw size"));
+  KVC_CHECK_CORRUPT(declared == expected, "entropy block declares %llu bytes, expected %llu",
+                    static_cast<unsigned long long>(declared), static_cast<unsigned long long>(expected));
+  if (method == EntropyMethod::kStored) {
+    KVC_CHECK_CORRUPT(r.remaining() == expected, "stored block holds %zu bytes but declares %llu", r.remaining(),
+                      static_cast<unsigned long long>(expected));
+  } else if (method == EntropyMethod::kDeflate) {
+    KVC_CHECK_CORRUPT(DeflateCanHold(r.remaining(), expected), "a %zu-byte DEFLATE block cannot hold %llu bytes",
+                      r.remaining(), static_cast<unsigned long long>(expected));
+  }
+  return Status::Ok();
+}
+
+// The same for the C section, from its method byte and the codes' total width.
+Status CheckKvtcCodesSection(std::span<const uint8_t> section, uint64_t total_bits) {
+  KVC_CHECK_CORRUPT(!section.empty(), "codes section is empty");
+  const uint64_t packed = (total_bits + 7) / 8;
+  const uint64_t payload = section.size() - 1;
+  KVC_CHECK_CORRUPT(section[0] <= static_cast<uint8_t>(KvtcCodesMethod::kRans), "unknown codes method %u", section[0]);
+  if (section[0] == static_cast<uint8_t>(KvtcCodesMethod::kPacked)) {
+    KVC_CHECK_CORRUPT(payload == packed, "packed codes are %llu bytes, expected %llu",
+                      static_cast<unsigned long long>(payload), static_cast<unsigned long long>(packed));
+  } else if (section[0] == static_cast<uint8_t>(KvtcCodesMethod::kDeflate)) {
+    KVC_CHECK_CORRUPT(DeflateCanHold(payload, packed), "%llu bytes of DEFLATE cannot hold %llu bytes of codes",
+                      static_cast<unsigned long long>(payload), static_cast<unsigned long long>(packed));
+  }
+  return Status::Ok();
+}
+
+Status DecodeKvtcCodes(std::span<const uint8_t> section, std::span<const uint8_t> widths, std::span<uint8_t> codes) {
+  ByteReader r(section);
+  uint8_t method;
+  RETURN_IF_ERROR(r.U8(&method, "codes method"));
+  std::span<const uint8_t> rest;
+  RETURN_IF_ERROR(r.Bytes(r.remaining(), &rest, "codes"));
+  switch (static_cast<KvtcCodesMethod>(method)) {
+    case KvtcCodesMethod::kPacked: return UnpackBits(rest, widths, codes);
+    case KvtcCodesMethod::kDeflate: {
+      uint64_t total_bits = 0;
+      for (uint8_t w : widths) total_bits += w;
+      std::vector<uint8_t> packed((total_bits + 7) / 8);
+      RETURN_IF_ERROR(DeflateDecompress(rest, packed));
+      return UnpackBits(packed, widths, codes);
+    }
+    case KvtcCodesMethod::kRans: {
+      ByteReader tr(rest);
+      uint8_t mask;
+      RETURN_IF_ERROR(tr.U8(&mask, "code table mask"));
+      std::array<std::optional<FrequencyTable>, kMaxQuantBits + 1> tables;
+      for (uint32_t b = 1; b <= kMaxQuantBits; ++b) {
+        if ((mask & (1u << (b - 1))) == 0) continue;
+        ASSIGN_OR_RETURN(FrequencyTable t, FrequencyTable::Parse(&tr, 1u << b));
+        tables[b].emplace(std::move(t));
+      }
+      for (uint8_t w : widths) KVC_CHECK_CORRUPT(tables[w].has_value(), "no code table for %u-bit codes", w);
+      std::span<const uint8_t> stream;
+      RETURN_IF_ERROR(tr.Bytes(tr.remaining(), &stream, "code stream"));
+      ASSIGN_OR_RETURN(RansDecoder dec, RansDecoder::Open(stream));
+      for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<uint8_t>(dec.Get(*tables[widths[i]]));
+      return dec.Finish();
+    }
+  }
+  return Corrupt(FormatMessage("unknown codes method %u", method));
+}
+
+
+}  // namespace kvc

@@ -1,0 +1,34 @@
+// The entropy-coded sections of a kvtc file (docs/format.md, kvtc): the quantiser's codes
+// (section C: bit-packed, DEFLATE or rANS with one table per code width) and the size checks
+// both sections get before anything is allocated for them. In the kvtc module rather than the
+// codec so that calibration measures a rung's size on exactly the bytes the codec writes.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "base/status.h"
+
+namespace kvc {
+
+enum class KvtcCodesMethod : uint8_t { kPacked = 0, kDeflate = 1, kRans = 2 };
+
+// codes[i] has widths[i] bits (1..8). The section is a method byte and its payload; `method`
+// is tried and kept when smaller than plain bit-packing.
+[[nodiscard]] Result<std::vector<uint8_t>> EncodeKvtcCodes(std::span<const uint8_t> codes,
+                                                           std::span<const uint8_t> widths, KvtcCodesMethod method);
+
+// Checks a code section against the codes' total width before it is decoded: a packed payload
+// must be exactly the packed size, a DEFLATE one able to hold it.
+[[nodiscard]] Status CheckKvtcCodesSection(std::span<const uint8_t> section, uint64_t total_bits);
+
+// Decodes a code section into codes (one per width); kCorrupt on any inconsistency.
+[[nodiscard]] Status DecodeKvtcCodes(std::span<const uint8_t> section, std::span<const uint8_t> widths,
+                                     std::span<uint8_t> codes);
+
+// The S section is an entropy block (docs/format.md, "Entropy block") that must declare exactly
+// `expected` bytes; a stored block must hold them, a DEFLATE one be able to.
+[[nodiscard]] Status CheckKvtcScaleBlock(std::span<const uint8_t> block, uint64_t expected);
+
+}  // namespace kvc

@@ -1,0 +1,186 @@
+#include "kvtc/component_quantizer.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+
+#include "base/half.h"
+
+namespace kvc {
+namespace {
+
+// Max (1960), "Quantizing for minimum distortion", optimum uniform quantiser steps for a unit
+// Gaussian with 2, 4, ..., 256 levels; component_quantizer_test re-derives them numerically.
+constexpr std::array<float, 9> kGaussianStep = {0.0f,    1.5956f, 0.9957f, 0.5860f, 0.3352f,
+                                                0.1881f, 0.1041f, 0.0569f, 0.0308f};
+
+constexpr uint16_t kFp16Max = 0x7bff;
+constexpr uint16_t kFirstBadScale = 0x7c00;  // +inf, NaN and every negative pattern are >= this
+
+// The multiplier grid: 2^(k/8) for k = -8..8, 0.5 .. 2.0.
+constexpr int kGridLo = -8, kGridHi = 8;
+
+inline float StepOf(uint16_t scale_fp16, uint32_t bits, float multiplier) {
+  return Fp16ToFp32(scale_fp16) * kGaussianStep[bits] * multiplier;
+}
+
+inline uint8_t CodeOf(float x, float inv_step, uint32_t bits) {
+  const float half_levels = static_cast<float>(1u << (bits - 1));
+  const float top = static_cast<float>((1u << bits) - 1);
+  float t = std::floor(x * inv_step) + half_levels;
+  t = t > 0.0f ? t : 0.0f;
+  t = t < top ? t : top;
+  return static_cast<uint8_t>(static_cast<int32_t>(t));
+}
+
+bool ShapesValid(uint32_t n_coeffs, std::span<const uint8_t> bits, std::span<const float> multipliers) {
+  if (bits.size() != n_coeffs || multipliers.size() < size_t{kKvtcWidths} * n_coeffs) return false;
+  return std::all_of(bits.begin(), bits.end(), [](uint8_t b) { return b <= kMaxQuantBits; });
+}
+
+}  // namespace
+
+float GaussianStep(uint32_t bits) { return bits <= kMaxQuantBits ? kGaussianStep[bits] : 0.0f; }
+
+uint16_t ComponentScale(const float* x, size_t stride, uint32_t n) {
+  if (n == 0) return 0;
+  double sum = 0;
+  for (uint32_t t = 0; t < n; ++t) sum += double{x[t * stride]} * x[t * stride];
+  const double rms = std::sqrt(sum / n);
+  if (!(rms < 65504.0)) return kFp16Max;
+  return Fp32ToFp16(static_cast<float>(rms));
+}
+
+void QuantizeComponent(const float* x, size_t stride, uint32_t n, uint32_t bits, uint16_t scale_fp16,
+                       float multiplier, uint8_t* codes) {
+  assert(bits >= 1 && bits <= kMaxQuantBits);
+  const float step = StepOf(scale_fp16, bits, multiplier);
+  if (!(step > 0.0f)) {
+    std::fill_n(codes, n, static_cast<uint8_t>(1u << (bits - 1)));
+    return;
+  }
+  const float inv = 1.0f / step;
+  for (uint32_t t = 0; t < n; ++t) codes[t] = CodeOf(x[t * stride], inv, bits);
+}
+
+void DequantizeComponent(const uint8_t* codes, uint32_t n, uint32_t bits, uint16_t scale_fp16, float multiplier,
+                         float* out, size_t stride) {
+  assert(bits >= 1 && bits <= kMaxQuantBits);
+  const float step = StepOf(scale_fp16, bits, multiplier);
+  // (code - L/2 + 0.5) * step: the level index is exact in fp32, one rounding in the product.
+  const float first = (0.5f - static_cast<float>(1u << (bits - 1)));
+  for (uint32_t t = 0; t < n; ++t) out[t * stride] = (static_cast<float>(codes[t]) + first) * step;
+}
+
+void QuantizeComponentBlock(const float* coeffs, uint32_t n_tokens, uint32_t n_coeffs, std::span<const uint8_t> bits,
+                            std::span<const float> multipliers, QuantizedBlock* out) {
+  out->codes.clear();
+  out->scales.clear();
+  if (!ShapesValid(n_coeffs, bits, multipliers)) {
+    assert(false && "QuantizeComponentBlock: allocation does not match n_coeffs");
+    return;
+  }
+  const size_t kept = static_cast<size_t>(std::count_if(bits.begin(), bits.end(), [](uint8_t b) { return b > 0; }));
+  out->codes.resize(kept * n_tokens);
+  out->scales.resize(kept);
+  uint8_t* codes = out->codes.data();
+  uint16_t* scales = out->scales.data();
+  for (uint32_t c = 0; c < n_coeffs; ++c) {
+    const uint32_t b = bits[c];
+    if (b == 0) continue;
+    const uint16_t s = ComponentScale(coeffs + c, n_coeffs, n_tokens);
+    QuantizeComponent(coeffs + c, n_coeffs, n_tokens, b, s, multipliers[size_t{c} * kKvtcWidths + b - 1],
+                      codes);
+    *scales++ = s;
+    codes += n_tokens;
+  }
+}
+
+Status DequantizeComponentBlock(const QuantizedBlock& in, uint32_t n_tokens, uint32_t n_coeffs,
+                                std::span<const uint8_t> bits, std::span<const float> multipliers, float* coeffs) {
+  if (!ShapesValid(n_coeffs, bits, multipliers)) {
+    return InvalidArgument(FormatMessage("kvtc allocation of %zu widths (max 8 bits) does not fit %u components",
+                                         bits.size(), n_coeffs));
+  }
+  const size_t kept = static_cast<size_t>(std::count_if(bits.begin(), bits.end(), [](uint8_t b) { return b > 0; }));
+  KVC_CHECK_CORRUPT(in.codes.size() == kept * n_tokens, "kvtc block holds %zu codes, expected %zu", in.codes.size(),
+                    kept * n_tokens);
+  KVC_CHECK_CORRUPT(in.scales.size() == kept, "kvtc block holds %zu scales, expected %zu", in.scales.size(), kept);
+  const uint8_t* codes = in.codes.data();
+  const uint16_t* scales = in.scales.data();
+  for (uint32_t c = 0; c < n_coeffs; ++c) {
+    const uint32_t b = bits[c];
+    if (b == 0) {
+      for (uint32_t t = 0; t < n_tokens; ++t) coeffs[size_t{t} * n_coeffs + c] = 0.0f;
+      continue;
+    }
+    KVC_CHECK_CORRUPT(*scales < kFirstBadScale, "kvtc component %u: the scale is negative, inf or NaN", c);
+    uint8_t all = 0;
+    for (uint32_t t = 0; t < n_tokens; ++t) all |= codes[t];
+    KVC_CHECK_CORRUPT((all >> b) == 0, "kvtc component %u: a code does not fit in %u bits", c, b);
+    DequantizeComponent(codes, n_tokens, b, *scales, multipliers[size_t{c} * kKvtcWidths + b - 1],
+                        coeffs + c, n_coeffs);
+    ++scales;
+    codes += n_tokens;
+  }
+  return Status::Ok();
+}
+
+ComponentStats MeasureComponent(const float* x, size_t stride, uint32_t n, uint32_t chunk_tokens) {
+  ComponentStats stats;
+  stats.multipliers.fill(1.0f);
+  if (n == 0 || chunk_tokens == 0) return stats;
+  const uint32_t n_chunks = (n + chunk_tokens - 1) / chunk_tokens;
+  std::vector<uint16_t> scale(n_chunks);
+  for (uint32_t k = 0; k < n_chunks; ++k) {
+    const uint32_t len = std::min(chunk_tokens, n - k * chunk_tokens);
+    scale[k] = ComponentScale(x + size_t{k} * chunk_tokens * stride, stride, len);
+  }
+  for (uint32_t t = 0; t < n; ++t) stats.error[0] += double{x[t * stride]} * x[t * stride];
+
+  std::vector<uint32_t> histogram;
+  for (uint32_t b = 1; b <= kMaxQuantBits; ++b) {
+    double best_error = -1;
+    for (int g = kGridLo; g <= kGridHi; ++g) {
+      const float m = std::exp2(static_cast<float>(g) / 8.0f);
+      double error = 0;
+      for (uint32_t k = 0; k < n_chunks; ++k) {
+        const uint32_t t0 = k * chunk_tokens, len = std::min(chunk_tokens, n - t0);
+        const float step = StepOf(scale[k], b, m);
+        if (!(step > 0.0f)) continue;  // all zero: exact
+        const float inv = 1.0f / step, first = 0.5f - static_cast<float>(1u << (b - 1));
+        for (uint32_t t = t0; t < t0 + len; ++t) {
+          const float v = x[t * stride];
+          const double d = double{v} - (static_cast<float>(CodeOf(v, inv, b)) + first) * step;
+          error += d * d;
+        }
+      }
+      if (best_error < 0 || error < best_error) {
+        best_error = error;
+        stats.multipliers[b - 1] = m;
+      }
+    }
+    stats.error[b] = best_error;
+    // Entropy of the codes at the chosen multiplier.
+    histogram.assign(size_t{1} << b, 0);
+    for (uint32_t k = 0; k < n_chunks; ++k) {
+      const uint32_t t0 = k * chunk_tokens, len = std::min(chunk_tokens, n - t0);
+      const float step = StepOf(scale[k], b, stats.multipliers[b - 1]);
+      for (uint32_t t = t0; t < t0 + len; ++t) {
+        ++histogram[step > 0.0f ? CodeOf(x[t * stride], 1.0f / step, b) : (1u << (b - 1))];
+      }
+    }
+    double h = 0;
+    for (uint32_t count : histogram) {
+      if (count == 0) continue;
+      const double p = static_cast<double>(count) / n;
+      h -= count * std::log2(p);
+    }
+    stats.entropy_bits[b] = h / n;
+  }
+  const double inv = 1.0 / n;
+  for (double& e : stats.error) e *= inv;
+  return stats;
+}
+
+}  // namespace kvc
