@@ -72,6 +72,27 @@ typedef struct kvc_calibrate_params {
   uint32_t chunk_tokens;  /* tokens per chunk sizes are measured at; 0: 256 */
 } kvc_calibrate_params;
 
+typedef struct kvc_profile_params {
+  const char* model_path;
+  const char* text_path;    /* NULL: calib.txt beside the model (its last windows: what calibrate held back) */
+  const char* calibration;  /* NULL: <model>.kvcal beside the model, if present (else kvtc is not profiled) */
+  const char* out_path;     /* NULL: <model>.kvprof.json beside the model */
+  uint32_t docs;            /* 0: enough for 1024 scored positions, at least 8 */
+  uint32_t ctx;             /* 0: min(1024, training context) - cont - 1 */
+  uint32_t cont;            /* 0: min(128, training context / 4) */
+  int32_t n_threads;
+  int progress;
+} kvc_profile_params;
+
+/* Measures every rung of every codec on the model and writes its quality profile (JSON, caller frees). */
+kvc_status kvc_profile_json(const kvc_profile_params* params, char** out_json);
+
+/* The quality floor a request gets for a model: its profile (profile_path, or <model>.kvprof.json
+ * beside it), the rungs within max_ppl_delta (percent; < 0: 1.0) and min_top1 (< 0: 0.97), and a
+ * note on how it was decided (JSON, caller frees). */
+kvc_status kvc_quality_floor_json(const char* model_path, const char* profile_path, const char* calibration,
+                                  double max_ppl_delta, double min_top1, char** out_json);
+
 const char* kvc_version(void);
 const char* kvc_last_error(void);
 void kvc_free(void* p);
@@ -162,6 +183,10 @@ typedef struct kvc_run_params {
   int32_t no_reuse;          /* non-zero: ignore stored chunks (recompute everything) */
   const char* store_secret;  /* non-NULL, non-empty: seal and check every stored object with HMAC-SHA256 keyed
                                 with it (for stores others can write to); NULL: a CRC32C seal */
+  const char* profile;       /* quality profile; NULL: <model>.kvprof.json beside the model, if any (without
+                                one only raw and quant 8 are stored and fetched) */
+  double max_ppl_delta;      /* largest profiled perplexity change a rung may have, percent; <= 0: 1.0 */
+  double min_top1;           /* smallest profiled top-1 agreement; <= 0: 0.97 */
 } kvc_run_params;
 
 /* The main job: reuse the prompt's longest stored prefix, prefill the rest, generate, store the
@@ -179,6 +204,10 @@ typedef struct kvc_bench_ttft_params {
   uint32_t repeats;         /* 0: 3 (median reported) */
   int32_t n_threads;
   int32_t quiet;
+  const char* profile;       /* quality profile; NULL: <model>.kvprof.json beside the model, if any (without
+                                one only raw and quant 8 are stored and fetched) */
+  double max_ppl_delta;      /* largest profiled perplexity change a rung may have, percent; <= 0: 1.0 */
+  double min_top1;           /* smallest profiled top-1 agreement; <= 0: 0.97 */
 } kvc_bench_ttft_params;
 
 /* TTFT of a long prompt with a stored prefix, per codec and link rate, beside recompute and each
@@ -205,6 +234,10 @@ typedef struct kvc_serve_params {
   uint64_t max_body_bytes;  /* a larger request body is a 413; 0: 1 MiB */
   double request_timeout_s; /* a request must arrive whole within this, else 408; 0: 30 */
   int32_t max_connections;  /* connections served at once (a thread each); 0: 512 */
+  const char* profile;       /* quality profile; NULL: <model>.kvprof.json beside the model, if any (without
+                                one only raw and quant 8 are stored and fetched) */
+  double max_ppl_delta;      /* largest profiled perplexity change a rung may have, percent; <= 0: 1.0 */
+  double min_top1;           /* smallest profiled top-1 agreement; <= 0: 0.97 */
 } kvc_serve_params;
 
 /* The OpenAI-compatible completion server with KV reuse: create (loads the model), start

@@ -186,6 +186,24 @@ inline Outcome<std::string> CalibrateJson(const kvc_calibrate_params& params) {
   return TakeString(json);
 }
 
+inline Outcome<std::string> ProfileJson(const kvc_profile_params& params) {
+  char* json = nullptr;
+  if (kvc_status s = kvc_profile_json(&params, &json); s != KVC_OK) return LastError(s);
+  return TakeString(json);
+}
+
+inline Outcome<std::string> QualityFloorJson(const std::string& model, const std::string& profile,
+                                             const std::string& calibration, double max_ppl_delta, double min_top1) {
+  char* json = nullptr;
+  if (kvc_status s = kvc_quality_floor_json(model.c_str(), profile.empty() ? nullptr : profile.c_str(),
+                                            calibration.empty() ? nullptr : calibration.c_str(), max_ppl_delta,
+                                            min_top1, &json);
+      s != KVC_OK) {
+    return LastError(s);
+  }
+  return TakeString(json);
+}
+
 inline Outcome<std::string> BenchCodecJson(const kvc_bench_codec_params& params) {
   char* json = nullptr;
   if (kvc_status s = kvc_bench_codec_json(&params, &json); s != KVC_OK) return LastError(s);

@@ -24,6 +24,8 @@
 #include "engine/evaluator.h"
 #include "engine/llama_engine.h"
 #include "engine/llama_state.h"
+#include "engine/model_files.h"
+#include "engine/model_profile.h"
 #include "kvtc/calibration_registry.h"
 #include "kvtc/kvcal.h"
 
@@ -165,6 +167,14 @@ kvc::SessionOptions ToSessionOptions(const kvc_session_params& p) {
 }
 
 bool ValidDType(kvc_dtype d) { return kvc::IsValidDType(static_cast<uint8_t>(d)); }
+
+// The quality-floor fields every request-serving params struct carries.
+template <typename Params>
+void SetQuality(const Params* p, std::string* profile, kvc::QualityLimits* limits) {
+  if (p->profile) *profile = p->profile;
+  if (p->max_ppl_delta > 0) limits->max_ppl_delta = p->max_ppl_delta;
+  if (p->min_top1 > 0) limits->min_top1 = p->min_top1;
+}
 
 }  // namespace
 
@@ -481,6 +491,61 @@ kvc_status kvc_calibrate_json(const kvc_calibrate_params* p, char** out_json) {
   });
 }
 
+kvc_status kvc_profile_json(const kvc_profile_params* p, char** out_json) {
+  return Guard([&]() -> kvc_status {
+    if (p == nullptr || p->model_path == nullptr || out_json == nullptr) return NullArgument("params, model or out");
+    kvc::ProfileOptions o;
+    o.model_path = p->model_path;
+    if (p->text_path) o.text_path = p->text_path;
+    if (p->calibration) o.calibration = p->calibration;
+    o.docs = p->docs;
+    o.ctx = p->ctx;
+    o.cont = p->cont;
+    o.session.n_threads = p->n_threads;
+    o.progress = p->progress != 0;
+    auto profile = kvc::MeasureProfile(o);
+    if (!profile.ok()) return Fail(profile.status());
+    const std::string out = p->out_path ? p->out_path : kvc::DefaultProfilePath(o.model_path);
+    kvc::Status saved = kvc::SaveProfile(*profile, out);
+    if (!saved.ok()) return Fail(saved);
+    auto json = nlohmann::ordered_json::parse(kvc::WriteProfile(*profile));
+    json["out"] = out;
+    *out_json = CopyString(DumpJson(json));
+    return KVC_OK;
+  });
+}
+
+kvc_status kvc_quality_floor_json(const char* model_path, const char* profile_path, const char* calibration,
+                                  double max_ppl_delta, double min_top1, char** out_json) {
+  return Guard([&]() -> kvc_status {
+    if (model_path == nullptr || out_json == nullptr) return NullArgument("model or out");
+    auto model = kvc::LlamaModel::Load(model_path);
+    if (!model.ok()) return Fail(model.status());
+    kvc::CalibrationRegistry calibrations;
+    kvc::Status loaded = kvc::LoadModelCalibration(calibrations, model_path, calibration ? calibration : "");
+    if (!loaded.ok()) return Fail(loaded);
+    kvc::QualityLimits limits;
+    if (max_ppl_delta >= 0) limits.max_ppl_delta = max_ppl_delta;
+    if (min_top1 >= 0) limits.min_top1 = min_top1;
+    auto floor = kvc::LoadQualityFloor(model_path, profile_path ? profile_path : "", (*model)->fingerprint(),
+                                       calibrations, limits);
+    if (!floor.ok()) return Fail(floor.status());
+    nlohmann::ordered_json j;
+    j["model"] = model_path;
+    j["max_ppl_delta"] = limits.max_ppl_delta;
+    j["min_top1"] = limits.min_top1;
+    j["from_profile"] = floor->from_profile;
+    j["note"] = floor->note;
+    j["allowed"] = nlohmann::ordered_json::array();
+    for (const auto& [codec, level] : floor->allowed) j["allowed"].push_back(codec + "/" + level);
+    const std::string path = profile_path ? profile_path : kvc::DefaultProfilePath(model_path);
+    auto profile = floor->from_profile ? kvc::LoadProfile(path) : kvc::Result<kvc::ModelProfile>(kvc::NotFound(""));
+    j["profile"] = profile.ok() ? nlohmann::ordered_json::parse(kvc::WriteProfile(*profile)) : nlohmann::ordered_json();
+    *out_json = CopyString(DumpJson(j));
+    return KVC_OK;
+  });
+}
+
 kvc_status kvc_bench_codec_json(const kvc_bench_codec_params* p, char** out_json) {
   return Guard([&]() -> kvc_status {
     if (p == nullptr || p->model_path == nullptr || out_json == nullptr) return NullArgument("params, model or out");
@@ -523,6 +588,7 @@ kvc_status kvc_run_json(const kvc_run_params* p, char** out_json) {
     o.threads = p->n_threads;
     o.store_new_chunks = p->no_store == 0;
     o.reuse = p->no_reuse == 0;
+    SetQuality(p, &o.profile, &o.quality);
     if (p->store_secret) o.store_secret = p->store_secret;
     auto report = kvc::RunJob(o);
     if (!report.ok()) return Fail(report.status());
@@ -556,6 +622,7 @@ kvc_status kvc_server_create(const kvc_serve_params* p, kvc_server** out) {
       o.scheduler = *scheduler;
     }
     o.reuse = p->no_reuse == 0;
+    SetQuality(p, &o.profile, &o.quality);
     if (p->store_secret) o.store_secret = p->store_secret;
     if (p->request_timeout_s < 0 || p->max_connections < 0) {
       return Fail(kvc::InvalidArgument("request timeout and max connections must not be negative"));
@@ -613,6 +680,7 @@ kvc_status kvc_bench_ttft_json(const kvc_bench_ttft_params* p, char** out_json) 
     if (p->chunk_tokens) o.chunk_tokens = p->chunk_tokens;
     if (p->repeats) o.repeats = p->repeats;
     o.threads = p->n_threads;
+    SetQuality(p, &o.profile, &o.quality);
     o.progress = p->quiet == 0;
     auto report = kvc::RunTtftBenchJson(o);
     if (!report.ok()) return Fail(report.status());

@@ -145,7 +145,8 @@ void BatchScheduler::Fetch(ServeRequest& request) {
   if (request.lookup_.manifests.empty()) return;
   const CodecContext context{reuse_.calibrations, reuse_.model, nullptr};
   auto fetched = FetchLookedUpPrefix(*reuse_.store, *reuse_.model, request.keys_, std::move(request.lookup_), context,
-                                     link_, ReuseFetchOptions(o_.link_gbps, o_.recompute_s, model_.info()));
+                                     link_, ReuseFetchOptions(o_.link_gbps, o_.recompute_s, model_.info(), o_.floor,
+                                                       *reuse_.store));
   if (!fetched.ok()) {
     KVC_LOG_WARN("KV reuse failed, recomputing: %s", fetched.status().ToString().c_str());
     std::lock_guard m(metrics_.mu);
@@ -393,7 +394,9 @@ void BatchScheduler::StoreLoop() {
     }
     Result<StoredChunks> stored = Internal("not stored");
     try {
-      stored = StoreChunks(*reuse_.store, job.kv, job.keys, job.first, o_.chunk_tokens, *reuse_.codec, o_.levels,
+      stored = StoreChunks(*reuse_.store, job.kv, job.keys, job.first, o_.chunk_tokens,
+                           o_.rungs.empty() ? std::vector<StoredRung>{{reuse_.codec, reuse_.codec->info().default_level}}
+                                            : o_.rungs,
                            *reuse_.model, context);
     } catch (...) {
       stored = Internal(ExceptionText(std::current_exception()));

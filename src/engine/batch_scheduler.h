@@ -94,7 +94,8 @@ struct SchedulerOptions {
   uint32_t chunk_tokens = 256;
   double link_gbps = 0;
   double recompute_s = 0;      // per chunk, prices "recompute" for the level planner (0: never)
-  std::vector<std::string> levels;  // stored per new chunk
+  std::vector<StoredRung> rungs;    // stored per new chunk (empty: the context's codec at its default level)
+  QualityFloor floor;               // what may be fetched, and each rung's measured loss
 };
 
 // What reuse needs: where chunks live, how new ones are encoded, what decodes them.

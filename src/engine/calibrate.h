@@ -32,7 +32,7 @@ struct CalibrateOptions {
   std::string token_path;   // instead of text: one document per line of space-separated token ids
   uint32_t max_tokens = 0;  // 0: the whole text
   uint32_t window = 0;      // tokens per prefill (BOS included); 0: min(1024, the model's training context)
-  uint32_t sinks = 4;       // leading positions kvtc keeps in fp16; not fitted
+  uint32_t sinks = 4;       // leading positions left out of the fit (attention sinks can be outliers)
   double heldout_fraction = 0.2;
   std::optional<KvtcGrouping> grouping;    // unset: choose among layer and layer-head
   std::optional<KvtcQuantizer> quantizer;  // unset: choose among token-group and component

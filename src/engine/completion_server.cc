@@ -67,6 +67,7 @@ struct CompletionServer::Impl {
   std::unique_ptr<Store> store;
   std::unique_ptr<LlamaSession> session;
   std::string model_name;
+  std::vector<StoredRung> stored_rungs;  // what new chunks are stored as
   ServeMetrics metrics;
   std::unique_ptr<BatchScheduler> scheduler;
   std::unique_ptr<HttpServer> http;
@@ -346,11 +347,20 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
   impl->o = o;
   const Codec* codec = FindCodec(o.codec);
   if (codec == nullptr) return InvalidArgument("unknown codec '" + o.codec + "'");
+  QualityFloor floor;
   ASSIGN_OR_RETURN(impl->model, LlamaModel::Load(o.model_path));
   RETURN_IF_ERROR(LoadModelCalibration(impl->calibrations, o.model_path, o.calibration));
   if (o.reuse && codec->info().needs_calibration &&
       impl->calibrations.FindForModel(impl->model->fingerprint()) == nullptr) {
     return InvalidArgument("codec '" + o.codec + "' needs a calibration: run `kvcodec calibrate` or pass --calibration");
+  }
+  if (o.reuse) {
+    ASSIGN_OR_RETURN(floor, LoadQualityFloor(o.model_path, o.profile, impl->model->fingerprint(), impl->calibrations,
+                                             o.quality));
+    KVC_LOG_INFO("quality floor: %s", PrintableOneLine(floor.note).c_str());
+    ASSIGN_OR_RETURN(StorePlan plan, PlanStoredRungs(floor, o.codec));
+    if (!plan.note.empty()) KVC_LOG_WARN("%s", plan.note.c_str());
+    impl->stored_rungs = plan.rungs;
   }
   ASSIGN_OR_RETURN(impl->store, OpenStore(o.store_url.empty() ? DefaultStoreUrl() : o.store_url, StoreOptions{.secret = o.store_secret}));
   SessionOptions so;
@@ -366,7 +376,8 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
   so2.reuse = o.reuse;
   so2.chunk_tokens = o.chunk_tokens;
   so2.link_gbps = o.link_gbps;
-  so2.levels = StoredLevels(o.codec);
+  so2.rungs = impl->stored_rungs;
+  so2.floor = floor;
   if (o.plan_recompute) {
     const std::vector<int32_t> probe(64, impl->model->bos_token());
     ASSIGN_OR_RETURN(so2.recompute_s, MeasureChunkPrefillSeconds(*impl->session, probe, o.chunk_tokens));

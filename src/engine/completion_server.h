@@ -24,6 +24,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "engine/model_profile.h"
 
 namespace kvc {
 
@@ -31,8 +32,10 @@ struct ServerOptions {
   std::string model_path;
   std::string store_url;   // empty: DefaultStoreUrl()
   std::string store_secret;  // non-empty: objects sealed and checked with HMAC-SHA256 (StoreOptions)
-  std::string codec = "kvtc";
+  std::string codec = "kvtc";     // stored within the quality floor (PlanStoredRungs)
   std::string calibration;
+  std::string profile;            // quality profile; empty: <model>.kvprof.json beside the model, if any
+  QualityLimits quality;          // which profiled rungs may be stored and fetched
   std::string host = "127.0.0.1";
   int port = 8080;         // 0: any free port (see CompletionServer::port)
   double link_gbps = 0;    // in-process link cap for fetches; 0: none

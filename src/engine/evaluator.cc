@@ -87,11 +87,21 @@ Result<std::vector<std::vector<int32_t>>> DocumentsFromTokenLines(const std::vec
 }
 
 Result<EvalReport> RunEval(const EvalOptions& options) {
+  ASSIGN_OR_RETURN(std::vector<EvalReport> reports, RunEvalRungs(options, {{options.codec, options.encode}}));
+  return std::move(reports.front());
+}
+
+Result<std::vector<EvalReport>> RunEvalRungs(const EvalOptions& options, const std::vector<EvalRung>& rungs) {
   if (options.n_docs == 0) return InvalidArgument("--docs must be at least 1");
   if (options.ctx < 2) return InvalidArgument("--ctx must be at least 2");
   if (options.cont < 1 || options.cont > 4096) return InvalidArgument("--cont must be in 1..4096");
-  const Codec* codec = FindCodec(options.codec);
-  if (codec == nullptr) return InvalidArgument("unknown codec '" + options.codec + "' (see `kvcodec codecs`)");
+  if (rungs.empty()) return InvalidArgument("no codec to evaluate");
+  std::vector<const Codec*> codecs;
+  for (const EvalRung& rung : rungs) {
+    const Codec* codec = FindCodec(rung.codec);
+    if (codec == nullptr) return InvalidArgument("unknown codec '" + rung.codec + "' (see `kvcodec codecs`)");
+    codecs.push_back(codec);
+  }
 
   const auto t_start = Clock::now();
   ASSIGN_OR_RETURN(auto model, LlamaModel::Load(options.model_path));
@@ -103,6 +113,11 @@ Result<EvalReport> RunEval(const EvalOptions& options) {
   } else {
     ASSIGN_OR_RETURN(std::string text, ReadTextFile(BesideModel(options.model_path, "eval.txt", options.text_path)));
     ASSIGN_OR_RETURN(std::vector<int32_t> stream, model->Tokenize(text, /*add_bos=*/false));
+    if (options.docs_from_end) {
+      // The last n_docs windows: the part of a calibration text calibrate held back.
+      const size_t want = size_t{options.n_docs} * (doc_tokens - 1);
+      if (stream.size() > want) stream.erase(stream.begin(), stream.end() - static_cast<std::ptrdiff_t>(want));
+    }
     ASSIGN_OR_RETURN(docs, MakeDocuments(stream, model->bos_token(), options.n_docs, doc_tokens));
   }
 
@@ -117,18 +132,26 @@ Result<EvalReport> RunEval(const EvalOptions& options) {
   ASSIGN_OR_RETURN(auto base, LlamaSession::Create(*model, session_options));
   ASSIGN_OR_RETURN(auto restored, LlamaSession::Create(*model, session_options));
 
-  EvalReport report;
-  report.model = options.model_path;
-  report.codec = codec->info().name;
-  report.n_docs = options.n_docs;
-  report.ctx = options.ctx;
-  report.cont = options.cont;
-  report.kv_dtype = DTypeName(session_options.cache_type);
-  double nll_base = 0, nll_codec = 0, kl_sum = 0, encode_s = 0, decode_s = 0;
-  uint64_t agree = 0, scored = 0;
+  struct Sums {
+    double nll_base = 0, nll_codec = 0, kl = 0, encode_s = 0, decode_s = 0;
+    uint64_t agree = 0, scored = 0;
+  };
+  std::vector<EvalReport> reports(rungs.size());
+  std::vector<Sums> sums(rungs.size());
+  for (size_t k = 0; k < rungs.size(); ++k) {
+    EvalReport& report = reports[k];
+    report.model = options.model_path;
+    report.codec = codecs[k]->info().name;
+    report.n_docs = options.n_docs;
+    report.ctx = options.ctx;
+    report.cont = options.cont;
+    report.kv_dtype = DTypeName(session_options.cache_type);
+  }
   std::vector<double> lp_base, lp_codec;
 
-  ProgressBar progress("eval " + report.codec, options.n_docs, options.progress);
+  // One base run per document serves every rung: only the restored continuation is per rung.
+  ProgressBar progress(rungs.size() == 1 ? "eval " + reports[0].codec : "eval", options.n_docs * rungs.size(),
+                       options.progress);
   for (const auto& doc : docs) {
     const std::span<const int32_t> context(doc.data(), options.ctx);
     const std::span<const int32_t> cont_in(doc.data() + options.ctx, options.cont);
@@ -139,49 +162,61 @@ Result<EvalReport> RunEval(const EvalOptions& options) {
     RETURN_IF_ERROR(base->Eval(cont_in, true));
     const auto base_rows = ContinuationLogits(*base, options.cont);
 
-    const auto t0 = Clock::now();
-    ASSIGN_OR_RETURN(std::vector<uint8_t> file, EncodeKvc(*codec, kv.View(), options.encode, model->fingerprint(), 0, codec_context));
-    const auto t1 = Clock::now();
-    ASSIGN_OR_RETURN(KvCache decoded, DecodeKvc(file, &model->fingerprint(), codec_context));
-    const auto t2 = Clock::now();
-    encode_s += Seconds(t0, t1);
-    decode_s += Seconds(t1, t2);
-    if (report.level.empty()) {
-      ASSIGN_OR_RETURN(KvcFile parsed, ReadKvc(file));
-      report.level = parsed.header.level;
-    }
-    report.bytes_fp16 += kv.shape().fp16_bytes();
-    report.bytes_stored += file.size();
+    for (size_t k = 0; k < rungs.size(); ++k) {
+      EvalReport& report = reports[k];
+      Sums& sum = sums[k];
+      const auto t0 = Clock::now();
+      ASSIGN_OR_RETURN(std::vector<uint8_t> file,
+                       EncodeKvc(*codecs[k], kv.View(), rungs[k].encode, model->fingerprint(), 0, codec_context));
+      const auto t1 = Clock::now();
+      ASSIGN_OR_RETURN(KvCache decoded, DecodeKvc(file, &model->fingerprint(), codec_context));
+      const auto t2 = Clock::now();
+      sum.encode_s += Seconds(t0, t1);
+      sum.decode_s += Seconds(t1, t2);
+      if (report.level.empty()) {
+        ASSIGN_OR_RETURN(KvcFile parsed, ReadKvc(file));
+        report.level = parsed.header.level;
+      }
+      report.bytes_fp16 += kv.shape().fp16_bytes();
+      report.bytes_stored += file.size();
 
-    RETURN_IF_ERROR(restored->RestoreKv(decoded));
-    RETURN_IF_ERROR(restored->Eval(cont_in, true));
-    for (uint32_t i = 0; i < options.cont; ++i) {
-      const auto codec_row = restored->Logits(static_cast<int>(i));
-      const int32_t target = doc[options.ctx + 1 + i];
-      LogSoftmax(base_rows[i], &lp_base);
-      LogSoftmax(codec_row, &lp_codec);
-      nll_base -= lp_base[static_cast<size_t>(target)];
-      nll_codec -= lp_codec[static_cast<size_t>(target)];
-      double kl = 0;
-      for (size_t v = 0; v < lp_base.size(); ++v) kl += std::exp(lp_base[v]) * (lp_base[v] - lp_codec[v]);
-      kl_sum += std::max(0.0, kl);
-      agree += ArgMax(base_rows[i]) == ArgMax(codec_row);
-      ++scored;
+      restored->Clear();
+      RETURN_IF_ERROR(restored->RestoreKv(decoded));
+      RETURN_IF_ERROR(restored->Eval(cont_in, true));
+      for (uint32_t i = 0; i < options.cont; ++i) {
+        const auto codec_row = restored->Logits(static_cast<int>(i));
+        const int32_t target = doc[options.ctx + 1 + i];
+        LogSoftmax(base_rows[i], &lp_base);
+        LogSoftmax(codec_row, &lp_codec);
+        sum.nll_base -= lp_base[static_cast<size_t>(target)];
+        sum.nll_codec -= lp_codec[static_cast<size_t>(target)];
+        double kl = 0;
+        for (size_t v = 0; v < lp_base.size(); ++v) kl += std::exp(lp_base[v]) * (lp_base[v] - lp_codec[v]);
+        sum.kl += std::max(0.0, kl);
+        sum.agree += ArgMax(base_rows[i]) == ArgMax(codec_row);
+        ++sum.scored;
+      }
+      progress.Advance();
     }
-    progress.Advance();
   }
   progress.Finish();
 
-  report.compression_ratio = static_cast<double>(report.bytes_fp16) / static_cast<double>(report.bytes_stored);
-  report.ppl_base = std::exp(nll_base / static_cast<double>(scored));
-  report.ppl_codec = std::exp(nll_codec / static_cast<double>(scored));
-  report.ppl_delta_pct = 100.0 * (report.ppl_codec - report.ppl_base) / report.ppl_base;
-  report.top1_agreement = static_cast<double>(agree) / static_cast<double>(scored);
-  report.kl_mean = kl_sum / static_cast<double>(scored);
-  report.encode_mb_s = encode_s > 0 ? static_cast<double>(report.bytes_fp16) / 1e6 / encode_s : 0;
-  report.decode_mb_s = decode_s > 0 ? static_cast<double>(report.bytes_fp16) / 1e6 / decode_s : 0;
-  report.seconds = Seconds(t_start, Clock::now());
-  return report;
+  const double seconds = Seconds(t_start, Clock::now());
+  for (size_t k = 0; k < rungs.size(); ++k) {
+    EvalReport& report = reports[k];
+    const Sums& sum = sums[k];
+    const double scored = static_cast<double>(sum.scored);
+    report.compression_ratio = static_cast<double>(report.bytes_fp16) / static_cast<double>(report.bytes_stored);
+    report.ppl_base = std::exp(sum.nll_base / scored);
+    report.ppl_codec = std::exp(sum.nll_codec / scored);
+    report.ppl_delta_pct = 100.0 * (report.ppl_codec - report.ppl_base) / report.ppl_base;
+    report.top1_agreement = static_cast<double>(sum.agree) / scored;
+    report.kl_mean = sum.kl / scored;
+    report.encode_mb_s = sum.encode_s > 0 ? static_cast<double>(report.bytes_fp16) / 1e6 / sum.encode_s : 0;
+    report.decode_mb_s = sum.decode_s > 0 ? static_cast<double>(report.bytes_fp16) / 1e6 / sum.decode_s : 0;
+    report.seconds = seconds;
+  }
+  return reports;
 }
 
 std::string EvalReportJson(const EvalReport& r) {

@@ -25,6 +25,7 @@ struct EvalOptions {
   uint32_t n_docs = 8;
   uint32_t ctx = 1024;   // context tokens per document (BOS included) whose KV is compressed
   uint32_t cont = 128;   // teacher-forced continuation tokens scored after the context
+  bool docs_from_end = false;  // text: the last n_docs windows instead of the first
   SessionOptions session;
   bool progress = true;
 };
@@ -51,6 +52,14 @@ struct EvalReport {
 };
 
 Result<EvalReport> RunEval(const EvalOptions& options);
+
+// Several (codec, encode options) at once on the same documents: each document's uncompressed
+// run is made once and serves every rung (options.codec and options.encode are not used).
+struct EvalRung {
+  std::string codec;
+  EncodeOptions encode;
+};
+Result<std::vector<EvalReport>> RunEvalRungs(const EvalOptions& options, const std::vector<EvalRung>& rungs);
 
 // The report as one JSON object (field names are part of the CLI's contract).
 std::string EvalReportJson(const EvalReport& report);

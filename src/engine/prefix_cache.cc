@@ -8,21 +8,26 @@
 
 namespace kvc {
 
-std::vector<std::string> StoredLevels(const std::string& codec) {
-  if (codec == "raw") return {"fp16"};
-  if (codec == "quant") return {"8", "4"};
-  if (codec == "kvtc") return {"8", "16", "24", "32"};
-  if (codec == "cachegen") return {"high", "medium", "low"};
-  if (codec == "video") return {"8", "6", "4"};
-  return {};
+Result<StorePlan> PlanStoredRungs(const QualityFloor& floor, const std::string& codec) {
+  const Codec* requested = FindCodec(codec);
+  if (requested == nullptr) return InvalidArgument("unknown codec '" + codec + "'");
+  StorePlan plan;
+  plan.rungs.push_back({FindCodec("raw"), "fp16"});
+  if (codec == "raw") return plan;
+  for (const std::string& level : floor.Levels(codec)) plan.rungs.push_back({requested, level});
+  if (plan.rungs.size() > 1) return plan;
+  const bool quant8 = std::find(floor.allowed.begin(), floor.allowed.end(),
+                                std::pair<std::string, std::string>{"quant", "8"}) != floor.allowed.end();
+  if (quant8) plan.rungs.push_back({FindCodec("quant"), "8"});
+  plan.note = "no " + codec + " rung is within the quality floor for this model: storing raw/fp16" +
+              (quant8 ? " and quant/8" : "");
+  return plan;
 }
 
-std::vector<std::pair<std::string, std::string>> QualityFloor() {
-  std::vector<std::pair<std::string, std::string>> allowed;
-  for (const Codec* c : AllCodecs()) {
-    for (const std::string& level : StoredLevels(c->info().name)) allowed.emplace_back(c->info().name, level);
-  }
-  return allowed;
+std::vector<std::string> RungNames(const std::vector<StoredRung>& rungs) {
+  std::vector<std::string> names;
+  for (const StoredRung& r : rungs) names.push_back(r.codec->info().name + "/" + r.level);
+  return names;
 }
 
 std::vector<ChunkKey> ReusableChunkKeys(const ModelFingerprint& model, std::span<const int32_t> tokens,
@@ -30,12 +35,15 @@ std::vector<ChunkKey> ReusableChunkKeys(const ModelFingerprint& model, std::span
   return tokens.empty() ? std::vector<ChunkKey>{} : ChunkKeys(model, tokens.first(tokens.size() - 1), chunk_tokens);
 }
 
-FetchOptions ReuseFetchOptions(double link_gbps, double recompute_s, const ModelInfo& model) {
+FetchOptions ReuseFetchOptions(double link_gbps, double recompute_s, const ModelInfo& model, const QualityFloor& floor,
+                               const Store& store) {
   FetchOptions fo;
   fo.kv_shape = KvShape{.n_layers = model.n_layers, .n_kv_heads = model.n_kv_heads, .head_dim = model.head_dim};
-  fo.allowed = QualityFloor();
+  fo.allowed = floor.allowed;
+  fo.loss = floor.loss;
   fo.recompute_s = recompute_s;
-  fo.initial_gbps = link_gbps > 0 ? link_gbps : 1.0;
+  const bool networked = store.url().rfind("redis", 0) == 0;
+  fo.initial_gbps = link_gbps > 0 ? link_gbps : networked ? 1.0 : 40.0;
   return fo;
 }
 
@@ -134,16 +142,24 @@ Result<PrefixRestore> RestoreStoredPrefix(Store& store, LlamaSession& session, c
 Result<StoredChunks> StoreChunks(Store& store, const KvCache& kv, std::span<const ChunkKey> keys, uint32_t first,
                                  uint32_t chunk_tokens, const Codec& codec, const std::vector<std::string>& levels,
                                  const ModelFingerprint& model, const CodecContext& codec_context) {
+  std::vector<StoredRung> rungs;
+  for (const std::string& level : levels) rungs.push_back({&codec, level});
+  return StoreChunks(store, kv, keys, first, chunk_tokens, rungs, model, codec_context);
+}
+
+Result<StoredChunks> StoreChunks(Store& store, const KvCache& kv, std::span<const ChunkKey> keys, uint32_t first,
+                                 uint32_t chunk_tokens, const std::vector<StoredRung>& rungs,
+                                 const ModelFingerprint& model, const CodecContext& codec_context) {
   StoredChunks out;
-  const std::string& codec_name = codec.info().name;
   for (uint32_t i = first; i < keys.size(); ++i) {
     ASSIGN_OR_RETURN(KvView view, kv.View(i * chunk_tokens, chunk_tokens));
     ChunkManifest m{.chunk_tokens = chunk_tokens, .chunk_index = i, .variants = {}};
-    for (const std::string& level : levels) {
-      ASSIGN_OR_RETURN(auto bytes, EncodeKvc(codec, view, {.level = level, .params = {}}, model, i * chunk_tokens,
-                                             codec_context));
-      RETURN_IF_ERROR(store.Put(ChunkObjectName(keys[i], codec_name, level), bytes));
-      m.variants.push_back({codec_name, level, bytes.size()});
+    for (const StoredRung& rung : rungs) {
+      const std::string& codec_name = rung.codec->info().name;
+      ASSIGN_OR_RETURN(auto bytes, EncodeKvc(*rung.codec, view, {.level = rung.level, .params = {}}, model,
+                                             i * chunk_tokens, codec_context));
+      RETURN_IF_ERROR(store.Put(ChunkObjectName(keys[i], codec_name, rung.level), bytes));
+      m.variants.push_back({codec_name, rung.level, bytes.size()});
       out.bytes += bytes.size();
     }
     // The manifest last: a reader that finds it finds every variant it lists.

@@ -8,6 +8,7 @@
 
 #include "codecs/codec.h"
 #include "engine/llama_engine.h"
+#include "engine/model_profile.h"
 #include "fetch/fetcher.h"
 #include "store/chunk_key.h"
 #include "store/chunk_manifest.h"
@@ -15,21 +16,35 @@
 
 namespace kvc {
 
-// The levels `codec` stores a chunk at by default: each a rung whose perplexity cost stayed
-// within 0.5% on the test models (docs/results.md), so every one meets the quality floor.
-std::vector<std::string> StoredLevels(const std::string& codec);
-// Every codec's ladder as (codec, level) pairs: what the planner may fetch.
-std::vector<std::pair<std::string, std::string>> QualityFloor();
+// One (codec, level) a chunk is stored at.
+struct StoredRung {
+  const Codec* codec = nullptr;
+  std::string level;
+};
+
+// What a request stores new chunks as: raw fp16 (what a fast link fetches, so reuse there
+// changes nothing), then `codec`'s levels within the model's quality floor (what slower links
+// fetch), or, when the floor allows none of them (no profile yet, or every rung over it), the
+// near-lossless quant 8 if allowed, with a note saying so.
+struct StorePlan {
+  std::vector<StoredRung> rungs;
+  std::string note;  // empty when the requested codec is stored
+};
+Result<StorePlan> PlanStoredRungs(const QualityFloor& floor, const std::string& codec);
 
 // Keys of the prompt's chunks that may be reused: whole chunks before its last token, which is
 // always prefilled (its logits give the first generated token).
 std::vector<ChunkKey> ReusableChunkKeys(const ModelFingerprint& model, std::span<const int32_t> tokens,
                                         uint32_t chunk_tokens);
 
-// Fetch options for a request's reuse: any variant within the quality floor, the link's rate as
-// the first bandwidth guess, "recompute" priced at `recompute_s` per chunk (0: never), and the
-// model's KV geometry, which every chunk's header must match before it is decoded.
-FetchOptions ReuseFetchOptions(double link_gbps, double recompute_s, const ModelInfo& model);
+// Fetch options for a request's reuse: any variant within the quality floor (the most accurate
+// of those about as fast as the fastest), the link's rate as the first bandwidth guess,
+// "recompute" priced at `recompute_s` per chunk (0: never), and the model's KV geometry, which
+// every chunk's header must match before it is decoded.
+// With no link cap the first guess is the store's kind: a local one (dir://, mem://) reads at
+// page-cache speed, a networked one (redis://) at about 1 Gbps until a transfer says otherwise.
+FetchOptions ReuseFetchOptions(double link_gbps, double recompute_s, const ModelInfo& model, const QualityFloor& floor,
+                               const Store& store);
 
 // Seconds this machine takes to prefill one chunk, from prefilling `probe` in `session` (which
 // is left empty): what prices "recompute" for the level planner.
@@ -79,6 +94,9 @@ Result<PrefixRestore> RestoreStoredPrefix(Store& store, LlamaSession& session, c
                                           const CodecContext& codec_context, LinkShaper& link,
                                           const FetchOptions& options);
 
+// "raw/fp16,kvtc/16,..." for reports.
+std::vector<std::string> RungNames(const std::vector<StoredRung>& rungs);
+
 struct StoredChunks {
   uint32_t chunks = 0;
   uint64_t bytes = 0;
@@ -88,6 +106,10 @@ struct StoredChunks {
 // level, each chunk's manifest after its objects.
 Result<StoredChunks> StoreChunks(Store& store, const KvCache& kv, std::span<const ChunkKey> keys, uint32_t first,
                                  uint32_t chunk_tokens, const Codec& codec, const std::vector<std::string>& levels,
+                                 const ModelFingerprint& model, const CodecContext& codec_context);
+// The same at every rung of a plan (codecs may differ).
+Result<StoredChunks> StoreChunks(Store& store, const KvCache& kv, std::span<const ChunkKey> keys, uint32_t first,
+                                 uint32_t chunk_tokens, const std::vector<StoredRung>& rungs,
                                  const ModelFingerprint& model, const CodecContext& codec_context);
 
 }  // namespace kvc

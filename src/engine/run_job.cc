@@ -31,20 +31,29 @@ Result<RunReport> RunJob(const RunOptions& o) {
   RunReport r;
   r.codec = o.codec;
   r.link_gbps = o.link_gbps;
-  const Codec* codec = FindCodec(o.codec);
-  if (codec == nullptr) return InvalidArgument("unknown codec '" + o.codec + "'");
-  const std::vector<std::string> levels = o.levels.empty() ? StoredLevels(o.codec) : o.levels;
-  if (levels.empty()) return InvalidArgument("no levels to store for codec '" + o.codec + "'");
+  if (FindCodec(o.codec) == nullptr) return InvalidArgument("unknown codec '" + o.codec + "'");
   if (o.chunk_tokens == 0) return InvalidArgument("chunk tokens must be positive");
 
   const auto t_load = SteadyClock::now();
   ASSIGN_OR_RETURN(auto model, LlamaModel::Load(o.model_path));
   CalibrationRegistry calibrations;
   RETURN_IF_ERROR(LoadModelCalibration(calibrations, o.model_path, o.calibration));
-  if (codec->info().needs_calibration && calibrations.FindForModel(model->fingerprint()) == nullptr) {
+  if (FindCodec(o.codec)->info().needs_calibration && calibrations.FindForModel(model->fingerprint()) == nullptr) {
     return InvalidArgument("codec '" + o.codec + "' needs a calibration: run `kvcodec calibrate --model " + o.model_path +
                            "` or pass --calibration");
   }
+  ASSIGN_OR_RETURN(const QualityFloor floor,
+                   LoadQualityFloor(o.model_path, o.profile, model->fingerprint(), calibrations, o.quality));
+  r.quality_floor = floor.note;
+  if (!floor.from_profile) KVC_LOG_WARN("%s", PrintableOneLine(floor.note).c_str());
+  ASSIGN_OR_RETURN(StorePlan plan, PlanStoredRungs(floor, o.codec));
+  if (!o.levels.empty()) {  // the caller's own choice, exactly
+    plan.rungs.clear();
+    for (const std::string& level : o.levels) plan.rungs.push_back({FindCodec(o.codec), level});
+    plan.note.clear();
+  }
+  if (!plan.note.empty()) KVC_LOG_WARN("%s", plan.note.c_str());
+  r.stored_levels = RungNames(plan.rungs);
   const std::string store_url = o.store_url.empty() ? DefaultStoreUrl() : o.store_url;
   r.store_url = RedactedUrl(store_url);
   // A malformed URL is the caller's mistake; a store that cannot be reached is a warning.
@@ -80,7 +89,7 @@ Result<RunReport> RunJob(const RunOptions& o) {
   if (o.reuse && store != nullptr) {
     LinkShaper link(LinkShaper::GbpsToBytesPerSecond(o.link_gbps));
     auto restored = RestoreStoredPrefix(*store, *session, model->fingerprint(), keys, o.chunk_tokens, codec_context,
-                                        link, ReuseFetchOptions(o.link_gbps, recompute_s, model->info()));
+                                        link, ReuseFetchOptions(o.link_gbps, recompute_s, model->info(), floor, *store));
     // The fetcher turns a missing or damaged chunk into a shorter prefix; an error here (a
     // restore llama.cpp refused) leaves nothing trustworthy in the session: start over.
     if (!restored.ok()) {
@@ -133,7 +142,7 @@ Result<RunReport> RunJob(const RunOptions& o) {
     const CodecContext store_context{&calibrations, &model->fingerprint(), &pool};
     auto stored = [&]() -> Result<StoredChunks> {
       ASSIGN_OR_RETURN(KvCache kv, session->ExtractKv());
-      return StoreChunks(*store, kv, keys, r.chunks_fetched, o.chunk_tokens, *codec, levels, model->fingerprint(),
+      return StoreChunks(*store, kv, keys, r.chunks_fetched, o.chunk_tokens, plan.rungs, model->fingerprint(),
                          store_context);
     }();
     if (stored.ok()) {
@@ -176,6 +185,8 @@ std::string RunReportJson(const RunReport& r) {
   j["chunks_stored"] = r.chunks_stored;
   j["bytes_stored"] = r.bytes_stored;
   j["warnings"] = r.warnings;
+  j["quality_floor"] = r.quality_floor;
+  j["stored_levels"] = r.stored_levels;
   return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 

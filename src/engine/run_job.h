@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "engine/model_profile.h"
 
 namespace kvc {
 
@@ -23,7 +24,7 @@ struct RunOptions {
   std::string store_url;           // empty: DefaultStoreUrl()
   std::string store_secret;        // non-empty: objects sealed and checked with HMAC-SHA256 (StoreOptions)
   std::string codec = "kvtc";      // how new chunks are stored
-  std::vector<std::string> levels; // empty: the codec's ladder (StoredLevels, prefix_cache.h)
+  std::vector<std::string> levels; // exactly these; empty: raw and the codec's levels within the quality floor (PlanStoredRungs)
   std::string calibration;         // kvtc; empty: <model>.kvcal beside the model
   double link_gbps = 0;            // in-process link cap for fetches; 0: none
   uint32_t chunk_tokens = 256;
@@ -31,6 +32,8 @@ struct RunOptions {
   bool store_new_chunks = true;
   bool reuse = true;               // false: ignore the store (recompute everything)
   int threads = 0;                 // llama.cpp threads; 0: all cores
+  std::string profile;             // quality profile; empty: <model>.kvprof.json beside the model, if any
+  QualityLimits quality;           // which profiled rungs may be stored and fetched
 };
 
 struct RunReport {
@@ -49,6 +52,8 @@ struct RunReport {
   uint64_t bytes_stored = 0;
   std::string store_url, codec;  // the store's URL without any password
   std::vector<std::string> warnings;  // the store's failures, each one line (the text was still generated)
+  std::string quality_floor;          // how the rungs allowed for this model were decided
+  std::vector<std::string> stored_levels;  // "codec/level" of every rung new chunks are stored at
   double link_gbps = 0;
 };
 

@@ -9,7 +9,9 @@
 #include "engine/byte_fallback_model.h"
 #include "engine/llama_engine.h"
 #include "engine/model_files.h"
+#include "engine/model_profile.h"
 #include "engine/prefix_cache.h"
+#include "kvtc/kvcal.h"
 #include "store/redis_test_server.h"
 
 namespace kvc {
@@ -59,6 +61,78 @@ TEST(RunJob, SecondRunReusesTheStoredPrefix) {
   EXPECT_EQ(second->chunks_stored, 0u);
   EXPECT_GT(second->bytes_fetched, 0u);
   EXPECT_EQ(second->text, first->text);
+}
+
+// A profile of the test model whose kvtc rungs above 16 are over the floor (as on a model where
+// high ratios cost too much), for the loaded calibration: the floor is raw, quant 8 and kvtc 8, 16.
+std::string ProfileWithHighRungsOverTheFloor(const std::string& tag) {
+  auto model = LlamaModel::Load(KVCODEC_TEST_MODEL);
+  EXPECT_TRUE(model.ok());
+  Hash128 kvcal_hash{};
+  EXPECT_TRUE(LoadKvcal(std::filesystem::path(KVCODEC_TEST_MODEL).replace_extension(".kvcal").string(), &kvcal_hash).ok());
+  ModelProfile p;
+  p.model = (*model)->fingerprint();
+  p.calibration = HexString(kvcal_hash);
+  p.text = "test";
+  p.rungs = {{"raw", "fp16", 1, 0, 1, 0},          {"quant", "8", 1.9, 0.01, 0.999, 1e-5},
+             {"kvtc", "8", 8, 0.05, 0.995, 1e-4},  {"kvtc", "16", 16, 0.3, 0.985, 5e-4},
+             {"kvtc", "24", 24, 1.5, 0.97, 2e-3},  {"kvtc", "32", 32, 3.0, 0.95, 5e-3},
+             {"kvtc", "64", 60, 9.0, 0.90, 2e-2}};
+  const std::string path = FreshStore(tag) + ".kvprof.json";
+  EXPECT_TRUE(SaveProfile(p, path).ok());
+  return path;
+}
+
+// Quality first: on an uncapped store the exact rung is fetched and the text is what recomputing
+// gives; over a 0.01 Gbps link the planner goes down the ladder, but never past the floor.
+TEST(RunJob, ReuseIsExactWhenFastAndStaysWithinTheFloorWhenSlow) {
+  const std::string profile = ProfileWithHighRungsOverTheFloor("floor");
+  const std::string store = FreshStore("quality-first");
+  RunOptions recompute = Options(store, "kvtc");
+  recompute.reuse = false;
+  recompute.store_new_chunks = false;
+  const auto baseline = RunJob(recompute);
+  ASSERT_TRUE(baseline.ok()) << baseline.status().ToString();
+
+  RunOptions o = Options(store, "kvtc");
+  o.profile = profile;
+  const auto first = RunJob(o);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->stored_levels, (std::vector<std::string>{"raw/fp16", "kvtc/8", "kvtc/16"}));
+  EXPECT_EQ(first->text, baseline->text);
+
+  const auto fast = RunJob(o);
+  ASSERT_TRUE(fast.ok()) << fast.status().ToString();
+  ASSERT_GE(fast->chunks_fetched, 2u);
+  for (const std::string& v : fast->variants) EXPECT_EQ(v, "raw/fp16");
+  EXPECT_EQ(fast->text, baseline->text);
+
+  RunOptions slow_options = o;
+  slow_options.link_gbps = 0.01;
+  const auto slow = RunJob(slow_options);
+  ASSERT_TRUE(slow.ok()) << slow.status().ToString();
+  ASSERT_GE(slow->chunks_fetched, 1u) << slow->fallback;
+  for (const std::string& v : slow->variants) EXPECT_EQ(v, "kvtc/16") << "the highest rung within the floor";
+  std::filesystem::remove(profile);
+}
+
+// Without a profile only near-lossless rungs are stored, and the report says how to make one.
+TEST(RunJob, WithoutAProfileOnlyNearLosslessRungsAreStored) {
+  const std::string store = FreshStore("no-profile");
+  RunOptions o = Options(store, "kvtc");
+  o.profile.clear();
+  // The committed profile beside the test model is bypassed by pointing at a copy of the model
+  // without one: the floor is then the near-lossless one.
+  const auto dir = std::filesystem::path(FreshStore("no-profile-model"));
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(KVCODEC_TEST_MODEL, dir / "m.gguf");
+  std::filesystem::copy_file(std::filesystem::path(KVCODEC_TEST_MODEL).replace_extension(".kvcal"), dir / "m.kvcal");
+  o.model_path = (dir / "m.gguf").string();
+  const auto r = RunJob(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->stored_levels, (std::vector<std::string>{"raw/fp16", "quant/8"}));
+  EXPECT_NE(r->quality_floor.find("kvcodec profile --model"), std::string::npos) << r->quality_floor;
+  std::filesystem::remove_all(dir);
 }
 
 // A missing or damaged chunk never produces wrong output: reuse stops there, the rest is

@@ -73,11 +73,13 @@ Result<std::string> RunTtftBenchJson(const TtftBenchOptions& o) {
   const uint32_t reused = static_cast<uint32_t>(keys.size()) * o.chunk_tokens;
   const uint64_t fp16_bytes = uint64_t{reused} * kv.shape().row_elems() * kv.shape().n_layers * 2 * 2;
 
+  ASSIGN_OR_RETURN(const QualityFloor floor, LoadQualityFloor(o.model_path, o.profile, fp, calibrations, o.quality));
   std::vector<const Codec*> codecs;
   for (const Codec* c : AllCodecs()) {
     const std::string& name = c->info().name;
     if (!o.codecs.empty() && std::find(o.codecs.begin(), o.codecs.end(), name) == o.codecs.end()) continue;
     if (c->info().needs_calibration && calibrations.FindForModel(fp) == nullptr) continue;
+    if (floor.Levels(name).empty()) continue;  // every rung over the model's quality floor
     codecs.push_back(c);
   }
   const CodecContext context{&calibrations, &fp, nullptr};
@@ -87,7 +89,7 @@ Result<std::string> RunTtftBenchJson(const TtftBenchOptions& o) {
   Json rows = Json::array();
   for (const Codec* codec : codecs) {
     const std::string& name = codec->info().name;
-    const std::vector<std::string> levels = StoredLevels(name);
+    const std::vector<std::string> levels = floor.Levels(name);
     auto store = MakeMemoryStore({.capacity_bytes = uint64_t{64} << 30});
     RETURN_IF_ERROR(StoreChunks(*store, kv, keys, 0, o.chunk_tokens, *codec, levels, fp, context).status());
     // Each stored variant's ratio and one-thread decode speed over all chunks: the projection's inputs.
@@ -196,6 +198,7 @@ Result<std::string> RunTtftBenchJson(const TtftBenchOptions& o) {
 
   Json j;
   j["model"] = model->path();
+  j["quality_floor"] = floor.note;
   j["prompt_tokens"] = o.prompt_tokens;
   j["chunk_tokens"] = o.chunk_tokens;
   j["reused_tokens"] = reused;

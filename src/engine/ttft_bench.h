@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "engine/model_profile.h"
 
 namespace kvc {
 
@@ -23,6 +24,8 @@ struct TtftBenchOptions {
   uint32_t repeats = 3;             // runs per point; the median is reported
   int threads = 0;
   bool progress = true;
+  std::string profile;     // quality profile; empty: <model>.kvprof.json beside the model, if any
+  QualityLimits quality;   // only rungs within it are stored and fetched
 };
 
 // JSON (keys documented in docs/results.md's TTFT section, rendered by scripts/plot_ttft.py).

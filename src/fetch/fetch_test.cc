@@ -71,6 +71,46 @@ TEST(LevelPlanner, RespectsTheQualityFloorAndRecomputes) {
   EXPECT_FALSE(recompute.Choose(m, 1e9)->recompute);
 }
 
+TEST(LevelPlanner, QualityFirstWithinTheMarginBandwidthFirstBeyondIt) {
+  using Rung = LevelPlanner::Rung;
+  const std::map<Rung, double> loss = {{{"quant", "8"}, 1e-6}, {{"kvtc", "8"}, 1e-4}, {{"kvtc", "16"}, 3e-4},
+                                       {{"kvtc", "32"}, 1e-3}};
+  // 64 tokens of 1000 bytes of fp16 KV each: raw is 64 kB.
+  const ChunkManifest m = Manifest({{"raw", "fp16", 64'000},
+                                    {"quant", "8", 33'000},
+                                    {"kvtc", "8", 8'000},
+                                    {"kvtc", "16", 4'000},
+                                    {"kvtc", "32", 2'000}});
+  LevelPlanner planner({}, 1, 0, loss, 1000);
+  // Nothing seen yet: every decode is priced alike, so on a fast link they tie and raw (exact) wins.
+  EXPECT_EQ(planner.Choose(m, 1e12)->variant.codec, "raw");
+  // Decodes seen: raw 1.0 ms, quant 1.02 ms, kvtc 1.5-1.6 ms. Uncapped, raw is fastest and exact.
+  planner.ObserveDecode({"raw", "fp16", 0}, 0.0010);
+  planner.ObserveDecode({"quant", "8", 0}, 0.00102);
+  planner.ObserveDecode({"kvtc", "8", 0}, 0.0016);
+  planner.ObserveDecode({"kvtc", "16", 0}, 0.0015);
+  planner.ObserveDecode({"kvtc", "32", 0}, 0.0015);
+  EXPECT_EQ(planner.Choose(m, 1e12)->variant.codec, "raw");
+  // At 40 MB/s raw takes 1.6 ms and quant 8 0.83 ms (decode 1.02): quant is fastest; kvtc (1.5 ms) is
+  // not within 5% of it.
+  EXPECT_EQ(planner.Choose(m, 40e6)->variant.codec, "quant");
+  // At 1 MB/s transfer decides: kvtc 32 (2 ms) is fastest and kvtc 16 (4 ms) far off: the trade is real.
+  auto slow = planner.Choose(m, 1e6);
+  EXPECT_EQ(slow->variant.codec + "/" + slow->variant.level, "kvtc/32");
+  // When the two highest rungs are within 5%, the more accurate one is fetched.
+  const ChunkManifest close = Manifest({{"kvtc", "16", 2'050}, {"kvtc", "32", 2'000}});
+  auto near = planner.Choose(close, 1e6);
+  EXPECT_EQ(near->variant.level, "16");
+  // A floor without the high rungs never fetches them, however slow the link.
+  LevelPlanner floor({{"raw", "fp16"}, {"quant", "8"}, {"kvtc", "8"}}, 1, 0, loss, 1000);
+  for (double bps : {1e3, 1e6, 1e9, 1e12}) {
+    auto c = floor.Choose(m, bps);
+    ASSERT_TRUE(c.has_value());
+    EXPECT_TRUE(c->variant.codec != "kvtc" || c->variant.level == "8") << bps;
+  }
+  EXPECT_EQ(floor.Choose(m, 1e3)->variant.level, "8");
+}
+
 KvCache RandomKv(uint32_t seed, const KvShape& shape) {
   KvCache kv = KvCache::Create(shape, DType::kF16).value();
   std::mt19937 rng(seed);

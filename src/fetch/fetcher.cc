@@ -30,7 +30,11 @@ Fetcher::Fetcher(Store& store, LinkShaper& link, const ModelFingerprint& model, 
       model_(model),
       codec_context_(codec_context),
       options_(std::move(options)),
-      planner_(options_.allowed, std::max(1u, options_.inflight), options_.recompute_s),
+      planner_(options_.allowed, std::max(1u, options_.inflight), options_.recompute_s, options_.loss,
+               options_.kv_shape ? 2.0 * 2.0 * options_.kv_shape->n_layers * options_.kv_shape->n_kv_heads *
+                                       options_.kv_shape->head_dim
+                                 : 0.0,
+               options_.quality_margin),
       bandwidth_(LinkShaper::GbpsToBytesPerSecond(options_.initial_gbps)) {}
 
 Result<FetchReport> Fetcher::Run(std::span<const ChunkKey> keys, std::span<const ChunkManifest> manifests,

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +29,11 @@ struct FetchOptions {
   double initial_gbps = 1.0;     // bandwidth assumed before the first transfer completes
   double recompute_s = 0;        // seconds to prefill one chunk here; 0: never plan a recompute
   std::vector<std::pair<std::string, std::string>> allowed;  // (codec, level); empty: any
+  // Measured quality loss of each allowed rung (the model's profile, lower is better): the
+  // planner fetches the most accurate rung whose predicted time is within quality_margin of
+  // the fastest (LevelPlanner).
+  std::map<std::pair<std::string, std::string>, double> loss;
+  double quality_margin = kDefaultQualityMargin;
   // The model's KV geometry (n_layers, n_kv_heads, head_dim; n_tokens is ignored). Each chunk
   // must hold exactly that, with its manifest's chunk_tokens tokens at position
   // index * chunk_tokens: checked on the object's header before it is decoded, so a wrong or

@@ -1,6 +1,7 @@
 #include "fetch/level_planner.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace kvc {
 namespace {
@@ -11,27 +12,52 @@ constexpr double kDecodeWeight = 0.5;
 
 }  // namespace
 
-LevelPlanner::LevelPlanner(std::vector<std::pair<std::string, std::string>> allowed, unsigned decoders,
-                           double recompute_s)
-    : allowed_(std::move(allowed)), decoders_(std::max(1u, decoders)), recompute_s_(recompute_s) {}
+LevelPlanner::LevelPlanner(std::vector<Rung> allowed, unsigned decoders, double recompute_s, std::map<Rung, double> loss,
+                           double output_bytes_per_token, double margin)
+    : allowed_(std::move(allowed)),
+      decoders_(std::max(1u, decoders)),
+      recompute_s_(recompute_s),
+      loss_(std::move(loss)),
+      output_bytes_per_token_(output_bytes_per_token),
+      margin_(margin) {}
 
 bool LevelPlanner::Allowed(const ChunkVariant& v) const {
   if (allowed_.empty()) return true;
   return std::find(allowed_.begin(), allowed_.end(), std::pair{v.codec, v.level}) != allowed_.end();
 }
 
+double LevelPlanner::Loss(const ChunkVariant& v) const {
+  if (v.codec == "raw") return 0;  // bit-exact
+  const auto it = loss_.find({v.codec, v.level});
+  return it == loss_.end() ? std::numeric_limits<double>::infinity() : it->second;
+}
+
 std::optional<LevelChoice> LevelPlanner::Choose(const ChunkManifest& manifest, double bytes_per_second) const {
   std::lock_guard lock(mu_);
-  std::optional<LevelChoice> best;
+  const double prior_decode = output_bytes_per_token_ * manifest.chunk_tokens / kPriorDecodeBytesPerSecond;
+  std::vector<LevelChoice> options;
+  double fastest = std::numeric_limits<double>::infinity();
   for (const ChunkVariant& v : manifest.variants) {
     if (!Allowed(v)) continue;
     const double transfer = bytes_per_second > 0 ? static_cast<double>(v.bytes) / bytes_per_second : 0.0;
     const auto it = decode_s_.find({v.codec, v.level});
-    const double decode = it == decode_s_.end() ? 0.0 : it->second / decoders_;
+    const double decode = (it == decode_s_.end() ? prior_decode : it->second) / decoders_;
     const double t = std::max(transfer, decode);
-    // Ties go to the smaller variant: it costs the link less if the estimate is optimistic.
-    if (!best || t < best->predicted_s || (t == best->predicted_s && v.bytes < best->variant.bytes)) {
-      best = LevelChoice{false, v, t};
+    options.push_back(LevelChoice{false, v, t});
+    fastest = std::min(fastest, t);
+  }
+  std::optional<LevelChoice> best;
+  for (const LevelChoice& c : options) {
+    if (c.predicted_s > fastest * (1 + margin_)) continue;
+    // Most accurate first; then faster; then smaller (it costs the link less if the estimate is optimistic).
+    if (!best) {
+      best = c;
+      continue;
+    }
+    const double l = Loss(c.variant), lb = Loss(best->variant);
+    if (l < lb || (l == lb && (c.predicted_s < best->predicted_s ||
+                               (c.predicted_s == best->predicted_s && c.variant.bytes < best->variant.bytes)))) {
+      best = c;
     }
   }
   if (recompute_s_ > 0 && (!best || recompute_s_ < best->predicted_s)) return LevelChoice{true, {}, recompute_s_};

@@ -1,10 +1,13 @@
-// Picks, per chunk, which stored variant to fetch (design brief §2.2, "fetcher"): the one whose
-// predicted time is least at the bandwidth seen on recent transfers, or "recompute" when
-// prefilling the chunk's tokens is predicted faster than any fetch. In a pipeline a chunk costs
-// the slower of its transfer and its decode (the other hides under it), so a variant's predicted
-// time is max(bytes / bandwidth, decode seconds / decoders). Decode times are learned from the
-// chunks decoded so far (unknown variants count as free until seen). The quality floor is the
-// set of variants a request allows.
+// Picks, per chunk, which stored variant to fetch (design brief §2.2, "fetcher"), quality
+// first: among the variants whose predicted time at the bandwidth seen on recent transfers is
+// within `margin` (5%) of the fastest, the most accurate (least measured loss), so reuse leaves
+// the output as it was unless bandwidth makes the trade real; "recompute" (exact) when
+// prefilling the chunk is predicted faster than that. In a pipeline a chunk costs the slower of
+// its transfer and its decode (the other hides under it), so a variant's predicted time is
+// max(bytes / bandwidth, decode seconds / decoders). Decode times are learned from the chunks
+// decoded so far; until a variant is seen its decode is priced at kPriorDecodeBytesPerSecond of
+// output, the same for every codec, so that an unseen variant neither looks free nor wins on a
+// guess. The quality floor is the set of variants a request allows.
 #pragma once
 
 #include <map>
@@ -24,11 +27,20 @@ struct LevelChoice {
   double predicted_s = 0;   // per chunk, at the bandwidth it was chosen for
 };
 
+// Slower than any codec decodes here, so an unseen lossy variant is not preferred on a guess.
+inline constexpr double kPriorDecodeBytesPerSecond = 250e6;
+inline constexpr double kDefaultQualityMargin = 0.05;
+
 class LevelPlanner {
  public:
+  using Rung = std::pair<std::string, std::string>;  // (codec, level)
   // `allowed`: (codec, level) pairs a request accepts (empty: every variant); `decoders`: how
-  // many chunks decode at once; `recompute_s`: seconds to prefill one chunk here (0: never).
-  LevelPlanner(std::vector<std::pair<std::string, std::string>> allowed, unsigned decoders, double recompute_s);
+  // many chunks decode at once; `recompute_s`: seconds to prefill one chunk here (0: never);
+  // `loss`: each rung's measured quality loss (lower is better; raw fp16 is 0, a rung missing
+  // from it ranks last); `output_bytes_per_token`: fp16 bytes of one token's KV, for the
+  // decode prior (0: unseen variants decode for free).
+  LevelPlanner(std::vector<Rung> allowed, unsigned decoders, double recompute_s, std::map<Rung, double> loss = {},
+               double output_bytes_per_token = 0, double margin = kDefaultQualityMargin);
 
   // nullopt when the manifest lists no allowed variant and recompute is off.
   std::optional<LevelChoice> Choose(const ChunkManifest& manifest, double bytes_per_second) const;
@@ -36,9 +48,13 @@ class LevelPlanner {
 
  private:
   bool Allowed(const ChunkVariant& v) const;
-  std::vector<std::pair<std::string, std::string>> allowed_;
+  double Loss(const ChunkVariant& v) const;
+  std::vector<Rung> allowed_;
   unsigned decoders_;
   double recompute_s_;
+  std::map<Rung, double> loss_;
+  double output_bytes_per_token_;
+  double margin_;
   mutable std::mutex mu_;
   std::map<std::pair<std::string, std::string>, double> decode_s_;  // moving average per variant
 };

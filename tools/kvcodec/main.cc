@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <pthread.h>
 #include <sstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -105,7 +106,47 @@ int RunEval(const EvalArgs& a) {
   return 0;
 }
 
-int RunCodecs(bool json) {
+struct CodecsArgs {
+  std::string model, profile, calibration;
+  double max_ppl_delta = 1.0, min_top1 = 0.97;
+  bool json = false;
+};
+
+// The model's quality profile and the floor it gives: what run, serve and bench ttft may use.
+int RunModelFloor(const CodecsArgs& a) {
+  auto floor = kvcodec::QualityFloorJson(a.model, a.profile, a.calibration, a.max_ppl_delta, a.min_top1);
+  if (!floor.ok()) return Fail(floor.error());
+  if (a.json) {
+    std::cout << floor.value() << "\n";
+    return 0;
+  }
+  const auto j = nlohmann::json::parse(floor.value());
+  std::printf("%s: %s\n", a.model.c_str(), j["note"].get<std::string>().c_str());
+  std::set<std::string> allowed;
+  for (const auto& r : j["allowed"]) allowed.insert(r.get<std::string>());
+  if (!j["profile"].is_null()) {
+    const auto& p = j["profile"];
+    std::printf("profile: %u documents of %u + %u tokens from %s\n", p["docs"].get<unsigned>(), p["ctx"].get<unsigned>(),
+                p["cont"].get<unsigned>(), p["text"].get<std::string>().c_str());
+    std::printf("  %-9s %-7s %8s %10s %8s %10s  %s\n", "codec", "level", "ratio", "ppl delta", "top-1", "KL", "");
+    for (const auto& r : p["rungs"]) {
+      const std::string name = r["codec"].get<std::string>() + "/" + r["level"].get<std::string>();
+      std::printf("  %-9s %-7s %8.2f %+9.3f%% %8.4f %10.6f  %s\n", r["codec"].get<std::string>().c_str(),
+                  r["level"].get<std::string>().c_str(), r["ratio"].get<double>(), r["ppl_delta_pct"].get<double>(),
+                  r["top1_agreement"].get<double>(), r["kl_mean"].get<double>(),
+                  allowed.count(name) ? "allowed" : "over the floor");
+    }
+  } else {
+    std::string list;
+    for (const auto& r : allowed) list += (list.empty() ? "" : ", ") + r;
+    std::printf("allowed: %s\n", list.c_str());
+  }
+  return 0;
+}
+
+int RunCodecs(const CodecsArgs& a) {
+  if (!a.model.empty()) return RunModelFloor(a);
+  const bool json = a.json;
   auto codecs = kvcodec::CodecsJson();
   if (!codecs.ok()) return Fail(codecs.error());
   if (json) {
@@ -208,9 +249,41 @@ int RunDecode(const std::string& in, const std::string& out, const std::string& 
   return 0;
 }
 
+struct ProfileArgs {
+  std::string model = DefaultModel(), text, calibration, out;
+  uint32_t docs = 0, ctx = 0, cont = 0;
+  int threads = 0;
+  bool json = false, quiet = false;
+};
+
+int RunProfile(const ProfileArgs& a) {
+  kvc_profile_params p{};
+  p.model_path = a.model.c_str();
+  p.text_path = a.text.empty() ? nullptr : a.text.c_str();
+  p.calibration = a.calibration.empty() ? nullptr : a.calibration.c_str();
+  p.out_path = a.out.empty() ? nullptr : a.out.c_str();
+  p.docs = a.docs;
+  p.ctx = a.ctx;
+  p.cont = a.cont;
+  p.n_threads = a.threads;
+  p.progress = a.quiet ? 0 : 1;
+  auto report = kvcodec::ProfileJson(p);
+  if (!report.ok()) return Fail(report.error());
+  if (a.json) {
+    std::cout << report.value() << "\n";
+    return 0;
+  }
+  const auto j = nlohmann::json::parse(report.value());
+  std::printf("wrote %s: %zu rungs on %u documents of %u + %u tokens (see `kvcodec codecs --model %s`)\n",
+              j["out"].get<std::string>().c_str(), j["rungs"].size(), j["docs"].get<unsigned>(),
+              j["ctx"].get<unsigned>(), j["cont"].get<unsigned>(), a.model.c_str());
+  return 0;
+}
+
 struct CalibrateArgs {
   std::string model = DefaultModel(), text, token_file, out, grouping = "auto", quantizer = "auto";
   uint32_t group_size = 0, tokens = 0, window = 0, chunk = 256;
+  bool no_profile = false;
   int threads = 0;
   bool json = false, quiet = false;
 };
@@ -231,6 +304,26 @@ int RunCalibrate(const CalibrateArgs& a) {
   p.progress = a.quiet ? 0 : 1;
   auto report = kvcodec::CalibrateJson(p);
   if (!report.ok()) return Fail(report.error());
+  if (!a.no_profile) {
+    // The new calibration makes the old profile's kvtc rungs stale: measure them all again.
+    ProfileArgs pa;
+    pa.model = a.model;
+    pa.calibration = nlohmann::json::parse(report.value())["out"].get<std::string>();
+    pa.threads = a.threads;
+    pa.quiet = a.quiet;
+    pa.json = false;
+    if (a.json) {
+      kvc_profile_params pp{};
+      pp.model_path = pa.model.c_str();
+      pp.calibration = pa.calibration.c_str();
+      pp.n_threads = pa.threads;
+      pp.progress = a.quiet ? 0 : 1;
+      auto profiled = kvcodec::ProfileJson(pp);
+      if (!profiled.ok()) return Fail(profiled.error());
+    } else if (int rc = RunProfile(pa); rc != 0) {
+      return rc;
+    }
+  }
   if (a.json) {
     std::cout << report.value() << "\n";
     return 0;
@@ -334,12 +427,36 @@ int RunBenchVideo(const BenchVideoArgs& a) {
   return 0;
 }
 
+// The quality-floor flags of run, serve and bench ttft.
+struct QualityArgs {
+  std::string profile;
+  double max_ppl_delta = 1.0, min_top1 = 0.97;
+  void AddTo(CLI::App* app) {
+    app->add_option("--profile", profile,
+                    "Quality profile (default: <model>.kvprof.json beside the model; without one only raw and quant 8 "
+                    "are stored and fetched)");
+    app->add_option("--max-ppl-delta", max_ppl_delta, "Largest profiled perplexity change a rung may have, percent")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1e9));
+    app->add_option("--min-top1", min_top1, "Smallest profiled top-1 agreement a rung may have")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1.0));
+  }
+  template <typename Params>
+  void Set(Params* p) const {
+    p->profile = profile.empty() ? nullptr : profile.c_str();
+    p->max_ppl_delta = max_ppl_delta;
+    p->min_top1 = min_top1;
+  }
+};
+
 struct RunArgs {
   std::string model = DefaultModel(), store, store_secret, codec = "kvtc", levels, calibration, prompt_file;
   double link_gbps = 0;
   uint32_t chunk = 256, n_generate = 32;
   int threads = 0;
   bool json = false, no_store = false, no_reuse = false;
+  QualityArgs quality;
 };
 
 std::string FormatGbps(double gbps) {
@@ -366,6 +483,7 @@ int RunRun(const RunArgs& a) {
   p.no_store = a.no_store ? 1 : 0;
   p.no_reuse = a.no_reuse ? 1 : 0;
   p.store_secret = a.store_secret.empty() ? nullptr : a.store_secret.c_str();
+  a.quality.Set(&p);
   auto report = kvcodec::RunJson(p);
   if (!report.ok()) return Fail(report.error());
   if (a.json) {
@@ -381,6 +499,9 @@ int RunRun(const RunArgs& a) {
               j["prompt_tokens"].get<unsigned>(), j["chunks_fetched"].get<unsigned>(),
               j["chunks_reusable"].get<unsigned>(), variants.empty() ? "" : ": ", variants.c_str(),
               j["prefilled_tokens"].get<unsigned>());
+  if (!j["quality_floor"].get<std::string>().empty()) {
+    std::printf("quality floor: %s\n", j["quality_floor"].get<std::string>().c_str());
+  }
   if (!j["fallback"].get<std::string>().empty()) {
     std::printf("reuse stopped early, recomputed from there: %s\n", j["fallback"].get<std::string>().c_str());
   }
@@ -403,6 +524,7 @@ struct BenchTtftArgs {
   uint32_t prompt_tokens = 4096, chunk = 256, repeats = 3;
   int threads = 0;
   bool json = false, quiet = false;
+  QualityArgs quality;
 };
 
 int RunBenchTtft(const BenchTtftArgs& a) {
@@ -415,6 +537,7 @@ int RunBenchTtft(const BenchTtftArgs& a) {
   p.prompt_tokens = a.prompt_tokens;
   p.chunk_tokens = a.chunk;
   p.repeats = a.repeats;
+  a.quality.Set(&p);
   p.n_threads = a.threads;
   p.quiet = a.quiet ? 1 : 0;
   auto report = kvcodec::BenchTtftJson(p);
@@ -517,6 +640,7 @@ struct ServeArgs {
   int threads = 0, parallel = 4, fetch_threads = 1;
   std::string scheduler = "kv-aware";
   bool no_reuse = false;
+  QualityArgs quality;
 };
 
 int RunServe(const ServeArgs& a) {
@@ -542,6 +666,7 @@ int RunServe(const ServeArgs& a) {
   p.n_fetch_threads = a.fetch_threads;
   p.scheduler = a.scheduler.c_str();
   p.no_reuse = a.no_reuse ? 1 : 0;
+  a.quality.Set(&p);
   p.store_secret = a.store_secret.empty() ? nullptr : a.store_secret.c_str();
   p.max_body_bytes = a.max_body;
   p.request_timeout_s = a.request_timeout;
@@ -601,9 +726,27 @@ int Main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", kvc_version());
 
-  bool codecs_json = false;
-  auto* codecs = app.add_subcommand("codecs", "List codecs, their levels and parameters");
-  codecs->add_flag("--json", codecs_json, "Print JSON");
+  CodecsArgs cs;
+  auto* codecs = app.add_subcommand("codecs", "List codecs, their levels and parameters (with --model: the model's quality profile and floor)");
+  codecs->add_flag("--json", cs.json, "Print JSON");
+  codecs->add_option("--model", cs.model, "Show this model's quality profile and which rungs are within the floor");
+  codecs->add_option("--profile", cs.profile, "Quality profile (default: <model>.kvprof.json beside the model)");
+  codecs->add_option("--calibration", cs.calibration, "KVTC calibration (default: <model>.kvcal if present)");
+  codecs->add_option("--max-ppl-delta", cs.max_ppl_delta, "Largest perplexity change allowed, percent")->capture_default_str()->check(CLI::Range(0.0, 1e9));
+  codecs->add_option("--min-top1", cs.min_top1, "Smallest top-1 agreement allowed")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+
+  ProfileArgs pa;
+  auto* profile = app.add_subcommand("profile", "Measure every rung of every codec on the model (held-back calibration text) and write its quality profile");
+  profile->add_option("--model", pa.model, "GGUF model")->capture_default_str();
+  profile->add_option("--text", pa.text, "Text (default: calib.txt beside the model; its last windows are used)");
+  profile->add_option("--calibration", pa.calibration, "KVTC calibration (default: <model>.kvcal if present)");
+  profile->add_option("--out", pa.out, "Output (default: <model>.kvprof.json)");
+  profile->add_option("--docs", pa.docs, "Documents (0: enough for 1024 scored positions, at least 8)")->capture_default_str()->check(CLI::Range(0u, 100000u));
+  profile->add_option("--ctx", pa.ctx, "Context tokens per document (0: min(1024, training context) - cont - 1)")->capture_default_str();
+  profile->add_option("--cont", pa.cont, "Continuation tokens scored (0: min(128, training context / 4))")->capture_default_str()->check(CLI::Range(0u, 4096u));
+  profile->add_option("--threads", pa.threads, "Threads for llama.cpp (0: all cores)");
+  profile->add_flag("--json", pa.json, "Print the profile as JSON");
+  profile->add_flag("--quiet", pa.quiet, "No progress line");
 
   EvalArgs ev;
   auto* eval = app.add_subcommand("eval", "Measure a codec's accuracy on a real model (compress, restore, compare)");
@@ -663,6 +806,7 @@ int Main(int argc, char** argv) {
   calibrate->add_option("--chunk", ca.chunk, "Tokens per chunk the coded sizes are measured at")->capture_default_str()->check(CLI::Range(16u, 1u << 20));
   calibrate->add_option("--threads", ca.threads, "Threads for llama.cpp (0: all cores)");
   calibrate->add_flag("--json", ca.json, "Print the report as JSON");
+  calibrate->add_flag("--no-profile", ca.no_profile, "Do not measure the quality profile afterwards (`kvcodec profile`)");
   calibrate->add_flag("--quiet", ca.quiet, "No progress line");
 
   BenchArgs be;
@@ -711,6 +855,7 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(1, 65536));
   serve->add_option("--codec", sv.codec, "Codec for new chunks")->capture_default_str();
   serve->add_option("--calibration", sv.calibration, "KVTC calibration (default: <model>.kvcal if present)");
+  sv.quality.AddTo(serve);
   serve->add_option("--host", sv.host, "Address to listen on")->capture_default_str();
   serve->add_option("--port", sv.port, "Port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
   serve->add_option("--link-gbps", sv.link_gbps, "Cap the fetch link at this rate (0: none)")
@@ -739,6 +884,7 @@ int Main(int argc, char** argv) {
   bench_ttft->add_option("--model", bt.model, "GGUF model")->capture_default_str();
   bench_ttft->add_option("--text", bt.text, "Text the prompt is taken from (default: eval.txt beside the model)");
   bench_ttft->add_option("--calibration", bt.calibration, "KVTC calibration (default: <model>.kvcal if present)");
+  bt.quality.AddTo(bench_ttft);
   bench_ttft->add_option("--codecs", bt.codecs, "Codecs, comma-separated (default: every codec)");
   bench_ttft->add_option("--link-gbps", bt.link_gbps, "Link rates, comma-separated (default: 0.01,0.03,0.1,0.3,1,3,10)");
   bench_ttft->add_option("--prompt-tokens", bt.prompt_tokens, "Prompt length")->capture_default_str();
@@ -814,6 +960,7 @@ int Main(int argc, char** argv) {
   run->add_option("--codec", ru.codec, "Codec for new chunks")->capture_default_str();
   run->add_option("--levels", ru.levels, "Levels to store, comma-separated (default: the codec's ladder)");
   run->add_option("--calibration", ru.calibration, "KVTC calibration (default: <model>.kvcal if present)");
+  ru.quality.AddTo(run);
   run->add_option("--link-gbps", ru.link_gbps, "Cap the fetch link at this rate (emulated in process; 0: none)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -842,7 +989,8 @@ int Main(int argc, char** argv) {
     return Fail(std::string(e.what()) + " (see --help)");
   }
 
-  if (*codecs) return RunCodecs(codecs_json);
+  if (*codecs) return RunCodecs(cs);
+  if (*profile) return RunProfile(pa);
   if (*eval) return RunEval(ev);
   if (*run) return RunRun(ru);
   if (*serve) return RunServe(sv);
