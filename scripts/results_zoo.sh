@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Regenerates docs/results-zoo.md: every codec's rungs on every model of the zoo (models/*/), each
+# at the model's training context, beside what `kvcodec calibrate` chose for it and why and the
+# kvtc curve against the reverse water-filling rate. Every figure in that file comes from this
+# command (about 20 minutes on 2 cores).
+#   scripts/results_zoo.sh [MODEL ...]    (default: every model with a model.json)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh dev
+kvcodec=build/dev/tools/kvcodec/kvcodec
+out=results/zoo
+mkdir -p "$out"
+models=("$@")
+if ((${#models[@]} == 0)); then
+  for meta in models/*/model.json; do models+=("$(basename "$(dirname "$meta")")"); done
+fi
+for m in "${models[@]}"; do
+  read -r ctx cont docs < <(/usr/bin/python3 -c '
+import json, sys
+t = json.load(open("models/'"$m"'/model.json"))["train_ctx"]
+cont = min(128, t // 4)
+print(t - cont - 1, cont, max(8, -(-1024 // cont)))')
+  if [[ ! -f models/$m/$m.kvcal || ! -f models/$m/$m.kvcal.json ]]; then
+    echo "== calibrating $m" >&2
+    $kvcodec calibrate --model "models/$m/$m.gguf" --json --quiet > "models/$m/$m.kvcal.json"
+  fi
+  echo "== $m: every rung on eval.txt, $docs documents of $ctx + $cont tokens" >&2
+  $kvcodec profile --model "models/$m/$m.gguf" --text "models/$m/eval.txt" --ctx "$ctx" --cont "$cont" \
+    --docs "$docs" --out "$out/$m.json" --quiet
+done
+/usr/bin/python3 scripts/render_zoo.py > docs/results-zoo.md
+echo "wrote docs/results-zoo.md" >&2
