@@ -240,10 +240,11 @@ void PutU64(std::vector<uint8_t>& b, size_t at, uint64_t v) {
   PutU32(b, at + 4, static_cast<uint32_t>(v >> 32));
 }
 
-// Offsets of each section's prefix, walking the stored lengths.
-std::vector<size_t> SectionOffsets(const std::vector<uint8_t>& b) {
+// Offsets of each section's prefix, walking the stored lengths from `first` (version 1's first
+// section by default).
+std::vector<size_t> SectionOffsets(const std::vector<uint8_t>& b, size_t first = kFirstSectionAt) {
   std::vector<size_t> at;
-  for (size_t off = kFirstSectionAt; off + 16 <= b.size();) {
+  for (size_t off = first; off + 16 <= b.size();) {
     at.push_back(off);
     const uint64_t length = GetU64(b, off + 4);
     if (length > b.size() - off - 16) break;
@@ -253,24 +254,13 @@ std::vector<size_t> SectionOffsets(const std::vector<uint8_t>& b) {
 }
 
 // Recomputes every CRC, so a test can hand the reader a deliberately wrong value that is not
-// caught by a checksum first.
-void FixCrcs(std::vector<uint8_t>& b) {
-  PutU32(b, kHeaderCrcAt, Crc32c(b.data(), kHeaderCrcAt));
-  for (size_t off : SectionOffsets(b)) {
-    const uint64_t length = GetU64(b, off + 4);
-    if (length > b.size() - off - 16) break;
-    PutU32(b, off + 12, Crc32cExtend(Crc32c(b.data() + off, 12), b.data() + off + 16, static_cast<size_t>(length)));
-  }
-}
-
-// FixCrcs for a layout whose header CRC and first section are elsewhere (version 2).
-void FixCrcsFrom(std::vector<uint8_t>& b, size_t header_crc_at, size_t first_section_at) {
+// caught by a checksum first (version 1's layout by default).
+void FixCrcs(std::vector<uint8_t>& b, size_t header_crc_at = kHeaderCrcAt, size_t first_section_at = kFirstSectionAt) {
   PutU32(b, header_crc_at, Crc32c(b.data(), header_crc_at));
-  for (size_t off = first_section_at; off + 16 <= b.size();) {
+  for (size_t off : SectionOffsets(b, first_section_at)) {
     const uint64_t length = GetU64(b, off + 4);
     if (length > b.size() - off - 16) break;
     PutU32(b, off + 12, Crc32cExtend(Crc32c(b.data() + off, 12), b.data() + off + 16, static_cast<size_t>(length)));
-    off += 16 + static_cast<size_t>(length);
   }
 }
 
@@ -478,17 +468,6 @@ TEST(Kvcal, WrongMagicAndVersion) {
 // multipliers, allocations their coded size, and a NOTE section closes the file.
 constexpr size_t kV2QuantizerAt = 75, kV2ChunkTokensAt = 76, kV2HeaderCrcAt = 80, kV2FirstSectionAt = 84;
 
-std::vector<size_t> SectionOffsetsFrom(const std::vector<uint8_t>& b, size_t first) {
-  std::vector<size_t> at;
-  for (size_t off = first; off + 16 <= b.size();) {
-    at.push_back(off);
-    const uint64_t length = GetU64(b, off + 4);
-    if (length > b.size() - off - 16) break;
-    off += 16 + static_cast<size_t>(length);
-  }
-  return at;
-}
-
 TEST(Kvcal2, RoundTripEachGroupingAndQuantizer) {
   for (KvtcQuantizer q : {KvtcQuantizer::kTokenGroup, KvtcQuantizer::kComponent}) {
     for (KvtcGrouping g : {KvtcGrouping::kLayerHead, KvtcGrouping::kLayer, KvtcGrouping::kAll}) {
@@ -512,7 +491,7 @@ TEST(Kvcal2, LayoutMatchesFormatDoc) {
   EXPECT_EQ(b[kV2QuantizerAt], 1);
   EXPECT_EQ(GetU32(b, kV2ChunkTokensAt), 256u);
   EXPECT_EQ(GetU32(b, kV2HeaderCrcAt), Crc32c(b.data(), kV2HeaderCrcAt));
-  const std::vector<size_t> at = SectionOffsetsFrom(b, kV2FirstSectionAt);
+  const std::vector<size_t> at = SectionOffsets(b, kV2FirstSectionAt);
   const size_t n_bases = c.n_bases();
   ASSERT_EQ(at.size(), 2 * n_bases + 2);
   for (size_t i = 0; i < 2 * n_bases; ++i) {
@@ -549,22 +528,22 @@ TEST(Kvcal2, EveryByteFlipAndTruncationFails) {
 TEST(Kvcal2, HostileValuesInsideSectionsFail) {
   std::vector<uint8_t> b = TinyFile(2, KvtcQuantizer::kComponent);
   b[kV2QuantizerAt] = 2;
-  FixCrcsFrom(b, kV2HeaderCrcAt, kV2FirstSectionAt);
+  FixCrcs(b, kV2HeaderCrcAt, kV2FirstSectionAt);
   ExpectCorrupt(b, "unknown quantizer 2");
   // A multiplier of 0 (the last float of the first basis section).
   b = TinyFile(2, KvtcQuantizer::kComponent);
-  const std::vector<size_t> at = SectionOffsetsFrom(b, kV2FirstSectionAt);
+  const std::vector<size_t> at = SectionOffsets(b, kV2FirstSectionAt);
   PutU32(b, at[1] - 4, 0);
-  FixCrcsFrom(b, kV2HeaderCrcAt, kV2FirstSectionAt);
+  FixCrcs(b, kV2HeaderCrcAt, kV2FirstSectionAt);
   ExpectCorrupt(b, "step multiplier 15 is 0, outside [0.0625, 16]");
   // A choice that is not one printable line.
   b = TinyFile(2, KvtcQuantizer::kComponent);
   b[b.size() - 3] = '\n';
-  FixCrcsFrom(b, kV2HeaderCrcAt, kV2FirstSectionAt);
+  FixCrcs(b, kV2HeaderCrcAt, kV2FirstSectionAt);
   ExpectCorrupt(b, "choice is not one line of printable UTF-8");
   b = TinyFile(2, KvtcQuantizer::kComponent);
   b[b.size() - 3] = 0xC3;
-  FixCrcsFrom(b, kV2HeaderCrcAt, kV2FirstSectionAt);
+  FixCrcs(b, kV2HeaderCrcAt, kV2FirstSectionAt);
   ExpectCorrupt(b, "choice is not one line of printable UTF-8");
 }
 

@@ -27,6 +27,21 @@ if(NOT out MATCHES "raw" OR NOT out MATCHES "quant")
   message(FATAL_ERROR "codecs listing lacks raw/quant:\n${out}")
 endif()
 
+# The test model's quality profile and floor.
+run(TRUE "${KVCODEC}" codecs --model "${src}/models/kvtiny/kvtiny.gguf")
+if(NOT out MATCHES "profiled rungs within" OR NOT out MATCHES "kvtc +16 .* allowed" OR NOT out MATCHES "over the floor")
+  message(FATAL_ERROR "codecs --model output unexpected:\n${out}")
+endif()
+# A profile that is not one: a clear error naming it.
+file(WRITE "${WORK}/bad.kvprof.json" "{\"format\": \"kvcodec-quality-profile\"}")
+run(FALSE "${KVCODEC}" codecs --model "${src}/models/kvtiny/kvtiny.gguf" --profile "${WORK}/bad.kvprof.json")
+# Pre-tokenised evaluation: a bad id is one error line naming line and column.
+file(WRITE "${WORK}/tokens.txt" "1 2 3\n4 99999\n")
+run(FALSE "${KVCODEC}" eval --token-file "${WORK}/tokens.txt" --docs 1 --ctx 2 --cont 1)
+if(NOT err MATCHES "line 2, column 3")
+  message(FATAL_ERROR "token-file error unexpected:\n${err}")
+endif()
+
 file(WRITE "${WORK}/prompt.txt" "And it came to pass, that the word of the LORD came unto him, saying, Arise.")
 run(TRUE "${KVCODEC}" encode --text "${WORK}/prompt.txt" --codec quant --level 4 -o "${WORK}/a.kvc")
 run(TRUE "${KVCODEC}" inspect "${WORK}/a.kvc")
