@@ -36,7 +36,8 @@ std::optional<LevelChoice> LevelPlanner::Choose(const ChunkManifest& manifest, d
   std::lock_guard lock(mu_);
   const double prior_decode = output_bytes_per_token_ * manifest.chunk_tokens / kPriorDecodeBytesPerSecond;
   std::vector<LevelChoice> options;
-  double fastest = std::numeric_limits<double>::infinity();
+  std::vector<bool> seen;
+  double fastest_seen = std::numeric_limits<double>::infinity();
   for (const ChunkVariant& v : manifest.variants) {
     if (!Allowed(v)) continue;
     const double transfer = bytes_per_second > 0 ? static_cast<double>(v.bytes) / bytes_per_second : 0.0;
@@ -44,11 +45,22 @@ std::optional<LevelChoice> LevelPlanner::Choose(const ChunkManifest& manifest, d
     const double decode = (it == decode_s_.end() ? prior_decode : it->second) / decoders_;
     const double t = std::max(transfer, decode);
     options.push_back(LevelChoice{false, v, t});
-    fastest = std::min(fastest, t);
+    seen.push_back(it != decode_s_.end());
+    if (seen.back()) fastest_seen = std::min(fastest_seen, t);
+  }
+  // A variant not decoded yet is tried only when its guess beats every measured one by
+  // kUnseenAdvantage: measurements made under this machine's load are not traded for a guess
+  // made without it (on a busy machine a local read looks slow, a guessed decode does not).
+  double fastest = std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < options.size(); ++i) {
+    if (!seen[i] && options[i].predicted_s * kUnseenAdvantage >= fastest_seen) {
+      options[i].predicted_s = std::numeric_limits<double>::infinity();
+    }
+    fastest = std::min(fastest, options[i].predicted_s);
   }
   std::optional<LevelChoice> best;
   for (const LevelChoice& c : options) {
-    if (c.predicted_s > fastest * (1 + margin_)) continue;
+    if (c.predicted_s > fastest * (1 + margin_) || c.predicted_s == std::numeric_limits<double>::infinity()) continue;
     // Most accurate first; then faster; then smaller (it costs the link less if the estimate is optimistic).
     if (!best) {
       best = c;

@@ -6,8 +6,8 @@
 // its transfer and its decode (the other hides under it), so a variant's predicted time is
 // max(bytes / bandwidth, decode seconds / decoders). Decode times are learned from the chunks
 // decoded so far; until a variant is seen its decode is priced at kPriorDecodeBytesPerSecond of
-// output, the same for every codec, so that an unseen variant neither looks free nor wins on a
-// guess. The quality floor is the set of variants a request allows.
+// output, the same for every codec, and it is tried only when that guess beats every measured
+// variant by kUnseenAdvantage, so that an unseen variant neither looks free nor wins on a guess. The quality floor is the set of variants a request allows.
 #pragma once
 
 #include <map>
@@ -28,8 +28,9 @@ struct LevelChoice {
 };
 
 // Slower than any codec decodes here, so an unseen lossy variant is not preferred on a guess.
-inline constexpr double kPriorDecodeBytesPerSecond = 250e6;
+inline constexpr double kPriorDecodeBytesPerSecond = 100e6;
 inline constexpr double kDefaultQualityMargin = 0.05;
+inline constexpr double kUnseenAdvantage = 2.0;
 
 class LevelPlanner {
  public:
