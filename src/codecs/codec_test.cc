@@ -195,7 +195,9 @@ TEST(EncodeKvc, OutOfRangeInputIsRefusedByLossyCodecsAndNaNAndInfinityKeptByRaw)
           std::vector<float> got(32);
           back.ReadRowsF32(KvKind::kValue, 1, 3, 1, got.data());
           EXPECT_EQ(std::isnan(got[17]), std::isnan(bad));
-          if (std::isinf(bad)) EXPECT_EQ(got[17], bad);
+          if (std::isinf(bad)) {
+            EXPECT_EQ(got[17], bad);
+          }
           continue;
         }
         ASSERT_FALSE(bytes.ok()) << codec->info().name << " " << level;
