@@ -182,14 +182,16 @@ ErrorStats ExpectWithinTransformBound(const KvtcCalibration& c, float ratio, con
       // Component quantiser: each component's step comes from its RMS over the chunk's tokens.
       std::vector<double> component_step(basis.n_components, 0);
       if (c.quantizer == KvtcQuantizer::kComponent) {
-        std::vector<double> sum2(basis.n_components, 0);
+        std::vector<double> sum2(basis.n_components, 0), x(dim);
         for (uint32_t t = 0; t < n; ++t) {
+          for (uint32_t d = 0; d < dim; ++d) {
+            const auto [layer, feature] = kvtc_test::TestFeatureOf(c, b, d);
+            x[d] = double{x_fit[layer][size_t{t} * row + feature]} - basis.mean[d];
+          }
           for (uint32_t k = 0; k < basis.n_components; ++k) {
+            const float* comp = &basis.components[size_t{k} * dim];
             double a = 0;
-            for (uint32_t d = 0; d < dim; ++d) {
-              const auto [layer, feature] = kvtc_test::TestFeatureOf(c, b, d);
-              a += (double{x_fit[layer][size_t{t} * row + feature]} - basis.mean[d]) * basis.components[size_t{k} * dim + d];
-            }
+            for (uint32_t d = 0; d < dim; ++d) a += x[d] * comp[d];
             sum2[k] += a * a;
           }
         }
