@@ -1,18 +1,16 @@
 #include "engine/model_profile.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "base/atomic_file.h"
+#include "base/utf8.h"
 #include "codecs/codec.h"
 #include "engine/evaluator.h"
 #include "engine/model_files.h"
-#include "base/utf8.h"
 #include "format/container.h"
 
 namespace kvc {
@@ -160,17 +158,7 @@ Result<ModelProfile> ParseProfile(std::string_view text) {
 
 Status SaveProfile(const ModelProfile& profile, const std::string& path) {
   const std::string text = WriteProfile(profile);
-  const std::string tmp = FormatMessage("%s.tmp.%ld", path.c_str(), static_cast<long>(::getpid()));
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) return IoError("cannot create " + tmp);
-  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  const bool flushed = std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
-  const bool closed = std::fclose(f) == 0;
-  if (!written || !flushed || !closed || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return IoError("cannot write " + path);
-  }
-  return Status::Ok();
+  return ReplaceFileAtomically(path, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
 }
 
 Result<ModelProfile> LoadProfile(const std::string& path) {

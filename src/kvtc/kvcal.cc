@@ -5,13 +5,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cinttypes>
 #include <cstring>
 #include <system_error>
 
+#include "base/atomic_file.h"
 #include "base/byte_io.h"
 #include "base/crc32c.h"
 #include "tensor/kv_cache.h"
@@ -254,20 +254,6 @@ Status ParseAllocations(std::span<const uint8_t> data, uint32_t version, uint32_
 
 std::string ErrnoMessage(int err) { return std::error_code(err, std::generic_category()).message(); }
 
-// write(2) until done: it may write less than asked, or be interrupted.
-bool WriteAll(int fd, const uint8_t* p, size_t n) {
-  while (n > 0) {
-    const ssize_t k = ::write(fd, p, n);
-    if (k < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    p += k;
-    n -= static_cast<size_t>(k);
-  }
-  return true;
-}
-
 }  // namespace
 
 Result<std::vector<uint8_t>> WriteKvcal(const KvtcCalibration& c) {
@@ -415,30 +401,7 @@ Hash128 KvcalHash(std::span<const uint8_t> file_bytes) { return Xxh3_128(file_by
 
 Status SaveKvcal(const KvtcCalibration& calibration, const std::string& path) {
   ASSIGN_OR_RETURN(const std::vector<uint8_t> bytes, WriteKvcal(calibration));
-
-  // A name no other writer uses (pid + counter, created with O_EXCL), beside the target so
-  // the rename stays within one file system and is atomic.
-  static std::atomic<uint64_t> counter{0};
-  const std::string tmp =
-      FormatMessage("%s.tmp.%ld.%" PRIu64, path.c_str(), static_cast<long>(::getpid()), counter.fetch_add(1));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  if (fd < 0) return IoError("cannot create " + tmp + ": " + ErrnoMessage(errno));
-  std::string failure;
-  if (!WriteAll(fd, bytes.data(), bytes.size())) {
-    failure = "cannot write " + tmp + ": " + ErrnoMessage(errno);
-  } else if (::fsync(fd) != 0) {
-    // Without it a crash after the rename could leave the new name pointing at missing data.
-    failure = "cannot sync " + tmp + ": " + ErrnoMessage(errno);
-  }
-  if (::close(fd) != 0 && failure.empty()) failure = "cannot close " + tmp + ": " + ErrnoMessage(errno);
-  if (failure.empty() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    failure = "cannot rename " + tmp + " to " + path + ": " + ErrnoMessage(errno);
-  }
-  if (!failure.empty()) {
-    ::unlink(tmp.c_str());
-    return IoError(failure);
-  }
-  return Status::Ok();
+  return ReplaceFileAtomically(path, bytes);
 }
 
 Result<KvtcCalibration> LoadKvcal(const std::string& path, Hash128* hash_out) {
