@@ -534,13 +534,12 @@ kvc_status kvc_quality_floor_json(const char* model_path, const char* profile_pa
     j["model"] = model_path;
     j["max_ppl_delta"] = limits.max_ppl_delta;
     j["min_top1"] = limits.min_top1;
-    j["from_profile"] = floor->from_profile;
+    j["from_profile"] = floor->from_profile();
     j["note"] = floor->note;
     j["allowed"] = nlohmann::ordered_json::array();
     for (const auto& [codec, level] : floor->allowed) j["allowed"].push_back(codec + "/" + level);
-    const std::string path = profile_path ? profile_path : kvc::DefaultProfilePath(model_path);
-    auto profile = floor->from_profile ? kvc::LoadProfile(path) : kvc::Result<kvc::ModelProfile>(kvc::NotFound(""));
-    j["profile"] = profile.ok() ? nlohmann::ordered_json::parse(kvc::WriteProfile(*profile)) : nlohmann::ordered_json();
+    j["profile"] = floor->profile ? nlohmann::ordered_json::parse(kvc::WriteProfile(*floor->profile))
+                                  : nlohmann::ordered_json();
     *out_json = CopyString(DumpJson(j));
     return KVC_OK;
   });

@@ -168,12 +168,16 @@ Result<ModelProfile> LoadProfile(const std::string& path) {
   return p;
 }
 
+bool QualityFloor::Allows(const std::string& codec, const std::string& level) const {
+  return std::find(allowed.begin(), allowed.end(), std::pair{codec, level}) != allowed.end();
+}
+
 std::vector<std::string> QualityFloor::Levels(const std::string& codec) const {
   std::vector<std::string> out;
   const Codec* c = FindCodec(codec);
   if (c == nullptr) return out;
   for (const std::string& level : c->info().levels) {
-    if (std::find(allowed.begin(), allowed.end(), std::pair{codec, level}) != allowed.end()) out.push_back(level);
+    if (Allows(codec, level)) out.push_back(level);
   }
   return out;
 }
@@ -189,7 +193,7 @@ QualityFloor NearLosslessFloor(std::string note) {
 
 QualityFloor FloorFromProfile(const ModelProfile& profile, const QualityLimits& limits, const std::string& kvcal_hash) {
   QualityFloor f;
-  f.from_profile = true;
+  f.profile = profile;
   std::vector<const ProfileRung*> ok;
   for (const ProfileRung& r : profile.rungs) {
     if (r.codec == "kvtc" && (profile.calibration.empty() || profile.calibration != kvcal_hash)) continue;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -60,8 +61,11 @@ struct QualityLimits {
 struct QualityFloor {
   std::vector<std::pair<std::string, std::string>> allowed;  // (codec, level), most accurate first
   std::map<std::pair<std::string, std::string>, double> loss;  // kl_mean of each allowed rung
-  bool from_profile = false;
+  std::optional<ModelProfile> profile;  // the profile it was decided from, if any
   std::string note;  // how the floor was decided, one line
+
+  bool from_profile() const { return profile.has_value(); }
+  bool Allows(const std::string& codec, const std::string& level) const;
 
   // The allowed levels of one codec, in the codec's ladder order.
   std::vector<std::string> Levels(const std::string& codec) const;

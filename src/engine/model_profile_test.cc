@@ -90,7 +90,7 @@ TEST(QualityFloor, OnlyRungsWithinTheLimitsMostAccurateFirst) {
   const std::vector<std::pair<std::string, std::string>> expected = {
       {"raw", "fp16"}, {"quant", "8"}, {"kvtc", "16"}, {"kvtc", "32"}};  // cachegen: +1.4% perplexity
   EXPECT_EQ(f.allowed, expected);
-  EXPECT_TRUE(f.from_profile);
+  EXPECT_TRUE(f.from_profile());
   EXPECT_EQ(f.Levels("kvtc"), (std::vector<std::string>{"16", "32"}));
   EXPECT_TRUE(f.Levels("video").empty());  // top-1 0.96 < 0.97
   // A stricter user limit.
@@ -110,14 +110,14 @@ TEST(QualityFloor, WithoutAProfileOnlyNearLosslessRungsAndANote) {
   ModelProfile p = Sample();
   auto f = LoadQualityFloor(model, "", p.model, none, {});
   ASSERT_TRUE(f.ok());
-  EXPECT_FALSE(f->from_profile);
+  EXPECT_FALSE(f->from_profile());
   EXPECT_EQ(f->allowed.size(), 2u);
   EXPECT_NE(f->note.find("kvcodec profile --model"), std::string::npos) << f->note;
   // The profile beside the model is used; kvtc is left out without the calibration it was measured with.
   ASSERT_TRUE(SaveProfile(p, DefaultProfilePath(model)).ok());
   f = LoadQualityFloor(model, "", p.model, none, {});
   ASSERT_TRUE(f.ok());
-  EXPECT_TRUE(f->from_profile);
+  EXPECT_TRUE(f->from_profile());
   EXPECT_TRUE(f->Levels("kvtc").empty());
   EXPECT_EQ(f->Levels("quant"), std::vector<std::string>{"8"});
   EXPECT_NE(f->note.find("another calibration"), std::string::npos) << f->note;
@@ -126,7 +126,7 @@ TEST(QualityFloor, WithoutAProfileOnlyNearLosslessRungsAndANote) {
   other[0] ^= 1;
   f = LoadQualityFloor(model, "", other, none, {});
   ASSERT_TRUE(f.ok());
-  EXPECT_FALSE(f->from_profile);
+  EXPECT_FALSE(f->from_profile());
   EXPECT_EQ(LoadQualityFloor(model, DefaultProfilePath(model), other, none, {}).status().code(),
             StatusCode::kInvalidArgument);
   // A damaged one beside the model is skipped with the reason.

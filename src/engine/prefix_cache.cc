@@ -16,8 +16,7 @@ Result<StorePlan> PlanStoredRungs(const QualityFloor& floor, const std::string& 
   if (codec == "raw") return plan;
   for (const std::string& level : floor.Levels(codec)) plan.rungs.push_back({requested, level});
   if (plan.rungs.size() > 1) return plan;
-  const bool quant8 = std::find(floor.allowed.begin(), floor.allowed.end(),
-                                std::pair<std::string, std::string>{"quant", "8"}) != floor.allowed.end();
+  const bool quant8 = floor.Allows("quant", "8");
   if (quant8) plan.rungs.push_back({FindCodec("quant"), "8"});
   plan.note = "no " + codec + " rung is within the quality floor for this model: storing raw/fp16" +
               (quant8 ? " and quant/8" : "");

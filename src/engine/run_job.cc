@@ -45,7 +45,7 @@ Result<RunReport> RunJob(const RunOptions& o) {
   ASSIGN_OR_RETURN(const QualityFloor floor,
                    LoadQualityFloor(o.model_path, o.profile, model->fingerprint(), calibrations, o.quality));
   r.quality_floor = floor.note;
-  if (!floor.from_profile) KVC_LOG_WARN("%s", PrintableOneLine(floor.note).c_str());
+  if (!floor.from_profile()) KVC_LOG_WARN("%s", PrintableOneLine(floor.note).c_str());
   ASSIGN_OR_RETURN(StorePlan plan, PlanStoredRungs(floor, o.codec));
   if (!o.levels.empty()) {  // the caller's own choice, exactly
     plan.rungs.clear();
