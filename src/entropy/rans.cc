@@ -305,49 +305,67 @@ Status RansDecoder::Finish() const {
   return Status::Ok();
 }
 
-Status RansDecodeBytes(const FrequencyTable& table, std::span<const uint8_t> stream, std::span<uint8_t> out) {
+Status RansDecoder::GetBytes(const FrequencyTable& table, std::span<uint8_t> out) {
   if (table.alphabet_size() > 256) {
     return InvalidArgument(
         FormatMessage("rANS byte decoding needs an alphabet of at most 256, not %u", table.alphabet_size()));
   }
-  ASSIGN_OR_RETURN(RansDecoder d, RansDecoder::Open(stream));
+  const size_t n = out.size();
+  uint8_t* const dst = out.data();
+  size_t i = 0;
+  // Up to the next use of state 0, so that symbol i + k of the unrolled loop uses state k.
+  for (; i < n && next_ != 0; ++i) dst[i] = static_cast<uint8_t>(Get(table));
+
   const uint32_t scale = table.scale_bits_;
   const uint32_t mask = (1u << scale) - 1;
   const uint16_t* const lut = table.slot_symbol_.data();
   const uint32_t* const dec = table.dec_.data();
-  uint32_t x[kRansStates];
-  std::copy_n(d.state_, kRansStates, x);
-  const uint8_t* pos = d.pos_;
-  const uint8_t* const end = d.end_;
-  const size_t n = out.size();
-  uint8_t* const dst = out.data();
-
-  auto decode = [&](uint32_t& x) -> uint8_t {
+  auto decode = [&](uint32_t& x) -> uint32_t {
     const uint32_t slot = x & mask;
     const uint32_t symbol = lut[slot];
     const uint32_t info = dec[symbol];
     x = (info & 0xffff) * (x >> scale) + slot - (info >> 16);
-    return static_cast<uint8_t>(symbol);
+    return symbol;
   };
   // Whether a state needs a word is data-dependent and unpredictable, so the hot loop reads
   // one unconditionally and keeps it or not; it runs only while enough bytes remain for
   // every state to read.
+  const uint8_t* pos = pos_;
+  const uint8_t* const end = end_;
   auto refill_unchecked = [&](uint32_t& x) {
     const uint32_t need = x < kRansStateLow;
     const uint32_t word = GetU16(pos);
     x = need ? (x << 16) | word : x;
     pos += size_t{2} * need;
   };
-  size_t i = 0;
+  // The states as named locals (not an array): the byte stores to dst may alias any memory, so
+  // an array's states would be reloaded after every store.
+  static_assert(kRansStates == 4, "the loop below is unrolled for four states");
+  uint32_t x0 = state_[0], x1 = state_[1], x2 = state_[2], x3 = state_[3];
   constexpr ptrdiff_t kMaxReadPerRound = ptrdiff_t{2} * kRansStates;
   for (; i + kRansStates <= n && end - pos >= kMaxReadPerRound; i += kRansStates) {
-    for (size_t k = 0; k < kRansStates; ++k) dst[i + k] = decode(x[k]);
-    for (size_t k = 0; k < kRansStates; ++k) refill_unchecked(x[k]);
+    const uint32_t s0 = decode(x0), s1 = decode(x1), s2 = decode(x2), s3 = decode(x3);
+    dst[i] = static_cast<uint8_t>(s0);
+    dst[i + 1] = static_cast<uint8_t>(s1);
+    dst[i + 2] = static_cast<uint8_t>(s2);
+    dst[i + 3] = static_cast<uint8_t>(s3);
+    refill_unchecked(x0);
+    refill_unchecked(x1);
+    refill_unchecked(x2);
+    refill_unchecked(x3);
   }
-  std::copy_n(x, kRansStates, d.state_);
-  d.pos_ = pos;
-  // i is a multiple of kRansStates here, so the next symbol uses state 0, as Get expects.
-  for (; i < n; ++i) dst[i] = static_cast<uint8_t>(d.Get(table));
+  state_[0] = x0;
+  state_[1] = x1;
+  state_[2] = x2;
+  state_[3] = x3;
+  pos_ = pos;
+  for (; i < n; ++i) dst[i] = static_cast<uint8_t>(Get(table));
+  return Status::Ok();
+}
+
+Status RansDecodeBytes(const FrequencyTable& table, std::span<const uint8_t> stream, std::span<uint8_t> out) {
+  ASSIGN_OR_RETURN(RansDecoder d, RansDecoder::Open(stream));
+  RETURN_IF_ERROR(d.GetBytes(table, out));
   return d.Finish();
 }
 
