@@ -1,5 +1,7 @@
 #include "base/half.h"
 
+#include <algorithm>
+
 #if defined(__x86_64__)
 #include <cpuid.h>
 #include <immintrin.h>
@@ -58,6 +60,17 @@ void Fp32ToFp16(const float* in, uint16_t* out, size_t n) {
   if (HasF16c()) i = Fp32ToFp16F16c(in, out, n);
 #endif
   for (; i < n; ++i) out[i] = Fp32ToFp16(in[i]);
+}
+
+void ClampToFp16Range(float* x, size_t n) {
+  constexpr float kMax = 65504.0f;
+  size_t i = 0;
+#if defined(__x86_64__)
+  // SSE is part of x86-64. max(lo, x) and min(hi, x) return x when it is NaN, as std::clamp does.
+  const __m128 lo = _mm_set1_ps(-kMax), hi = _mm_set1_ps(kMax);
+  for (; i + 4 <= n; i += 4) _mm_storeu_ps(x + i, _mm_min_ps(hi, _mm_max_ps(lo, _mm_loadu_ps(x + i))));
+#endif
+  for (; i < n; ++i) x[i] = std::clamp(x[i], -kMax, kMax);
 }
 
 void Bf16ToFp32(const uint16_t* in, float* out, size_t n) {

@@ -104,6 +104,21 @@ inline bool AllInFp16Range(const float* x, size_t n) {
   return bad == 0;
 }
 
+// True when every value is finite (no inf or NaN), by the same integer compare.
+inline bool AllFinite(const float* x, size_t n) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &x[i], 4);
+    bad |= static_cast<uint32_t>((bits & 0x7fffffff) >= 0x7f800000);
+  }
+  return bad == 0;
+}
+
+// x = clamp(x, -65504, 65504) for every value (NaN stays NaN), vectorised: decoders run it over
+// everything they reconstruct so that no overshoot becomes an fp16 infinity.
+void ClampToFp16Range(float* x, size_t n);
+
 void Fp16ToFp32(const uint16_t* in, float* out, size_t n);
 void Fp32ToFp16(const float* in, uint16_t* out, size_t n);
 void Bf16ToFp32(const uint16_t* in, float* out, size_t n);

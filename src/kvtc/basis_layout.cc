@@ -13,6 +13,12 @@ BasisSlice SliceOf(const KvtcCalibration& c, uint32_t basis) {
   return {};
 }
 
+std::optional<InPlaceSlice> InPlace(const KvtcCalibration& c, uint32_t basis) {
+  const BasisSlice s = SliceOf(c, basis);
+  if (s.n_layers != 1) return std::nullopt;
+  return InPlaceSlice{s.layer_begin, size_t{s.head_begin} * c.head_dim};
+}
+
 namespace {
 
 // Calls copy(token_offset_in_x, offset_in_layer_rows, layer, floats) for every piece.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "kvtc/calibration.h"
@@ -16,6 +17,15 @@ struct BasisSlice {
 
 // `basis` indexes one kind's bases (0 .. n_bases() - 1).
 BasisSlice SliceOf(const KvtcCalibration& calibration, uint32_t basis);
+
+// Where a basis's vectors lie when its slice is within one layer (every grouping but kAll):
+// token t's vector is layer_rows[layer][t * row_elems + offset ...], so the codec can project
+// from and reconstruct into the rows in place instead of gathering and scattering.
+struct InPlaceSlice {
+  uint32_t layer = 0;
+  size_t offset = 0;
+};
+std::optional<InPlaceSlice> InPlace(const KvtcCalibration& calibration, uint32_t basis);
 
 // x[t] (basis_dim floats) <- the slice of token t's rows, for t < n_tokens.
 void GatherBasis(const KvtcCalibration& calibration, uint32_t basis, const std::vector<std::vector<float>>& layer_rows,

@@ -14,38 +14,61 @@
 namespace kvc {
 namespace {
 
-void PackBits(std::span<const uint8_t> codes, std::span<const uint8_t> widths_per_code, std::vector<uint8_t>* out) {
+// Checks the runs against the codes: InvalidArgument unless they cover exactly codes_size codes,
+// each of 1..8 bits; their total width on success.
+Result<uint64_t> TotalBits(std::span<const KvtcCodeRun> runs, size_t codes_size) {
+  uint64_t count = 0, bits = 0;
+  for (const KvtcCodeRun& run : runs) {
+    if (run.bits < 1 || run.bits > kMaxQuantBits) {
+      return InvalidArgument(FormatMessage("kvtc codes: a run of %u-bit codes", run.bits));
+    }
+    count += run.count;
+    bits += uint64_t{run.bits} * run.count;
+  }
+  if (count != codes_size) {
+    return InvalidArgument(FormatMessage("kvtc codes: runs of %llu codes for %zu codes",
+                                         static_cast<unsigned long long>(count), codes_size));
+  }
+  return bits;
+}
+
+void PackBits(std::span<const uint8_t> codes, std::span<const KvtcCodeRun> runs, std::vector<uint8_t>* out) {
   uint64_t acc = 0;
   uint32_t n_acc = 0;
-  for (size_t i = 0; i < codes.size(); ++i) {
-    acc |= uint64_t{codes[i]} << n_acc;
-    n_acc += widths_per_code[i];
-    while (n_acc >= 8) {
-      out->push_back(static_cast<uint8_t>(acc));
-      acc >>= 8;
-      n_acc -= 8;
+  const uint8_t* code = codes.data();
+  for (const KvtcCodeRun& run : runs) {
+    for (size_t i = 0; i < run.count; ++i) {
+      acc |= uint64_t{*code++} << n_acc;
+      n_acc += run.bits;
+      while (n_acc >= 8) {
+        out->push_back(static_cast<uint8_t>(acc));
+        acc >>= 8;
+        n_acc -= 8;
+      }
     }
   }
   if (n_acc > 0) out->push_back(static_cast<uint8_t>(acc));
 }
 
-Status UnpackBits(std::span<const uint8_t> packed, std::span<const uint8_t> widths_per_code, std::span<uint8_t> codes) {
-  uint64_t total_bits = 0;
-  for (uint8_t w : widths_per_code) total_bits += w;
+Status UnpackBits(std::span<const uint8_t> packed, std::span<const KvtcCodeRun> runs, uint64_t total_bits,
+                  std::span<uint8_t> codes) {
   KVC_CHECK_CORRUPT(packed.size() == (total_bits + 7) / 8, "packed codes are %zu bytes, expected %llu", packed.size(),
                     static_cast<unsigned long long>((total_bits + 7) / 8));
   uint64_t acc = 0;
   uint32_t n_acc = 0;
   size_t in = 0;
-  for (size_t i = 0; i < codes.size(); ++i) {
-    const uint32_t w = widths_per_code[i];
-    while (n_acc < w) {
-      acc |= uint64_t{packed[in++]} << n_acc;
-      n_acc += 8;
+  uint8_t* code = codes.data();
+  for (const KvtcCodeRun& run : runs) {
+    const uint32_t w = run.bits;
+    for (size_t i = 0; i < run.count; ++i) {
+      while (n_acc < w) {
+        acc |= uint64_t{packed[in++]} << n_acc;
+        n_acc += 8;
+      }
+      *code++ = static_cast<uint8_t>(acc & ((1u << w) - 1));
+      acc >>= w;
+      n_acc -= w;
     }
-    codes[i] = static_cast<uint8_t>(acc & ((1u << w) - 1));
-    acc >>= w;
-    n_acc -= w;
   }
   KVC_CHECK_CORRUPT(acc == 0, "packed codes have non-zero padding bits");
   return Status::Ok();
@@ -61,25 +84,45 @@ bool DeflateCanHold(uint64_t payload_bytes, uint64_t raw_bytes) {
 
 }  // namespace
 
-Result<std::vector<uint8_t>> EncodeKvtcCodes(std::span<const uint8_t> codes, std::span<const uint8_t> widths,
-                                         KvtcCodesMethod method) {
-  std::vector<uint8_t> packed;
-  PackBits(codes, widths, &packed);
-  std::vector<uint8_t> best;
-  best.push_back(static_cast<uint8_t>(KvtcCodesMethod::kPacked));
-  best.insert(best.end(), packed.begin(), packed.end());
-  if (method == KvtcCodesMethod::kDeflate) {
-    ASSIGN_OR_RETURN(std::vector<uint8_t> deflated, DeflateCompress(packed, 6));
-    if (deflated.size() + 1 < best.size()) {
-      best.assign(1, static_cast<uint8_t>(KvtcCodesMethod::kDeflate));
-      best.insert(best.end(), deflated.begin(), deflated.end());
+Result<std::vector<uint8_t>> EncodeKvtcCodes(std::span<const uint8_t> codes, std::span<const KvtcCodeRun> runs,
+                                             KvtcCodesMethod method) {
+  ASSIGN_OR_RETURN(const uint64_t total_bits, TotalBits(runs, codes.size()));
+  {
+    const uint8_t* code = codes.data();
+    for (const KvtcCodeRun& run : runs) {
+      uint8_t all = 0;
+      for (size_t i = 0; i < run.count; ++i) all |= code[i];
+      if ((all >> run.bits) != 0) {
+        return InvalidArgument(FormatMessage("kvtc codes: a code does not fit in %u bits", run.bits));
+      }
+      code += run.count;
     }
-  } else if (method == KvtcCodesMethod::kRans && !codes.empty()) {
+  }
+  auto packed_section = [&] {
+    std::vector<uint8_t> out;
+    out.reserve(1 + (total_bits + 7) / 8);
+    out.push_back(static_cast<uint8_t>(KvtcCodesMethod::kPacked));
+    PackBits(codes, runs, &out);
+    return out;
+  };
+  const uint64_t packed_section_size = 1 + (total_bits + 7) / 8;
+  if (method == KvtcCodesMethod::kDeflate) {
+    std::vector<uint8_t> packed = packed_section();
+    ASSIGN_OR_RETURN(std::vector<uint8_t> deflated, DeflateCompress(std::span<const uint8_t>(packed).subspan(1), 6));
+    if (deflated.size() + 1 >= packed.size()) return packed;
+    deflated.insert(deflated.begin(), static_cast<uint8_t>(KvtcCodesMethod::kDeflate));
+    return deflated;
+  }
+  if (method == KvtcCodesMethod::kRans && !codes.empty()) {
     // One table per code width: codes of equal width come from the same kind of quantiser and
     // share a shape of distribution.
     std::array<std::vector<uint64_t>, kMaxQuantBits + 1> counts;
     for (uint32_t w = 1; w <= kMaxQuantBits; ++w) counts[w].assign(size_t{1} << w, 0);
-    for (size_t i = 0; i < codes.size(); ++i) ++counts[widths[i]][codes[i]];
+    const uint8_t* code = codes.data();
+    for (const KvtcCodeRun& run : runs) {
+      std::vector<uint64_t>& histogram = counts[run.bits];
+      for (size_t i = 0; i < run.count; ++i) ++histogram[*code++];
+    }
     ByteWriter w;
     w.U8(static_cast<uint8_t>(KvtcCodesMethod::kRans));
     uint8_t mask = 0;
@@ -95,12 +138,16 @@ Result<std::vector<uint8_t>> EncodeKvtcCodes(std::span<const uint8_t> codes, std
       if (tables[b]) tables[b]->AppendTo(&w);
     RansEncoder enc;
     enc.Reserve(codes.size());
-    for (size_t i = 0; i < codes.size(); ++i) enc.Put(*tables[widths[i]], codes[i]);
+    code = codes.data();
+    for (const KvtcCodeRun& run : runs) {
+      const FrequencyTable& table = *tables[run.bits];
+      for (size_t i = 0; i < run.count; ++i) enc.Put(table, *code++);
+    }
     ASSIGN_OR_RETURN(std::vector<uint8_t> stream, enc.Finish());
     w.Bytes(stream);
-    if (w.size() < best.size()) best = w.Take();
+    if (w.size() < packed_section_size) return w.Take();
   }
-  return best;
+  return packed_section();
 }
 
 // The S section is an entropy block (docs/format.md, "Entropy block": u8 method, varint raw
@@ -111,7 +158,7 @@ Result<std::vector<uint8_t>> EncodeKvtcCodes(std::span<const uint8_t> codes, std
 Status CheckKvtcScaleBlock(std::span<const uint8_t> block, uint64_t expected) {
   ASSIGN_OR_RETURN(const EntropyMethod method, BlockMethod(block));
   ByteReader r(block.subspan(1));
-  uint64_t declared;
+  uint64_t declared = 0;
   RETURN_IF_ERROR(ReadVarint(&r, UINT64_MAX, &declared, "entropy block raw size"));
   KVC_CHECK_CORRUPT(declared == expected, "entropy block declares %llu bytes, expected %llu",
                     static_cast<unsigned long long>(declared), static_cast<unsigned long long>(expected));
@@ -141,20 +188,19 @@ Status CheckKvtcCodesSection(std::span<const uint8_t> section, uint64_t total_bi
   return Status::Ok();
 }
 
-Status DecodeKvtcCodes(std::span<const uint8_t> section, std::span<const uint8_t> widths, std::span<uint8_t> codes) {
+Status DecodeKvtcCodes(std::span<const uint8_t> section, std::span<const KvtcCodeRun> runs, std::span<uint8_t> codes) {
+  ASSIGN_OR_RETURN(const uint64_t total_bits, TotalBits(runs, codes.size()));
   ByteReader r(section);
   uint8_t method;
   RETURN_IF_ERROR(r.U8(&method, "codes method"));
   std::span<const uint8_t> rest;
   RETURN_IF_ERROR(r.Bytes(r.remaining(), &rest, "codes"));
   switch (static_cast<KvtcCodesMethod>(method)) {
-    case KvtcCodesMethod::kPacked: return UnpackBits(rest, widths, codes);
+    case KvtcCodesMethod::kPacked: return UnpackBits(rest, runs, total_bits, codes);
     case KvtcCodesMethod::kDeflate: {
-      uint64_t total_bits = 0;
-      for (uint8_t w : widths) total_bits += w;
       std::vector<uint8_t> packed((total_bits + 7) / 8);
       RETURN_IF_ERROR(DeflateDecompress(rest, packed));
-      return UnpackBits(packed, widths, codes);
+      return UnpackBits(packed, runs, total_bits, codes);
     }
     case KvtcCodesMethod::kRans: {
       ByteReader tr(rest);
@@ -166,16 +212,22 @@ Status DecodeKvtcCodes(std::span<const uint8_t> section, std::span<const uint8_t
         ASSIGN_OR_RETURN(FrequencyTable t, FrequencyTable::Parse(&tr, 1u << b));
         tables[b].emplace(std::move(t));
       }
-      for (uint8_t w : widths) KVC_CHECK_CORRUPT(tables[w].has_value(), "no code table for %u-bit codes", w);
+      for (const KvtcCodeRun& run : runs) {
+        KVC_CHECK_CORRUPT(run.count == 0 || tables[run.bits].has_value(), "no code table for %u-bit codes", run.bits);
+      }
       std::span<const uint8_t> stream;
       RETURN_IF_ERROR(tr.Bytes(tr.remaining(), &stream, "code stream"));
       ASSIGN_OR_RETURN(RansDecoder dec, RansDecoder::Open(stream));
-      for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<uint8_t>(dec.Get(*tables[widths[i]]));
+      size_t at = 0;
+      for (const KvtcCodeRun& run : runs) {
+        if (run.count == 0) continue;
+        RETURN_IF_ERROR(dec.GetBytes(*tables[run.bits], codes.subspan(at, run.count)));
+        at += run.count;
+      }
       return dec.Finish();
     }
   }
   return Corrupt(FormatMessage("unknown codes method %u", method));
 }
-
 
 }  // namespace kvc

@@ -4,6 +4,7 @@
 // codec so that calibration measures a rung's size on exactly the bytes the codec writes.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -14,17 +15,24 @@ namespace kvc {
 
 enum class KvtcCodesMethod : uint8_t { kPacked = 0, kDeflate = 1, kRans = 2 };
 
-// codes[i] has widths[i] bits (1..8). The section is a method byte and its payload; `method`
-// is tried and kept when smaller than plain bit-packing.
+// `count` consecutive codes of `bits` (1..8) bits each: a component's (or group's) tokens.
+struct KvtcCodeRun {
+  uint8_t bits = 0;
+  size_t count = 0;
+};
+
+// The codes, laid out run after run (their total count is codes.size()). The section is a
+// method byte and its payload; `method` is tried and kept when smaller than plain bit-packing.
+// InvalidArgument if the runs do not cover the codes or a code does not fit its width.
 [[nodiscard]] Result<std::vector<uint8_t>> EncodeKvtcCodes(std::span<const uint8_t> codes,
-                                                           std::span<const uint8_t> widths, KvtcCodesMethod method);
+                                                           std::span<const KvtcCodeRun> runs, KvtcCodesMethod method);
 
 // Checks a code section against the codes' total width before it is decoded: a packed payload
 // must be exactly the packed size, a DEFLATE one able to hold it.
 [[nodiscard]] Status CheckKvtcCodesSection(std::span<const uint8_t> section, uint64_t total_bits);
 
-// Decodes a code section into codes (one per width); kCorrupt on any inconsistency.
-[[nodiscard]] Status DecodeKvtcCodes(std::span<const uint8_t> section, std::span<const uint8_t> widths,
+// Decodes a code section into codes (laid out as the runs say); kCorrupt on any inconsistency.
+[[nodiscard]] Status DecodeKvtcCodes(std::span<const uint8_t> section, std::span<const KvtcCodeRun> runs,
                                      std::span<uint8_t> codes);
 
 // The S section is an entropy block (docs/format.md, "Entropy block") that must declare exactly

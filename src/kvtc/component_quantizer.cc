@@ -24,13 +24,23 @@ inline float StepOf(uint16_t scale_fp16, uint32_t bits, float multiplier) {
   return Fp16ToFp32(scale_fp16) * kGaussianStep[bits] * multiplier;
 }
 
+// clamp(floor(x * inv_step) + L/2, 0, L - 1), written without floor() (a libm call without
+// SSE4.1) so that the quantiser's loop vectorises: x * inv_step is first clamped to
+// [-L/2 - 1, L/2], which changes no result (anything beyond lands on the same end level) and
+// keeps the integer conversion in range; truncation then minus one where it rounded up is floor.
 inline uint8_t CodeOf(float x, float inv_step, uint32_t bits) {
-  const float half_levels = static_cast<float>(1u << (bits - 1));
-  const float top = static_cast<float>((1u << bits) - 1);
-  float t = std::floor(x * inv_step) + half_levels;
-  t = t > 0.0f ? t : 0.0f;
-  t = t < top ? t : top;
-  return static_cast<uint8_t>(static_cast<int32_t>(t));
+  const int32_t half_levels = 1 << (bits - 1);
+  const int32_t top = (1 << bits) - 1;
+  const float lo = static_cast<float>(-half_levels - 1), hi = static_cast<float>(half_levels);
+  float y = x * inv_step;
+  y = y < lo ? lo : y;
+  y = y > hi ? hi : y;
+  int32_t level = static_cast<int32_t>(y);
+  level -= static_cast<float>(level) > y ? 1 : 0;
+  level += half_levels;
+  level = level < 0 ? 0 : level;
+  level = level > top ? top : level;
+  return static_cast<uint8_t>(level);
 }
 
 bool ShapesValid(uint32_t n_coeffs, std::span<const uint8_t> bits, std::span<const float> multipliers) {
@@ -44,9 +54,14 @@ float GaussianStep(uint32_t bits) { return bits <= kMaxQuantBits ? kGaussianStep
 
 uint16_t ComponentScale(const float* x, size_t stride, uint32_t n) {
   if (n == 0) return 0;
-  double sum = 0;
-  for (uint32_t t = 0; t < n; ++t) sum += double{x[t * stride]} * x[t * stride];
-  const double rms = std::sqrt(sum / n);
+  // Four partial sums: independent additions the CPU overlaps (one chain is latency-bound).
+  double sum[4] = {0, 0, 0, 0};
+  uint32_t t = 0;
+  for (; t + 4 <= n; t += 4) {
+    for (uint32_t k = 0; k < 4; ++k) sum[k] += double{x[(t + k) * stride]} * x[(t + k) * stride];
+  }
+  for (; t < n; ++t) sum[0] += double{x[t * stride]} * x[t * stride];
+  const double rms = std::sqrt((sum[0] + sum[1] + sum[2] + sum[3]) / n);
   if (!(rms < 65504.0)) return kFp16Max;
   return Fp32ToFp16(static_cast<float>(rms));
 }
@@ -88,9 +103,9 @@ void QuantizeComponentBlock(const float* coeffs, uint32_t n_tokens, uint32_t n_c
   for (uint32_t c = 0; c < n_coeffs; ++c) {
     const uint32_t b = bits[c];
     if (b == 0) continue;
-    const uint16_t s = ComponentScale(coeffs + c, n_coeffs, n_tokens);
-    QuantizeComponent(coeffs + c, n_coeffs, n_tokens, b, s, multipliers[size_t{c} * kKvtcWidths + b - 1],
-                      codes);
+    const float* x = coeffs + size_t{c} * n_tokens;
+    const uint16_t s = ComponentScale(x, 1, n_tokens);
+    QuantizeComponent(x, 1, n_tokens, b, s, multipliers[size_t{c} * kKvtcWidths + b - 1], codes);
     *scales++ = s;
     codes += n_tokens;
   }
@@ -110,16 +125,16 @@ Status DequantizeComponentBlock(const QuantizedBlock& in, uint32_t n_tokens, uin
   const uint16_t* scales = in.scales.data();
   for (uint32_t c = 0; c < n_coeffs; ++c) {
     const uint32_t b = bits[c];
+    float* out = coeffs + size_t{c} * n_tokens;
     if (b == 0) {
-      for (uint32_t t = 0; t < n_tokens; ++t) coeffs[size_t{t} * n_coeffs + c] = 0.0f;
+      std::fill_n(out, n_tokens, 0.0f);
       continue;
     }
     KVC_CHECK_CORRUPT(*scales < kFirstBadScale, "kvtc component %u: the scale is negative, inf or NaN", c);
     uint8_t all = 0;
     for (uint32_t t = 0; t < n_tokens; ++t) all |= codes[t];
     KVC_CHECK_CORRUPT((all >> b) == 0, "kvtc component %u: a code does not fit in %u bits", c, b);
-    DequantizeComponent(codes, n_tokens, b, *scales, multipliers[size_t{c} * kKvtcWidths + b - 1],
-                        coeffs + c, n_coeffs);
+    DequantizeComponent(codes, n_tokens, b, *scales, multipliers[size_t{c} * kKvtcWidths + b - 1], out, 1);
     ++scales;
     codes += n_tokens;
   }

@@ -40,7 +40,8 @@ void QuantizeComponent(const float* x, size_t stride, uint32_t n, uint32_t bits,
 void DequantizeComponent(const uint8_t* codes, uint32_t n, uint32_t bits, uint16_t scale_fp16, float multiplier,
                          float* out, size_t stride);
 
-// A chunk's coefficients [n_tokens][n_coeffs] quantised per component: for each component c
+// A chunk's coefficients, component-major ([n_coeffs][n_tokens], so each component's values are
+// contiguous), quantised per component: for each component c
 // with bits[c] > 0, in order, the codes of every token (n_tokens bytes) in `codes` and one
 // scale in `scales`. multipliers: [n_coeffs][8] (the basis's step_multipliers, or a prefix).
 // Preconditions: bits.size() == n_coeffs, bits <= 8, multipliers.size() >= 8 * n_coeffs; on a
@@ -48,7 +49,7 @@ void DequantizeComponent(const uint8_t* codes, uint32_t n, uint32_t bits, uint16
 void QuantizeComponentBlock(const float* coeffs, uint32_t n_tokens, uint32_t n_coeffs, std::span<const uint8_t> bits,
                             std::span<const float> multipliers, QuantizedBlock* out);
 
-// Writes coeffs [n_tokens][n_coeffs]; components with 0 bits become 0. `in` is hostile: wrong
+// Writes coeffs [n_coeffs][n_tokens]; components with 0 bits become 0. `in` is hostile: wrong
 // counts, a code >= 2^bits, or a scale that is negative, inf or NaN give kCorrupt; an
 // inconsistent allocation is kInvalidArgument.
 [[nodiscard]] Status DequantizeComponentBlock(const QuantizedBlock& in, uint32_t n_tokens, uint32_t n_coeffs,

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -53,8 +54,35 @@ std::vector<float> GaussianBlock(uint32_t n_tokens, uint32_t n_coeffs, uint32_t 
   std::normal_distribution<float> normal;
   std::vector<float> x(size_t{n_tokens} * n_coeffs);
   for (uint32_t t = 0; t < n_tokens; ++t)
-    for (uint32_t c = 0; c < n_coeffs; ++c) x[size_t{t} * n_coeffs + c] = normal(rng) * 10.0f / (1.0f + c);
+    for (uint32_t c = 0; c < n_coeffs; ++c) x[size_t{c} * n_tokens + t] = normal(rng) * 10.0f / (1.0f + c);
   return x;
+}
+
+// The codes are the documented clamp(floor(x / step) + L/2, 0, L - 1) for every value, level
+// boundaries and far outliers included.
+TEST(ComponentQuantizer, CodesFollowTheDocumentedFormula) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  const uint16_t scale = Fp32ToFp16(0.75f);
+  for (uint32_t bits = 1; bits <= 8; ++bits) {
+    const float m = 1.25f;
+    const float step = Fp16ToFp32(scale) * GaussianStep(bits) * m;
+    std::vector<float> x;
+    for (int i = 0; i < 2000; ++i) x.push_back(normal(rng) * 2.0f);
+    for (int k = -300; k <= 300; ++k) {  // exactly on and next to every boundary
+      const float edge = static_cast<float>(k) * step;
+      x.insert(x.end(), {edge, std::nextafter(edge, -1e30f), std::nextafter(edge, 1e30f)});
+    }
+    x.insert(x.end(), {0.0f, -0.0f, 1e30f, -1e30f, 3e38f, -3e38f, 1e-30f, -1e-30f});
+    std::vector<uint8_t> codes(x.size());
+    QuantizeComponent(x.data(), 1, static_cast<uint32_t>(x.size()), bits, scale, m, codes.data());
+    const float inv = 1.0f / step;
+    const double half = 1u << (bits - 1), top = (1u << bits) - 1;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double want = std::clamp(std::floor(double{x[i] * inv}) + half, 0.0, top);
+      ASSERT_EQ(codes[i], static_cast<uint8_t>(want)) << bits << " bits, x = " << x[i];
+    }
+  }
 }
 
 TEST(ComponentQuantizer, BlockRoundTripHasTheGaussianError) {
@@ -71,8 +99,8 @@ TEST(ComponentQuantizer, BlockRoundTripHasTheGaussianError) {
   for (uint32_t c = 0; c < d; ++c) {
     double err = 0, energy = 0;
     for (uint32_t t = 0; t < n; ++t) {
-      const double v = x[size_t{t} * d + c];
-      err += (v - y[size_t{t} * d + c]) * (v - y[size_t{t} * d + c]);
+      const double v = x[size_t{c} * n + t];
+      err += (v - y[size_t{c} * n + t]) * (v - y[size_t{c} * n + t]);
       energy += v * v;
     }
     const double expected = GaussianMse(1u << bits[c], GaussianStep(bits[c]));
@@ -84,7 +112,7 @@ TEST(ComponentQuantizer, BlockRoundTripHasTheGaussianError) {
 TEST(ComponentQuantizer, ZeroWidthsAndZeroComponentsDecodeToZero) {
   const uint32_t n = 64, d = 4;
   std::vector<float> x = GaussianBlock(n, d, 2);
-  for (uint32_t t = 0; t < n; ++t) x[size_t{t} * d + 2] = 0.0f;  // an all-zero component
+  for (uint32_t t = 0; t < n; ++t) x[size_t{2} * n + t] = 0.0f;  // an all-zero component
   const std::vector<uint8_t> bits = {3, 0, 4, 0};
   const std::vector<float> ones(8 * d, 1.0f);
   QuantizedBlock q;
@@ -93,15 +121,15 @@ TEST(ComponentQuantizer, ZeroWidthsAndZeroComponentsDecodeToZero) {
   std::vector<float> y(x.size(), 7.0f);
   ASSERT_TRUE(DequantizeComponentBlock(q, n, d, bits, ones, y.data()).ok());
   for (uint32_t t = 0; t < n; ++t) {
-    EXPECT_EQ(y[size_t{t} * d + 1], 0.0f);
-    EXPECT_EQ(y[size_t{t} * d + 3], 0.0f);
+    EXPECT_EQ(y[size_t{1} * n + t], 0.0f);
+    EXPECT_EQ(y[size_t{3} * n + t], 0.0f);
   }
   const std::vector<uint8_t> bits_zero = {0, 0, 5, 0};
   QuantizeComponentBlock(x.data(), n, d, bits_zero, ones, &q);
   ASSERT_EQ(q.scales.size(), 1u);
   EXPECT_EQ(q.scales[0], 0u);
   ASSERT_TRUE(DequantizeComponentBlock(q, n, d, bits_zero, ones, y.data()).ok());
-  for (uint32_t t = 0; t < n; ++t) EXPECT_EQ(std::signbit(y[size_t{t} * d + 2]) ? 1 : 0, 0) << t;
+  for (uint32_t t = 0; t < n; ++t) EXPECT_EQ(std::signbit(y[size_t{2} * n + t]) ? 1 : 0, 0) << t;
 }
 
 TEST(ComponentQuantizer, HostileBlocksAreRejected) {

@@ -159,6 +159,25 @@ Result<PcaBasis> CovarianceAccumulator::Fit(uint32_t max_components) const {
   return basis;
 }
 
+namespace {
+
+// centred[r] = x[r] - mean for rows [r0, r0 + rows) of x (rows `x_stride` apart).
+void CentreRows(const PcaBasis& basis, const float* x, size_t x_stride, size_t r0, size_t rows, float* centred) {
+  const size_t dim = basis.dim;
+  const float* mean = basis.mean.data();
+  for (size_t r = 0; r < rows; ++r) {
+    const float* in = x + (r0 + r) * x_stride;
+    float* out = centred + r * dim;
+    for (size_t d = 0; d < dim; ++d) out[d] = in[d] - mean[d];
+  }
+}
+
+void FillWithMean(const PcaBasis& basis, size_t n, float* x, size_t x_stride) {
+  for (size_t r = 0; r < n; ++r) std::copy(basis.mean.begin(), basis.mean.end(), x + r * x_stride);
+}
+
+}  // namespace
+
 void Project(const PcaBasis& basis, const float* x, size_t n, uint32_t n_keep, float* coeffs) {
   assert(n_keep <= basis.n_components);
   if (n == 0 || n_keep == 0) return;
@@ -169,11 +188,7 @@ void Project(const PcaBasis& basis, const float* x, size_t n, uint32_t n_keep, f
   std::vector<float> centred(std::min(n, kGemmRows) * dim);
   for (size_t r0 = 0; r0 < n; r0 += kGemmRows) {
     const size_t rows = std::min(kGemmRows, n - r0);
-    for (size_t r = 0; r < rows; ++r) {
-      const float* in = x + (r0 + r) * dim;
-      float* out = centred.data() + r * dim;
-      for (size_t d = 0; d < dim; ++d) out[d] = in[d] - basis.mean[d];
-    }
+    CentreRows(basis, x, dim, r0, rows, centred.data());
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(n_keep),
                 static_cast<int>(dim), 1.0f, centred.data(), static_cast<int>(dim), basis.components.data(),
                 static_cast<int>(dim), 0.0f, coeffs + r0 * n_keep, static_cast<int>(n_keep));
@@ -184,7 +199,7 @@ void Reconstruct(const PcaBasis& basis, const float* coeffs, size_t n, uint32_t 
   assert(n_keep <= basis.n_components);
   if (n == 0) return;
   const size_t dim = basis.dim;
-  for (size_t r = 0; r < n; ++r) std::copy(basis.mean.begin(), basis.mean.end(), x + r * dim);
+  FillWithMean(basis, n, x, dim);
   if (n_keep == 0 || dim == 0) return;
   UseSingleThreadedBlas();
   for (size_t r0 = 0; r0 < n; r0 += kGemmRows) {
@@ -192,6 +207,40 @@ void Reconstruct(const PcaBasis& basis, const float* coeffs, size_t n, uint32_t 
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(dim),
                 static_cast<int>(n_keep), 1.0f, coeffs + r0 * n_keep, static_cast<int>(n_keep), basis.components.data(),
                 static_cast<int>(dim), 1.0f, x + r0 * dim, static_cast<int>(dim));
+  }
+}
+
+void ProjectByComponent(const PcaBasis& basis, const float* x, size_t x_stride, size_t n, uint32_t n_keep,
+                        float* coeffs) {
+  assert(n_keep <= basis.n_components && x_stride >= basis.dim);
+  if (n == 0 || n_keep == 0) return;
+  UseSingleThreadedBlas();
+  const size_t dim = basis.dim;
+  std::vector<float> centred(std::min(n, kGemmRows) * dim);
+  for (size_t r0 = 0; r0 < n; r0 += kGemmRows) {
+    const size_t rows = std::min(kGemmRows, n - r0);
+    CentreRows(basis, x, x_stride, r0, rows, centred.data());
+    // coeffs[:, r0 .. r0 + rows) = components[n_keep][dim] . centred^T
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n_keep), static_cast<int>(rows),
+                static_cast<int>(dim), 1.0f, basis.components.data(), static_cast<int>(dim), centred.data(),
+                static_cast<int>(dim), 0.0f, coeffs + r0, static_cast<int>(n));
+  }
+}
+
+void ReconstructByComponent(const PcaBasis& basis, const float* coeffs, size_t n, uint32_t n_keep, float* x,
+                            size_t x_stride) {
+  assert(n_keep <= basis.n_components && x_stride >= basis.dim);
+  if (n == 0) return;
+  const size_t dim = basis.dim;
+  FillWithMean(basis, n, x, x_stride);
+  if (n_keep == 0 || dim == 0) return;
+  UseSingleThreadedBlas();
+  for (size_t r0 = 0; r0 < n; r0 += kGemmRows) {
+    const size_t rows = std::min(kGemmRows, n - r0);
+    // x[r0 .. r0 + rows) += coeffs[:, r0 .. r0 + rows)^T . components
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(dim),
+                static_cast<int>(n_keep), 1.0f, coeffs + r0, static_cast<int>(n), basis.components.data(),
+                static_cast<int>(dim), 1.0f, x + r0 * x_stride, static_cast<int>(x_stride));
   }
 }
 

@@ -66,4 +66,13 @@ void Project(const PcaBasis& basis, const float* x, size_t n, uint32_t n_keep, f
 // Requires n_keep <= basis.n_components. Thread-safe.
 void Reconstruct(const PcaBasis& basis, const float* coeffs, size_t n, uint32_t n_keep, float* x);
 
+// The same two products with the coefficients component-major, coeffs[c][t] (n_keep rows of n),
+// the layout the component quantiser reads and writes contiguously, and with rows of x
+// `x_stride` floats apart (>= basis.dim), so that a basis covering part of a wider row (one
+// head of a layer) is read from and written into that row in place.
+void ProjectByComponent(const PcaBasis& basis, const float* x, size_t x_stride, size_t n, uint32_t n_keep,
+                        float* coeffs);
+void ReconstructByComponent(const PcaBasis& basis, const float* coeffs, size_t n, uint32_t n_keep, float* x,
+                            size_t x_stride);
+
 }  // namespace kvc

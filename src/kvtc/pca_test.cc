@@ -173,6 +173,43 @@ TEST(Pca, ProjectMatchesDefinition) {
   }
 }
 
+// The component-major products are the token-major ones transposed, reading and writing rows
+// that sit inside wider rows (as one head inside a layer's row) and leaving the rest alone.
+TEST(Pca, ByComponentIsTheTransposeInPlace) {
+  constexpr uint32_t kDim = 24, kStride = 72, kOffset = 24, kKeep = 9;
+  const Gaussian g = MakeGaussian(kDim, 2.0, 1.0, 21);
+  std::mt19937 rng(22);
+  const PcaBasis basis = FitRows(g.Sample(2000, rng), kDim, 16);
+  const size_t n = 1300;  // more than one GEMM chunk
+  const std::vector<float> x = g.Sample(n, rng);
+  std::vector<float> wide(n * kStride, -7.0f);
+  for (size_t t = 0; t < n; ++t) std::copy_n(&x[t * kDim], kDim, &wide[t * kStride + kOffset]);
+
+  std::vector<float> by_token(n * kKeep), by_component(n * kKeep);
+  Project(basis, x.data(), n, kKeep, by_token.data());
+  ProjectByComponent(basis, wide.data() + kOffset, kStride, n, kKeep, by_component.data());
+  for (size_t t = 0; t < n; ++t) {
+    for (uint32_t c = 0; c < kKeep; ++c) {
+      ASSERT_NEAR(by_component[c * n + t], by_token[t * kKeep + c], 1e-4 * (1 + std::abs(by_token[t * kKeep + c])));
+    }
+  }
+
+  std::vector<float> back(n * kDim), wide_back(n * kStride, -7.0f);
+  Reconstruct(basis, by_token.data(), n, kKeep, back.data());
+  ReconstructByComponent(basis, by_component.data(), n, kKeep, wide_back.data() + kOffset, kStride);
+  for (size_t t = 0; t < n; ++t) {
+    for (uint32_t j = 0; j < kStride; ++j) {
+      const float got = wide_back[t * kStride + j];
+      if (j < kOffset || j >= kOffset + kDim) {
+        ASSERT_EQ(got, -7.0f) << "wrote outside the slice at " << t << "," << j;
+      } else {
+        const float want = back[t * kDim + j - kOffset];
+        ASSERT_NEAR(got, want, 1e-4 * (1 + std::abs(want))) << t << "," << j;
+      }
+    }
+  }
+}
+
 TEST(Pca, ProjectionErrorIsTheDroppedEigenvalues) {
   constexpr uint32_t kDim = 32;
   const Gaussian g = MakeGaussian(kDim, 2.0, 1.0, 11);

@@ -3,6 +3,10 @@
 #include <cmath>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace kvc {
 
 void RotateRows(const RopeParams& params, float* rows, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim,
@@ -51,6 +55,55 @@ RopeTable::RopeTable(const RopeParams& params, uint32_t head_dim, int32_t pos_be
   }
 }
 
+namespace {
+
+// One head's rotation by one token's angles: pairs (2i, 2i + 1) for kNormal, (i, i + half) for
+// kNeox; `sign` -1 rotates backwards. The SSE paths do the same products in the same order as
+// the scalar tails (x0 * c - x1 * s and x0 * s + x1 * c, each rounded once per operation), so
+// results do not depend on which path ran.
+inline void RotateNormal(float* x, const float* c, const float* s, uint32_t half, float sign) {
+  uint32_t i = 0;
+#if defined(__x86_64__)
+  // Four floats hold two pairs: out = x * (c0 c0 c1 c1) + swap(x) * (-s0 s0 -s1 s1).
+  const __m128 flip = _mm_setr_ps(-sign, sign, -sign, sign);
+  for (; i + 2 <= half; i += 2) {
+    const __m128 v = _mm_loadu_ps(x + 2 * i);
+    const __m128 cs = _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + i)));
+    const __m128 ss = _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + i)));
+    const __m128 cc = _mm_unpacklo_ps(cs, cs);
+    const __m128 sss = _mm_mul_ps(_mm_unpacklo_ps(ss, ss), flip);
+    const __m128 swapped = _mm_shuffle_ps(v, v, _MM_SHUFFLE(2, 3, 0, 1));
+    _mm_storeu_ps(x + 2 * i, _mm_add_ps(_mm_mul_ps(v, cc), _mm_mul_ps(swapped, sss)));
+  }
+#endif
+  for (; i < half; ++i) {
+    const float x0 = x[2 * i], x1 = x[2 * i + 1], si = sign * s[i];
+    x[2 * i] = x0 * c[i] + x1 * -si;
+    x[2 * i + 1] = x1 * c[i] + x0 * si;
+  }
+}
+
+inline void RotateNeox(float* x, const float* c, const float* s, uint32_t half, float sign) {
+  uint32_t i = 0;
+#if defined(__x86_64__)
+  const __m128 sign4 = _mm_set1_ps(sign);
+  for (; i + 4 <= half; i += 4) {
+    const __m128 x0 = _mm_loadu_ps(x + i), x1 = _mm_loadu_ps(x + i + half);
+    const __m128 c4 = _mm_loadu_ps(c + i), s4 = _mm_mul_ps(sign4, _mm_loadu_ps(s + i));
+    const __m128 neg_s4 = _mm_sub_ps(_mm_setzero_ps(), s4);
+    _mm_storeu_ps(x + i, _mm_add_ps(_mm_mul_ps(x0, c4), _mm_mul_ps(x1, neg_s4)));
+    _mm_storeu_ps(x + i + half, _mm_add_ps(_mm_mul_ps(x1, c4), _mm_mul_ps(x0, s4)));
+  }
+#endif
+  for (; i < half; ++i) {
+    const float x0 = x[i], x1 = x[i + half], si = sign * s[i];
+    x[i] = x0 * c[i] + x1 * -si;
+    x[i + half] = x1 * c[i] + x0 * si;
+  }
+}
+
+}  // namespace
+
 void RopeTable::Rotate(float* rows, uint32_t n_heads, bool inverse) const {
   const uint32_t half = n_rot_ / 2;
   const float sign = inverse ? -1.0f : 1.0f;
@@ -60,12 +113,10 @@ void RopeTable::Rotate(float* rows, uint32_t n_heads, bool inverse) const {
     const float* s = &sin_[size_t{t} * half];
     for (uint32_t h = 0; h < n_heads; ++h) {
       float* x = rows + (size_t{t} * n_heads + h) * head_dim_;
-      for (uint32_t i = 0; i < half; ++i) {
-        const uint32_t a = normal ? 2 * i : i;
-        const uint32_t b = normal ? 2 * i + 1 : i + half;
-        const float x0 = x[a], x1 = x[b], si = sign * s[i];
-        x[a] = x0 * c[i] - x1 * si;
-        x[b] = x0 * si + x1 * c[i];
+      if (normal) {
+        RotateNormal(x, c, s, half, sign);
+      } else {
+        RotateNeox(x, c, s, half, sign);
       }
     }
   }

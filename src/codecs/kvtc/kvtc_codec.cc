@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <optional>
 
 #include "base/byte_io.h"
@@ -270,9 +271,7 @@ Result<EncodedKv> KvtcCodec::Encode(const KvView& kv, const EncodeOptions& optio
   }
   for (KvKind kind : kKvKinds) {
     for (const auto& layer : rows[static_cast<int>(kind)]) {
-      for (float v : layer) {
-        if (!std::isfinite(v)) return InvalidArgument("kvtc: KV holds a NaN or infinity");
-      }
+      if (!AllFinite(layer.data(), layer.size())) return InvalidArgument("kvtc: KV holds a NaN or infinity");
     }
   }
 
@@ -284,24 +283,45 @@ Result<EncodedKv> KvtcCodec::Encode(const KvView& kv, const EncodeOptions& optio
     if (n == 0 || plan.n_keep == 0) return;
     const PcaBasis& basis = cal.bases[i];
     const auto& layers = rows[i < n_bases ? 0 : 1];
-    std::vector<float> x(size_t{n} * basis.dim), coeffs(size_t{n} * plan.n_keep);
-    GatherBasis(cal, static_cast<uint32_t>(i % n_bases), layers, n, x.data());
-    Project(basis, x.data(), n, plan.n_keep, coeffs.data());
+    const uint32_t b = static_cast<uint32_t>(i % n_bases);
+    std::vector<float> x, coeffs(size_t{n} * plan.n_keep);
+    const std::optional<InPlaceSlice> in_place = InPlace(cal, b);
+    if (!in_place) {
+      x.resize(size_t{n} * basis.dim);
+      GatherBasis(cal, b, layers, n, x.data());
+    }
     if (cal.quantizer == KvtcQuantizer::kComponent) {
+      // Component-major coefficients: the quantiser reads each component's tokens contiguously.
+      if (in_place) {
+        ProjectByComponent(basis, layers[in_place->layer].data() + in_place->offset, row, n, plan.n_keep,
+                           coeffs.data());
+      } else {
+        ProjectByComponent(basis, x.data(), basis.dim, n, plan.n_keep, coeffs.data());
+      }
       QuantizeComponentBlock(coeffs.data(), n, plan.n_keep, plan.bits, basis.step_multipliers, &blocks[i]);
     } else {
+      if (in_place) {
+        x.resize(size_t{n} * basis.dim);
+        GatherBasis(cal, b, layers, n, x.data());
+      }
+      Project(basis, x.data(), n, plan.n_keep, coeffs.data());
       QuantizeBlock(coeffs.data(), n, plan.n_keep, cal.group_size, plan.bits, &blocks[i]);
     }
   });
 
-  std::vector<uint8_t> codes, widths;
+  std::vector<uint8_t> codes;
+  std::vector<KvtcCodeRun> runs;
   ByteWriter scales;
+  size_t run_codes = 0;
   for (size_t i = 0; i < plans.size(); ++i) {
     codes.insert(codes.end(), blocks[i].codes.begin(), blocks[i].codes.end());
-    ForEachCodeRun(cal, plans[i], n, [&](uint8_t bits, size_t count) { widths.insert(widths.end(), count, bits); });
+    ForEachCodeRun(cal, plans[i], n, [&](uint8_t bits, size_t count) {
+      runs.push_back({bits, count});
+      run_codes += count;
+    });
     for (uint16_t s : blocks[i].scales) scales.U16(s);
   }
-  if (codes.size() != widths.size()) return Internal("kvtc: quantiser produced an unexpected number of codes");
+  if (codes.size() != run_codes) return Internal("kvtc: quantiser produced an unexpected number of codes");
 
   EncodedKv out;
   char canonical_level[32];  // "16", whatever spelling ("16.0") the caller used
@@ -311,7 +331,7 @@ Result<EncodedKv> KvtcCodec::Encode(const KvView& kv, const EncodeOptions& optio
   out.sections.push_back(std::move(exempt));
   ASSIGN_OR_RETURN(std::vector<uint8_t> scale_block, EncodeBlock(scales.bytes(), EntropyMethod::kRans));
   out.sections.push_back({kTagScales, std::move(scale_block)});
-  ASSIGN_OR_RETURN(std::vector<uint8_t> code_bytes, EncodeKvtcCodes(codes, widths, p.entropy));
+  ASSIGN_OR_RETURN(std::vector<uint8_t> code_bytes, EncodeKvtcCodes(codes, runs, p.entropy));
   out.sections.push_back({kTagCodes, std::move(code_bytes)});
   return out;
 }
@@ -385,19 +405,23 @@ Result<KvCache> KvtcCodec::Decode(const KvcFile& file, const CodecContext& conte
 
   std::vector<uint8_t> scale_bytes(total_scales * 2);
   RETURN_IF_ERROR(DecodeBlockInto(file.sections[1].bytes, scale_bytes).WithContext("kvtc scales"));
-  std::vector<uint8_t> widths;
-  widths.reserve(total_codes);
+  std::vector<KvtcCodeRun> runs;
   for (const auto& plan : plans) {
-    ForEachCodeRun(cal, plan, n, [&](uint8_t bits, size_t count) { widths.insert(widths.end(), count, bits); });
+    ForEachCodeRun(cal, plan, n, [&](uint8_t bits, size_t count) { runs.push_back({bits, count}); });
   }
   std::vector<uint8_t> codes(total_codes);
-  RETURN_IF_ERROR(DecodeKvtcCodes(file.sections[2].bytes, widths, codes).WithContext("kvtc codes"));
+  RETURN_IF_ERROR(DecodeKvtcCodes(file.sections[2].bytes, runs, codes).WithContext("kvtc codes"));
 
   ASSIGN_OR_RETURN(KvCache out, KvCache::Create(shape, h.dtype, h.pos_begin));
   write_exempt_rows(out);
 
+  // Every value of these rows is written below (each basis fills its slice), so they are sized
+  // one by one rather than copied from a zeroed prototype.
   LayerRows rows;
-  for (auto& layers : rows) layers.assign(shape.n_layers, std::vector<float>(row * n));
+  for (auto& layers : rows) {
+    layers.resize(shape.n_layers);
+    for (auto& layer : layers) layer.resize(row * n);
+  }
   const uint32_t n_bases = cal.n_bases();
   std::vector<Status> statuses(plans.size());
   std::vector<size_t> code_offset(plans.size() + 1, 0), scale_offset(plans.size() + 1, 0);
@@ -416,16 +440,30 @@ Result<KvCache> KvtcCodec::Decode(const KvcFile& file, const CodecContext& conte
       const size_t at = 2 * (scale_offset[i] + s);
       block.scales[s] = static_cast<uint16_t>(scale_bytes[at] | (scale_bytes[at + 1] << 8));
     }
-    std::vector<float> coeffs(size_t{n} * plan.n_keep), x(size_t{n} * basis.dim);
+    const bool by_component = cal.quantizer == KvtcQuantizer::kComponent;
+    // Uninitialised: both dequantisers write every coefficient (0 for a width of 0) on success.
+    const auto coeff_buffer = std::make_unique_for_overwrite<float[]>(size_t{n} * plan.n_keep);
+    float* const coeffs = coeff_buffer.get();
     if (plan.n_keep > 0) {
-      statuses[i] = cal.quantizer == KvtcQuantizer::kComponent
-                        ? DequantizeComponentBlock(block, n, plan.n_keep, plan.bits, basis.step_multipliers,
-                                                   coeffs.data())
-                        : DequantizeBlock(block, n, plan.n_keep, cal.group_size, plan.bits, coeffs.data());
+      statuses[i] = by_component ? DequantizeComponentBlock(block, n, plan.n_keep, plan.bits,
+                                                            basis.step_multipliers, coeffs)
+                                 : DequantizeBlock(block, n, plan.n_keep, cal.group_size, plan.bits, coeffs);
       if (!statuses[i].ok()) return;
     }
-    Reconstruct(basis, coeffs.data(), n, plan.n_keep, x.data());
-    ScatterBasis(cal, static_cast<uint32_t>(i % n_bases), x.data(), n, &rows[i < n_bases ? 0 : 1]);
+    auto& layers = rows[i < n_bases ? 0 : 1];
+    const uint32_t b = static_cast<uint32_t>(i % n_bases);
+    if (const std::optional<InPlaceSlice> in_place = InPlace(cal, b); in_place && by_component) {
+      ReconstructByComponent(basis, coeffs, n, plan.n_keep, layers[in_place->layer].data() + in_place->offset,
+                             row);
+      return;
+    }
+    std::vector<float> x(size_t{n} * basis.dim);
+    if (by_component) {
+      ReconstructByComponent(basis, coeffs, n, plan.n_keep, x.data(), basis.dim);
+    } else {
+      Reconstruct(basis, coeffs, n, plan.n_keep, x.data());
+    }
+    ScatterBasis(cal, b, x.data(), n, &layers);
   });
   for (const Status& s : statuses) RETURN_IF_ERROR(s.WithContext("kvtc"));
 
@@ -435,7 +473,7 @@ Result<KvCache> KvtcCodec::Decode(const KvcFile& file, const CodecContext& conte
     const uint32_t l = static_cast<uint32_t>(j % shape.n_layers);
     auto& layer = rows[static_cast<int>(kind)][l];
     if (kind == KvKind::kKey && cal.keys_rope_undone) rope.Rotate(layer.data(), shape.n_kv_heads, false);
-    for (float& v : layer) v = std::clamp(v, -65504.0f, 65504.0f);
+    ClampToFp16Range(layer.data(), layer.size());
     out.WriteRowsF32(kind, l, ex.prefix, n, layer.data());
   });
   return out;
