@@ -45,7 +45,7 @@ for model in "${models[@]}"; do
     i=$((i + 1))
     eval_one "$name" "$model" "$codec" "$level" > "$out/$(printf %03d $i)-$name-$codec-$level.json"
     if [[ $codec == kvtc ]]; then
-      for entropy in rans none; do
+      for entropy in deflate none; do
         i=$((i + 1))
         eval_one "$name" "$model" kvtc "$level" --param entropy=$entropy \
           | /usr/bin/python3 -c 'import json,sys; r=json.load(sys.stdin); r["codec"]+="+'$entropy'"; print(json.dumps(r))' \
@@ -59,22 +59,25 @@ for c in json.load(sys.stdin):
         print(c["name"], level)')
 done
 
-# kvtc: which features share a basis, and how many components share a scale (kvtiny).
+# kvtc: how coefficients are quantised, which features share a basis, and (token-group) how many
+# components share a scale (kvtiny).
 abl=results/ablation
 mkdir -p "$abl"
 rm -f "$abl"/[!k]*.json  # keep the ablation calibrations (kvtiny-*)
 if ((ablation)); then
-  for spec in layer:16 layer-head:16 all:16 layer:8 layer:32; do
-    group=${spec%%:*} size=${spec#*:}
-    cal=$abl/kvtiny-$group-$size.kvcal
-    echo "== ablation $group $size" >&2
+  for spec in component:layer:0 component:layer-head:0 token-group:layer:16 token-group:layer-head:16 \
+              token-group:all:16 token-group:layer:8 token-group:layer:32; do
+    IFS=: read -r quantizer group size <<< "$spec"
+    cal=$abl/kvtiny-$quantizer-$group-$size.kvcal
+    echo "== ablation $quantizer $group $size" >&2
     if [[ ! -f $cal || ! -f $cal.json ]]; then
-      $kvcodec calibrate --group "$group" --group-size "$size" --out "$cal" --json --quiet > "$cal.json"
+      $kvcodec calibrate --quantizer "$quantizer" --group "$group" --group-size "$size" --no-profile --out "$cal" \
+        --json --quiet > "$cal.json"
     fi
-    for level in 16 20 24; do
+    for level in 16 24 32; do
       eval_one kvtiny models/kvtiny/kvtiny.gguf kvtc "$level" --calibration "$cal" \
-        | /usr/bin/python3 -c 'import json,sys; r=json.load(sys.stdin); r["grouping"]="'$group'"; r["group_size"]='$size'; print(json.dumps(r))' \
-        > "$abl/$group-$size-$level.json"
+        | /usr/bin/python3 -c 'import json,sys; r=json.load(sys.stdin); r["quantizer"]="'$quantizer'"; r["grouping"]="'$group'"; r["group_size"]='$size'; print(json.dumps(r))' \
+        > "$abl/$quantizer-$group-$size-$level.json"
     done
   done
 fi
