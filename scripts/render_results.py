@@ -300,15 +300,28 @@ if serve:
         rows = [r for r in by_name["fifo"]["requests"] if r["class"] == "no_prefix" and r["ok"]]
         late = sum(1 for r in rows if r["ttft_s"] > bar)
         waited = f" ({late} of {len(rows)} here took over {bar:.2f} s, 3x the KV-aware p90)"
+    shared_p50 = {n: c["classes"]["shared_prefix"]["ttft_s"]["p50"] for n, c in by_name.items()}
+    cut = ""
+    if "none" in shared_p50 and "kv-aware" in shared_p50 and shared_p50["none"] > 0:
+        cut = f" (shared-prefix p50 {shared_p50['kv-aware'] / shared_p50['none']:.2f}x of no reuse's here)"
+    rates = [c["completion_tokens_per_s"] for c in sv["configs"]]
+    if rates and min(rates) >= 0.95 * max(rates):
+        load = "Throughput is alike in all three: the load is below saturation."
+    else:
+        none_rate = by_name.get("none", {}).get("completion_tokens_per_s", min(rates) if rates else 0)
+        load = (f"Throughput is not alike ({', '.join(f'{r:.1f}' for r in rates)} completion tokens/s): without "
+                f"reuse this machine cannot keep up with the arrivals ({none_rate:.1f} tokens/s), its queue grows "
+                "and every no-reuse TTFT with it, so ratios against no reuse say more about the machine than "
+                "about the schedulers; FIFO against KV-aware is the scheduler's own effect.")
     print("Where the time goes. Without reuse, a no-prefix request is admitted at once but its prefill shares each "
           "llama.cpp batch with 512-token slices of the documents being recomputed, so its first token waits for "
           "those steps, and the documents' own TTFT is their whole prefill under load. With reuse the documents "
-          "arrive over the link instead (fetch and decode on the fetch thread, off the batch), which roughly halves "
-          "their TTFT and takes their prefill out of everyone's steps. The FIFO scheduler admits in arrival order, "
+          "arrive over the link instead (fetch and decode on the fetch thread, off the batch), which cuts their "
+          "TTFT" + cut + " and takes their prefill out of everyone's steps. The FIFO scheduler admits in arrival order, "
           "so a no-prefix request that arrives while a document is being fetched waits for that fetch" + waited + ". "
           "The KV-fetch-aware scheduler looks the prompt up "
           "on arrival and sends a request with nothing stored straight to the batch, so its no-prefix TTFT is its "
-          "own short prefill. Throughput is alike in all three: the load is below saturation.\n")
+          "own short prefill. " + load + "\n")
 
 if ablation:
     print("## kvtc ablation on kvtiny: quantiser, basis grouping and scale group size\n")

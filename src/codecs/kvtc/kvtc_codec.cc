@@ -184,8 +184,10 @@ const CodecInfo& KvtcCodec::info() const {
       .version = 1,
       .levels = {"4", "8", "12", "16", "20", "24", "32", "48", "64"},
       .default_level = "16",
-      .description = "transform coding: PCA basis from `kvcodec calibrate`, DP bit allocation per target ratio "
-                     "(the level), per-token group scales, DEFLATE (or rANS); sink/window tokens kept fp16",
+      .description = "transform coding: PCA basis and quantiser from `kvcodec calibrate` (per-component or "
+                     "per-token group scales, chosen per model), a bit allocation per target ratio (the level) "
+                     "met after entropy coding, rANS (component) or DEFLATE (token-group); sink/window tokens "
+                     "fp16 when asked",
       .params = {"calibration=<file.kvcal> (default: the one loaded for the model)", "sinks=0", "window=0",
                  "entropy=deflate|rans|none"},
       .needs_calibration = true,
