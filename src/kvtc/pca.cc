@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <climits>
 #include <cmath>
 #include <mutex>
 
@@ -176,72 +177,73 @@ void FillWithMean(const PcaBasis& basis, size_t n, float* x, size_t x_stride) {
   for (size_t r = 0; r < n; ++r) std::copy(basis.mean.begin(), basis.mean.end(), x + r * x_stride);
 }
 
-}  // namespace
-
-void Project(const PcaBasis& basis, const float* x, size_t n, uint32_t n_keep, float* coeffs) {
-  assert(n_keep <= basis.n_components);
+// Centres the rows of x kGemmRows at a time and hands each block to product(r0, rows, centred).
+// Centring before the product (rather than subtracting mean . component afterwards) avoids
+// fp32 cancellation on channels whose mean dwarfs their spread.
+template <typename Product>
+void ProjectInBlocks(const PcaBasis& basis, const float* x, size_t x_stride, size_t n, uint32_t n_keep,
+                     Product&& product) {
+  assert(n_keep <= basis.n_components && x_stride >= basis.dim && n <= size_t{INT_MAX});
   if (n == 0 || n_keep == 0) return;
   UseSingleThreadedBlas();
-  const size_t dim = basis.dim;
-  // Centring before the product (rather than subtracting mean . component afterwards) avoids
-  // fp32 cancellation on channels whose mean dwarfs their spread.
-  std::vector<float> centred(std::min(n, kGemmRows) * dim);
+  std::vector<float> centred(std::min(n, kGemmRows) * basis.dim);
   for (size_t r0 = 0; r0 < n; r0 += kGemmRows) {
     const size_t rows = std::min(kGemmRows, n - r0);
-    CentreRows(basis, x, dim, r0, rows, centred.data());
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(n_keep),
-                static_cast<int>(dim), 1.0f, centred.data(), static_cast<int>(dim), basis.components.data(),
-                static_cast<int>(dim), 0.0f, coeffs + r0 * n_keep, static_cast<int>(n_keep));
+    CentreRows(basis, x, x_stride, r0, rows, centred.data());
+    product(r0, rows, centred.data());
   }
 }
 
-void Reconstruct(const PcaBasis& basis, const float* coeffs, size_t n, uint32_t n_keep, float* x) {
-  assert(n_keep <= basis.n_components);
+// Fills the rows of x with the mean, then hands blocks of kGemmRows rows to add(r0, rows), which
+// adds the coefficients' part.
+template <typename Add>
+void ReconstructInBlocks(const PcaBasis& basis, size_t n, uint32_t n_keep, float* x, size_t x_stride, Add&& add) {
+  assert(n_keep <= basis.n_components && x_stride >= basis.dim && n <= size_t{INT_MAX});
   if (n == 0) return;
-  const size_t dim = basis.dim;
-  FillWithMean(basis, n, x, dim);
-  if (n_keep == 0 || dim == 0) return;
+  FillWithMean(basis, n, x, x_stride);
+  if (n_keep == 0 || basis.dim == 0) return;
   UseSingleThreadedBlas();
-  for (size_t r0 = 0; r0 < n; r0 += kGemmRows) {
-    const size_t rows = std::min(kGemmRows, n - r0);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(dim),
-                static_cast<int>(n_keep), 1.0f, coeffs + r0 * n_keep, static_cast<int>(n_keep), basis.components.data(),
-                static_cast<int>(dim), 1.0f, x + r0 * dim, static_cast<int>(dim));
-  }
+  for (size_t r0 = 0; r0 < n; r0 += kGemmRows) add(r0, std::min(kGemmRows, n - r0));
+}
+
+}  // namespace
+
+void Project(const PcaBasis& basis, const float* x, size_t n, uint32_t n_keep, float* coeffs) {
+  const int dim = static_cast<int>(basis.dim);
+  ProjectInBlocks(basis, x, basis.dim, n, n_keep, [&](size_t r0, size_t rows, const float* centred) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(n_keep), dim, 1.0f,
+                centred, dim, basis.components.data(), dim, 0.0f, coeffs + r0 * n_keep, static_cast<int>(n_keep));
+  });
+}
+
+void Reconstruct(const PcaBasis& basis, const float* coeffs, size_t n, uint32_t n_keep, float* x) {
+  const int dim = static_cast<int>(basis.dim);
+  ReconstructInBlocks(basis, n, n_keep, x, basis.dim, [&](size_t r0, size_t rows) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), dim, static_cast<int>(n_keep), 1.0f,
+                coeffs + r0 * n_keep, static_cast<int>(n_keep), basis.components.data(), dim, 1.0f, x + r0 * basis.dim,
+                dim);
+  });
 }
 
 void ProjectByComponent(const PcaBasis& basis, const float* x, size_t x_stride, size_t n, uint32_t n_keep,
                         float* coeffs) {
-  assert(n_keep <= basis.n_components && x_stride >= basis.dim);
-  if (n == 0 || n_keep == 0) return;
-  UseSingleThreadedBlas();
-  const size_t dim = basis.dim;
-  std::vector<float> centred(std::min(n, kGemmRows) * dim);
-  for (size_t r0 = 0; r0 < n; r0 += kGemmRows) {
-    const size_t rows = std::min(kGemmRows, n - r0);
-    CentreRows(basis, x, x_stride, r0, rows, centred.data());
+  const int dim = static_cast<int>(basis.dim);
+  ProjectInBlocks(basis, x, x_stride, n, n_keep, [&](size_t r0, size_t rows, const float* centred) {
     // coeffs[:, r0 .. r0 + rows) = components[n_keep][dim] . centred^T
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n_keep), static_cast<int>(rows),
-                static_cast<int>(dim), 1.0f, basis.components.data(), static_cast<int>(dim), centred.data(),
-                static_cast<int>(dim), 0.0f, coeffs + r0, static_cast<int>(n));
-  }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n_keep), static_cast<int>(rows), dim, 1.0f,
+                basis.components.data(), dim, centred, dim, 0.0f, coeffs + r0, static_cast<int>(n));
+  });
 }
 
 void ReconstructByComponent(const PcaBasis& basis, const float* coeffs, size_t n, uint32_t n_keep, float* x,
                             size_t x_stride) {
-  assert(n_keep <= basis.n_components && x_stride >= basis.dim);
-  if (n == 0) return;
-  const size_t dim = basis.dim;
-  FillWithMean(basis, n, x, x_stride);
-  if (n_keep == 0 || dim == 0) return;
-  UseSingleThreadedBlas();
-  for (size_t r0 = 0; r0 < n; r0 += kGemmRows) {
-    const size_t rows = std::min(kGemmRows, n - r0);
+  const int dim = static_cast<int>(basis.dim);
+  ReconstructInBlocks(basis, n, n_keep, x, x_stride, [&](size_t r0, size_t rows) {
     // x[r0 .. r0 + rows) += coeffs[:, r0 .. r0 + rows)^T . components
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(dim),
-                static_cast<int>(n_keep), 1.0f, coeffs + r0, static_cast<int>(n), basis.components.data(),
-                static_cast<int>(dim), 1.0f, x + r0 * x_stride, static_cast<int>(x_stride));
-  }
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(rows), dim, static_cast<int>(n_keep), 1.0f,
+                coeffs + r0, static_cast<int>(n), basis.components.data(), dim, 1.0f, x + r0 * x_stride,
+                static_cast<int>(x_stride));
+  });
 }
 
 }  // namespace kvc
