@@ -81,16 +81,16 @@ struct CompletionServer::Impl {
   std::string MetricsText() {
     std::string out = metrics.Text();
     const BatchScheduler::Gauges g = scheduler->gauges();
-    out += "# TYPE kvcodec_queue_length gauge\n";
+    WriteMetricFamily(out, "kvcodec_queue_length", "gauge", "Requests in each queue of the scheduler now.");
     out += FormatMessage("kvcodec_queue_length{queue=\"waiting_for_kv\"} %d\n", g.waiting_for_kv);
     out += FormatMessage("kvcodec_queue_length{queue=\"waiting\"} %d\n", g.waiting);
     out += FormatMessage("kvcodec_queue_length{queue=\"running\"} %d\n", g.running);
     out += FormatMessage("kvcodec_queue_length{queue=\"store\"} %d\n", g.store_pending);
     if (auto stats = store->Stats(); stats.ok()) {
-      out += FormatMessage("# TYPE kvcodec_store_bytes gauge\nkvcodec_store_bytes %llu\n",
-                           static_cast<unsigned long long>(stats->bytes));
-      out += FormatMessage("# TYPE kvcodec_store_objects gauge\nkvcodec_store_objects %llu\n",
-                           static_cast<unsigned long long>(stats->objects));
+      WriteMetricFamily(out, "kvcodec_store_bytes", "gauge", "Bytes held by the KV store.");
+      out += FormatMessage("kvcodec_store_bytes %llu\n", static_cast<unsigned long long>(stats->bytes));
+      WriteMetricFamily(out, "kvcodec_store_objects", "gauge", "Objects held by the KV store.");
+      out += FormatMessage("kvcodec_store_objects %llu\n", static_cast<unsigned long long>(stats->objects));
     }
     return out;
   }

@@ -16,6 +16,8 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "base/clock.h"
@@ -178,6 +180,33 @@ TEST_F(ServerTest, HealthAndMetrics) {
                              "kvcodec_queue_length{queue=\"store\"}", "kvcodec_store_bytes"}) {
     EXPECT_NE(metrics->body.find(series), std::string::npos) << series;
   }
+  // Every family has its # HELP then its # TYPE line, and every series belongs to a family
+  // declared before it (histogram series carry _bucket, _sum or _count).
+  std::set<std::string> helped, typed;
+  std::istringstream lines(metrics->body);
+  for (std::string line; std::getline(lines, line);) {
+    ASSERT_FALSE(line.empty());
+    std::istringstream words(line);
+    std::string first, name;
+    words >> first;
+    if (first == "#") {
+      std::string kind;
+      words >> kind >> name;
+      if (kind == "HELP") helped.insert(name);
+      if (kind == "TYPE") {
+        EXPECT_TRUE(helped.count(name)) << "no # HELP before # TYPE " << name;
+        typed.insert(name);
+      }
+      continue;
+    }
+    name = first.substr(0, first.find('{'));
+    for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+      const std::string s = suffix;
+      if (!typed.count(name) && name.size() > s.size() && name.ends_with(s)) name.resize(name.size() - s.size());
+    }
+    EXPECT_TRUE(typed.count(name)) << "series without a family: " << line;
+  }
+  EXPECT_GE(typed.size(), 17u);
 }
 
 TEST_F(ServerTest, CompletionAndChatShapes) {

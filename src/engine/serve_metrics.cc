@@ -4,6 +4,10 @@
 
 namespace kvc {
 
+void WriteMetricFamily(std::string& out, const char* name, const char* type, const char* help) {
+  out += FormatMessage("# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
 void LatencyHistogram::Add(double seconds) {
   size_t i = 0;
   while (i < std::size(kBuckets) && seconds > kBuckets[i]) ++i;
@@ -35,31 +39,34 @@ void ServeMetrics::CountRequest(const std::string& endpoint, const std::string& 
 
 std::string ServeMetrics::Text() {
   std::lock_guard lock(mu);
-  std::string out = "# TYPE kvcodec_requests_total counter\n";
+  std::string out;
+  WriteMetricFamily(out, "kvcodec_requests_total", "counter", "HTTP requests answered, by endpoint and status.");
   for (const auto& [key, n] : requests) {
     const size_t comma = key.find(',');
     out += FormatMessage("kvcodec_requests_total{endpoint=\"%s\",status=\"%s\"} %llu\n", key.substr(0, comma).c_str(),
                          key.substr(comma + 1).c_str(), static_cast<unsigned long long>(n));
   }
-  auto counter = [&](const char* name, uint64_t v) {
-    out += FormatMessage("# TYPE %s counter\n%s %llu\n", name, name, static_cast<unsigned long long>(v));
+  auto counter = [&](const char* name, uint64_t v, const char* help) {
+    WriteMetricFamily(out, name, "counter", help);
+    out += FormatMessage("%s %llu\n", name, static_cast<unsigned long long>(v));
   };
-  counter("kvcodec_prompt_tokens_total", prompt_tokens);
-  counter("kvcodec_cached_prompt_tokens_total", cached_tokens);
-  counter("kvcodec_completion_tokens_total", completion_tokens);
-  counter("kvcodec_fetched_bytes_total", fetched_bytes);
-  counter("kvcodec_stored_bytes_total", stored_bytes);
-  counter("kvcodec_store_failures_total", store_failures);
-  counter("kvcodec_reuse_failures_total", reuse_failures);
-  counter("kvcodec_damaged_chunks_total", damaged_chunks);
-  counter("kvcodec_client_disconnects_total", disconnects);
-  counter("kvcodec_batches_total", batches);
-  counter("kvcodec_batched_sequences_total", batched_sequences);
-  out += FormatMessage("# TYPE kvcodec_batch_sequences_peak gauge\nkvcodec_batch_sequences_peak %llu\n",
-                       static_cast<unsigned long long>(peak_batch_sequences));
-  out += "# TYPE kvcodec_ttft_seconds histogram\n";
+  counter("kvcodec_prompt_tokens_total", prompt_tokens, "Prompt tokens of completed requests.");
+  counter("kvcodec_cached_prompt_tokens_total", cached_tokens, "Prompt tokens restored from stored KV, not prefilled.");
+  counter("kvcodec_completion_tokens_total", completion_tokens, "Tokens generated.");
+  counter("kvcodec_fetched_bytes_total", fetched_bytes, "Bytes of stored KV chunks fetched.");
+  counter("kvcodec_stored_bytes_total", stored_bytes, "Bytes of KV chunks stored.");
+  counter("kvcodec_store_failures_total", store_failures, "Chunks that could not be stored.");
+  counter("kvcodec_reuse_failures_total", reuse_failures, "Reuses abandoned for recomputation (missing or bad chunks).");
+  counter("kvcodec_damaged_chunks_total", damaged_chunks, "Stored chunks that failed their checks when fetched.");
+  counter("kvcodec_client_disconnects_total", disconnects, "Requests cancelled because the client went away.");
+  counter("kvcodec_batches_total", batches, "llama.cpp batches decoded.");
+  counter("kvcodec_batched_sequences_total", batched_sequences, "Sequences summed over the batches decoded.");
+  WriteMetricFamily(out, "kvcodec_batch_sequences_peak", "gauge", "Most sequences decoded in one batch so far.");
+  out += FormatMessage("kvcodec_batch_sequences_peak %llu\n", static_cast<unsigned long long>(peak_batch_sequences));
+  WriteMetricFamily(out, "kvcodec_ttft_seconds", "histogram", "Time from a request's arrival to its first token.");
   ttft.Write(out, "kvcodec_ttft_seconds", "");
-  out += "# TYPE kvcodec_stage_seconds histogram\n";
+  WriteMetricFamily(out, "kvcodec_stage_seconds", "histogram",
+                    "Time a request spent in each stage before its first token (queue, lookup, fetch, restore, prefill).");
   queue.Write(out, "kvcodec_stage_seconds", "stage=\"queue\"");
   lookup.Write(out, "kvcodec_stage_seconds", "stage=\"lookup\"");
   fetch.Write(out, "kvcodec_stage_seconds", "stage=\"fetch\"");

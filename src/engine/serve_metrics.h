@@ -10,6 +10,10 @@
 
 namespace kvc {
 
+// Appends a metric family's `# HELP` and `# TYPE` lines (Prometheus text format 0.0.4), which
+// every family gets before its series (`promtool check metrics` wants both).
+void WriteMetricFamily(std::string& out, const char* name, const char* type, const char* help);
+
 // A Prometheus histogram of seconds.
 class LatencyHistogram {
  public:
