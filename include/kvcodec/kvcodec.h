@@ -238,6 +238,8 @@ typedef struct kvc_serve_params {
                                 one only raw and quant 8 are stored and fetched) */
   double max_ppl_delta;      /* largest profiled perplexity change a rung may have, percent; <= 0: 1.0 */
   double min_top1;           /* smallest profiled top-1 agreement; <= 0: 0.97 */
+  const char* alias;         /* model id clients see (/v1/models, responses); NULL: the model's file name
+                                without .gguf */
 } kvc_serve_params;
 
 /* The OpenAI-compatible completion server with KV reuse: create (loads the model), start

@@ -629,6 +629,7 @@ kvc_status kvc_server_create(const kvc_serve_params* p, kvc_server** out) {
     if (p->max_body_bytes) o.max_body_bytes = static_cast<size_t>(p->max_body_bytes);
     if (p->request_timeout_s > 0) o.request_timeout_s = p->request_timeout_s;
     if (p->max_connections) o.max_connections = p->max_connections;
+    if (p->alias) o.alias = p->alias;
     auto server = kvc::CompletionServer::Create(o);
     if (!server.ok()) return Fail(server.status());
     *out = new kvc_server{std::move(*server)};

@@ -67,6 +67,7 @@ struct CompletionServer::Impl {
   std::unique_ptr<Store> store;
   std::unique_ptr<LlamaSession> session;
   std::string model_name;
+  int64_t created = 0;  // when the model was loaded (Unix seconds), /v1/models' "created"
   std::vector<StoredRung> stored_rungs;  // what new chunks are stored as
   ServeMetrics metrics;
   std::unique_ptr<BatchScheduler> scheduler;
@@ -368,7 +369,11 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
   so.n_seq = static_cast<uint32_t>(o.parallel);
   so.n_threads = ServerLlamaThreads(o);
   ASSIGN_OR_RETURN(impl->session, LlamaSession::Create(*impl->model, so));
-  impl->model_name = std::filesystem::path(o.model_path).stem().string();
+  // The file name is what users type and tell apart; GGUF general.name is often the
+  // converter's default (the test models say "llama").
+  impl->model_name = ToValidUtf8(o.alias.empty() ? std::filesystem::path(o.model_path).stem().string() : o.alias);
+  impl->created =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   SchedulerOptions so2;
   so2.parallel = static_cast<uint32_t>(o.parallel);
   so2.fetch_threads = static_cast<uint32_t>(o.fetch_threads);
@@ -396,6 +401,12 @@ Status CompletionServer::Start() {
   });
   http.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
     res.set_content(s.MetricsText(), "text/plain; version=0.0.4");
+  });
+  // The one model served, as OpenAI lists models (model pickers ask for this first).
+  http.Get("/v1/models", [&s](const httplib::Request&, httplib::Response& res) {
+    const Json model = {{"id", s.model_name}, {"object", "model"}, {"created", s.created}, {"owned_by", "kvcodec"}};
+    res.set_content(Dump(Json{{"object", "list"}, {"data", Json::array({model})}}), "application/json");
+    s.metrics.CountRequest("models", "200");
   });
   http.Post("/v1/completions", [&s](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
     s.HandleCompletion(req, res, reader, false);

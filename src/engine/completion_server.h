@@ -36,6 +36,9 @@ struct ServerOptions {
   std::string calibration;
   std::string profile;            // quality profile; empty: <model>.kvprof.json beside the model, if any
   QualityLimits quality;          // which profiled rungs may be stored and fetched
+  // The model id clients see (GET /v1/models and the "model" of every response); empty: the
+  // model's file name without .gguf.
+  std::string alias;
   std::string host = "127.0.0.1";
   int port = 8080;         // 0: any free port (see CompletionServer::port)
   double link_gbps = 0;    // in-process link cap for fetches; 0: none

@@ -209,6 +209,21 @@ TEST_F(ServerTest, HealthAndMetrics) {
   EXPECT_GE(typed.size(), 17u);
 }
 
+TEST_F(ServerTest, ListsTheServedModel) {
+  auto res = Client().Get("/v1/models");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  const Json list = Json::parse(res->body);
+  EXPECT_EQ(list["object"], "list");
+  ASSERT_EQ(list["data"].size(), 1u);
+  const Json& model = list["data"][0];
+  EXPECT_EQ(model["object"], "model");
+  EXPECT_FALSE(model["id"].get<std::string>().empty());
+  EXPECT_GT(model["created"].get<int64_t>(), 1700000000);
+  // Every response names the same model.
+  EXPECT_EQ(Post("/v1/completions", {{"prompt", "And it came to pass"}, {"max_tokens", 1}})["model"], model["id"]);
+}
+
 TEST_F(ServerTest, CompletionAndChatShapes) {
   const Json c = Post("/v1/completions", {{"prompt", "And it came to pass"}, {"max_tokens", 5}});
   EXPECT_EQ(c["object"], "text_completion");
@@ -595,6 +610,29 @@ ServerOptions TestServerOptions(const std::filesystem::path& store) {
   o.port = 0;
   o.n_ctx = 512;
   return o;
+}
+
+// --alias names the model for clients: /v1/models and every response carry it.
+TEST(ServerAlias, TheAliasIsTheModelId) {
+  const auto dir = std::filesystem::temp_directory_path() / ("kvc-server-alias-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  ServerOptions o = TestServerOptions(dir / "store");
+  o.alias = "bible-small";
+  auto server = CompletionServer::Create(o);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  ASSERT_TRUE((*server)->Start().ok());
+  httplib::Client c("127.0.0.1", (*server)->port());
+  c.set_read_timeout(60, 0);
+  auto models = c.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(Json::parse(models->body)["data"][0]["id"], "bible-small");
+  auto chat = c.Post("/v1/chat/completions",
+                     Json{{"messages", Json::array({{{"role", "user"}, {"content", "Who?"}}})}, {"max_tokens", 1}}.dump(),
+                     "application/json");
+  ASSERT_TRUE(chat);
+  EXPECT_EQ(Json::parse(chat->body)["model"], "bible-small");
+  (*server)->Stop();
+  std::filesystem::remove_all(dir);
 }
 
 // A byte-fallback model spells a character outside its vocabulary over several tokens, each a

@@ -630,7 +630,7 @@ int RunBenchServe(const BenchServeArgs& a) {
 }
 
 struct ServeArgs {
-  std::string model = DefaultModel(), store, store_secret, codec = "kvtc", calibration, host = "127.0.0.1";
+  std::string model = DefaultModel(), store, store_secret, codec = "kvtc", calibration, host = "127.0.0.1", alias;
   int port = 8080;
   double link_gbps = 0;
   uint64_t max_body = 1 << 20;
@@ -671,6 +671,7 @@ int RunServe(const ServeArgs& a) {
   p.max_body_bytes = a.max_body;
   p.request_timeout_s = a.request_timeout;
   p.max_connections = a.max_connections;
+  p.alias = a.alias.empty() ? nullptr : a.alias.c_str();
   kvc_server* server = nullptr;
   if (kvc_server_create(&p, &server) != KVC_OK) return Fail(kvc_last_error());
   if (kvc_server_start(server) != KVC_OK) {
@@ -857,6 +858,8 @@ int Main(int argc, char** argv) {
   serve->add_option("--calibration", sv.calibration, "KVTC calibration (default: <model>.kvcal if present)");
   sv.quality.AddTo(serve);
   serve->add_option("--host", sv.host, "Address to listen on")->capture_default_str();
+  serve->add_option("--alias", sv.alias,
+                    "Model id clients see in /v1/models and responses (default: the model's file name without .gguf)");
   serve->add_option("--port", sv.port, "Port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
   serve->add_option("--link-gbps", sv.link_gbps, "Cap the fetch link at this rate (0: none)")
       ->capture_default_str()
