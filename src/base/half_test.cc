@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
+#include <vector>
 
 namespace kvc {
 namespace {
@@ -76,6 +79,35 @@ TEST(Half, BulkMatchesScalar) {
   std::vector<uint16_t> bulk(probe.size());
   Fp32ToFp16(probe.data(), bulk.data(), probe.size());
   for (size_t i = 0; i < probe.size(); ++i) EXPECT_EQ(bulk[i], Fp32ToFp16(probe[i])) << probe[i];
+}
+
+}  // namespace
+}  // namespace kvc
+
+namespace kvc {
+namespace {
+
+// Every length (the vector body and the scalar tail), every kind of value.
+TEST(Half, ClampToFp16RangeAndAllFinite) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float values[] = {0.0f, -0.0f, 1.5f, -3.25f, 65504.0f, -65504.0f, 65505.0f, -70000.0f, 1e30f, inf, -inf};
+  for (size_t n = 0; n <= 13; ++n) {
+    std::vector<float> x(n);
+    for (size_t i = 0; i < n; ++i) x[i] = values[(i * 7 + n) % std::size(values)];
+    std::vector<float> clamped = x;
+    ClampToFp16Range(clamped.data(), n);
+    for (size_t i = 0; i < n; ++i) EXPECT_EQ(clamped[i], std::clamp(x[i], -65504.0f, 65504.0f)) << n << "," << i;
+    EXPECT_TRUE(AllFinite(clamped.data(), n));
+    bool finite = true;
+    for (float v : x) finite = finite && std::isfinite(v);
+    EXPECT_EQ(AllFinite(x.data(), n), finite) << n;
+  }
+  std::vector<float> nan(6, 1.0f);
+  nan[4] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_FALSE(AllFinite(nan.data(), nan.size()));
+  ClampToFp16Range(nan.data(), nan.size());
+  EXPECT_TRUE(std::isnan(nan[4]));  // as std::clamp leaves it
+  EXPECT_EQ(nan[5], 1.0f);
 }
 
 }  // namespace
