@@ -18,6 +18,27 @@ TEST(CompletionRequest, ReadsPromptBudgetAndStream) {
   EXPECT_TRUE(ParseCompletionRequest(R"({"prompt": "x", "max_tokens": 100})", false, 64, 100).ok());
 }
 
+// What OpenAI's clients send besides the basics: the newer budget name, nulls for defaults,
+// prompt and content arrays, and do-nothing values of fields this server does not implement.
+TEST(CompletionRequest, AcceptsTheShapesOpenAiClientsSend) {
+  auto r = ParseCompletionRequest(R"({"prompt": ["In the beginning"], "max_completion_tokens": 5, "max_tokens": null,
+                                     "stream": null, "n": 1, "stop": null, "logprobs": false, "echo": false,
+                                     "response_format": {"type": "text"}, "tools": []})",
+                                  false, 64, 100);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->prompt, "In the beginning");
+  EXPECT_EQ(r->max_tokens, 5u);
+  EXPECT_FALSE(r->stream);
+  auto same = ParseCompletionRequest(R"({"prompt": "x", "max_tokens": 6, "max_completion_tokens": 6})", false, 64, 100);
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(same->max_tokens, 6u);
+  auto chat = ParseCompletionRequest(
+      R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "Who "}, {"type": "text", "text": "art thou?"}]}]})",
+      true, 8, 100);
+  ASSERT_TRUE(chat.ok()) << chat.status().ToString();
+  EXPECT_EQ(chat->prompt, "user: Who art thou?\nassistant:");
+}
+
 TEST(CompletionRequest, ChatMessagesBecomeRoleLinesThenAssistant) {
   auto r = ParseCompletionRequest(
       R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Who?"}]})", true, 8, 100);
@@ -38,6 +59,21 @@ TEST(CompletionRequest, MalformedBodiesAreInvalidArgumentsThatSayWhy) {
       {"", false, "not valid JSON"},
       {"[1, 2]", false, "JSON object"},
       {R"({"max_tokens": 3})", false, "'prompt' must be a string"},
+      {R"({"prompt": ["a", "b"]})", false, "'prompt' must be a string"},
+      {R"({"prompt": [1, 2]})", false, "'prompt' must be a string"},
+      {R"({"prompt": "x", "max_completion_tokens": 0})", false, "'max_completion_tokens' must be an integer in 1..100"},
+      {R"({"prompt": "x", "max_tokens": 4, "max_completion_tokens": 5})", false, "disagree"},
+      {R"({"prompt": "x", "stop": "\n"})", false, "'stop' is not supported"},
+      {R"({"prompt": "x", "logprobs": 2})", false, "'logprobs' is not supported"},
+      {R"({"prompt": "x", "echo": true})", false, "'echo' is not supported"},
+      {R"({"prompt": "x", "n": 2})", false, "'n' other than 1"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", true, "'tools' is not supported"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})", true,
+       "'response_format'"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})", true,
+       "'image_url' are not supported"},
+      {R"({"messages": [{"role": "user", "content": [{"text": "x"}]}]})", true, "string 'type'"},
+      {R"({"messages": [{"role": "user", "content": 5}]})", true, "'role' and 'content'"},
       {R"({"prompt": 7})", false, "'prompt' must be a string"},
       {R"({"prompt": "x", "max_tokens": 0})", false, "1..100"},
       {R"({"prompt": "x", "max_tokens": 101})", false, "1..100"},
