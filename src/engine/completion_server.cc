@@ -267,10 +267,18 @@ struct CompletionServer::Impl {
       const std::string line = "data: " + Dump(j) + "\n\n";
       return sink.is_writable() && sink.write(line.data(), line.size());
     };
+    // The first chat delta names the role, as OpenAI's do (the SDK's stream helpers need it);
+    // it rides on the first piece, so a client's first event is still its first token.
+    bool role_sent = false;
     auto delta = [&](const std::string& piece, const Json& finish) {
       Json choice = {{"index", 0}, {"finish_reason", finish}};
       if (chat) {
         choice["delta"] = piece.empty() ? Json::object() : Json{{"content", piece}};
+        if (!role_sent) {
+          choice["delta"]["role"] = "assistant";
+          if (!choice["delta"].contains("content")) choice["delta"]["content"] = "";
+          role_sent = true;
+        }
       } else {
         choice["text"] = piece;
       }

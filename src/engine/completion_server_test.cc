@@ -266,6 +266,24 @@ TEST_F(ServerTest, StreamingSendsEventsThenDone) {
   EXPECT_EQ(events.back()["usage"]["completion_tokens"], 6);
 }
 
+// A chat stream as OpenAI's: the first delta carries the role (and the first text), no other
+// does, and the deltas add up to the non-streaming answer.
+TEST_F(ServerTest, ChatStreamNamesTheRoleFirst) {
+  const Json body = {{"messages", Json::array({{{"role", "user"}, {"content", "Who is the LORD?"}}})}, {"max_tokens", 5}};
+  const Json whole = Post("/v1/chat/completions", body);
+  Json streaming = body;
+  streaming["stream"] = true;
+  auto res = Client().Post("/v1/chat/completions", streaming.dump(), "application/json");
+  ASSERT_TRUE(res);
+  const Events e = ParseEvents(res->body, /*chat=*/true);
+  ASSERT_TRUE(e.done);
+  ASSERT_GE(e.events.size(), 2u);
+  EXPECT_EQ(e.events.front()["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_TRUE(e.events.front()["choices"][0]["delta"]["content"].is_string());
+  for (size_t i = 1; i < e.events.size(); ++i) EXPECT_FALSE(e.events[i]["choices"][0]["delta"].contains("role")) << i;
+  EXPECT_EQ(e.text, whole["choices"][0]["message"]["content"]);
+}
+
 TEST_F(ServerTest, MalformedRequestsAre4xxWithJsonErrors) {
   auto bad_json = Client().Post("/v1/completions", "{not json", "application/json");
   ASSERT_TRUE(bad_json);
