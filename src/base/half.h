@@ -91,28 +91,29 @@ inline uint16_t Fp32ToFp16Down(float x) {
   return h;
 }
 
-// True when every value is finite and within fp16's range (|x| <= 65504). Integer compares,
-// so the loop vectorises: encoders run it over whole layers before quantising.
-inline bool AllInFp16Range(const float* x, size_t n) {
-  constexpr uint32_t kFp16MaxBits = 0x477fe000;  // 65504.0f
+// True when every value's magnitude bits (the float with its sign cleared, as an integer) are at
+// most `max_abs_bits`. Integer compares, so the loop vectorises.
+inline bool AllAbsBitsAtMost(const float* x, size_t n, uint32_t max_abs_bits) {
   uint32_t bad = 0;
   for (size_t i = 0; i < n; ++i) {
     uint32_t bits;
     std::memcpy(&bits, &x[i], 4);
-    bad |= static_cast<uint32_t>((bits & 0x7fffffff) > kFp16MaxBits);
+    bad |= static_cast<uint32_t>((bits & 0x7fffffff) > max_abs_bits);
   }
   return bad == 0;
 }
 
-// True when every value is finite (no inf or NaN), by the same integer compare.
+// True when every value is finite and within fp16's range (|x| <= 65504): encoders run it over
+// whole layers before quantising.
+inline bool AllInFp16Range(const float* x, size_t n) {
+  constexpr uint32_t kFp16MaxBits = 0x477fe000;  // 65504.0f
+  return AllAbsBitsAtMost(x, n, kFp16MaxBits);
+}
+
+// True when every value is finite (no inf or NaN).
 inline bool AllFinite(const float* x, size_t n) {
-  uint32_t bad = 0;
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, &x[i], 4);
-    bad |= static_cast<uint32_t>((bits & 0x7fffffff) >= 0x7f800000);
-  }
-  return bad == 0;
+  constexpr uint32_t kFloatMaxBits = 0x7f7fffff;  // FLT_MAX; infinity and NaN are above it
+  return AllAbsBitsAtMost(x, n, kFloatMaxBits);
 }
 
 // x = clamp(x, -65504, 65504) for every value (NaN stays NaN), vectorised: decoders run it over

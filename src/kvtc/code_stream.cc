@@ -17,19 +17,18 @@ namespace {
 // Checks the runs against the codes: InvalidArgument unless they cover exactly codes_size codes,
 // each of 1..8 bits; their total width on success.
 Result<uint64_t> TotalBits(std::span<const KvtcCodeRun> runs, size_t codes_size) {
-  uint64_t count = 0, bits = 0;
+  uint64_t count = 0;
   for (const KvtcCodeRun& run : runs) {
     if (run.bits < 1 || run.bits > kMaxQuantBits) {
       return InvalidArgument(FormatMessage("kvtc codes: a run of %u-bit codes", run.bits));
     }
     count += run.count;
-    bits += uint64_t{run.bits} * run.count;
   }
   if (count != codes_size) {
     return InvalidArgument(FormatMessage("kvtc codes: runs of %llu codes for %zu codes",
                                          static_cast<unsigned long long>(count), codes_size));
   }
-  return bits;
+  return TotalCodeBits(runs);
 }
 
 void PackBits(std::span<const uint8_t> codes, std::span<const KvtcCodeRun> runs, std::vector<uint8_t>* out) {
@@ -83,6 +82,12 @@ bool DeflateCanHold(uint64_t payload_bytes, uint64_t raw_bytes) {
 }
 
 }  // namespace
+
+uint64_t TotalCodeBits(std::span<const KvtcCodeRun> runs) {
+  uint64_t bits = 0;
+  for (const KvtcCodeRun& run : runs) bits += uint64_t{run.bits} * run.count;
+  return bits;
+}
 
 Result<std::vector<uint8_t>> EncodeKvtcCodes(std::span<const uint8_t> codes, std::span<const KvtcCodeRun> runs,
                                              KvtcCodesMethod method) {

@@ -21,6 +21,9 @@ struct KvtcCodeRun {
   size_t count = 0;
 };
 
+// Bits of all the codes the runs describe.
+uint64_t TotalCodeBits(std::span<const KvtcCodeRun> runs);
+
 // The codes, laid out run after run (their total count is codes.size()). The section is a
 // method byte and its payload; `method` is tried and kept when smaller than plain bit-packing.
 // InvalidArgument if the runs do not cover the codes or a code does not fit its width.

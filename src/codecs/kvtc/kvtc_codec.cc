@@ -151,14 +151,18 @@ Status CheckShape(const KvtcCalibration& c, const KvShape& s) {
   return Status::Ok();
 }
 
-// Code widths of a basis's codes, in the quantiser's group-major order.
-template <typename F>
-void ForEachCodeRun(const KvtcCalibration& c, const BasisPlan& p, uint32_t n_tokens, F&& run) {
-  for (uint32_t g = 0; g < p.bits.size(); ++g) {
-    if (p.bits[g] == 0) continue;
-    const uint32_t len = std::min(c.group_size, p.n_keep - g * c.group_size);
-    run(p.bits[g], size_t{len} * n_tokens);
+// The runs of code widths of every basis's codes, in file order (each basis in the quantiser's
+// group-major order).
+std::vector<KvtcCodeRun> CodeRuns(const KvtcCalibration& c, const std::vector<BasisPlan>& plans, uint32_t n_tokens) {
+  std::vector<KvtcCodeRun> runs;
+  for (const BasisPlan& p : plans) {
+    for (uint32_t g = 0; g < p.bits.size(); ++g) {
+      if (p.bits[g] == 0) continue;
+      const uint32_t len = std::min(c.group_size, p.n_keep - g * c.group_size);
+      runs.push_back({p.bits[g], size_t{len} * n_tokens});
+    }
   }
+  return runs;
 }
 
 // fp32 rows of the middle tokens, per kind and layer; keys with RoPE undone.
@@ -286,13 +290,15 @@ Result<EncodedKv> KvtcCodec::Encode(const KvView& kv, const EncodeOptions& optio
     const PcaBasis& basis = cal.bases[i];
     const auto& layers = rows[i < n_bases ? 0 : 1];
     const uint32_t b = static_cast<uint32_t>(i % n_bases);
+    const bool by_component = cal.quantizer == KvtcQuantizer::kComponent;
+    // The component path projects a basis within one layer straight from its rows.
+    const std::optional<InPlaceSlice> in_place = by_component ? InPlace(cal, b) : std::nullopt;
     std::vector<float> x, coeffs(size_t{n} * plan.n_keep);
-    const std::optional<InPlaceSlice> in_place = InPlace(cal, b);
     if (!in_place) {
       x.resize(size_t{n} * basis.dim);
       GatherBasis(cal, b, layers, n, x.data());
     }
-    if (cal.quantizer == KvtcQuantizer::kComponent) {
+    if (by_component) {
       // Component-major coefficients: the quantiser reads each component's tokens contiguously.
       if (in_place) {
         ProjectByComponent(basis, layers[in_place->layer].data() + in_place->offset, row, n, plan.n_keep,
@@ -302,28 +308,21 @@ Result<EncodedKv> KvtcCodec::Encode(const KvView& kv, const EncodeOptions& optio
       }
       QuantizeComponentBlock(coeffs.data(), n, plan.n_keep, plan.bits, basis.step_multipliers, &blocks[i]);
     } else {
-      if (in_place) {
-        x.resize(size_t{n} * basis.dim);
-        GatherBasis(cal, b, layers, n, x.data());
-      }
       Project(basis, x.data(), n, plan.n_keep, coeffs.data());
       QuantizeBlock(coeffs.data(), n, plan.n_keep, cal.group_size, plan.bits, &blocks[i]);
     }
   });
 
   std::vector<uint8_t> codes;
-  std::vector<KvtcCodeRun> runs;
   ByteWriter scales;
-  size_t run_codes = 0;
+  size_t expected_codes = 0;
   for (size_t i = 0; i < plans.size(); ++i) {
     codes.insert(codes.end(), blocks[i].codes.begin(), blocks[i].codes.end());
-    ForEachCodeRun(cal, plans[i], n, [&](uint8_t bits, size_t count) {
-      runs.push_back({bits, count});
-      run_codes += count;
-    });
+    expected_codes += plans[i].n_codes * n;
     for (uint16_t s : blocks[i].scales) scales.U16(s);
   }
-  if (codes.size() != run_codes) return Internal("kvtc: quantiser produced an unexpected number of codes");
+  if (codes.size() != expected_codes) return Internal("kvtc: quantiser produced an unexpected number of codes");
+  const std::vector<KvtcCodeRun> runs = CodeRuns(cal, plans, n);
 
   EncodedKv out;
   char canonical_level[32];  // "16", whatever spelling ("16.0") the caller used
@@ -396,21 +395,16 @@ Result<KvCache> KvtcCodec::Decode(const KvcFile& file, const CodecContext& conte
   // A token-group scale per token, a component scale per chunk.
   const size_t scale_rows = cal.quantizer == KvtcQuantizer::kComponent ? 1 : n;
   size_t total_codes = 0, total_scales = 0;
-  uint64_t total_bits = 0;
   for (const auto& plan : plans) {
     total_codes += plan.n_codes * n;
     total_scales += plan.n_scales * scale_rows;
-    ForEachCodeRun(cal, plan, n, [&](uint8_t bits, size_t count) { total_bits += uint64_t{bits} * count; });
   }
+  const std::vector<KvtcCodeRun> runs = CodeRuns(cal, plans, n);
   RETURN_IF_ERROR(CheckKvtcScaleBlock(file.sections[1].bytes, uint64_t{total_scales} * 2).WithContext("kvtc scales"));
-  RETURN_IF_ERROR(CheckKvtcCodesSection(file.sections[2].bytes, total_bits).WithContext("kvtc codes"));
+  RETURN_IF_ERROR(CheckKvtcCodesSection(file.sections[2].bytes, TotalCodeBits(runs)).WithContext("kvtc codes"));
 
   std::vector<uint8_t> scale_bytes(total_scales * 2);
   RETURN_IF_ERROR(DecodeBlockInto(file.sections[1].bytes, scale_bytes).WithContext("kvtc scales"));
-  std::vector<KvtcCodeRun> runs;
-  for (const auto& plan : plans) {
-    ForEachCodeRun(cal, plan, n, [&](uint8_t bits, size_t count) { runs.push_back({bits, count}); });
-  }
   std::vector<uint8_t> codes(total_codes);
   RETURN_IF_ERROR(DecodeKvtcCodes(file.sections[2].bytes, runs, codes).WithContext("kvtc codes"));
 
