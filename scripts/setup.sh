@@ -12,7 +12,7 @@ APT_PACKAGES=(
   libcli11-dev nlohmann-json3-dev libxxhash-dev libgtest-dev libgmock-dev libbenchmark-dev
   libdeflate-dev libopenblas-dev liblapacke-dev
   libavcodec-dev libavutil-dev libzstd-dev
-  libhiredis-dev redis-server libcpp-httplib-dev libssl-dev
+  libhiredis-dev redis-server libcpp-httplib-dev libssl-dev curl
 )
 
 log() { echo "[setup] $*" >&2; }

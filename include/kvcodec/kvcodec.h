@@ -187,6 +187,15 @@ typedef struct kvc_run_params {
                                 one only raw and quant 8 are stored and fetched) */
   double max_ppl_delta;      /* largest profiled perplexity change a rung may have, percent; <= 0: 1.0 */
   double min_top1;           /* smallest profiled top-1 agreement; <= 0: 0.97 */
+  /* Sampling through llama.cpp's sampler chain; all zero: greedy decoding. */
+  double temperature;        /* 0: greedy (the rest ignored); at most 2 */
+  double top_p;              /* (0, 1]; 0: 1 (off) */
+  int32_t top_k;             /* 0: off */
+  double min_p;              /* 0..1; 0: off */
+  double presence_penalty;   /* -2..2 */
+  double frequency_penalty;  /* -2..2 */
+  int32_t has_seed;          /* non-zero: draw with `seed` (same seed and prompt, same text); else at random */
+  uint64_t seed;
 } kvc_run_params;
 
 /* The main job: reuse the prompt's longest stored prefix, prefill the rest, generate, store the
@@ -240,6 +249,11 @@ typedef struct kvc_serve_params {
   double min_top1;           /* smallest profiled top-1 agreement; <= 0: 0.97 */
   const char* alias;         /* model id clients see (/v1/models, responses); NULL: the model's file name
                                 without .gguf */
+  const char* chat_template; /* a llama.cpp built-in template's name ("chatml", ...) or a template's text;
+                                NULL: the model's own, or "role: content" lines without one */
+  const char* api_key;       /* non-NULL: every endpoint but /health and /metrics needs
+                                "Authorization: Bearer <api_key>" (else 401) */
+  const char* metrics_key;   /* non-NULL: /metrics needs "Authorization: Bearer <metrics_key>" */
 } kvc_serve_params;
 
 /* The OpenAI-compatible completion server with KV reuse: create (loads the model), start

@@ -589,6 +589,14 @@ kvc_status kvc_run_json(const kvc_run_params* p, char** out_json) {
     o.reuse = p->no_reuse == 0;
     SetQuality(p, &o.profile, &o.quality);
     if (p->store_secret) o.store_secret = p->store_secret;
+    o.sampling.temperature = static_cast<float>(p->temperature);
+    o.sampling.top_p = p->top_p == 0 ? 1.0f : static_cast<float>(p->top_p);
+    o.sampling.top_k = p->top_k;
+    o.sampling.min_p = static_cast<float>(p->min_p);
+    o.sampling.presence_penalty = static_cast<float>(p->presence_penalty);
+    o.sampling.frequency_penalty = static_cast<float>(p->frequency_penalty);
+    if (p->has_seed) o.sampling.seed = p->seed;
+    if (kvc::Status s = kvc::CheckSamplingParams(o.sampling); !s.ok()) return Fail(s);
     auto report = kvc::RunJob(o);
     if (!report.ok()) return Fail(report.status());
     *out_json = CopyString(kvc::RunReportJson(*report));
@@ -630,6 +638,9 @@ kvc_status kvc_server_create(const kvc_serve_params* p, kvc_server** out) {
     if (p->request_timeout_s > 0) o.request_timeout_s = p->request_timeout_s;
     if (p->max_connections) o.max_connections = p->max_connections;
     if (p->alias) o.alias = p->alias;
+    if (p->chat_template) o.chat_template = p->chat_template;
+    if (p->api_key) o.api_key = p->api_key;
+    if (p->metrics_key) o.metrics_key = p->metrics_key;
     auto server = kvc::CompletionServer::Create(o);
     if (!server.ok()) return Fail(server.status());
     *out = new kvc_server{std::move(*server)};

@@ -9,21 +9,13 @@
 
 namespace kvc {
 
-ServeRequest::ServeRequest(std::vector<int32_t> tokens, uint32_t max_tokens)
-    : tokens_(std::move(tokens)), max_tokens_(max_tokens), arrived_(SteadyClock::now()) {
+ServeRequest::ServeRequest(std::vector<int32_t> tokens, GenerationOptions options)
+    : tokens_(std::move(tokens)), options_(std::move(options)), arrived_(SteadyClock::now()) {
   generation_.prompt_tokens = static_cast<uint32_t>(tokens_.size());
+  generation_.finish_reasons.assign(options_.n, "length");
 }
 
-bool ServeRequest::NextPiece(std::string* piece) {
-  std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] { return !pieces_.empty() || done_; });
-  if (pieces_.empty()) return false;
-  *piece = std::move(pieces_.front());
-  pieces_.pop_front();
-  return true;
-}
-
-ServeRequest::Next ServeRequest::NextPiece(std::string* piece, std::chrono::milliseconds timeout) {
+ServeRequest::Next ServeRequest::NextPiece(Piece* piece, std::chrono::milliseconds timeout) {
   std::unique_lock lock(mu_);
   if (!cv_.wait_for(lock, timeout, [&] { return !pieces_.empty() || done_; })) return Next::kTimeout;
   if (pieces_.empty()) return Next::kEnd;
@@ -32,26 +24,29 @@ ServeRequest::Next ServeRequest::NextPiece(std::string* piece, std::chrono::mill
   return Next::kPiece;
 }
 
-void ServeRequest::Push(std::string piece) {
-  if (piece.empty()) return;  // a token that only began a character
+void ServeRequest::Push(Piece piece) {
+  if (piece.text.empty() && piece.logprobs.empty()) return;  // a token that only began a character
   std::lock_guard lock(mu_);
   pieces_.push_back(std::move(piece));
   cv_.notify_all();
 }
 
-void ServeRequest::Finish(Status status) {
+void ServeRequest::Finish() {
   std::lock_guard lock(mu_);
-  status_ = std::move(status);
   done_ = true;
   cv_.notify_all();
 }
 
-// A sequence of the llama.cpp context and the request it holds.
+// A sequence of the llama.cpp context and the request choice it holds. Choice 0 (the lead)
+// restores and prefills the prompt; the other choices' sequences wait, and become copies of the
+// lead's when its prompt is done.
 struct BatchScheduler::Slot {
   int32_t seq = 0;
   std::shared_ptr<ServeRequest> request;  // null: free
+  uint32_t choice = 0;
   uint32_t evaluated = 0;                 // prompt and generated tokens in the sequence
   uint32_t restored_chunks = 0;
+  bool waiting_for_prompt = false;        // a choice after the first, before the fork
   bool generating = false;                // prompt done; `next` is the token to evaluate
   int32_t next = 0;
   SteadyClock::time_point prefill_start;
@@ -165,33 +160,50 @@ void BatchScheduler::Fetch(ServeRequest& request) {
 }
 
 void BatchScheduler::EngineLoop() {
-  std::vector<Slot> slots(o_.parallel);
-  for (size_t i = 0; i < slots.size(); ++i) slots[i].seq = static_cast<int32_t>(i);
-  auto busy = [&] { return std::any_of(slots.begin(), slots.end(), [](const Slot& s) { return s.request != nullptr; }); };
-  auto free_slot = [&]() -> Slot* {
-    for (Slot& s : slots) {
-      if (s.request == nullptr) return &s;
+  slots_.resize(o_.parallel);
+  for (size_t i = 0; i < slots_.size(); ++i) slots_[i].seq = static_cast<int32_t>(i);
+  auto busy = [&] { return std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.request != nullptr; }); };
+  auto free_slots = [&] {
+    std::vector<Slot*> out;
+    for (Slot& s : slots_) {
+      if (s.request == nullptr) out.push_back(&s);
     }
-    return nullptr;
+    return out;
   };
   for (;;) {
-    std::vector<Slot*> admitted;
+    std::vector<Slot*> admitted;  // leads
     std::vector<std::shared_ptr<ServeRequest>> gone;  // cancelled before they got a sequence
+    std::vector<std::shared_ptr<ServeRequest>> too_wide;  // more choices than sequences
     {
       std::unique_lock lock(mu_);
       engine_cv_.wait(lock, [&] {
         return busy() || !ready_.empty() || (stop_engine_ && to_fetch_.empty() && fetching_ == 0);
       });
       if (!busy() && ready_.empty()) return;  // stopping, and nothing is left anywhere
-      for (Slot* s = free_slot(); s != nullptr && !ready_.empty(); s = free_slot()) {
-        std::shared_ptr<ServeRequest> request = std::move(ready_.front());
-        ready_.pop_front();
-        if (request->cancelled_) {
-          gone.push_back(std::move(request));
+      // In arrival order: a request of n choices waits for n free sequences at once, and the
+      // ones behind it wait with it.
+      for (std::vector<Slot*> free = free_slots(); !ready_.empty(); free = free_slots()) {
+        std::shared_ptr<ServeRequest>& front = ready_.front();
+        const uint32_t n = front->options_.n;
+        if (front->cancelled_ || n == 0 || n > slots_.size()) {
+          (front->cancelled_ ? gone : too_wide).push_back(std::move(front));
+          ready_.pop_front();
           continue;
         }
-        s->request = std::move(request);
-        admitted.push_back(s);
+        if (free.size() < n) break;
+        std::shared_ptr<ServeRequest> request = std::move(front);
+        ready_.pop_front();
+        for (uint32_t c = 0; c < n; ++c) {
+          Slot& s = *free[c];
+          s.request = request;
+          s.choice = c;
+          s.waiting_for_prompt = c > 0;
+          s.generating = false;
+          s.evaluated = 0;
+          s.restored_chunks = 0;
+        }
+        request->open_choices_ = n;
+        admitted.push_back(free[0]);
         ++running_;
       }
     }
@@ -200,83 +212,100 @@ void BatchScheduler::EngineLoop() {
         std::lock_guard m(metrics_.mu);
         ++metrics_.disconnects;
       }
-      request->generation_.finish_reason = "cancelled";
-      request->Finish(Status::Ok());
+      request->generation_.finish_reasons.assign(request->options_.n, "cancelled");
+      request->Finish();
+    }
+    for (const auto& request : too_wide) {
+      request->status_ = InvalidArgument(FormatMessage("n = %u is more than the server's %zu sequences",
+                                                       request->options_.n, slots_.size()));
+      request->Finish();
     }
     // Nothing thrown may end this thread (std::terminate would take every request in flight
     // with it): what fails a request ends that request with an error; what fails a step ends
     // the requests in it.
-    for (Slot* slot : admitted) {
+    for (Slot* lead : admitted) {
       try {
-        Admit(*slot);
+        Admit(*lead);
       } catch (...) {
-        Release(*slot, Internal("admitting the request failed: " + ExceptionText(std::current_exception())));
+        Release(*lead, Internal("admitting the request failed: " + ExceptionText(std::current_exception())), "length");
       }
     }
-    for (Slot& s : slots) {
+    for (Slot& s : slots_) {
       if (s.request && s.request->cancelled_) Cancelled(s);
     }
     try {
-      Step(slots);
+      Step();
     } catch (...) {
       const Status failed = Internal("a batch step failed: " + ExceptionText(std::current_exception()));
       KVC_LOG_ERROR("%s", failed.ToString().c_str());
-      FailAll(slots, failed);
+      FailAll(failed);
     }
   }
 }
 
 void BatchScheduler::Cancelled(Slot& slot) {
-  {
+  ServeRequest& r = *slot.request;
+  if (!r.disconnect_counted_) {
+    r.disconnect_counted_ = true;
     std::lock_guard m(metrics_.mu);
     ++metrics_.disconnects;
   }
-  slot.request->generation_.finish_reason = "cancelled";
-  Release(slot, Status::Ok());
+  Release(slot, Status::Ok(), "cancelled");
 }
 
-void BatchScheduler::FailAll(std::vector<Slot>& slots, const Status& status) {
-  for (Slot& s : slots) {
-    if (s.request) Release(s, status);
+void BatchScheduler::FailAll(const Status& status) {
+  for (Slot& s : slots_) {
+    if (s.request) Release(s, status, "length");
   }
 }
 
-// Restores the fetched prefix (if any) into the sequence the request was given.
-void BatchScheduler::Admit(Slot& slot) {
-  ServeRequest& r = *slot.request;
-  slot.evaluated = 0;
-  slot.restored_chunks = 0;
-  slot.generating = false;
+// Restores the fetched prefix (if any) into the lead's sequence, and makes every choice's
+// sampler (each its own state; choices that share a seed draw differently).
+void BatchScheduler::Admit(Slot& lead) {
+  ServeRequest& r = *lead.request;
   {
     std::lock_guard m(metrics_.mu);
     metrics_.queue.Add(SecondsSince(r.arrived_));
   }
-  session_.ClearSeq(slot.seq);
+  r.choices_.clear();
+  r.choices_.resize(r.options_.n);
+  for (uint32_t c = 0; c < r.options_.n; ++c) {
+    r.choices_[c].stop = StopFilter(r.options_.stop);
+    auto sampler = TokenSampler::Create(r.options_.sampling, session_.n_vocab(), session_.options().n_ctx, c);
+    if (!sampler.ok()) {
+      Release(lead, sampler.status(), "length");
+      return;
+    }
+    r.choices_[c].sampler = std::move(*sampler);
+  }
+  for (Slot& s : slots_) {
+    if (s.request.get() == &r) session_.ClearSeq(s.seq);
+  }
   if (r.fetched_ && r.fetched_->stats.chunks_fetched > 0) {
     const auto t = SteadyClock::now();
-    if (Status s = session_.RestoreSeqKv(slot.seq, r.fetched_->kv); s.ok()) {
-      slot.restored_chunks = r.fetched_->stats.chunks_fetched;
-      slot.evaluated = slot.restored_chunks * o_.chunk_tokens;
+    if (Status s = session_.RestoreSeqKv(lead.seq, r.fetched_->kv); s.ok()) {
+      lead.restored_chunks = r.fetched_->stats.chunks_fetched;
+      lead.evaluated = lead.restored_chunks * o_.chunk_tokens;
       r.generation_.fetched_bytes = r.fetched_->stats.bytes;
     } else {
       KVC_LOG_WARN("restoring the fetched prefix failed, recomputing: %s", s.ToString().c_str());
-      session_.ClearSeq(slot.seq);
+      session_.ClearSeq(lead.seq);
     }
     std::lock_guard m(metrics_.mu);
     metrics_.restore.Add(SecondsSince(t));
   }
   r.fetched_.reset();  // the decoded prefix can be large; the sequence holds it now
-  r.generation_.cached_tokens = slot.evaluated;
-  slot.prefill_start = SteadyClock::now();
+  r.generation_.cached_tokens = lead.evaluated;
+  lead.prefill_start = SteadyClock::now();
 }
 
 // One llama.cpp batch: a token for every generating sequence first (so streams keep flowing),
 // then prompt slices of the prefilling ones in the room left (chunked prefill).
-void BatchScheduler::Step(std::vector<Slot>& slots) {
+void BatchScheduler::Step() {
   std::vector<SeqTokens> entries;
   std::vector<Slot*> owners;
   size_t room = session_.options().n_batch;
-  for (Slot& s : slots) {
+  for (Slot& s : slots_) {
     if (s.request && s.generating && room > 0) {
       entries.push_back({s.seq, static_cast<int32_t>(s.evaluated), std::span(&s.next, 1)});
       owners.push_back(&s);
@@ -286,8 +315,8 @@ void BatchScheduler::Step(std::vector<Slot>& slots) {
   // Shortest remaining prompt first: a short prompt is done in one step instead of waiting
   // behind the slices of a long one (which loses a step, not its place).
   std::vector<Slot*> prefilling;
-  for (Slot& s : slots) {
-    if (s.request && !s.generating) prefilling.push_back(&s);
+  for (Slot& s : slots_) {
+    if (s.request && !s.generating && !s.waiting_for_prompt) prefilling.push_back(&s);
   }
   auto remaining = [](const Slot* s) { return s->request->tokens_.size() - s->evaluated; };
   std::stable_sort(prefilling.begin(), prefilling.end(),
@@ -303,7 +332,7 @@ void BatchScheduler::Step(std::vector<Slot>& slots) {
   if (entries.empty()) return;
   if (Status status = session_.DecodeBatch(entries); !status.ok()) {
     KVC_LOG_ERROR("decoding a batch of %zu sequences failed: %s", entries.size(), status.ToString().c_str());
-    for (Slot* s : owners) Release(*s, status);
+    for (Slot* s : owners) Release(*s, status, "length");
     return;
   }
   {
@@ -315,42 +344,84 @@ void BatchScheduler::Step(std::vector<Slot>& slots) {
   for (size_t i = 0; i < entries.size(); ++i) {
     Slot& s = *owners[i];
     s.evaluated += static_cast<uint32_t>(entries[i].tokens.size());
-    if (!s.generating) {
-      if (s.evaluated < s.request->tokens_.size()) continue;
-      s.generating = true;
-      s.request->generation_.ttft_s = SecondsSince(s.request->arrived_);
+    const std::span<const float> logits = session_.BatchLogits(i);
+    if (s.generating) {
+      Emit(s, logits);
+      continue;
+    }
+    if (s.evaluated < s.request->tokens_.size()) continue;
+    s.generating = true;
+    s.request->generation_.ttft_s = SecondsSince(s.request->arrived_);
+    {
       std::lock_guard m(metrics_.mu);
       metrics_.prefill.Add(SecondsSince(s.prefill_start));
       metrics_.ttft.Add(s.request->generation_.ttft_s);
     }
-    Emit(s, GreedyToken(session_.BatchLogits(i)));
+    // The other choices start from the same prompt: copies of this sequence, each drawing its
+    // first token from these logits with its own sampler. Copied before the lead's first token,
+    // which may end the lead and free its sequence.
+    std::vector<Slot*> followers;
+    for (Slot& f : slots_) {
+      if (f.request == s.request && f.waiting_for_prompt) followers.push_back(&f);
+    }
+    for (Slot* f : followers) {
+      f->waiting_for_prompt = false;
+      f->generating = true;
+      f->evaluated = s.evaluated;
+    }
+    for (Slot* f : followers) {
+      if (Status copied = session_.CopySeq(s.seq, f->seq); !copied.ok()) Release(*f, copied, "length");
+    }
+    Emit(s, logits);
+    for (Slot* f : followers) {
+      if (f->request) Emit(*f, logits);
+    }
   }
 }
 
-void BatchScheduler::Emit(Slot& slot, int32_t token) {
-  Generation& g = slot.request->generation_;
+void BatchScheduler::Emit(Slot& slot, std::span<const float> logits) {
+  ServeRequest& r = *slot.request;
+  ServeRequest::Choice& c = r.choices_[slot.choice];
+  const int32_t token = c.sampler->Sample(logits);
   if (model_.IsEndOfGeneration(token)) {
-    g.finish_reason = "stop";
-    Release(slot, Status::Ok());
+    Release(slot, Status::Ok(), "stop");
     return;
   }
-  ++g.completion_tokens;
-  slot.request->Push(slot.request->utf8_.Push(model_.TokenText(token)));
-  if (g.completion_tokens == slot.request->max_tokens_) {
-    g.finish_reason = "length";
-    Release(slot, Status::Ok());
-    return;
+  ++c.tokens;
+  ++r.generation_.completion_tokens;
+  std::string bytes = model_.TokenText(token);
+  const std::string text = c.utf8.Push(bytes);
+  if (r.options_.logprobs >= 0) {
+    const TokenLogprobs lp = ComputeLogprobs(logits, token, static_cast<uint32_t>(r.options_.logprobs));
+    TokenLogprob entry{std::move(bytes), lp.logprob, {}, c.produced};
+    for (const auto& [id, logprob] : lp.top) entry.top.emplace_back(model_.TokenText(id), logprob);
+    c.pending.emplace_back(std::move(entry), c.produced + text.size());
   }
-  slot.next = token;
+  c.produced += text.size();
+  Piece piece{slot.choice, c.stop.Push(text), {}};
+  // The log-probabilities of the tokens whose text is all out now.
+  while (!c.pending.empty() && c.pending.front().second <= c.stop.emitted() && !c.stop.stopped()) {
+    piece.logprobs.push_back(std::move(c.pending.front().first));
+    c.pending.pop_front();
+  }
+  r.Push(std::move(piece));
+  if (c.stop.stopped()) {
+    Release(slot, Status::Ok(), "stop");
+  } else if (c.tokens == r.options_.max_tokens) {
+    Release(slot, Status::Ok(), "length");
+  } else {
+    slot.next = token;
+  }
 }
 
-// Frees the slot's sequence; the prompt's chunks it did not restore go to the storer first
-// (copied out now, while the sequence still holds them).
-void BatchScheduler::Release(Slot& slot, Status status) {
+// Ends the slot's choice and frees its sequence; the request ends with its last choice. The
+// lead's prompt chunks it did not restore go to the storer first (copied out now, while the
+// sequence still holds them).
+void BatchScheduler::Release(Slot& slot, Status status, const char* finish_reason) {
   ServeRequest& r = *slot.request;
   const bool prompt_done = slot.generating;
   try {
-    if (status.ok() && o_.reuse && prompt_done && slot.restored_chunks < r.keys_.size()) {
+    if (status.ok() && o_.reuse && prompt_done && slot.choice == 0 && slot.restored_chunks < r.keys_.size()) {
       if (auto kv = session_.ExtractSeqKv(slot.seq); kv.ok()) {
         std::lock_guard lock(mu_);
         store_jobs_.push_back({std::move(*kv), r.keys_, slot.restored_chunks});
@@ -359,22 +430,47 @@ void BatchScheduler::Release(Slot& slot, Status status) {
         KVC_LOG_WARN("copying a finished request's KV out failed: %s", kv.status().ToString().c_str());
       }
     }
-    // A character still incomplete at the end never completes: it ends the text as U+FFFD.
-    r.Push(r.utf8_.Finish());
+    if (slot.choice < r.choices_.size()) {
+      // A character still incomplete at the end never completes: it ends the text as U+FFFD
+      // (unless that completes a stop string). Text held back for a stop string that never came
+      // goes out, with the log-probabilities of every token whose text was sent.
+      ServeRequest::Choice& c = r.choices_[slot.choice];
+      Piece piece{slot.choice, c.stop.Push(c.utf8.Finish()), {}};
+      if (c.stop.stopped()) finish_reason = "stop";
+      piece.text += c.stop.Finish();
+      for (auto& [entry, end] : c.pending) {
+        if (entry.text_offset < c.stop.emitted() || (!c.stop.stopped() && end <= c.stop.emitted())) {
+          piece.logprobs.push_back(std::move(entry));
+        }
+      }
+      c.pending.clear();
+      r.Push(std::move(piece));
+    }
   } catch (...) {
-    // Only the store job or the last piece is lost; the sequence is freed and the request ends.
+    // Only the store job or the last piece is lost; the sequence is freed and the choice ends.
     KVC_LOG_WARN("finishing a request: %s", ExceptionText(std::current_exception()).c_str());
   }
   session_.ClearSeq(slot.seq);
-  if (status.ok()) {
+  if (slot.choice < r.generation_.finish_reasons.size()) r.generation_.finish_reasons[slot.choice] = finish_reason;
+  if (!status.ok() && r.status_.ok()) r.status_ = std::move(status);
+  std::shared_ptr<ServeRequest> request = std::move(slot.request);
+  slot.waiting_for_prompt = false;
+  slot.generating = false;
+  // The lead ended before its prompt was done: the choices waiting for it end with it.
+  if (slot.choice == 0 && !prompt_done) {
+    for (Slot& f : slots_) {
+      if (f.request == request && f.waiting_for_prompt) Release(f, r.status_, finish_reason);
+    }
+  }
+  if (--r.open_choices_ > 0) return;
+  if (r.status_.ok()) {
     std::lock_guard m(metrics_.mu);
     metrics_.prompt_tokens += r.generation_.prompt_tokens;
     metrics_.cached_tokens += r.generation_.cached_tokens;
     metrics_.completion_tokens += r.generation_.completion_tokens;
     metrics_.fetched_bytes += r.generation_.fetched_bytes;
   }
-  r.Finish(std::move(status));
-  slot.request.reset();
+  r.Finish();
   std::lock_guard lock(mu_);
   --running_;
 }

@@ -30,13 +30,42 @@
 #include "base/utf8.h"
 #include "engine/prefix_cache.h"
 #include "engine/serve_metrics.h"
+#include "engine/stop_filter.h"
+#include "engine/token_sampler.h"
 
 namespace kvc {
 
+// What a request asks of its generation besides the prompt.
+struct GenerationOptions {
+  uint32_t max_tokens = 64;    // per choice
+  uint32_t n = 1;              // choices: sequences that share the prompt's prefill
+  SamplingParams sampling;     // greedy by default
+  std::vector<std::string> stop;
+  int32_t logprobs = -1;       // alternatives per token to report; -1: no log-probabilities
+};
+
+// A generated token's log-probability and its most likely alternatives, as a response reports
+// them. `bytes` are the token's own (possibly part of a character).
+struct TokenLogprob {
+  std::string bytes;
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;
+  size_t text_offset = 0;  // where the token's text starts in its choice's text
+};
+
+// Text of one choice as the engine produces it, with the log-probabilities of the tokens whose
+// text it completes.
+struct Piece {
+  uint32_t choice = 0;
+  std::string text;
+  std::vector<TokenLogprob> logprobs;
+};
+
 // What one request's generation did, for the response's usage block.
 struct Generation {
-  uint32_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
-  std::string finish_reason = "length";
+  uint32_t prompt_tokens = 0, cached_tokens = 0;
+  uint32_t completion_tokens = 0;          // all choices together, as OpenAI counts them
+  std::vector<std::string> finish_reasons; // per choice: "stop", "length" or "cancelled"
   uint64_t fetched_bytes = 0;
   double ttft_s = 0;
 };
@@ -46,43 +75,56 @@ struct Generation {
 // is gone).
 class ServeRequest {
  public:
-  ServeRequest(std::vector<int32_t> tokens, uint32_t max_tokens);
+  ServeRequest(std::vector<int32_t> tokens, GenerationOptions options);
 
-  // Blocks until the next piece of text (true) or the end of the generation (false; then
-  // status() and generation() are final). Pieces are valid UTF-8, and never empty: a character
-  // split over tokens (byte-fallback vocabularies) comes out whole with its last byte, bytes
-  // that never form one come out as U+FFFD, and the text is always what ToValidUtf8 makes of
-  // the tokens' bytes.
-  bool NextPiece(std::string* piece);
+  // Blocks until the next piece of some choice's text (kPiece), the end of the whole
+  // generation (kEnd; then status() and generation() are final) or `timeout` (kTimeout, so a
+  // waiting HTTP thread can look at its client). Pieces' text is valid UTF-8: a character split
+  // over tokens (byte-fallback vocabularies) comes out whole with its last byte, bytes that never
+  // form one come out as U+FFFD, and a choice's text is what ToValidUtf8 makes of its tokens'
+  // bytes, cut before the first stop string (of which no part is ever sent).
   enum class Next { kPiece, kEnd, kTimeout };
-  // As NextPiece, waiting at most `timeout` (so a waiting HTTP thread can look at its client).
-  Next NextPiece(std::string* piece, std::chrono::milliseconds timeout);
-  // The client is gone: the engine frees the request's sequence at its next step (or drops
+  Next NextPiece(Piece* piece, std::chrono::milliseconds timeout);
+  // The client is gone: the engine frees the request's sequences at its next step (or drops
   // the request before admitting it).
   void Cancel() { cancelled_ = true; }
   const Status& status() const { return status_; }
   const Generation& generation() const { return generation_; }
+  const GenerationOptions& options() const { return options_; }
 
  private:
   friend class BatchScheduler;
-  void Push(std::string piece);
-  void Finish(Status status);
+  void Push(Piece piece);
+  void Finish();
+
+  // One choice's state on the engine thread.
+  struct Choice {
+    Utf8Stream utf8;    // token bytes in, whole characters out
+    StopFilter stop;
+    std::unique_ptr<TokenSampler> sampler;
+    uint32_t tokens = 0;
+    size_t produced = 0;  // bytes out of utf8 so far
+    // Log-probabilities of tokens whose text is not all sent yet, each with where its text ends.
+    std::deque<std::pair<TokenLogprob, size_t>> pending;
+  };
 
   const std::vector<int32_t> tokens_;
-  const uint32_t max_tokens_;
+  const GenerationOptions options_;
   const std::chrono::steady_clock::time_point arrived_;
   std::atomic<bool> cancelled_{false};
   // Scheduler state (each field touched by one stage at a time, handed over through its queues).
   std::vector<ChunkKey> keys_;
   PrefixLookup lookup_;
   std::optional<FetchedPrefix> fetched_;
-  Utf8Stream utf8_;  // the engine thread's: token bytes in, whole characters out
+  std::vector<Choice> choices_;  // the engine thread's
+  uint32_t open_choices_ = 0;
+  bool disconnect_counted_ = false;
   Generation generation_;
   Status status_;
   // The text channel.
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::string> pieces_;
+  std::deque<Piece> pieces_;
   bool done_ = false;
 };
 
@@ -134,12 +176,13 @@ class BatchScheduler {
   void MakeReady(std::shared_ptr<ServeRequest> request);
   void Lookup(ServeRequest& request);
   void Fetch(ServeRequest& request);
-  void Admit(Slot& slot);
-  void Step(std::vector<Slot>& slots);
-  void Emit(Slot& slot, int32_t token);
-  void Release(Slot& slot, Status status);
+  void Admit(Slot& lead);
+  void Step();
+  void Fork(Slot& lead);
+  void Emit(Slot& slot, std::span<const float> logits);
+  void Release(Slot& slot, Status status, const char* finish_reason);
   void Cancelled(Slot& slot);
-  void FailAll(std::vector<Slot>& slots, const Status& status);
+  void FailAll(const Status& status);
 
   const LlamaModel& model_;
   LlamaSession& session_;
@@ -147,6 +190,7 @@ class BatchScheduler {
   const SchedulerOptions o_;
   ServeMetrics& metrics_;
   LinkShaper link_;  // one emulated link every fetch shares, as concurrent fetches share a network
+  std::vector<Slot> slots_;  // the engine thread's: one per sequence
 
   std::mutex mu_;  // guards the queues and flags below
   std::condition_variable fetch_cv_, engine_cv_, store_cv_;

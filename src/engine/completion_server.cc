@@ -46,6 +46,49 @@ std::string Endpoint(const std::string& path) {
   return "";
 }
 
+// JSON cannot hold -inf: a probability that underflowed is reported as OpenAI reports it.
+double LogprobValue(float logprob) { return std::isfinite(logprob) ? logprob : -9999.0; }
+
+Json ByteArray(const std::string& bytes) {
+  Json out = Json::array();
+  for (const unsigned char b : bytes) out.push_back(b);
+  return out;
+}
+
+// The chat form: an entry per token with its bytes (a token may be part of a character, so its
+// "token" string is the bytes made valid UTF-8) and its alternatives.
+Json ChatLogprobs(const std::vector<TokenLogprob>& tokens) {
+  Json content = Json::array();
+  for (const TokenLogprob& t : tokens) {
+    Json top = Json::array();
+    for (const auto& [bytes, logprob] : t.top) {
+      top.push_back({{"token", ToValidUtf8(bytes)}, {"logprob", LogprobValue(logprob)}, {"bytes", ByteArray(bytes)}});
+    }
+    content.push_back({{"token", ToValidUtf8(t.bytes)},
+                       {"logprob", LogprobValue(t.logprob)},
+                       {"bytes", ByteArray(t.bytes)},
+                       {"top_logprobs", std::move(top)}});
+  }
+  return {{"content", std::move(content)}, {"refusal", nullptr}};
+}
+
+// The completions form: parallel arrays, offsets into the choice's text (after any echo).
+Json CompletionLogprobs(const std::vector<TokenLogprob>& tokens, size_t offset_base) {
+  Json text_tokens = Json::array(), logprobs = Json::array(), top = Json::array(), offsets = Json::array();
+  for (const TokenLogprob& t : tokens) {
+    text_tokens.push_back(ToValidUtf8(t.bytes));
+    logprobs.push_back(LogprobValue(t.logprob));
+    Json alternatives = Json::object();
+    for (const auto& [bytes, logprob] : t.top) alternatives.emplace(ToValidUtf8(bytes), LogprobValue(logprob));
+    top.push_back(std::move(alternatives));
+    offsets.push_back(offset_base + t.text_offset);
+  }
+  return {{"tokens", std::move(text_tokens)},
+          {"token_logprobs", std::move(logprobs)},
+          {"top_logprobs", std::move(top)},
+          {"text_offset", std::move(offsets)}};
+}
+
 // How often a thread waiting for a generation looks at its client.
 constexpr std::chrono::milliseconds kClientCheck{100};
 
@@ -67,6 +110,7 @@ struct CompletionServer::Impl {
   std::unique_ptr<Store> store;
   std::unique_ptr<LlamaSession> session;
   std::string model_name;
+  std::string chat_template;  // empty: "role: content" lines (PlainChatPrompt)
   int64_t created = 0;  // when the model was loaded (Unix seconds), /v1/models' "created"
   std::vector<StoredRung> stored_rungs;  // what new chunks are stored as
   ServeMetrics metrics;
@@ -96,19 +140,61 @@ struct CompletionServer::Impl {
     return out;
   }
 
-  // The checked request and its prompt as tokens; the error is a 400's message. A prompt that
+  // A checked request: what it asks for, its prompt as tokens, and the prompt's text (for echo).
+  struct CheckedRequest {
+    CompletionRequest request;
+    std::vector<int32_t> tokens;
+    std::string prompt_text;
+  };
+
+  // The request checked and its prompt tokenized; the error is a 400's message. A prompt that
   // cannot fit is rejected by its length before the tokenizer spends time on it.
-  Result<std::pair<CompletionRequest, std::vector<int32_t>>> ReadRequest(const std::string& body, bool chat) {
-    ASSIGN_OR_RETURN(CompletionRequest request, ParseCompletionRequest(body, chat, o.default_max_tokens, o.n_ctx));
-    RETURN_IF_ERROR(CheckPromptCanFit(request.prompt.size(), request.max_tokens, o.n_ctx, model->max_token_bytes()));
-    ASSIGN_OR_RETURN(std::vector<int32_t> tokens, model->Tokenize(request.prompt, true));
-    if (tokens.size() < 2) return InvalidArgument("the prompt is empty");
-    if (tokens.size() + request.max_tokens > o.n_ctx) {
-      return InvalidArgument(FormatMessage("prompt (%zu tokens) plus max_tokens (%u) exceed the context of %u tokens",
-                                           tokens.size(), request.max_tokens, o.n_ctx));
+  Result<CheckedRequest> ReadRequest(const std::string& body, bool chat) {
+    const RequestLimits limits{o.default_max_tokens, o.n_ctx, static_cast<uint32_t>(o.parallel)};
+    CheckedRequest out;
+    ASSIGN_OR_RETURN(out.request, ParseCompletionRequest(body, chat, limits));
+    CompletionRequest& r = out.request;
+    if (r.prompt_is_tokens) {
+      const uint32_t n_vocab = model->info().n_vocab;
+      for (const int32_t id : r.prompt_tokens) {
+        if (id < 0 || static_cast<uint32_t>(id) >= n_vocab) {
+          return InvalidArgument(FormatMessage("token id %d is not in the model's vocabulary of %u", id, n_vocab));
+        }
+      }
+      out.tokens = std::move(r.prompt_tokens);
+      if (r.echo) out.prompt_text = DetokenizedText(out.tokens);
+    } else {
+      bool templated = false;
+      if (chat) {
+        templated = !chat_template.empty();
+        if (templated) {
+          for (const ChatMessage& m : r.messages) {
+            if (m.content.find('\0') != std::string::npos || m.role.find('\0') != std::string::npos) {
+              return InvalidArgument("a message holds a NUL character, which a chat template cannot carry");
+            }
+          }
+          ASSIGN_OR_RETURN(r.prompt, LlamaModel::ApplyChatTemplate(chat_template, r.messages));
+        } else {
+          r.prompt = PlainChatPrompt(r.messages);
+        }
+      }
+      RETURN_IF_ERROR(CheckPromptCanFit(r.prompt.size(), r.max_tokens, o.n_ctx, model->max_token_bytes()));
+      // A template's own markers ("<|im_start|>") are its special tokens; the user's text never is.
+      ASSIGN_OR_RETURN(out.tokens, model->Tokenize(r.prompt, true, templated));
+      if (out.tokens.size() < 2) return InvalidArgument("the prompt is empty");
+      if (r.echo) out.prompt_text = r.prompt;
     }
-    return std::pair{std::move(request), std::move(tokens)};
+    if (out.tokens.empty()) return InvalidArgument("the prompt is empty");
+    if (out.tokens.size() + r.max_tokens > o.n_ctx) {
+      return InvalidArgument(FormatMessage("prompt (%zu tokens) plus max_tokens (%u) exceed the context of %u tokens",
+                                           out.tokens.size(), r.max_tokens, o.n_ctx));
+    }
+    return out;
   }
+
+  // The text tokens spell, as valid UTF-8 (a character a byte-fallback vocabulary spells over
+  // several tokens is joined whole).
+  std::string DetokenizedText(std::span<const int32_t> tokens) const { return ToValidUtf8(model->Detokenize(tokens)); }
 
   Json Usage(const Generation& g) const {
     return {{"prompt_tokens", g.prompt_tokens},
@@ -172,81 +258,196 @@ struct CompletionServer::Impl {
     return digits && (length.size() > 19 || std::strtoull(length.c_str(), nullptr, 10) > o.max_body_bytes);
   }
 
+  // POST /tokenize, as llama.cpp's server has it: {"content", "add_special" (false),
+  // "parse_special" (true), "with_pieces" (false)} -> {"tokens": [id | {"id", "piece"}]}; a piece
+  // that is not valid UTF-8 (part of a character) comes as its bytes.
+  void HandleTokenize(const httplib::Request& req, httplib::Response& res) {
+    const Json body = Json::parse(req.body, nullptr, false);
+    auto flag = [&](const char* name, bool fallback) -> std::optional<bool> {
+      if (!body.contains(name) || body[name].is_null()) return fallback;
+      if (!body[name].is_boolean()) return std::nullopt;
+      return body[name].get<bool>();
+    };
+    const auto add_special = flag("add_special", false), parse_special = flag("parse_special", true),
+               with_pieces = flag("with_pieces", false);
+    if (body.is_discarded() || !body.is_object() || !body.contains("content") || !body["content"].is_string() ||
+        !add_special || !parse_special || !with_pieces) {
+      Reply(res, "tokenize", 400, "the body must be {\"content\": string} with optional boolean add_special, parse_special, with_pieces");
+      return;
+    }
+    auto tokens = model->Tokenize(body["content"].get_ref<const std::string&>(), *add_special, *parse_special);
+    if (!tokens.ok()) {
+      Reply(res, "tokenize", 500, tokens.status().ToString());
+      return;
+    }
+    Json out = Json::array();
+    for (const int32_t t : *tokens) {
+      if (!*with_pieces) {
+        out.push_back(t);
+        continue;
+      }
+      const std::string piece = model->TokenText(t);
+      out.push_back({{"id", t}, {"piece", IsValidUtf8(piece) ? Json(piece) : ByteArray(piece)}});
+    }
+    res.set_content(Dump(Json{{"tokens", std::move(out)}}), "application/json");
+    metrics.CountRequest("tokenize", "200");
+  }
+
+  // POST /detokenize: {"tokens": [ids]} -> {"content": their text, as valid UTF-8}.
+  void HandleDetokenize(const httplib::Request& req, httplib::Response& res) {
+    const Json body = Json::parse(req.body, nullptr, false);
+    const bool shaped = !body.is_discarded() && body.is_object() && body.contains("tokens") && body["tokens"].is_array();
+    std::vector<int32_t> tokens;
+    bool valid = shaped;
+    if (shaped) {
+      for (const Json& t : body["tokens"]) {
+        valid = valid && t.is_number_unsigned() && t.get<uint64_t>() < model->info().n_vocab;
+        if (valid) tokens.push_back(static_cast<int32_t>(t.get<uint64_t>()));
+      }
+    }
+    if (!valid) {
+      Reply(res, "detokenize", 400, FormatMessage("the body must be {\"tokens\": [ids in 0..%u]}", model->info().n_vocab - 1));
+      return;
+    }
+    res.set_content(Dump(Json{{"content", DetokenizedText(tokens)}}), "application/json");
+    metrics.CountRequest("detokenize", "200");
+  }
+
+  // The key a path needs ("" none): /health never, /metrics the metrics key, the rest the API key.
+  const std::string& KeyFor(const std::string& path) const {
+    static const std::string kNone;
+    if (path == "/health") return kNone;
+    if (path == "/metrics") return o.metrics_key;
+    return o.api_key;
+  }
+
+  // Before routing: a request without the key its path needs gets a 401 (its body unread, so its
+  // connection closes after the answer).
+  bool Unauthorized(const httplib::Request& req, httplib::Response& res) {
+    const std::string& key = KeyFor(req.path);
+    if (key.empty()) return false;
+    const std::string header = req.get_header_value("Authorization");
+    const std::string expected = "Bearer " + key;
+    // Compared in time that does not depend on where they differ.
+    unsigned char diff = header.size() == expected.size() ? 0 : 1;
+    for (size_t i = 0; i < std::min(header.size(), expected.size()); ++i) {
+      diff |= static_cast<unsigned char>(header[i] ^ expected[i]);
+    }
+    if (diff == 0) return false;
+    if (HttpConnection* c = CurrentHttpConnection(); c != nullptr) c->close = true;
+    res.status = 401;
+    res.set_header("WWW-Authenticate", "Bearer");
+    const char* message = header.empty() ? "this server needs an API key: send \"Authorization: Bearer <key>\""
+                                         : "the API key is not valid";
+    res.set_content(Dump(Json{{"error", {{"message", message}, {"type", "invalid_request_error"}, {"code", "invalid_api_key"}}}}),
+                    "application/json");
+    if (const std::string endpoint = Endpoint(req.path); !endpoint.empty()) metrics.CountRequest(endpoint, "401");
+    return true;
+  }
+
+  // What a response needs to know of its request.
+  struct Answer {
+    bool chat = false;
+    std::string id;
+    int64_t created = 0;
+    std::string endpoint;
+    std::string echo;  // completions: the prompt's text, which starts each choice's text
+    bool logprobs = false;
+    bool include_usage = false;
+  };
+
+  Json LogprobsJson(const Answer& a, const std::vector<TokenLogprob>& tokens) const {
+    return a.chat ? ChatLogprobs(tokens) : CompletionLogprobs(tokens, a.echo.size());
+  }
+
   void HandleCompletion(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
                         bool chat) {
-    const std::string endpoint = chat ? "chat" : "completions";
+    Answer a;
+    a.chat = chat;
+    a.endpoint = chat ? "chat" : "completions";
     std::string body;
-    if (!ReadBody(req, res, reader, endpoint, &body)) return;
+    if (!ReadBody(req, res, reader, a.endpoint, &body)) return;
     auto read = ReadRequest(body, chat);
     body = std::string();
     if (!read.ok()) {
-      Reply(res, endpoint, 400, read.status().message());
+      Reply(res, a.endpoint, 400, read.status().message());
       return;
     }
-    const bool stream = read->first.stream;
+    const CompletionRequest& r = read->request;
     static std::atomic<uint64_t> next_id{1};
-    const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
-    const auto created = std::chrono::duration_cast<std::chrono::seconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
-    const std::string object = chat ? "chat.completion" : "text_completion";
-    auto request = std::make_shared<ServeRequest>(std::move(read->second), read->first.max_tokens);
+    a.id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
+    a.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    a.echo = std::move(read->prompt_text);
+    a.logprobs = r.logprobs >= 0;
+    a.include_usage = r.include_usage;
+    GenerationOptions g{r.max_tokens, r.n, r.sampling, r.stop, r.logprobs};
+    auto request = std::make_shared<ServeRequest>(std::move(read->tokens), std::move(g));
     CancelOnExit guard{request};
     scheduler->Submit(request);
 
-    if (!stream) {
+    if (!r.stream) {
       // Waits for the whole text, looking at the client meanwhile: one that has gone cancels
-      // its request, which frees its sequence at the engine's next step.
-      std::string text, piece;
+      // its request, which frees its sequences at the engine's next step.
+      std::vector<std::string> texts(r.n, a.echo);
+      std::vector<std::vector<TokenLogprob>> logprobs(r.n);
+      Piece piece;
       auto checked = SteadyClock::now();
       for (;;) {
         const ServeRequest::Next next = request->NextPiece(&piece, kClientCheck);
         if (next == ServeRequest::Next::kEnd) break;
-        if (next == ServeRequest::Next::kPiece) text += piece;
+        if (next == ServeRequest::Next::kPiece && piece.choice < r.n) {
+          texts[piece.choice] += piece.text;
+          for (TokenLogprob& t : piece.logprobs) logprobs[piece.choice].push_back(std::move(t));
+        }
         if (SteadyClock::now() - checked < kClientCheck) continue;
         checked = SteadyClock::now();
         if (!ClientConnected()) {
           request->Cancel();
           if (HttpConnection* c = CurrentHttpConnection(); c != nullptr) c->close = true;
-          Reply(res, endpoint, 499, "the client closed the connection");
+          Reply(res, a.endpoint, 499, "the client closed the connection");
           return;
         }
       }
       const Status& s = request->status();
-      const Generation& g = request->generation();
+      const Generation& gen = request->generation();
       if (!s.ok()) {
-        Reply(res, endpoint, 500, s.ToString());
+        Reply(res, a.endpoint, s.code() == StatusCode::kInvalidArgument ? 400 : 500, s.ToString());
         return;
       }
-      Json choice = {{"index", 0}, {"finish_reason", g.finish_reason}};
-      if (chat) {
-        choice["message"] = {{"role", "assistant"}, {"content", text}};
-      } else {
-        choice["text"] = text;
-        choice["logprobs"] = nullptr;
+      Json choices = Json::array();
+      for (uint32_t i = 0; i < r.n; ++i) {
+        Json choice = {{"index", i}, {"finish_reason", gen.finish_reasons[i]}};
+        if (chat) {
+          choice["message"] = {{"role", "assistant"}, {"content", texts[i]}};
+        } else {
+          choice["text"] = texts[i];
+        }
+        choice["logprobs"] = a.logprobs ? LogprobsJson(a, logprobs[i]) : Json(nullptr);
+        choices.push_back(std::move(choice));
       }
-      Json out = {{"id", id}, {"object", object}, {"created", created}, {"model", model_name},
-                  {"choices", Json::array({choice})}, {"usage", Usage(g)}};
+      Json out = {{"id", a.id}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", a.created},
+                  {"model", model_name}, {"choices", std::move(choices)}, {"usage", Usage(gen)}};
       res.set_content(Dump(out) + "\n", "application/json");  // a newline for terminals (curl)
-      metrics.CountRequest(endpoint, "200");  // counted once the answer exists
+      metrics.CountRequest(a.endpoint, "200");  // counted once the answer exists
       return;
     }
 
-    // Server-sent events: one chunk per piece of text as the engine produces it, a last chunk
-    // with the finish reason and usage, then [DONE]. A client that goes away cancels the
-    // request, which frees its sequence at the engine's next step. This runs after the handler
+    // Server-sent events, as OpenAI sends them: a chunk per piece of a choice's text as the
+    // engine produces it, a chunk per choice with its finish reason, a chunk with the usage and
+    // no choices if the request asked for it, then [DONE]. A client that goes away cancels the
+    // request, which frees its sequences at the engine's next step. This runs after the handler
     // has returned, outside httplib's exception guard: nothing may leave it.
-    const std::string chunk_object = chat ? "chat.completion.chunk" : "text_completion";
+    const uint32_t n = r.n;
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, request, id, created, chat, chunk_object, endpoint](size_t, httplib::DataSink& sink) {
+        [this, request, a, n](size_t, httplib::DataSink& sink) {
           bool counted = false;
           auto count = [&](const char* status) {
-            if (!counted) metrics.CountRequest(endpoint, status);
+            if (!counted) metrics.CountRequest(a.endpoint, status);
             counted = true;
           };
           try {
-            return SendEvents(*request, id, created, chat, chunk_object, sink, count);
+            return SendEvents(*request, a, n, sink, count);
           } catch (...) {
             KVC_LOG_ERROR("streaming a completion: %s", ExceptionText(std::current_exception()).c_str());
             request->Cancel();
@@ -261,42 +462,51 @@ struct CompletionServer::Impl {
   }
 
   template <typename Count>
-  bool SendEvents(ServeRequest& request, const std::string& id, int64_t created, bool chat, const std::string& chunk_object,
-              httplib::DataSink& sink, Count& count) {
+  bool SendEvents(ServeRequest& request, const Answer& a, uint32_t n, httplib::DataSink& sink, Count& count) {
     auto event = [&](const Json& j) {
       const std::string line = "data: " + Dump(j) + "\n\n";
       return sink.is_writable() && sink.write(line.data(), line.size());
     };
-    // The first chat delta names the role, as OpenAI's do (the SDK's stream helpers need it);
-    // it rides on the first piece, so a client's first event is still its first token.
-    bool role_sent = false;
-    auto delta = [&](const std::string& piece, const Json& finish) {
-      Json choice = {{"index", 0}, {"finish_reason", finish}};
-      if (chat) {
-        choice["delta"] = piece.empty() ? Json::object() : Json{{"content", piece}};
-        if (!role_sent) {
+    auto chunk = [&](Json choices) {
+      return Json{{"id", a.id}, {"object", a.chat ? "chat.completion.chunk" : "text_completion"}, {"created", a.created},
+                  {"model", model_name}, {"choices", std::move(choices)}};
+    };
+    // Each choice's first chat delta names the role, as OpenAI's do (the SDK's stream helpers
+    // need it); it rides on the first piece, so a client's first event is still its first token.
+    std::vector<bool> role_sent(n, false);
+    auto delta = [&](uint32_t index, const std::string& text, const std::vector<TokenLogprob>* logprobs,
+                     const Json& finish) {
+      Json choice = {{"index", index}, {"finish_reason", finish}};
+      if (a.chat) {
+        choice["delta"] = text.empty() ? Json::object() : Json{{"content", text}};
+        if (!role_sent[index]) {
           choice["delta"]["role"] = "assistant";
           if (!choice["delta"].contains("content")) choice["delta"]["content"] = "";
-          role_sent = true;
+          role_sent[index] = true;
         }
       } else {
-        choice["text"] = piece;
+        choice["text"] = text;
       }
-      return Json{{"id", id}, {"object", chunk_object}, {"created", created}, {"model", model_name},
-                  {"choices", Json::array({choice})}};
+      if (a.logprobs) choice["logprobs"] = logprobs != nullptr ? LogprobsJson(a, *logprobs) : Json(nullptr);
+      return chunk(Json::array({std::move(choice)}));
     };
     auto gone = [&] {
       request.Cancel();
       count("499");
       return false;
     };
-    std::string piece;
+    if (!a.echo.empty()) {
+      for (uint32_t i = 0; i < n; ++i) {
+        if (!event(delta(i, a.echo, nullptr, nullptr))) return gone();
+      }
+    }
+    Piece piece;
     auto checked = SteadyClock::now();
     for (;;) {
       const ServeRequest::Next next = request.NextPiece(&piece, kClientCheck);
       if (next == ServeRequest::Next::kEnd) break;
       if (next == ServeRequest::Next::kPiece) {
-        if (!event(delta(piece, nullptr))) return gone();
+        if (piece.choice < n && !event(delta(piece.choice, piece.text, &piece.logprobs, nullptr))) return gone();
         checked = SteadyClock::now();
         continue;
       }
@@ -311,9 +521,13 @@ struct CompletionServer::Impl {
       count("500");
       event(Json::parse(ErrorJson(s.ToString(), "server_error")));
     } else {
-      Json last = delta("", g.finish_reason);
-      last["usage"] = Usage(g);
-      const bool sent = event(last);
+      bool sent = true;
+      for (uint32_t i = 0; i < n && sent; ++i) sent = event(delta(i, "", nullptr, g.finish_reasons[i]));
+      if (sent && a.include_usage) {
+        Json last = chunk(Json::array());
+        last["usage"] = Usage(g);
+        sent = event(last);
+      }
       const std::string done = "data: [DONE]\n\n";
       if (sent && sink.is_writable()) sink.write(done.data(), done.size());
       count("200");
@@ -380,6 +594,16 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
   // The file name is what users type and tell apart; GGUF general.name is often the
   // converter's default (the test models say "llama").
   impl->model_name = ToValidUtf8(o.alias.empty() ? std::filesystem::path(o.model_path).stem().string() : o.alias);
+  if (auto tmpl = impl->model->ChatTemplate(o.chat_template); tmpl.ok()) {
+    impl->chat_template = *tmpl;
+  } else if (!o.chat_template.empty()) {
+    return tmpl.status();
+  } else {
+    KVC_LOG_WARN("%s; chat prompts are \"role: content\" lines instead", tmpl.status().message().c_str());
+  }
+  KVC_LOG_INFO("chat prompts: %s", impl->chat_template.empty() ? "\"role: content\" lines (the model has no chat template)"
+                                                                : o.chat_template.empty() ? "the model's chat template"
+                                                                                          : "the --chat-template given");
   impl->created =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   SchedulerOptions so2;
@@ -415,6 +639,11 @@ Status CompletionServer::Start() {
     const Json model = {{"id", s.model_name}, {"object", "model"}, {"created", s.created}, {"owned_by", "kvcodec"}};
     res.set_content(Dump(Json{{"object", "list"}, {"data", Json::array({model})}}), "application/json");
     s.metrics.CountRequest("models", "200");
+  });
+  http.Post("/tokenize", [&s](const httplib::Request& req, httplib::Response& res) { s.HandleTokenize(req, res); });
+  http.Post("/detokenize", [&s](const httplib::Request& req, httplib::Response& res) { s.HandleDetokenize(req, res); });
+  http.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
+    return s.Unauthorized(req, res) ? httplib::Server::HandlerResponse::Handled : httplib::Server::HandlerResponse::Unhandled;
   });
   http.Post("/v1/completions", [&s](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
     s.HandleCompletion(req, res, reader, false);

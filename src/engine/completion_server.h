@@ -1,6 +1,8 @@
 // `kvcodec serve`: an OpenAI-compatible completion server with remote KV reuse (design brief §3).
-// POST /v1/completions and /v1/chat/completions (JSON or server-sent events), GET /health and
-// GET /metrics (Prometheus text). Each request restores its prompt's longest stored prefix
+// POST /v1/completions and /v1/chat/completions (JSON or server-sent events, as OpenAI's: sampling,
+// stop strings, n choices, logprobs, echo, the model's chat template), GET /v1/models, POST
+// /tokenize and /detokenize (as llama.cpp's server has them), GET /health and GET /metrics
+// (Prometheus text); optional bearer-key auth. Each request restores its prompt's longest stored prefix
 // through the fetcher, prefills the rest and generates; its new chunks are encoded and stored
 // by a background thread after the response.
 //
@@ -39,6 +41,14 @@ struct ServerOptions {
   // The model id clients see (GET /v1/models and the "model" of every response); empty: the
   // model's file name without .gguf.
   std::string alias;
+  // Chat requests are formatted with this chat template (a llama.cpp built-in's name such as
+  // "chatml", or a template's text); empty: the model's own (GGUF tokenizer.chat_template), or
+  // "role: content" lines for a model without one.
+  std::string chat_template;
+  // Non-empty: every endpoint but /health and /metrics needs "Authorization: Bearer <api_key>"
+  // (else a 401 JSON error); /metrics needs "Bearer <metrics_key>" when that is set.
+  std::string api_key;
+  std::string metrics_key;
   std::string host = "127.0.0.1";
   int port = 8080;         // 0: any free port (see CompletionServer::port)
   double link_gbps = 0;    // in-process link cap for fetches; 0: none

@@ -14,6 +14,7 @@
 
 #include "base/hash.h"
 #include "base/log.h"
+#include "base/utf8.h"
 #include "engine/llama_state.h"
 
 namespace kvc {
@@ -150,15 +151,15 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& path) {
   return m;
 }
 
-Result<std::vector<int32_t>> LlamaModel::Tokenize(std::string_view text, bool add_bos) const {
+Result<std::vector<int32_t>> LlamaModel::Tokenize(std::string_view text, bool add_bos, bool parse_special) const {
   const llama_vocab* vocab = llama_model_get_vocab(model_);
   std::vector<llama_token> tokens(text.size() + 2);
   int32_t n = llama_tokenize(vocab, text.data(), static_cast<int32_t>(text.size()), tokens.data(),
-                             static_cast<int32_t>(tokens.size()), add_bos, /*parse_special=*/false);
+                             static_cast<int32_t>(tokens.size()), add_bos, parse_special);
   if (n < 0) {
     tokens.resize(static_cast<size_t>(-n));
     n = llama_tokenize(vocab, text.data(), static_cast<int32_t>(text.size()), tokens.data(),
-                       static_cast<int32_t>(tokens.size()), add_bos, false);
+                       static_cast<int32_t>(tokens.size()), add_bos, parse_special);
   }
   if (n < 0) return Internal("tokenization failed");
   tokens.resize(static_cast<size_t>(n));
@@ -176,13 +177,66 @@ std::string LlamaModel::TokenText(int32_t token) const {
   return piece;
 }
 
-int32_t LlamaModel::bos_token() const { return llama_vocab_bos(llama_model_get_vocab(model_)); }
-
-int32_t GreedyToken(std::span<const float> logits) {
-  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+std::string LlamaModel::Detokenize(std::span<const int32_t> tokens) const {
+  if (tokens.empty() || tokens.size() > static_cast<size_t>(INT32_MAX)) return {};
+  const llama_vocab* vocab = llama_model_get_vocab(model_);
+  std::string text(tokens.size() * 8 + 16, '\0');
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const int32_t n = llama_detokenize(vocab, tokens.data(), static_cast<int32_t>(tokens.size()), text.data(),
+                                       static_cast<int32_t>(std::min<size_t>(text.size(), INT32_MAX)), false, false);
+    if (n >= 0) {
+      text.resize(static_cast<size_t>(n));
+      return text;
+    }
+    text.resize(static_cast<size_t>(-static_cast<int64_t>(n)));  // the size it needs
+  }
+  return {};
 }
 
+int32_t LlamaModel::bos_token() const { return llama_vocab_bos(llama_model_get_vocab(model_)); }
+
 bool LlamaModel::IsEndOfGeneration(int32_t token) const { return llama_vocab_is_eog(llama_model_get_vocab(model_), token); }
+
+Result<std::string> LlamaModel::ChatTemplate(const std::string& name_or_template) const {
+  std::string chosen = name_or_template;
+  if (chosen.empty()) {
+    const char* own = llama_model_chat_template(model_, nullptr);
+    if (own == nullptr) return std::string();
+    chosen = own;
+  }
+  // llama.cpp knows a fixed list of templates (by name, or recognised in a template's text):
+  // one it cannot apply is found now, not on the first request.
+  if (auto probe = ApplyChatTemplate(chosen, {{"user", "hello"}}); !probe.ok()) {
+    const std::string which = name_or_template.empty() ? "in " + path_ : PrintableOneLine(chosen.substr(0, 80));
+    return Unsupported(FormatMessage("llama.cpp cannot apply the chat template %s (pass --chat-template with a built-in "
+                                     "name such as chatml, llama3, mistral-v7)",
+                                     which.c_str()));
+  }
+  return chosen;
+}
+
+Result<std::string> LlamaModel::ApplyChatTemplate(const std::string& chat_template,
+                                                  const std::vector<ChatMessage>& messages) {
+  std::vector<llama_chat_message> chat;
+  size_t bytes = 0;
+  for (const ChatMessage& m : messages) {
+    chat.push_back({m.role.c_str(), m.content.c_str()});
+    bytes += m.role.size() + m.content.size();
+  }
+  std::string out(2 * bytes + 256, '\0');
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (out.size() > static_cast<size_t>(INT32_MAX)) return InvalidArgument("the chat is too long");
+    const int32_t n = llama_chat_apply_template(chat_template.c_str(), chat.data(), chat.size(), true, out.data(),
+                                                static_cast<int32_t>(out.size()));
+    if (n < 0) return Unsupported("llama.cpp cannot apply this chat template");
+    if (static_cast<size_t>(n) <= out.size()) {
+      out.resize(static_cast<size_t>(n));
+      return out;
+    }
+    out.resize(static_cast<size_t>(n));  // the length it needs: the second pass fits
+  }
+  return Internal("the chat template's output kept growing");
+}
 
 LlamaSession::~LlamaSession() {
   if (ctx_ != nullptr) llama_free(ctx_);
@@ -321,6 +375,24 @@ Status LlamaSession::RestoreSeqKv(int32_t seq, const KvCache& kv) {
 }
 
 void LlamaSession::ClearSeq(int32_t seq) { llama_memory_seq_rm(llama_get_memory(ctx_), seq, -1, -1); }
+
+Status LlamaSession::CopySeq(int32_t src, int32_t dst) {
+  const auto valid = [&](int32_t seq) { return seq >= 0 && static_cast<uint32_t>(seq) < options_.n_seq; };
+  if (!valid(src) || !valid(dst) || src == dst) return InvalidArgument("no such pair of sequences");
+  // Through llama.cpp's sequence state, not llama_memory_seq_cp: across per-sequence streams
+  // that copy is deferred to the next decode, so a restore into `src` before then (a new request
+  // in a freed sequence) would reach `dst` too. This copy is done when it returns.
+  const size_t size = llama_state_seq_get_size(ctx_, src);
+  std::vector<uint8_t> blob(size);
+  const size_t written = llama_state_seq_get_data(ctx_, blob.data(), blob.size(), src);
+  if (written == 0 || written > size) return Internal("llama_state_seq_get_data failed");
+  ClearSeq(dst);
+  if (llama_state_seq_set_data(ctx_, blob.data(), written, dst) != written) {
+    ClearSeq(dst);
+    return Internal("llama.cpp could not copy a sequence");
+  }
+  return Status::Ok();
+}
 
 Status LlamaSession::DecodeBatch(std::span<const SeqTokens> entries) {
   size_t total = 0;

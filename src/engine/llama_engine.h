@@ -13,6 +13,8 @@
 #include "base/status.h"
 #include "format/container.h"
 #include "tensor/kv_cache.h"
+#include "engine/chat_message.h"
+#include "engine/token_sampler.h"
 #include "tensor/rope.h"
 
 struct llama_model;
@@ -46,8 +48,13 @@ class LlamaModel {
   const ModelFingerprint& fingerprint() const { return fingerprint_; }
   const std::string& path() const { return path_; }
 
-  Result<std::vector<int32_t>> Tokenize(std::string_view text, bool add_bos) const;
+  // `parse_special`: text spelling a special token (a chat template's "<|im_start|>") becomes
+  // that token; off for user text, which must not forge one.
+  Result<std::vector<int32_t>> Tokenize(std::string_view text, bool add_bos, bool parse_special = false) const;
   std::string TokenText(int32_t token) const;
+  // The text `tokens` spell, as llama.cpp detokenizes it (a tokenizer's space prefix before the
+  // first word dropped). Bytes, not necessarily valid UTF-8. Ids must be in the vocabulary.
+  std::string Detokenize(std::span<const int32_t> tokens) const;
   // The most bytes of text one token stands for (the longest token piece), so a text of B bytes
   // is at least ceil(B / max_token_bytes()) tokens: a context check that needs no tokenizing.
   // 0 when no such bound holds (tokenizers that normalize text away, such as WPM and UGM
@@ -56,6 +63,15 @@ class LlamaModel {
   int32_t bos_token() const;
   // End of sequence / end of turn: generation stops there.
   bool IsEndOfGeneration(int32_t token) const;
+
+  // The chat template a chat request's messages are formatted with: `name_or_template` (a
+  // built-in template's name, such as "chatml", or a template's text), else the model's own
+  // (GGUF tokenizer.chat_template); empty when there is neither. Fails when the template is
+  // one llama.cpp cannot apply.
+  Result<std::string> ChatTemplate(const std::string& name_or_template) const;
+  // The prompt `messages` make under `chat_template` (from ChatTemplate), ending with the
+  // assistant's turn opened.
+  static Result<std::string> ApplyChatTemplate(const std::string& chat_template, const std::vector<ChatMessage>& messages);
 
   llama_model* raw() const { return model_; }
 
@@ -76,9 +92,6 @@ struct SessionOptions {
   DType cache_type = DType::kF16;  // K and V cache type: f16, bf16 or f32
   bool flash_attn = false;     // on: V is stored untransposed
 };
-
-// Greedy decoding: the token with the highest logit (the first of equals).
-int32_t GreedyToken(std::span<const float> logits);
 
 // One sequence's tokens in a batched decode: `tokens` at positions pos, pos+1, ...; the logits of
 // the last one are kept.
@@ -120,6 +133,9 @@ class LlamaSession {
   // Replaces sequence `seq` with `kv` at its own positions.
   Status RestoreSeqKv(int32_t seq, const KvCache& kv);
   void ClearSeq(int32_t seq);
+  // Makes sequence `dst` a copy of sequence `src` (its KV and positions), within llama.cpp: n
+  // answers to one prompt share its prefill.
+  Status CopySeq(int32_t src, int32_t dst);
 
   // Makes an empty session's next token sit at `pos` instead of 0 (RoPE tests use this).
   Status SetNextPosition(int32_t pos);

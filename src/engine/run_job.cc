@@ -33,6 +33,7 @@ Result<RunReport> RunJob(const RunOptions& o) {
   r.link_gbps = o.link_gbps;
   if (FindCodec(o.codec) == nullptr) return InvalidArgument("unknown codec '" + o.codec + "'");
   if (o.chunk_tokens == 0) return InvalidArgument("chunk tokens must be positive");
+  RETURN_IF_ERROR(CheckSamplingParams(o.sampling));
 
   const auto t_load = SteadyClock::now();
   ASSIGN_OR_RETURN(auto model, LlamaModel::Load(o.model_path));
@@ -115,7 +116,8 @@ Result<RunReport> RunJob(const RunOptions& o) {
   const std::span<const int32_t> rest = std::span(tokens).subspan(r.reused_tokens);
   r.prefilled_tokens = static_cast<uint32_t>(rest.size());
   RETURN_IF_ERROR(session->Eval(rest, false));
-  int32_t next = GreedyToken(session->Logits(-1));
+  ASSIGN_OR_RETURN(auto sampler, TokenSampler::Create(o.sampling, session->n_vocab(), so.n_ctx));
+  int32_t next = sampler->Sample(session->Logits(-1));
   r.prefill_s = SecondsSince(t_prefill);
   r.ttft_s = SecondsSince(t_request);
 
@@ -128,7 +130,7 @@ Result<RunReport> RunJob(const RunOptions& o) {
     ++r.generated_tokens;
     if (i + 1 == o.n_generate) break;
     RETURN_IF_ERROR(session->Eval(std::span(&next, 1), false));
-    next = GreedyToken(session->Logits(-1));
+    next = sampler->Sample(session->Logits(-1));
   }
   r.text += text.Finish();
   r.generate_s = SecondsSince(t_generate);

@@ -15,6 +15,7 @@
 
 #include "base/status.h"
 #include "engine/model_profile.h"
+#include "engine/token_sampler.h"
 
 namespace kvc {
 
@@ -34,6 +35,7 @@ struct RunOptions {
   int threads = 0;                 // llama.cpp threads; 0: all cores
   std::string profile;             // quality profile; empty: <model>.kvprof.json beside the model, if any
   QualityLimits quality;           // which profiled rungs may be stored and fetched
+  SamplingParams sampling;         // default: greedy
 };
 
 struct RunReport {

@@ -46,8 +46,10 @@ std::optional<uint64_t> UintMember(const Json& j, const char* key) {
 }
 
 // Reads a completion's server-sent events as they arrive: `data: <json>` events separated by a
-// blank line, token events (finish_reason null) then a closing event with the finish reason and
-// usage, then `data: [DONE]`. Anything else makes the response malformed.
+// blank line, token events (finish_reason null), a closing event with the finish reason, usage
+// (asked for with stream_options.include_usage: OpenAI's last chunk, with empty choices; some
+// servers put it on the closing event instead), then `data: [DONE]`. Anything else makes the
+// response malformed.
 class EventStream {
  public:
   EventStream(Outcome* out, Clock::time_point t0) : out_(out), t0_(t0) {}
@@ -68,7 +70,7 @@ class EventStream {
     } else if (!buffer_.empty()) {
       out_->error = "the stream ended inside an event";
     } else if (!usage_) {
-      out_->error = "no usage in the closing event";
+      out_->error = "no usage before [DONE] (the request asks for it with stream_options.include_usage)";
     } else if (!done_) {
       out_->error = "the stream did not end with [DONE]";
     } else {
@@ -89,18 +91,22 @@ class EventStream {
     const Json j = Json::parse(data, nullptr, false);
     if (j.is_discarded() || !j.is_object()) return Fail("an event that is not a JSON object");
     if (j.contains("error")) return Fail("the server reported an error: " + data);
-    if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty() || !j["choices"][0].is_object()) {
+    const bool has_usage = j.contains("usage") && !j["usage"].is_null();
+    if (!j.contains("choices") || !j["choices"].is_array() || (j["choices"].empty() && !has_usage)) {
       return Fail("an event without choices");
     }
-    const Json& choice = j["choices"][0];
-    if (!choice.contains("finish_reason") || choice["finish_reason"].is_null()) {
-      if (!out_->got_token) {
-        out_->got_token = true;
-        out_->first_token_s = Seconds(Clock::now() - t0_);
+    if (!j["choices"].empty()) {
+      const Json& choice = j["choices"][0];
+      if (!choice.is_object()) return Fail("an event whose choice is not an object");
+      if (!choice.contains("finish_reason") || choice["finish_reason"].is_null()) {
+        if (!out_->got_token) {
+          out_->got_token = true;
+          out_->first_token_s = Seconds(Clock::now() - t0_);
+        }
+        return;
       }
-      return;
     }
-    if (!j.contains("usage")) return Fail("a closing event without usage");
+    if (!has_usage) return;  // the closing event; usage follows
     const Json& usage = j["usage"];
     const auto prompt = UintMember(usage, "prompt_tokens");
     const auto completion = UintMember(usage, "completion_tokens");
@@ -139,7 +145,11 @@ Outcome SendStreaming(const std::string& url, const std::string& prompt, uint32_
   httplib::Request req;
   req.method = "POST";
   req.path = "/v1/completions";
-  req.body = Json{{"prompt", prompt}, {"max_tokens", max_tokens}, {"stream", true}}.dump();
+  req.body = Json{{"prompt", prompt},
+                  {"max_tokens", max_tokens},
+                  {"stream", true},
+                  {"stream_options", {{"include_usage", true}}}}
+                 .dump();
   req.set_header("Content-Type", "application/json");
   req.response_handler = [&](const httplib::Response& res) {
     status = res.status;

@@ -19,7 +19,8 @@ namespace {
 using Json = nlohmann::json;
 
 // Why a response is not a well-formed answer ("" when it is): a 200 with an OpenAI completion
-// body, or a stream of parseable events that ends with a usage event and [DONE].
+// body, or a stream of parseable events that ends with a usage event (no choices, as
+// stream_options.include_usage asks) and [DONE].
 std::string Malformed(const httplib::Result& res, bool stream, uint32_t max_tokens) {
   if (!res) return "no response: " + httplib::to_string(res.error());
   if (res->status != 200) return "status " + std::to_string(res->status) + ": " + res->body;
@@ -42,8 +43,14 @@ std::string Malformed(const httplib::Result& res, bool stream, uint32_t max_toke
       continue;
     }
     const Json j = Json::parse(data, nullptr, false);
-    if (j.is_discarded() || j.contains("error") || !j["choices"][0]["text"].is_string()) return "bad event: " + data;
-    usage = usage || j.contains("usage");
+    if (j.is_discarded() || j.contains("error") || !j.contains("choices") || !j["choices"].is_array()) return "bad event: " + data;
+    if (usage) return "an event after the usage: " + data;
+    if (j["choices"].empty()) {
+      usage = j.contains("usage") && j["usage"]["completion_tokens"].is_number_unsigned();
+      if (!usage) return "a chunk without choices or usage: " + data;
+    } else if (!j["choices"][0]["text"].is_string()) {
+      return "bad event: " + data;
+    }
   }
   if (!usage || !done) return "the stream did not end with usage and [DONE]: " + res->body;
   return "";
@@ -78,7 +85,10 @@ TEST(ServerWithRedis, KeepsServingWellFormedAnswersWhenRedisStopsMidRun) {
     httplib::Client c("127.0.0.1", port);
     c.set_read_timeout(120, 0);
     return c.Post("/v1/completions",
-                  Json{{"prompt", prompt}, {"max_tokens", max_tokens}, {"stream", stream}}.dump(), "application/json");
+                  Json{{"prompt", prompt}, {"max_tokens", max_tokens}, {"stream", stream},
+                       {"stream_options", {{"include_usage", true}}}}
+                      .dump(),
+                  "application/json");
   };
   auto wait_for_stores = [&] {
     const Status drained = WaitForServerStores("http://127.0.0.1:" + std::to_string(port), 30);

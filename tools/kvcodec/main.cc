@@ -6,9 +6,10 @@
 #include <cstdlib>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <pthread.h>
-#include <sstream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -457,6 +458,9 @@ struct RunArgs {
   int threads = 0;
   bool json = false, no_store = false, no_reuse = false;
   QualityArgs quality;
+  double temperature = 0, top_p = 1, min_p = 0, presence_penalty = 0, frequency_penalty = 0;
+  int32_t top_k = 0;
+  std::optional<uint64_t> seed;
 };
 
 std::string FormatGbps(double gbps) {
@@ -484,6 +488,14 @@ int RunRun(const RunArgs& a) {
   p.no_reuse = a.no_reuse ? 1 : 0;
   p.store_secret = a.store_secret.empty() ? nullptr : a.store_secret.c_str();
   a.quality.Set(&p);
+  p.temperature = a.temperature;
+  p.top_p = a.top_p;
+  p.top_k = a.top_k;
+  p.min_p = a.min_p;
+  p.presence_penalty = a.presence_penalty;
+  p.frequency_penalty = a.frequency_penalty;
+  p.has_seed = a.seed.has_value() ? 1 : 0;
+  p.seed = a.seed.value_or(0);
   auto report = kvcodec::RunJson(p);
   if (!report.ok()) return Fail(report.error());
   if (a.json) {
@@ -631,6 +643,7 @@ int RunBenchServe(const BenchServeArgs& a) {
 
 struct ServeArgs {
   std::string model = DefaultModel(), store, store_secret, codec = "kvtc", calibration, host = "127.0.0.1", alias;
+  std::string chat_template, api_key, metrics_key;
   int port = 8080;
   double link_gbps = 0;
   uint64_t max_body = 1 << 20;
@@ -672,6 +685,9 @@ int RunServe(const ServeArgs& a) {
   p.request_timeout_s = a.request_timeout;
   p.max_connections = a.max_connections;
   p.alias = a.alias.empty() ? nullptr : a.alias.c_str();
+  p.chat_template = a.chat_template.empty() ? nullptr : a.chat_template.c_str();
+  p.api_key = a.api_key.empty() ? nullptr : a.api_key.c_str();
+  p.metrics_key = a.metrics_key.empty() ? nullptr : a.metrics_key.c_str();
   kvc_server* server = nullptr;
   if (kvc_server_create(&p, &server) != KVC_OK) return Fail(kvc_last_error());
   if (kvc_server_start(server) != KVC_OK) {
@@ -860,6 +876,14 @@ int Main(int argc, char** argv) {
   serve->add_option("--host", sv.host, "Address to listen on")->capture_default_str();
   serve->add_option("--alias", sv.alias,
                     "Model id clients see in /v1/models and responses (default: the model's file name without .gguf)");
+  serve->add_option("--chat-template", sv.chat_template,
+                    "Chat template: a llama.cpp built-in's name (chatml, llama3, mistral-v7, ...) or a template's "
+                    "text (default: the model's own; without one, \"role: content\" lines)");
+  serve->add_option("--api-key", sv.api_key,
+                    "Require \"Authorization: Bearer KEY\" on every endpoint but /health and /metrics")
+      ->envname("KVCODEC_API_KEY");
+  serve->add_option("--metrics-key", sv.metrics_key, "Require \"Authorization: Bearer KEY\" on /metrics")
+      ->envname("KVCODEC_METRICS_KEY");
   serve->add_option("--port", sv.port, "Port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
   serve->add_option("--link-gbps", sv.link_gbps, "Cap the fetch link at this rate (0: none)")
       ->capture_default_str()
@@ -970,6 +994,25 @@ int Main(int argc, char** argv) {
   run->add_option("--chunk", ru.chunk, "Tokens per chunk")->capture_default_str()->check(CLI::Range(1u, 1u << 20));
   run->add_option("-n,--generate", ru.n_generate, "Tokens to generate")->capture_default_str();
   run->add_option("--threads", ru.threads, "Threads for llama.cpp (0: all cores)");
+  run->add_option("--temp", ru.temperature, "Sampling temperature (0: greedy decoding)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 2.0));
+  run->add_option("--top-p", ru.top_p, "Nucleus sampling: keep the most likely tokens holding this probability")
+      ->capture_default_str()
+      ->check(CLI::Range(1e-9, 1.0));
+  run->add_option("--top-k", ru.top_k, "Keep only the k most likely tokens (0: off)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  run->add_option("--min-p", ru.min_p, "Drop tokens under this fraction of the best one's probability")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  run->add_option("--presence-penalty", ru.presence_penalty, "Subtracted once from a token already generated")
+      ->capture_default_str()
+      ->check(CLI::Range(-2.0, 2.0));
+  run->add_option("--frequency-penalty", ru.frequency_penalty, "Subtracted per time a token was generated")
+      ->capture_default_str()
+      ->check(CLI::Range(-2.0, 2.0));
+  run->add_option("--seed", ru.seed, "Seed for sampling: the same seed and prompt give the same text (default: random)");
   run->add_flag("--no-store", ru.no_store, "Do not store the prompt's new chunks");
   run->add_flag("--no-reuse", ru.no_reuse, "Ignore stored chunks (recompute everything)");
   run->add_flag("--json", ru.json, "Print JSON");
