@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh dev asan-ubsan
+scripts/setup-test-tools.sh  # promtool and the OpenAI SDK, for tests/serve
 echo "== dev: all tests"
 ctest --preset dev -j2 --timeout 900
 echo "== asan-ubsan: unit tests and fuzz replays"
