@@ -90,7 +90,6 @@ class ServeRequest {
   void Cancel() { cancelled_ = true; }
   const Status& status() const { return status_; }
   const Generation& generation() const { return generation_; }
-  const GenerationOptions& options() const { return options_; }
 
  private:
   friend class BatchScheduler;

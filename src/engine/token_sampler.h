@@ -50,7 +50,6 @@ class TokenSampler {
   TokenSampler() = default;
   bool greedy_ = true;
   llama_sampler* chain_ = nullptr;
-  std::vector<float> scratch_logits_;
   std::vector<uint8_t> scratch_;  // llama_token_data, kept between calls (n_vocab entries)
 };
 
