@@ -140,9 +140,17 @@ Status CheckDecodeExpect(const KvcHeader& h, size_t file_bytes, const DecodeExpe
   return Status::Ok();
 }
 
-Result<KvCache> DecodeKvc(std::span<const uint8_t> bytes, const ModelFingerprint* expected_fingerprint,
-                          const CodecContext& context, const DecodeExpect& expect) {
-  ASSIGN_OR_RETURN(const KvcFile file, ReadKvc(bytes));
+namespace {
+
+// A .kvc file parsed and vetted (fingerprint, codec, version, `expect`), ready for its codec.
+struct OpenedKvc {
+  KvcFile file;
+  const Codec* codec = nullptr;
+};
+
+Result<OpenedKvc> OpenKvc(std::span<const uint8_t> bytes, const ModelFingerprint* expected_fingerprint,
+                          const DecodeExpect& expect) {
+  ASSIGN_OR_RETURN(KvcFile file, ReadKvc(bytes));
   const KvcHeader& h = file.header;
   if (expected_fingerprint != nullptr && h.model_fingerprint != *expected_fingerprint) {
     return InvalidArgument("made for another model (fingerprint " + HexString(h.model_fingerprint) +
@@ -156,27 +164,71 @@ Result<KvCache> DecodeKvc(std::span<const uint8_t> bytes, const ModelFingerprint
                                      info.name.c_str(), h.codec_version, info.version));
   }
   RETURN_IF_ERROR(CheckDecodeExpect(h, bytes.size(), expect));
+  return OpenedKvc{std::move(file), codec};
+}
 
-  // The sizes are checked, but a legitimately large file can still meet a memory limit: that
-  // is an error for the caller, never an exception through it.
-  Result<KvCache> decoded = Internal("not decoded");
+// The sizes are checked, but a legitimately large file can still meet a memory limit: that is
+// an error for the caller, never an exception through it.
+template <typename Body>
+Status NoThrowDecode(const OpenedKvc& opened, Body&& body) {
+  const KvcHeader& h = opened.file.header;
+  const CodecInfo& info = opened.codec->info();
   try {
-    decoded = codec->Decode(file, context);
+    return body().WithContext(info.name);
   } catch (const std::bad_alloc&) {
     return Internal(FormatMessage("%s: out of memory decoding %u tokens (%llu bytes of KV)", info.name.c_str(),
                                   h.shape.n_tokens,
                                   static_cast<unsigned long long>(uint64_t{2} * h.shape.elems() * DTypeSize(h.dtype))));
   }
-  if (!decoded.ok()) return decoded.status().WithContext(info.name);
-  KvCache& cache = decoded.value();
-  // A codec bug (or a codec fooled by hostile params) must not hand the caller a cache that
-  // disagrees with what the header promises.
-  KVC_CHECK_CORRUPT(cache.shape() == h.shape, "%s decoded a shape other than the header's", info.name.c_str());
-  KVC_CHECK_CORRUPT(cache.dtype() == h.dtype, "%s decoded dtype %s, the header says %s", info.name.c_str(),
-                    DTypeName(cache.dtype()), DTypeName(h.dtype));
-  KVC_CHECK_CORRUPT(cache.pos_begin() == h.pos_begin, "%s decoded pos_begin %d, the header says %d", info.name.c_str(),
-                    cache.pos_begin(), h.pos_begin);
-  return std::move(decoded).value();
+}
+
+}  // namespace
+
+Result<KvCache> Codec::Decode(const KvcFile& file, const CodecContext& context) const {
+  const KvcHeader& h = file.header;
+  if (Status s = ValidateShape(h.shape, h.dtype); !s.ok()) return Corrupt("shape: " + s.message());
+  // The output is allocated before the codec has checked its sections against the shape, so the
+  // header's claim is first bounded by the bytes that are there (DecodeKvc bounds it by the
+  // whole file the same way).
+  uint64_t section_bytes = 0;
+  for (const KvcSectionView& section : file.sections) section_bytes += section.bytes.size();
+  RETURN_IF_ERROR(CheckDecodeExpect(h, section_bytes, {}));
+  ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(h.shape, h.dtype, h.pos_begin));
+  RETURN_IF_ERROR(DecodeInto(file, context, cache.Slice()));
+  return cache;
+}
+
+Result<KvCache> DecodeKvc(std::span<const uint8_t> bytes, const ModelFingerprint* expected_fingerprint,
+                          const CodecContext& context, const DecodeExpect& expect) {
+  ASSIGN_OR_RETURN(const OpenedKvc opened, OpenKvc(bytes, expected_fingerprint, expect));
+  KvCache cache;
+  RETURN_IF_ERROR(NoThrowDecode(opened, [&]() -> Status {
+    ASSIGN_OR_RETURN(cache, opened.codec->Decode(opened.file, context));
+    return Status::Ok();
+  }));
+  return cache;
+}
+
+Status DecodeKvcInto(std::span<const uint8_t> bytes, const KvSlice& out, const ModelFingerprint* expected_fingerprint,
+                     const CodecContext& context, const DecodeExpect& expect) {
+  // The destination's geometry and place are part of what the file must match.
+  DecodeExpect want = expect;
+  want.Shape(out.shape());
+  want.pos_begin = out.pos_begin();
+  ASSIGN_OR_RETURN(const OpenedKvc opened, OpenKvc(bytes, expected_fingerprint, want));
+  return NoThrowDecode(opened, [&]() -> Status {
+    if (opened.file.header.dtype == out.dtype()) return opened.codec->DecodeInto(opened.file, context, out);
+    ASSIGN_OR_RETURN(const KvCache aside, opened.codec->Decode(opened.file, context));
+    const KvShape& shape = aside.shape();
+    std::vector<float> rows(shape.layer_elems());
+    for (KvKind kind : kKvKinds) {
+      for (uint32_t l = 0; l < shape.n_layers; ++l) {
+        aside.ReadRowsF32(kind, l, 0, shape.n_tokens, rows.data());
+        out.WriteRowsF32(kind, l, 0, shape.n_tokens, rows.data());
+      }
+    }
+    return Status::Ok();
+  });
 }
 
 uint32_t KvSectionTag(KvKind kind) { return kind == KvKind::kKey ? 0x4B : 0x56; }

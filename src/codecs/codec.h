@@ -65,8 +65,14 @@ class Codec {
   virtual Result<EncodedKv> Encode(const KvView& kv, const EncodeOptions& options,
                                    const CodecContext& context) const = 0;
 
-  // Rebuilds the tokens a .kvc file covers. `file` is hostile: every size is checked.
-  virtual Result<KvCache> Decode(const KvcFile& file, const CodecContext& context) const = 0;
+  // Rebuilds the tokens a .kvc file covers into `out`, whose shape, dtype and position are the
+  // header's (DecodeKvcInto checks that first). `out` may be a slice of a longer cache holding
+  // anything: every value of it is written, so nothing depends on what was there. `file` is
+  // hostile: every size is checked. After a failure `out` holds an unspecified mix.
+  virtual Status DecodeInto(const KvcFile& file, const CodecContext& context, const KvSlice& out) const = 0;
+
+  // DecodeInto a new cache of the header's shape, dtype and position.
+  Result<KvCache> Decode(const KvcFile& file, const CodecContext& context) const;
 };
 
 const Codec* FindCodec(std::string_view name);
@@ -121,6 +127,14 @@ Status CheckDecodeExpect(const KvcHeader& header, size_t file_bytes, const Decod
 // kInternal, not an exception.
 Result<KvCache> DecodeKvc(std::span<const uint8_t> bytes, const ModelFingerprint* expected_fingerprint = nullptr,
                           const CodecContext& context = {}, const DecodeExpect& expect = {});
+
+// DecodeKvc straight into `out` (a token range of a longer cache, such as a prefix being
+// fetched chunk by chunk), which must have the header's layers, heads, head_dim, tokens and
+// position, checked before the codec runs. A file whose dtype differs from `out`'s is decoded
+// aside and converted into it. After a failure `out` holds an unspecified mix.
+Status DecodeKvcInto(std::span<const uint8_t> bytes, const KvSlice& out,
+                     const ModelFingerprint* expected_fingerprint = nullptr, const CodecContext& context = {},
+                     const DecodeExpect& expect = {});
 
 // The two sections raw, quant, cachegen and video write: 'K' (0x4B) for keys, then 'V' (0x56).
 uint32_t KvSectionTag(KvKind kind);

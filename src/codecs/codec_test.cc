@@ -289,6 +289,45 @@ TEST(DecodeExpect, MismatchesAreNamedBeforeTheCodecRuns) {
   EXPECT_EQ(decoder.calls, 2);
 }
 
+// A fetched prefix is decoded chunk by chunk into one buffer that may hold anything: each codec
+// must write every value of its slice and nothing outside it.
+TEST(DecodeKvcInto, FillsExactlyItsSliceOfALongerCache) {
+  const KvShape chunk{2, 2, 8, 12};
+  KvShape prefix = chunk;
+  prefix.n_tokens = 3 * chunk.n_tokens;
+  for (const auto& [codec, level] : AllCodecLevels()) {
+    SCOPED_TRACE(codec->info().name + "/" + level);
+    const KvCache source = MakeCache(chunk, DType::kF16, 21, 12);
+    const auto bytes = EncodeKvc(*codec, source.View(), {.level = level, .params = {}}, kFp, 12).value();
+    const KvCache expected = DecodeKvc(bytes, &kFp).value();
+    KvCache buffer = KvCache::Create(prefix, DType::kF16).value();
+    for (KvKind kind : kKvKinds) std::fill(buffer.Bytes(kind).begin(), buffer.Bytes(kind).end(), 0xA5);
+    const Status s = DecodeKvcInto(bytes, buffer.Slice(12, 12).value(), &kFp);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_TRUE(buffer.View(12, 12).value().Copy().value() == expected);
+    for (KvKind kind : kKvKinds) {
+      for (uint32_t l = 0; l < prefix.n_layers; ++l) {
+        for (uint32_t t : {0u, 23u}) {  // the first and the last token of the neighbouring chunks
+          for (uint8_t b : buffer.RowBytes(kind, l, t == 0 ? 11 : 24, 1)) ASSERT_EQ(b, 0xA5);
+        }
+      }
+    }
+  }
+}
+
+TEST(DecodeKvcInto, ConvertsAnotherDtypeAndRefusesAnotherPlace) {
+  const KvCache source = MakeCache({1, 2, 4, 6}, DType::kF32, 5, 6);
+  const auto bytes = EncodeKvc(*FindCodec("raw"), source.View(), {}, kFp, 6).value();
+  KvCache buffer = KvCache::Create({1, 2, 4, 18}, DType::kF16).value();
+  ASSERT_TRUE(DecodeKvcInto(bytes, buffer.Slice(6, 6).value()).ok());
+  EXPECT_TRUE(buffer.View(6, 6).value().Copy().value() == source.ConvertTo(DType::kF16).value());
+  const Status wrong_place = DecodeKvcInto(bytes, buffer.Slice(12, 6).value());
+  EXPECT_EQ(wrong_place.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(wrong_place.message(), "the file starts at position 6, expected 12");
+  const Status wrong_length = DecodeKvcInto(bytes, buffer.Slice(6, 5).value());
+  EXPECT_EQ(wrong_length.message(), "the file holds n_tokens 6, expected 5");
+}
+
 // Output may exceed kDefaultMaxDecodeExpansion times the file only below the floor.
 TEST(DecodeExpect, ExpansionBound) {
   KvcHeader h;

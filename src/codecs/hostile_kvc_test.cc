@@ -335,8 +335,8 @@ constexpr uint64_t kHeadroom = uint64_t{384} << 20;
 constexpr long kMaxRssGrowthKb = 256 << 10;
 
 // Each hostile file, decoded by DecodeKvc (default limits) and, where the codec's own checks
-// must catch it, by the codec directly (no expansion bound): every one is kCorrupt, and none
-// allocates anywhere near what it claims.
+// catch it, by Codec::Decode directly (which allocates the header's shape only after bounding it
+// by the sections' bytes): every one is kCorrupt, and none allocates anywhere near what it claims.
 TEST(HostileKvc, HugeTokenClaimsFailBeforeAllocating) {
   const std::vector<Hostile> hostile = HugeClaims();
   const ChildOutcome outcome = RunInChild(

@@ -88,12 +88,26 @@ void KvCache::WriteRowsF32(KvKind kind, uint32_t layer, uint32_t token, uint32_t
 
 KvView KvCache::View() const { return KvView(this, 0, shape_.n_tokens); }
 
-Result<KvView> KvCache::View(uint32_t token_begin, uint32_t n_tokens) const {
-  if (token_begin > shape_.n_tokens || n_tokens > shape_.n_tokens - token_begin) {
+namespace {
+Status CheckTokenRange(uint32_t token_begin, uint32_t n_tokens, uint32_t cache_tokens) {
+  if (token_begin > cache_tokens || n_tokens > cache_tokens - token_begin) {
     return InvalidArgument(FormatMessage("token range [%u, %u) outside the cache's %u tokens", token_begin,
-                                         token_begin + n_tokens, shape_.n_tokens));
+                                         token_begin + n_tokens, cache_tokens));
   }
+  return Status::Ok();
+}
+}  // namespace
+
+Result<KvView> KvCache::View(uint32_t token_begin, uint32_t n_tokens) const {
+  RETURN_IF_ERROR(CheckTokenRange(token_begin, n_tokens, shape_.n_tokens));
   return KvView(this, token_begin, n_tokens);
+}
+
+KvSlice KvCache::Slice() { return KvSlice(this, 0, shape_.n_tokens); }
+
+Result<KvSlice> KvCache::Slice(uint32_t token_begin, uint32_t n_tokens) {
+  RETURN_IF_ERROR(CheckTokenRange(token_begin, n_tokens, shape_.n_tokens));
+  return KvSlice(this, token_begin, n_tokens);
 }
 
 Result<KvCache> KvCache::ConvertTo(DType dtype) const {
@@ -140,6 +154,12 @@ bool KvCache::operator==(const KvCache& other) const {
 }
 
 KvShape KvView::shape() const {
+  KvShape s = cache_->shape();
+  s.n_tokens = n_tokens_;
+  return s;
+}
+
+KvShape KvSlice::shape() const {
   KvShape s = cache_->shape();
   s.n_tokens = n_tokens_;
   return s;

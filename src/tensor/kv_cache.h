@@ -52,6 +52,7 @@ inline constexpr uint64_t kMaxKvBytes = uint64_t{16} << 30;
 Status ValidateShape(const KvShape& shape, DType dtype);
 
 class KvView;
+class KvSlice;
 
 class KvCache {
  public:
@@ -77,6 +78,9 @@ class KvCache {
 
   KvView View() const;
   Result<KvView> View(uint32_t token_begin, uint32_t n_tokens) const;
+  // A writable token range: where a codec decodes a chunk of a longer cache in place.
+  KvSlice Slice();
+  Result<KvSlice> Slice(uint32_t token_begin, uint32_t n_tokens);
 
   Result<KvCache> ConvertTo(DType dtype) const;
   // Appends `other`'s tokens (same layers/heads/head_dim/dtype) after this cache's.
@@ -122,6 +126,35 @@ class KvView {
 
  private:
   const KvCache* cache_ = nullptr;
+  uint32_t token_begin_ = 0;
+  uint32_t n_tokens_ = 0;
+};
+
+// A writable token range of a KvCache: a codec decodes a chunk straight into the prefix's
+// buffer through one, so a decoded chunk is never copied again. Cheap to copy; the cache must
+// outlive it.
+class KvSlice {
+ public:
+  KvSlice() = default;
+  KvSlice(KvCache* cache, uint32_t token_begin, uint32_t n_tokens)
+      : cache_(cache), token_begin_(token_begin), n_tokens_(n_tokens) {}
+
+  KvShape shape() const;
+  DType dtype() const { return cache_->dtype(); }
+  int32_t pos_begin() const { return cache_->pos_begin() + static_cast<int32_t>(token_begin_); }
+  uint32_t n_tokens() const { return n_tokens_; }
+
+  // Rows of this slice's tokens [token, token + n) (relative to the slice) in one layer.
+  std::span<uint8_t> RowBytes(KvKind kind, uint32_t layer, uint32_t token, uint32_t n) const {
+    return cache_->RowBytes(kind, layer, token_begin_ + token, n);
+  }
+  void WriteRowsF32(KvKind kind, uint32_t layer, uint32_t token, uint32_t n, const float* in) const {
+    cache_->WriteRowsF32(kind, layer, token_begin_ + token, n, in);
+  }
+  KvView View() const { return KvView(cache_, token_begin_, n_tokens_); }
+
+ private:
+  KvCache* cache_ = nullptr;
   uint32_t token_begin_ = 0;
   uint32_t n_tokens_ = 0;
 };

@@ -552,7 +552,7 @@ Result<EncodedKv> CacheGenCodec::Encode(const KvView& kv, const EncodeOptions& o
   return out;
 }
 
-Result<KvCache> CacheGenCodec::Decode(const KvcFile& file, const CodecContext&) const {
+Status CacheGenCodec::DecodeInto(const KvcFile& file, const CodecContext&, const KvSlice& out) const {
   const KvcHeader& h = file.header;
   if (Status s = ValidateShape(h.shape, h.dtype); !s.ok()) return Corrupt("shape: " + s.message());
   const KvShape& shape = h.shape;
@@ -574,18 +574,17 @@ Result<KvCache> CacheGenCodec::Decode(const KvcFile& file, const CodecContext&) 
     }
   }
 
-  ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(shape, h.dtype, h.pos_begin));
-  if (shape.layer_elems() == 0) return cache;
+  if (shape.layer_elems() == 0) return Status::Ok();
   std::vector<float> x(shape.layer_elems());
   for (KvKind kind : kKvKinds) {
     ByteReader r(SectionOf(sections, kind));
     for (uint32_t l = 0; l < shape.n_layers; ++l) {
       RETURN_IF_ERROR(DecodeLayer(r, kind, l, shape.n_tokens, channels, p.group, p.BandsOf(kind).BinsOf(l), x.data()));
-      cache.WriteRowsF32(kind, l, 0, shape.n_tokens, x.data());
+      out.WriteRowsF32(kind, l, 0, shape.n_tokens, x.data());
     }
     KVC_CHECK_CORRUPT(r.empty(), "section %s: %zu bytes after the last layer", KvKindName(kind), r.remaining());
   }
-  return cache;
+  return Status::Ok();
 }
 
 }  // namespace kvc

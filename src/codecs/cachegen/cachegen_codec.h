@@ -41,7 +41,7 @@ class CacheGenCodec final : public Codec {
   // channel's delta step (plus fp32 rounding).
   Result<EncodedKv> Encode(const KvView& kv, const EncodeOptions& options, const CodecContext& context) const override;
   // Self-describing: group, level and bins come from the header's codec params.
-  Result<KvCache> Decode(const KvcFile& file, const CodecContext& context) const override;
+  Status DecodeInto(const KvcFile& file, const CodecContext& context, const KvSlice& out) const override;
 };
 
 }  // namespace kvc

@@ -337,7 +337,7 @@ Result<EncodedKv> KvtcCodec::Encode(const KvView& kv, const EncodeOptions& optio
   return out;
 }
 
-Result<KvCache> KvtcCodec::Decode(const KvcFile& file, const CodecContext& context) const {
+Status KvtcCodec::DecodeInto(const KvcFile& file, const CodecContext& context, const KvSlice& out) const {
   const KvcHeader& h = file.header;
   ASSIGN_OR_RETURN(KvtcParams p, ReadParams(h.codec_params));
   if (context.calibrations == nullptr) return InvalidArgument("kvtc needs a calibration registry to decode");
@@ -370,7 +370,7 @@ Result<KvCache> KvtcCodec::Decode(const KvcFile& file, const CodecContext& conte
   const size_t exempt_values = size_t{2} * shape.n_layers * (ex.prefix + ex.suffix) * row;
   KVC_CHECK_CORRUPT(file.sections[0].bytes.size() == exempt_values * 2, "kvtc exempt section is %zu bytes, expected %zu",
                     file.sections[0].bytes.size(), exempt_values * 2);
-  auto write_exempt_rows = [&](KvCache& out) {
+  auto write_exempt_rows = [&] {
     const uint8_t* src = file.sections[0].bytes.data();
     std::vector<uint16_t> half(row * std::max(ex.prefix, ex.suffix));
     std::vector<float> buf(half.size());
@@ -386,9 +386,8 @@ Result<KvCache> KvtcCodec::Decode(const KvcFile& file, const CodecContext& conte
     }
   };
   if (n == 0) {
-    ASSIGN_OR_RETURN(KvCache out, KvCache::Create(shape, h.dtype, h.pos_begin));
-    write_exempt_rows(out);
-    return out;
+    write_exempt_rows();
+    return Status::Ok();
   }
 
   const std::vector<BasisPlan> plans = PlanBases(cal, *alloc);
@@ -408,8 +407,7 @@ Result<KvCache> KvtcCodec::Decode(const KvcFile& file, const CodecContext& conte
   std::vector<uint8_t> codes(total_codes);
   RETURN_IF_ERROR(DecodeKvtcCodes(file.sections[2].bytes, runs, codes).WithContext("kvtc codes"));
 
-  ASSIGN_OR_RETURN(KvCache out, KvCache::Create(shape, h.dtype, h.pos_begin));
-  write_exempt_rows(out);
+  write_exempt_rows();
 
   // Every value of these rows is written below (each basis fills its slice), so they are sized
   // one by one rather than copied from a zeroed prototype.
@@ -472,7 +470,7 @@ Result<KvCache> KvtcCodec::Decode(const KvcFile& file, const CodecContext& conte
     ClampToFp16Range(layer.data(), layer.size());
     out.WriteRowsF32(kind, l, ex.prefix, n, layer.data());
   });
-  return out;
+  return Status::Ok();
 }
 
 }  // namespace kvc

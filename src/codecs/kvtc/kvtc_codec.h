@@ -13,7 +13,7 @@ class KvtcCodec final : public Codec {
  public:
   const CodecInfo& info() const override;
   Result<EncodedKv> Encode(const KvView& kv, const EncodeOptions& options, const CodecContext& context) const override;
-  Result<KvCache> Decode(const KvcFile& file, const CodecContext& context) const override;
+  Status DecodeInto(const KvcFile& file, const CodecContext& context, const KvSlice& out) const override;
 };
 
 }  // namespace kvc

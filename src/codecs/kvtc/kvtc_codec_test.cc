@@ -338,6 +338,31 @@ TEST(KvtcCodec, OtherSourceDTypes) {
   }
 }
 
+// A chunk decoded into its place in a prefix buffer that holds anything is the chunk decoded on
+// its own, sinks, window and RoPE positions included, and nothing around it is touched.
+TEST(KvtcCodec, DecodesIntoItsSliceOfAPrefix) {
+  for (size_t i = 0; i < std::size(kSpecs); ++i) {
+    SCOPED_TRACE(kSpecNames[i]);
+    Env env(kSpecs[i]);
+    const KvCache chunk = MakeTestCache(env.cal(), 32, 32, 9);
+    for (const EncodeOptions& options : {Options("8", 4, 2), Options("16", 40, 0)}) {
+      const auto bytes = env.Encode(chunk.View(), options, nullptr, 32).value();
+      const KvCache alone = env.Decode(bytes).value();
+      KvShape prefix_shape = chunk.shape();
+      prefix_shape.n_tokens = 96;
+      KvCache prefix = KvCache::Create(prefix_shape, chunk.dtype()).value();
+      for (KvKind kind : kKvKinds) std::fill(prefix.Bytes(kind).begin(), prefix.Bytes(kind).end(), 0x5A);
+      const Status s = DecodeKvcInto(bytes, prefix.Slice(32, 32).value(), &kTestFingerprint, env.context());
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      EXPECT_TRUE(prefix.View(32, 32).value().Copy().value() == alone);
+      for (KvKind kind : kKvKinds) {
+        for (uint8_t b : prefix.RowBytes(kind, 0, 31, 1)) ASSERT_EQ(b, 0x5A);
+        for (uint8_t b : prefix.RowBytes(kind, prefix_shape.n_layers - 1, 64, 1)) ASSERT_EQ(b, 0x5A);
+      }
+    }
+  }
+}
+
 // Fewer bits, more error and fewer bytes: the test allocations never give a group more bits at
 // a higher ratio.
 TEST(KvtcCodec, HigherRatiosLoseMore) {

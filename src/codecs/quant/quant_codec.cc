@@ -299,7 +299,7 @@ Result<EncodedKv> QuantCodec::Encode(const KvView& kv, const EncodeOptions& opti
   return out;
 }
 
-Result<KvCache> QuantCodec::Decode(const KvcFile& file, const CodecContext&) const {
+Status QuantCodec::DecodeInto(const KvcFile& file, const CodecContext&, const KvSlice& out) const {
   const KvcHeader& h = file.header;
   if (Status s = ValidateShape(h.shape, h.dtype); !s.ok()) return Corrupt("shape: " + s.message());
   ASSIGN_OR_RETURN(const QuantParams p, ParseParams(h.codec_params));
@@ -313,8 +313,7 @@ Result<KvCache> QuantCodec::Decode(const KvcFile& file, const CodecContext&) con
                       KvKindName(kind), SectionOf(sections, kind).size(), static_cast<unsigned long long>(expected));
   }
 
-  ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(shape, h.dtype, h.pos_begin));
-  if (shape.n_tokens == 0) return cache;
+  if (shape.n_tokens == 0) return Status::Ok();
   const uint32_t tokens = shape.n_tokens;
   const size_t channels = shape.row_elems();
   const size_t layer_elems = shape.layer_elems();
@@ -343,10 +342,10 @@ Result<KvCache> QuantCodec::Decode(const KvcFile& file, const CodecContext&) con
       } else {
         DequantiseValues(q, tokens, channels, p.group_size, mins.data(), scales.data(), x.data());
       }
-      cache.WriteRowsF32(kind, l, 0, tokens, x.data());
+      out.WriteRowsF32(kind, l, 0, tokens, x.data());
     }
   }
-  return cache;
+  return Status::Ok();
 }
 
 }  // namespace kvc

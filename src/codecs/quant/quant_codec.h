@@ -22,7 +22,7 @@ class QuantCodec final : public Codec {
   // reconstructed within scale/2 of its input (plus fp32 rounding), scale being its group's.
   Result<EncodedKv> Encode(const KvView& kv, const EncodeOptions& options, const CodecContext& context) const override;
   // Self-describing: bits and group_size come from the header's codec params.
-  Result<KvCache> Decode(const KvcFile& file, const CodecContext& context) const override;
+  Status DecodeInto(const KvcFile& file, const CodecContext& context, const KvSlice& out) const override;
 };
 
 }  // namespace kvc

@@ -84,7 +84,7 @@ Result<EncodedKv> RawCodec::Encode(const KvView& kv, const EncodeOptions& option
   return out;
 }
 
-Result<KvCache> RawCodec::Decode(const KvcFile& file, const CodecContext&) const {
+Status RawCodec::DecodeInto(const KvcFile& file, const CodecContext&, const KvSlice& out) const {
   const KvcHeader& h = file.header;
   if (Status s = ValidateShape(h.shape, h.dtype); !s.ok()) return Corrupt("shape: " + s.message());
   KVC_CHECK_CORRUPT(h.level == kLevel, "level '%s' is not fp16", h.level.c_str());
@@ -97,8 +97,7 @@ Result<KvCache> RawCodec::Decode(const KvcFile& file, const CodecContext&) const
                       KvKindName(kind), SectionOf(sections, kind).size(), static_cast<unsigned long long>(expected));
   }
 
-  ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(h.shape, h.dtype, h.pos_begin));
-  if (layer_elems == 0) return cache;
+  if (layer_elems == 0) return Status::Ok();
   std::vector<uint16_t> f16;
   std::vector<float> f32;
   if (h.dtype != DType::kF16) {
@@ -110,16 +109,16 @@ Result<KvCache> RawCodec::Decode(const KvcFile& file, const CodecContext&) const
     for (uint32_t l = 0; l < h.shape.n_layers; ++l) {
       const uint8_t* src = bytes.data() + size_t{l} * layer_elems * 2;
       if (h.dtype == DType::kF16) {
-        std::memcpy(cache.RowBytes(kind, l, 0, h.shape.n_tokens).data(), src, layer_elems * 2);
+        std::memcpy(out.RowBytes(kind, l, 0, h.shape.n_tokens).data(), src, layer_elems * 2);
         continue;
       }
       // Section bytes may sit at any offset of the caller's buffer: copy before reading u16s.
       std::memcpy(f16.data(), src, layer_elems * 2);
       Fp16ToFp32(f16.data(), f32.data(), layer_elems);
-      cache.WriteRowsF32(kind, l, 0, h.shape.n_tokens, f32.data());
+      out.WriteRowsF32(kind, l, 0, h.shape.n_tokens, f32.data());
     }
   }
-  return cache;
+  return Status::Ok();
 }
 
 }  // namespace kvc

@@ -16,7 +16,7 @@ class RawCodec final : public Codec {
   // are rounded to nearest even. A finite value that overflows fp16 is an InvalidArgument.
   Result<EncodedKv> Encode(const KvView& kv, const EncodeOptions& options, const CodecContext& context) const override;
   // Restores the header's dtype (the source's), converting from fp16 where it differs.
-  Result<KvCache> Decode(const KvcFile& file, const CodecContext& context) const override;
+  Status DecodeInto(const KvcFile& file, const CodecContext& context, const KvSlice& out) const override;
 };
 
 }  // namespace kvc

@@ -332,7 +332,7 @@ Result<ParsedKind> ParseKind(std::span<const uint8_t> bytes, KvKind kind, const 
 
 Status DecodeKind(const ParsedKind& parsed, KvKind kind, const KvShape& shape, const Params& p,
                   const LayoutGeometry& geometry, const VideoDecoderBackend& backend, ThreadPool* pool,
-                  KvCache* cache) {
+                  const KvSlice& out) {
   const char* kname = KvKindName(kind);
   const uint32_t channels = static_cast<uint32_t>(shape.row_elems());
   const uint32_t tokens = shape.n_tokens;
@@ -366,7 +366,7 @@ Status DecodeKind(const ParsedKind& parsed, KvKind kind, const KvShape& shape, c
     KVC_CHECK_CORRUPT(bad == 0, "%s layer %u: a decoded code exceeds %u (%u-bit level)", kname, l, max_code, p.bits());
     if (p.center) UncentreChannels(codes.data(), tokens, channels, p.bits(), ls.centres);
     DequantiseLayer(codes.data(), tokens, channels, p.group, ls.scales, x.data());
-    cache->WriteRowsF32(kind, l, 0, tokens, x.data());
+    out.WriteRowsF32(kind, l, 0, tokens, x.data());
   }
   return Status::Ok();
 }
@@ -396,7 +396,7 @@ Result<EncodedKv> VideoCodec::Encode(const KvView& kv, const EncodeOptions& opti
   return out;
 }
 
-Result<KvCache> VideoCodec::Decode(const KvcFile& file, const CodecContext& context) const {
+Status VideoCodec::DecodeInto(const KvcFile& file, const CodecContext& context, const KvSlice& out) const {
   const KvcHeader& h = file.header;
   if (Status s = ValidateShape(h.shape, h.dtype); !s.ok()) return Corrupt("shape: " + s.message());
   const KvShape& shape = h.shape;
@@ -409,7 +409,7 @@ Result<KvCache> VideoCodec::Decode(const KvcFile& file, const CodecContext& cont
       KVC_CHECK_CORRUPT(SectionOf(sections, kind).empty(), "section %s holds %zu bytes for zero elements",
                         KvKindName(kind), SectionOf(sections, kind).size());
     }
-    return KvCache::Create(shape, h.dtype, h.pos_begin);
+    return Status::Ok();
   }
   // No encoder makes a picture beyond kMaxPictureSide (the token-axis layout is T wide and C
   // high), so a header implying one is damaged.
@@ -425,13 +425,12 @@ Result<KvCache> VideoCodec::Decode(const KvcFile& file, const CodecContext& cont
   for (KvKind kind : kKvKinds) {
     ASSIGN_OR_RETURN(parsed[kind == KvKind::kKey ? 0 : 1], ParseKind(SectionOf(sections, kind), kind, shape, p, geometry));
   }
-  ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(shape, h.dtype, h.pos_begin));
   const VideoDecoderBackend& backend = context.video_decoder != nullptr ? *context.video_decoder : CpuVideoDecoder();
   for (KvKind kind : kKvKinds) {
     RETURN_IF_ERROR(DecodeKind(parsed[kind == KvKind::kKey ? 0 : 1], kind, shape, p, geometry, backend, context.pool,
-                               &cache));
+                               out));
   }
-  return cache;
+  return Status::Ok();
 }
 
 }  // namespace kvc

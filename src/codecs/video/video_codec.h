@@ -22,7 +22,7 @@ class VideoCodec final : public Codec {
   // preset (info().params lists them with their defaults). Inputs must be finite and within
   // fp16 range. Every value is reconstructed within half its group's step (plus fp16 rounding).
   Result<EncodedKv> Encode(const KvView& kv, const EncodeOptions& options, const CodecContext& context) const override;
-  Result<KvCache> Decode(const KvcFile& file, const CodecContext& context) const override;
+  Status DecodeInto(const KvcFile& file, const CodecContext& context, const KvSlice& out) const override;
 };
 
 }  // namespace kvc
