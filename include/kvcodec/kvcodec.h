@@ -196,6 +196,7 @@ typedef struct kvc_run_params {
   double frequency_penalty;  /* -2..2 */
   int32_t has_seed;          /* non-zero: draw with `seed` (same seed and prompt, same text); else at random */
   uint64_t seed;
+  int32_t n_fetch_threads;   /* workers fetched chunks decode on (and new chunks encode on); 0: one per core */
 } kvc_run_params;
 
 /* The main job: reuse the prompt's longest stored prefix, prefill the rest, generate, store the
@@ -217,6 +218,8 @@ typedef struct kvc_bench_ttft_params {
                                 one only raw and quant 8 are stored and fetched) */
   double max_ppl_delta;      /* largest profiled perplexity change a rung may have, percent; <= 0: 1.0 */
   double min_top1;           /* smallest profiled top-1 agreement; <= 0: 0.97 */
+  const char* prefix_tokens; /* "1024,4096,..." stored prefix lengths measured; NULL: prompt_tokens - chunk_tokens */
+  int32_t n_fetch_threads;   /* workers chunks decode on; 0: one per core */
 } kvc_bench_ttft_params;
 
 /* TTFT of a long prompt with a stored prefix, per codec and link rate, beside recompute and each

@@ -70,6 +70,18 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t)>& body) 
   state->cv.wait(lock, [&] { return state->done.load() == n; });
 }
 
+void ThreadPool::Submit(std::function<void()> task) {
+  if (workers_.empty()) {
+    task();
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    tasks_.push(std::move(task));
+  }
+  cv_.notify_one();
+}
+
 void ParallelForOrSerial(ThreadPool* pool, size_t n, const std::function<void(size_t)>& body) {
   if (pool != nullptr && n > 1) {
     pool->ParallelFor(n, body);

@@ -13,7 +13,8 @@ namespace kvc {
 
 class ThreadPool {
  public:
-  // n_threads == 0 means one per hardware thread.
+  // n_threads == 0 means one per hardware thread. The calling thread counts as one of them
+  // (ParallelFor runs on it too): n_threads - 1 workers are started.
   explicit ThreadPool(size_t n_threads = 0);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -23,6 +24,11 @@ class ThreadPool {
 
   // Runs body(i) for i in [0, n) across the pool and the calling thread; returns when all ran.
   void ParallelFor(size_t n, const std::function<void(size_t)>& body);
+
+  // Runs `task` on a worker once one is free (after the tasks queued before it); a pool with no
+  // workers runs it on the calling thread before returning. The caller must keep what the task
+  // uses alive until it has run.
+  void Submit(std::function<void()> task);
 
  private:
   void WorkerLoop();

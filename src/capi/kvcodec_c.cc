@@ -597,6 +597,8 @@ kvc_status kvc_run_json(const kvc_run_params* p, char** out_json) {
     o.sampling.frequency_penalty = static_cast<float>(p->frequency_penalty);
     if (p->has_seed) o.sampling.seed = p->seed;
     if (kvc::Status s = kvc::CheckSamplingParams(o.sampling); !s.ok()) return Fail(s);
+    if (p->n_fetch_threads < 0 || p->n_fetch_threads > 64) return Fail(kvc::InvalidArgument("fetch threads must be in 0..64"));
+    o.fetch_threads = p->n_fetch_threads;
     auto report = kvc::RunJob(o);
     if (!report.ok()) return Fail(report.status());
     *out_json = CopyString(kvc::RunReportJson(*report));
@@ -690,6 +692,17 @@ kvc_status kvc_bench_ttft_json(const kvc_bench_ttft_params* p, char** out_json) 
     if (p->prompt_tokens) o.prompt_tokens = p->prompt_tokens;
     if (p->chunk_tokens) o.chunk_tokens = p->chunk_tokens;
     if (p->repeats) o.repeats = p->repeats;
+    for (const std::string& t : SplitList(p->prefix_tokens)) {
+      char* end = nullptr;
+      const unsigned long long v = std::strtoull(t.c_str(), &end, 10);
+      if (t.empty() || t[0] == '-' || end == t.c_str() || *end != '\0' || v == 0 || v > kvc::kMaxTokens) {
+        return Fail(kvc::InvalidArgument("prefix length '" + t + "' is not a number of tokens in 1.." +
+                                         std::to_string(kvc::kMaxTokens)));
+      }
+      o.prefix_tokens.push_back(static_cast<uint32_t>(v));
+    }
+    if (p->n_fetch_threads < 0 || p->n_fetch_threads > 64) return Fail(kvc::InvalidArgument("fetch threads must be in 0..64"));
+    o.fetch_threads = p->n_fetch_threads;
     o.threads = p->n_threads;
     SetQuality(p, &o.profile, &o.quality);
     o.progress = p->quiet == 0;

@@ -54,7 +54,12 @@ struct BatchScheduler::Slot {
 
 BatchScheduler::BatchScheduler(const LlamaModel& model, LlamaSession& session, const ReuseContext& reuse,
                                const SchedulerOptions& options, ServeMetrics& metrics)
-    : model_(model), session_(session), reuse_(reuse), o_(options), metrics_(metrics) {
+    : model_(model),
+      session_(session),
+      reuse_(reuse),
+      o_(options),
+      metrics_(metrics),
+      pool_(size_t{std::max(1u, options.fetch_threads)} + 1) {
   link_.SetRate(LinkShaper::GbpsToBytesPerSecond(o_.link_gbps));
   const uint32_t fetchers = o_.reuse ? (o_.fifo ? 1 : std::max(1u, o_.fetch_threads)) : 0;
   for (uint32_t i = 0; i < fetchers; ++i) fetchers_.emplace_back([this] { FetchLoop(); });
@@ -133,15 +138,17 @@ void BatchScheduler::Lookup(ServeRequest& request) {
   if (request.lookup_.damaged && request.lookup_.manifests.empty()) ++metrics_.damaged_chunks;
 }
 
-// Brings the request's stored prefix in and decodes it (on this fetch thread, one core's worth:
-// the fetch threads are the share of the machine that fetching may take from generation).
+// Brings the request's stored prefix in (this fetch thread waits on the link) and decodes it on
+// the pool, whose workers are the share of the machine fetching may take from generation.
 void BatchScheduler::Fetch(ServeRequest& request) {
   if (o_.fifo) Lookup(request);
   if (request.lookup_.manifests.empty()) return;
+  // Chunks decode side by side on the pool, each on one worker.
   const CodecContext context{reuse_.calibrations, reuse_.model, nullptr};
+  FetchOptions options = ReuseFetchOptions(o_.link_gbps, o_.recompute_s, model_.info(), o_.floor, *reuse_.store);
+  options.pool = &pool_;
   auto fetched = FetchLookedUpPrefix(*reuse_.store, *reuse_.model, request.keys_, std::move(request.lookup_), context,
-                                     link_, ReuseFetchOptions(o_.link_gbps, o_.recompute_s, model_.info(), o_.floor,
-                                                       *reuse_.store));
+                                     link_, options);
   if (!fetched.ok()) {
     KVC_LOG_WARN("KV reuse failed, recomputing: %s", fetched.status().ToString().c_str());
     std::lock_guard m(metrics_.mu);
@@ -283,7 +290,7 @@ void BatchScheduler::Admit(Slot& lead) {
   }
   if (r.fetched_ && r.fetched_->stats.chunks_fetched > 0) {
     const auto t = SteadyClock::now();
-    if (Status s = session_.RestoreSeqKv(lead.seq, r.fetched_->kv); s.ok()) {
+    if (Status s = session_.RestoreSeqKv(lead.seq, r.fetched_->view()); s.ok()) {
       lead.restored_chunks = r.fetched_->stats.chunks_fetched;
       lead.evaluated = lead.restored_chunks * o_.chunk_tokens;
       r.generation_.fetched_bytes = r.fetched_->stats.bytes;
@@ -476,10 +483,8 @@ void BatchScheduler::Release(Slot& slot, Status status, const char* finish_reaso
 }
 
 void BatchScheduler::StoreLoop() {
-  // Encoding takes from generation as decoding does: the same number of cores as the fetchers.
-  std::unique_ptr<ThreadPool> pool;
-  if (o_.fetch_threads > 1) pool = std::make_unique<ThreadPool>(o_.fetch_threads);
-  const CodecContext context{reuse_.calibrations, reuse_.model, pool.get()};
+  // Encoding takes from generation as decoding does: the same pool.
+  const CodecContext context{reuse_.calibrations, reuse_.model, &pool_};
   for (;;) {
     StoreJob job;
     {

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "base/utf8.h"
+#include "base/thread_pool.h"
 #include "engine/prefix_cache.h"
 #include "engine/serve_metrics.h"
 #include "engine/stop_filter.h"
@@ -204,6 +205,9 @@ class BatchScheduler {
   int fetching_ = 0, running_ = 0;
   bool stop_fetch_ = false, stop_engine_ = false, stop_store_ = false, stopped_ = false;
 
+  // The one pool fetch and store work shares: chunks decode and encode on its fetch_threads
+  // workers, so reuse takes that many cores from generation and no more.
+  ThreadPool pool_;
   std::vector<std::thread> fetchers_;
   std::thread engine_, storer_;
 };

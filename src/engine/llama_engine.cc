@@ -19,6 +19,8 @@
 
 namespace kvc {
 namespace {
+// The sequence a single-sequence session stages appended chunks in (AppendKv).
+constexpr int32_t kStagingSeq = 1;
 
 // llama.cpp threads when the caller leaves the choice: $KVCODEC_THREADS (1..1024), else every
 // core. The test suite sets it to 1: two tests at once on two cores, each with a thread per
@@ -256,7 +258,9 @@ Result<std::unique_ptr<LlamaSession>> LlamaSession::Create(const LlamaModel& mod
   params.n_ctx = options.n_ctx * options.n_seq;
   params.n_batch = options.n_batch;
   params.n_ubatch = options.n_batch;
-  params.n_seq_max = options.n_seq;
+  // A single sequence gets a second one to stage chunks in (AppendKv); with one unified cache
+  // that adds no cells and changes no computation of sequence 0.
+  params.n_seq_max = options.n_seq == 1 ? 2 : options.n_seq;
   const int threads = options.n_threads > 0 ? options.n_threads : DefaultThreads();
   params.n_threads = threads;
   params.n_threads_batch = threads;
@@ -331,30 +335,56 @@ Result<KvCache> LlamaSession::ExtractSeqKv(int32_t seq) const {
   return ParseLlamaSeqState(blob, model_->info().n_kv_heads);
 }
 
-Status LlamaSession::RestoreKv(const KvCache& kv) {
+Status LlamaSession::RestoreKv(const KvView& kv) {
   Clear();
   RETURN_IF_ERROR(RestoreSeqKv(0, kv));
-  next_pos_ = kv.pos_begin() + static_cast<int32_t>(kv.shape().n_tokens);
-  n_cached_ = kv.shape().n_tokens;
+  next_pos_ = kv.pos_begin() + static_cast<int32_t>(kv.n_tokens());
+  n_cached_ = kv.n_tokens();
   return Status::Ok();
 }
 
-Status LlamaSession::RestoreSeqKv(int32_t seq, const KvCache& kv) {
+Status LlamaSession::AppendKv(const KvView& chunk) {
+  if (options_.n_seq != 1) return InvalidArgument("appending KV needs a single-sequence session");
+  if (chunk.pos_begin() != next_pos_) {
+    return InvalidArgument(FormatMessage("the chunk starts at position %d, the sequence continues at %d",
+                                         chunk.pos_begin(), next_pos_));
+  }
+  if (chunk.n_tokens() > options_.n_ctx - n_cached_) {
+    return InvalidArgument(FormatMessage("%u more tokens do not fit the context (%u used of %u)", chunk.n_tokens(),
+                                         n_cached_, options_.n_ctx));
+  }
+  // The chunk lands in cells of its own staging sequence, which then become sequence 0's: in a
+  // unified cache a sequence copy only relabels cells, so nothing is copied twice.
+  RETURN_IF_ERROR(WriteSeqState(kStagingSeq, chunk));
+  llama_memory_t memory = llama_get_memory(ctx_);
+  llama_memory_seq_cp(memory, kStagingSeq, 0, -1, -1);
+  llama_memory_seq_rm(memory, kStagingSeq, -1, -1);
+  next_pos_ += static_cast<int32_t>(chunk.n_tokens());
+  n_cached_ += chunk.n_tokens();
+  return Status::Ok();
+}
+
+Status LlamaSession::RestoreSeqKv(int32_t seq, const KvView& kv) {
   if (seq < 0 || static_cast<uint32_t>(seq) >= options_.n_seq) return InvalidArgument("no such sequence");
+  return WriteSeqState(seq, kv);
+}
+
+Status LlamaSession::WriteSeqState(int32_t seq, const KvView& kv) {
   const ModelInfo& info = model_->info();
-  if (kv.shape().n_layers != info.n_layers || kv.shape().n_kv_heads != info.n_kv_heads ||
-      kv.shape().head_dim != info.head_dim) {
+  const KvShape shape = kv.shape();
+  if (shape.n_layers != info.n_layers || shape.n_kv_heads != info.n_kv_heads || shape.head_dim != info.head_dim) {
     return InvalidArgument(FormatMessage("KV shape (%u layers, %u heads, head_dim %u) does not fit this model (%u, %u, %u)",
-                                         kv.shape().n_layers, kv.shape().n_kv_heads, kv.shape().head_dim, info.n_layers,
+                                         shape.n_layers, shape.n_kv_heads, shape.head_dim, info.n_layers,
                                          info.n_kv_heads, info.head_dim));
   }
   if (kv.pos_begin() < 0) return InvalidArgument("restore needs non-negative positions");
-  if (kv.shape().n_tokens > options_.n_ctx) return InvalidArgument("KV cache is longer than the context");
-  const KvCache* source = &kv;
+  if (shape.n_tokens > options_.n_ctx) return InvalidArgument("KV cache is longer than the context");
+  KvView source = kv;
   KvCache converted;
   if (kv.dtype() != options_.cache_type) {
-    ASSIGN_OR_RETURN(converted, kv.ConvertTo(options_.cache_type));
-    source = &converted;
+    ASSIGN_OR_RETURN(const KvCache copy, kv.Copy());
+    ASSIGN_OR_RETURN(converted, copy.ConvertTo(options_.cache_type));
+    source = converted.View();
   }
   LlamaStateLayout layout;
   layout.dtype = options_.cache_type;
@@ -364,7 +394,7 @@ Status LlamaSession::RestoreSeqKv(int32_t seq, const KvCache& kv) {
     layout.n_stream = options_.n_seq;
     layout.stream = static_cast<uint32_t>(seq);
   }
-  ASSIGN_OR_RETURN(std::vector<uint8_t> blob, BuildLlamaSeqState(*source, layout));
+  ASSIGN_OR_RETURN(std::vector<uint8_t> blob, BuildLlamaSeqState(source, layout));
   ClearSeq(seq);
   const size_t read = llama_state_seq_set_data(ctx_, blob.data(), blob.size(), seq);
   if (read != blob.size()) {

@@ -122,7 +122,13 @@ class LlamaSession {
   Result<KvCache> ExtractKv() const;
   // Replaces the sequence with `kv` (converted to the cache type if needed); the next Eval
   // continues at position kv.pos_begin() + kv.shape().n_tokens.
-  Status RestoreKv(const KvCache& kv);
+  Status RestoreKv(const KvView& kv);
+  Status RestoreKv(const KvCache& kv) { return RestoreKv(kv.View()); }
+  // Adds `chunk`, which must start at next_position(), after the sequence's tokens: a prefix
+  // restored chunk by chunk as it arrives ends bit-identical to restoring it whole. Through a
+  // staging sequence llama.cpp shares cells with (a restore replaces its target sequence), so
+  // only single-sequence sessions can.
+  Status AppendKv(const KvView& chunk);
   void Clear();
 
   // Decodes several sequences' tokens in one llama.cpp batch (at most n_batch tokens in all).
@@ -131,7 +137,7 @@ class LlamaSession {
   std::span<const float> BatchLogits(size_t entry) const;
   Result<KvCache> ExtractSeqKv(int32_t seq) const;
   // Replaces sequence `seq` with `kv` at its own positions.
-  Status RestoreSeqKv(int32_t seq, const KvCache& kv);
+  Status RestoreSeqKv(int32_t seq, const KvView& kv);
   void ClearSeq(int32_t seq);
   // Makes sequence `dst` a copy of sequence `src` (its KV and positions), within llama.cpp: n
   // answers to one prompt share its prefill.
@@ -147,6 +153,9 @@ class LlamaSession {
 
  private:
   LlamaSession() = default;
+  // Checks `kv` against the model and writes it as sequence `seq`'s state (llama.cpp first
+  // empties that sequence).
+  Status WriteSeqState(int32_t seq, const KvView& kv);
   const LlamaModel* model_ = nullptr;
   llama_context* ctx_ = nullptr;
   SessionOptions options_;

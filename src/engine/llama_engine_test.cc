@@ -139,6 +139,37 @@ TEST_P(RoundTrip, RestoredContextGivesBitIdenticalLogits) {
   EXPECT_EQ(kv_b_prefix, *kv);
 }
 
+// A prefix appended chunk by chunk as it arrives (uneven chunks too) gives the same logits,
+// bit for bit, and the same KV as the prefix restored whole.
+TEST_P(RoundTrip, ChunkByChunkRestoreIsBitIdenticalToAWholeRestore) {
+  const auto [cache_type, flash_attn] = GetParam();
+  const auto tokens = SomeTokens(300);
+  const std::span<const int32_t> prefix(tokens.data(), 280), cont(tokens.data() + 280, 20);
+  auto a = NewSession(cache_type, flash_attn);
+  ASSERT_TRUE(a->Eval(prefix, false).ok());
+  const KvCache kv = a->ExtractKv().value();
+
+  auto whole = NewSession(cache_type, flash_attn);
+  ASSERT_TRUE(whole->RestoreKv(kv).ok());
+  ASSERT_TRUE(whole->Eval(cont, true).ok());
+
+  auto chunked = NewSession(cache_type, flash_attn);
+  for (auto [begin, n] : {std::pair{0u, 64u}, {64u, 64u}, {128u, 100u}, {228u, 52u}}) {
+    const Status s = chunked->AppendKv(kv.View(begin, n).value());
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  EXPECT_EQ(chunked->next_position(), 280);
+  EXPECT_EQ(chunked->n_cached(), 280u);
+  // Out of order, or past the context: refused, and the session is as it was.
+  EXPECT_EQ(chunked->AppendKv(kv.View(0, 10).value()).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(chunked->Eval(cont, true).ok());
+  for (int i = 0; i < 20; ++i) {
+    const auto lw = whole->Logits(i), lc = chunked->Logits(i);
+    ASSERT_EQ(std::memcmp(lw.data(), lc.data(), lw.size_bytes()), 0) << "logits differ at continuation token " << i;
+  }
+  EXPECT_EQ(chunked->ExtractKv().value(), whole->ExtractKv().value());
+}
+
 INSTANTIATE_TEST_SUITE_P(CacheTypes, RoundTrip,
                          ::testing::Combine(::testing::Values(DType::kF16, DType::kF32), ::testing::Bool()),
                          [](const auto& info) {
@@ -183,7 +214,7 @@ TEST(Batching, SequencesInOneBatchMatchSeparateRuns) {
   ASSERT_TRUE(batched->DecodeBatch(std::span(&prefill_a, 1)).ok());
   auto other = NewSession(DType::kF16, false);
   ASSERT_TRUE(other->Eval(b, false).ok());
-  ASSERT_TRUE(batched->RestoreSeqKv(1, other->ExtractKv().value()).ok());
+  ASSERT_TRUE(batched->RestoreSeqKv(1, other->ExtractKv().value().View()).ok());
   const SeqTokens step[] = {{0, 100, std::span(&next_a, 1)}, {1, 120, std::span(&next_b, 1)}, {2, 0, c}};
   ASSERT_TRUE(batched->DecodeBatch(step).ok());
   const std::vector<float> expected[] = {alone(a, next_a), alone(b, next_b), alone(c, std::nullopt)};

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <type_traits>
 
 #include "base/byte_io.h"
 
@@ -137,17 +138,40 @@ Result<KvCache> ParseLlamaSeqState(std::span<const uint8_t> blob, uint32_t n_kv_
   return out;
 }
 
-Result<std::vector<uint8_t>> BuildLlamaSeqState(const KvCache& kv, const LlamaStateLayout& layout) {
+namespace {
+
+// Appends V's rows ([token][channel], `elem`-byte elements) transposed to [channel][token], as
+// llama.cpp stores V without flash attention. Tiled, so both sides stay in cache.
+template <typename Elem>
+void AppendTransposed(std::span<const uint8_t> rows, uint32_t n_tokens, size_t channels, uint8_t* out) {
+  constexpr uint32_t kTile = 32;
+  for (uint32_t t0 = 0; t0 < n_tokens; t0 += kTile) {
+    const uint32_t t1 = std::min(n_tokens, t0 + kTile);
+    for (size_t c = 0; c < channels; ++c) {
+      for (uint32_t t = t0; t < t1; ++t) {
+        Elem v;
+        std::memcpy(&v, rows.data() + (size_t{t} * channels + c) * sizeof(Elem), sizeof(Elem));
+        std::memcpy(out + (c * n_tokens + t) * sizeof(Elem), &v, sizeof(Elem));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Result<std::vector<uint8_t>> BuildLlamaSeqState(const KvView& kv, const LlamaStateLayout& layout) {
   if (kv.dtype() != layout.dtype) return InvalidArgument("KV dtype differs from the context's cache type");
   if (layout.stream >= layout.n_stream) return InvalidArgument("stream index out of range");
-  const KvShape& s = kv.shape();
+  const KvShape s = kv.shape();
   if (s.n_tokens == 0) return InvalidArgument("nothing to restore (0 tokens)");
   const size_t elem = DTypeSize(kv.dtype());
   const size_t row_elems = s.row_elems();
+  const size_t layer_bytes = size_t{s.n_tokens} * row_elems * elem;
   ByteWriter w;
   w.U32(kLlamaStateMagic);
   w.I32(layout.seq_id);
   w.U32(layout.n_stream);
+  std::vector<uint8_t> blob;
   for (uint32_t st = 0; st < layout.n_stream; ++st) {
     if (st != layout.stream) {
       w.U32(0);
@@ -161,27 +185,38 @@ Result<std::vector<uint8_t>> BuildLlamaSeqState(const KvCache& kv, const LlamaSt
     }
     w.U32(layout.v_trans ? 1 : 0);
     w.U32(s.n_layers);
+    // The tensors are most of the blob: sized once and copied in place, not grown piece by piece.
+    blob = w.Take();
+    const size_t layer_header = 4 + (layout.v_trans ? 4 + 4 : 8);
+    size_t at = blob.size();
+    blob.resize(at + size_t{2} * s.n_layers * (layer_header + layer_bytes) +
+                size_t{4} * (layout.n_stream - 1 - st));
+    auto put = [&](auto value) {  // little-endian, as ByteWriter writes the rest
+      const auto bits = static_cast<std::make_unsigned_t<decltype(value)>>(value);
+      for (size_t i = 0; i < sizeof bits; ++i) blob[at++] = static_cast<uint8_t>(bits >> (8 * i));
+    };
     const int32_t type = GgmlFromDType(kv.dtype());
     for (KvKind kind : kKvKinds) {
       for (uint32_t l = 0; l < s.n_layers; ++l) {
-        w.I32(type);
+        put(type);
         const auto rows = kv.RowBytes(kind, l, 0, s.n_tokens);
         if (kind == KvKind::kValue && layout.v_trans) {
-          w.U32(static_cast<uint32_t>(elem));
-          w.U32(static_cast<uint32_t>(row_elems));
-          std::vector<uint8_t> t(rows.size());
-          for (size_t j = 0; j < row_elems; ++j) {
-            for (uint32_t i = 0; i < s.n_tokens; ++i) {
-              std::memcpy(t.data() + (j * s.n_tokens + i) * elem, rows.data() + (size_t{i} * row_elems + j) * elem, elem);
-            }
+          put(static_cast<uint32_t>(elem));
+          put(static_cast<uint32_t>(row_elems));
+          if (elem == 2) {
+            AppendTransposed<uint16_t>(rows, s.n_tokens, row_elems, blob.data() + at);
+          } else {
+            AppendTransposed<uint32_t>(rows, s.n_tokens, row_elems, blob.data() + at);
           }
-          w.Bytes(t);
         } else {
-          w.U64(row_elems * elem);
-          w.Bytes(rows);
+          put(static_cast<uint64_t>(row_elems * elem));
+          std::memcpy(blob.data() + at, rows.data(), rows.size());
         }
+        at += layer_bytes;
       }
     }
+    for (uint32_t rest = st + 1; rest < layout.n_stream; ++rest) put(uint32_t{0});
+    return blob;
   }
   return w.Take();
 }

@@ -38,6 +38,9 @@ Result<KvCache> ParseLlamaSeqState(std::span<const uint8_t> blob, uint32_t n_kv_
 
 // Serialises `kv` (whose dtype must equal layout.dtype) as a blob llama_state_seq_set_data
 // accepts for a context with `layout`.
-Result<std::vector<uint8_t>> BuildLlamaSeqState(const KvCache& kv, const LlamaStateLayout& layout);
+Result<std::vector<uint8_t>> BuildLlamaSeqState(const KvView& kv, const LlamaStateLayout& layout);
+inline Result<std::vector<uint8_t>> BuildLlamaSeqState(const KvCache& kv, const LlamaStateLayout& layout) {
+  return BuildLlamaSeqState(kv.View(), layout);
+}
 
 }  // namespace kvc

@@ -51,6 +51,21 @@ TEST(LlamaState, SeveralStreamsOneUsed) {
   EXPECT_EQ(*parsed, kv);
 }
 
+// A chunk restored straight from the prefix buffer (a view) is the same blob as its own copy,
+// across more tokens than one transpose tile, in the first of two streams.
+TEST(LlamaState, AViewOfALongerCacheBuildsItsCopysBlob) {
+  for (DType dtype : {DType::kF16, DType::kF32}) {
+    const KvCache prefix = RandomCache(dtype, 100, 0);
+    const KvView chunk = prefix.View(40, 45).value();
+    LlamaStateLayout layout;
+    layout.dtype = dtype;
+    layout.n_stream = 2;
+    const auto from_view = BuildLlamaSeqState(chunk, layout).value();
+    EXPECT_EQ(from_view, BuildLlamaSeqState(chunk.Copy().value(), layout).value());
+    EXPECT_EQ(ParseLlamaSeqState(from_view, 2).value(), chunk.Copy().value());
+  }
+}
+
 TEST(LlamaState, EveryTruncationFails) {
   const KvCache kv = RandomCache(DType::kF16, 3, 0);
   auto blob = BuildLlamaSeqState(kv, {}).value();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "base/clock.h"
 #include "store/chunk_manifest.h"
@@ -21,6 +22,11 @@ Result<StorePlan> PlanStoredRungs(const QualityFloor& floor, const std::string& 
   plan.note = "no " + codec + " rung is within the quality floor for this model: storing raw/fp16" +
               (quant8 ? " and quant/8" : "");
   return plan;
+}
+
+size_t FetchPoolThreads(int fetch_threads) {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  return (fetch_threads > 0 ? static_cast<size_t>(fetch_threads) : cores) + 1;
 }
 
 std::vector<std::string> RungNames(const std::vector<StoredRung>& rungs) {
@@ -86,7 +92,8 @@ PrefixLookup LookupStoredPrefix(Store& store, std::span<const ChunkKey> keys, ui
 
 Result<FetchedPrefix> FetchLookedUpPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
                                           PrefixLookup lookup, const CodecContext& codec_context, LinkShaper& link,
-                                          const FetchOptions& options) {
+                                          const FetchOptions& options,
+                                          const std::function<Status(const KvView&)>& on_chunk) {
   FetchedPrefix out;
   PrefixRestore& r = out.stats;
   r.lookup_s = lookup.lookup_s;
@@ -95,17 +102,28 @@ Result<FetchedPrefix> FetchLookedUpPrefix(Store& store, const ModelFingerprint& 
   r.chunks_found = static_cast<uint32_t>(lookup.manifests.size());
   if (lookup.manifests.empty()) return out;
   if (lookup.manifests.size() > keys.size()) return InvalidArgument("more manifests than chunk keys");
+  if (!options.kv_shape) return InvalidArgument("fetching a prefix needs the model's KV shape");
+  out.chunk_tokens = lookup.manifests[0].chunk_tokens;
 
   const auto t_fetch = SteadyClock::now();
+  // One buffer for the longest run there is, allocated once: every chunk decodes into its place.
+  KvShape shape = *options.kv_shape;
+  const uint64_t tokens = uint64_t{out.chunk_tokens} * lookup.manifests.size();
+  if (tokens > kMaxTokens) {
+    return InvalidArgument(FormatMessage("a stored prefix of %llu tokens is longer than any KV cache",
+                                         static_cast<unsigned long long>(tokens)));
+  }
+  shape.n_tokens = static_cast<uint32_t>(tokens);
+  ASSIGN_OR_RETURN(out.kv, KvCache::Create(shape, DType::kF16));
   Fetcher fetcher(store, link, model, codec_context, options);
-  auto report = fetcher.Run(keys.first(lookup.manifests.size()), lookup.manifests, [&](FetchedChunk&& c) -> Status {
+  auto report = fetcher.Run(keys.first(lookup.manifests.size()), lookup.manifests, out.kv, [&](FetchedChunk&& c) -> Status {
     r.variants.push_back(c.variant.codec + "/" + c.variant.level);
     r.max_chunk_decode_s = std::max(r.max_chunk_decode_s, c.decode_s);
-    if (c.index == 0) {
-      out.kv = std::move(c.kv);
-      return Status::Ok();
-    }
-    return out.kv.Append(c.kv.View());
+    if (!on_chunk) return Status::Ok();
+    const auto t_restore = SteadyClock::now();
+    const Status s = on_chunk(c.kv);
+    r.restore_s += SecondsSince(t_restore);
+    return s;
   });
   RETURN_IF_ERROR(report.status());
   r.fetch_s = SecondsSince(t_fetch);
@@ -119,22 +137,20 @@ Result<FetchedPrefix> FetchLookedUpPrefix(Store& store, const ModelFingerprint& 
 
 Result<FetchedPrefix> FetchStoredPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
                                         uint32_t chunk_tokens, const CodecContext& codec_context, LinkShaper& link,
-                                        const FetchOptions& options) {
+                                        const FetchOptions& options,
+                                        const std::function<Status(const KvView&)>& on_chunk) {
   return FetchLookedUpPrefix(store, model, keys, LookupStoredPrefix(store, keys, chunk_tokens), codec_context, link,
-                             options);
+                             options, on_chunk);
 }
 
 Result<PrefixRestore> RestoreStoredPrefix(Store& store, LlamaSession& session, const ModelFingerprint& model,
                                           std::span<const ChunkKey> keys, uint32_t chunk_tokens,
                                           const CodecContext& codec_context, LinkShaper& link,
                                           const FetchOptions& options) {
+  if (session.n_cached() != 0) return InvalidArgument("restoring a prefix needs an empty session");
   ASSIGN_OR_RETURN(FetchedPrefix fetched,
-                   FetchStoredPrefix(store, model, keys, chunk_tokens, codec_context, link, options));
-  if (fetched.stats.chunks_fetched > 0) {
-    const auto t_restore = SteadyClock::now();
-    RETURN_IF_ERROR(session.RestoreKv(fetched.kv));
-    fetched.stats.restore_s = SecondsSince(t_restore);
-  }
+                   FetchStoredPrefix(store, model, keys, chunk_tokens, codec_context, link, options,
+                                     [&](const KvView& chunk) { return session.AppendKv(chunk); }));
   return fetched.stats;
 }
 

@@ -3,6 +3,7 @@
 // the fetcher), and storing a session's chunks (every level, then the manifest).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -74,25 +75,39 @@ struct PrefixLookup {
 };
 PrefixLookup LookupStoredPrefix(Store& store, std::span<const ChunkKey> keys, uint32_t chunk_tokens);
 
-// Fetches the looked-up run through a Fetcher (link and options as given) into one KvCache,
-// without touching any llama.cpp session: a server runs this while other requests decode.
+// Fetches the looked-up run through a Fetcher (link and options as given; options.kv_shape is
+// required) into one buffer allocated once for the whole run, each chunk decoded in its place.
+// `on_chunk` (may be empty) sees each chunk on the calling thread as it is delivered, in order,
+// while later ones are still on the link; an error from it ends the fetch with that error.
+// Without one nothing touches a llama.cpp session: a server runs this while other requests
+// decode.
 struct FetchedPrefix {
-  PrefixRestore stats;  // restore_s stays 0
-  KvCache kv;           // chunks_fetched * chunk_tokens tokens (empty when none)
+  PrefixRestore stats;  // restore_s: time spent in on_chunk
+  KvCache kv;           // the run's buffer; its first tokens() tokens are the fetched prefix
+  uint32_t chunk_tokens = 0;
+  uint32_t tokens() const { return stats.chunks_fetched * chunk_tokens; }
+  KvView view() const { return KvView(&kv, 0, tokens()); }
 };
 Result<FetchedPrefix> FetchLookedUpPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
                                           PrefixLookup lookup, const CodecContext& codec_context, LinkShaper& link,
-                                          const FetchOptions& options);
+                                          const FetchOptions& options,
+                                          const std::function<Status(const KvView&)>& on_chunk = {});
 // LookupStoredPrefix, then FetchLookedUpPrefix.
 Result<FetchedPrefix> FetchStoredPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
                                         uint32_t chunk_tokens, const CodecContext& codec_context, LinkShaper& link,
-                                        const FetchOptions& options);
+                                        const FetchOptions& options,
+                                        const std::function<Status(const KvView&)>& on_chunk = {});
 
-// FetchStoredPrefix, then the prefix restored into `session` (which must be empty).
+// FetchStoredPrefix into `session` (which must be empty), each chunk appended to it as it
+// arrives, so only the last chunk's restore is left when the transfer ends.
 Result<PrefixRestore> RestoreStoredPrefix(Store& store, LlamaSession& session, const ModelFingerprint& model,
                                           std::span<const ChunkKey> keys, uint32_t chunk_tokens,
                                           const CodecContext& codec_context, LinkShaper& link,
                                           const FetchOptions& options);
+
+// The ThreadPool size that gives a fetch `fetch_threads` workers (0: one per core); the calling
+// thread, which waits on the link and restores, is not one of them.
+size_t FetchPoolThreads(int fetch_threads);
 
 // "raw/fp16,kvtc/16,..." for reports.
 std::vector<std::string> RungNames(const std::vector<StoredRung>& rungs);

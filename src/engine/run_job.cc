@@ -85,12 +85,16 @@ Result<RunReport> RunJob(const RunOptions& o) {
   const std::vector<ChunkKey> keys = ReusableChunkKeys(model->fingerprint(), tokens, o.chunk_tokens);
   r.chunks_reusable = static_cast<uint32_t>(keys.size());
 
+  // Fetch, decode and encode share one pool; chunks decode side by side, one per worker.
+  ThreadPool pool(FetchPoolThreads(o.fetch_threads));
   const auto t_request = SteadyClock::now();
   const CodecContext codec_context{&calibrations, &model->fingerprint(), nullptr};
   if (o.reuse && store != nullptr) {
     LinkShaper link(LinkShaper::GbpsToBytesPerSecond(o.link_gbps));
+    FetchOptions fetch_options = ReuseFetchOptions(o.link_gbps, recompute_s, model->info(), floor, *store);
+    fetch_options.pool = &pool;
     auto restored = RestoreStoredPrefix(*store, *session, model->fingerprint(), keys, o.chunk_tokens, codec_context,
-                                        link, ReuseFetchOptions(o.link_gbps, recompute_s, model->info(), floor, *store));
+                                        link, fetch_options);
     // The fetcher turns a missing or damaged chunk into a shorter prefix; an error here (a
     // restore llama.cpp refused) leaves nothing trustworthy in the session: start over.
     if (!restored.ok()) {
@@ -139,8 +143,7 @@ Result<RunReport> RunJob(const RunOptions& o) {
   // (rewritten whole, so the next request finds them intact).
   if (o.store_new_chunks && store != nullptr && r.chunks_fetched < keys.size()) {
     const auto t_store = SteadyClock::now();
-    // The pool's threads start only now: encoding is after the response, never on the TTFT path.
-    ThreadPool pool(0);
+    // Encoding is after the response, never on the TTFT path.
     const CodecContext store_context{&calibrations, &model->fingerprint(), &pool};
     auto stored = [&]() -> Result<StoredChunks> {
       ASSIGN_OR_RETURN(KvCache kv, session->ExtractKv());

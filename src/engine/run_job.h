@@ -33,6 +33,9 @@ struct RunOptions {
   bool store_new_chunks = true;
   bool reuse = true;               // false: ignore the store (recompute everything)
   int threads = 0;                 // llama.cpp threads; 0: all cores
+  // The pool fetched chunks decode on and new chunks encode on; 0: one per core. llama.cpp
+  // keeps every core: its prefill starts only after the last chunk is in.
+  int fetch_threads = 0;
   std::string profile;             // quality profile; empty: <model>.kvprof.json beside the model, if any
   QualityLimits quality;           // which profiled rungs may be stored and fetched
   SamplingParams sampling;         // default: greedy

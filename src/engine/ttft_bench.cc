@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "base/clock.h"
 #include "base/progress.h"
+#include "base/thread_pool.h"
 #include "engine/llama_engine.h"
 #include "engine/model_files.h"
 #include "engine/prefix_cache.h"
@@ -45,33 +48,60 @@ constexpr uint32_t kProjectedSuffixTokens = 256;
 
 }  // namespace
 
+namespace {
+
+// Peak resident memory since the last ResetPeakRss, from /proc (0 where unreadable).
+uint64_t PeakRssBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
+  }
+  return 0;
+}
+uint64_t RssBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
+  }
+  return 0;
+}
+// Linux resets the peak to the current RSS on "5" to clear_refs; false where it cannot.
+bool ResetPeakRss() {
+  std::ofstream clear("/proc/self/clear_refs");
+  clear << "5";
+  clear.flush();
+  return static_cast<bool>(clear);
+}
+
+// The first `n` tokens of `text`'s tokens, the tokens repeated (after the first, which may be
+// BOS) when the text is shorter.
+std::vector<int32_t> PromptTokens(const std::vector<int32_t>& text_tokens, size_t n) {
+  std::vector<int32_t> out(text_tokens.begin(), text_tokens.begin() + std::min(n, text_tokens.size()));
+  for (size_t i = out.size(); i < n; ++i) out.push_back(text_tokens[1 + (i - 1) % (text_tokens.size() - 1)]);
+  return out;
+}
+
+}  // namespace
+
 Result<std::string> RunTtftBenchJson(const TtftBenchOptions& o) {
   if (o.chunk_tokens == 0 || o.prompt_tokens <= o.chunk_tokens) return InvalidArgument("need prompt > chunk > 0 tokens");
+  std::vector<uint32_t> prefixes = o.prefix_tokens;
+  if (prefixes.empty()) prefixes.push_back((o.prompt_tokens - 1) / o.chunk_tokens * o.chunk_tokens);
+  for (uint32_t p : prefixes) {
+    if (p == 0 || p % o.chunk_tokens != 0 || p > kMaxTokens - o.chunk_tokens) {
+      return InvalidArgument(FormatMessage("prefix length %u is not a whole number of %u-token chunks", p,
+                                           o.chunk_tokens));
+    }
+  }
   ASSIGN_OR_RETURN(auto model, LlamaModel::Load(o.model_path));
   CalibrationRegistry calibrations;
   RETURN_IF_ERROR(LoadModelCalibration(calibrations, o.model_path, o.calibration));
   const ModelFingerprint& fp = model->fingerprint();
   ASSIGN_OR_RETURN(std::string text, ReadTextFile(BesideModel(o.model_path, "eval.txt", o.text_path)));
-  ASSIGN_OR_RETURN(std::vector<int32_t> tokens, model->Tokenize(text, true));
-  if (tokens.size() < o.prompt_tokens) return InvalidArgument("text too short for --prompt-tokens");
-  tokens.resize(o.prompt_tokens);
-  SessionOptions so;
-  so.n_ctx = o.prompt_tokens + 8;
-  so.n_threads = o.threads;
-  ASSIGN_OR_RETURN(auto session, LlamaSession::Create(*model, so));
-
-  // Recompute: the whole prompt prefilled, first token's logits ready.
-  std::vector<double> recompute;
-  for (uint32_t i = 0; i < std::max(1u, o.repeats); ++i) {
-    session->Clear();
-    const auto t = SteadyClock::now();
-    RETURN_IF_ERROR(session->Eval(tokens, false));
-    recompute.push_back(SecondsSince(t));
-  }
-  ASSIGN_OR_RETURN(KvCache kv, session->ExtractKv());
-  const std::vector<ChunkKey> keys = ReusableChunkKeys(fp, tokens, o.chunk_tokens);
-  const uint32_t reused = static_cast<uint32_t>(keys.size()) * o.chunk_tokens;
-  const uint64_t fp16_bytes = uint64_t{reused} * kv.shape().row_elems() * kv.shape().n_layers * 2 * 2;
+  ASSIGN_OR_RETURN(const std::vector<int32_t> text_tokens, model->Tokenize(text, true));
+  if (text_tokens.size() < 2) return InvalidArgument("the text has no tokens");
 
   ASSIGN_OR_RETURN(const QualityFloor floor, LoadQualityFloor(o.model_path, o.profile, fp, calibrations, o.quality));
   std::vector<const Codec*> codecs;
@@ -83,83 +113,136 @@ Result<std::string> RunTtftBenchJson(const TtftBenchOptions& o) {
     codecs.push_back(c);
   }
   const CodecContext context{&calibrations, &fp, nullptr};
+  // Fetch and decode on one pool, as run and serve do; llama.cpp keeps its own threads.
+  ThreadPool pool(FetchPoolThreads(o.fetch_threads));
+  const bool rss_resets = ResetPeakRss();
 
-  ProgressBar progress("bench ttft", codecs.size() * (1 + o.link_gbps.size()), o.progress);
+  ProgressBar progress("bench ttft", prefixes.size() * codecs.size() * (1 + o.link_gbps.size()), o.progress);
   Json variants_json = Json::array();
   Json rows = Json::array();
-  for (const Codec* codec : codecs) {
-    const std::string& name = codec->info().name;
-    const std::vector<std::string> levels = floor.Levels(name);
-    auto store = MakeMemoryStore({.capacity_bytes = uint64_t{64} << 30});
-    RETURN_IF_ERROR(StoreChunks(*store, kv, keys, 0, o.chunk_tokens, *codec, levels, fp, context).status());
-    // Each stored variant's ratio and one-thread decode speed over all chunks: the projection's inputs.
-    for (const std::string& level : levels) {
-      uint64_t stored = 0;
+  Json prefix_json = Json::array();
+  for (size_t pi = 0; pi < prefixes.size(); ++pi) {
+    const uint32_t prefix_tokens = prefixes[pi];
+    const std::vector<int32_t> tokens = PromptTokens(text_tokens, size_t{prefix_tokens} + o.chunk_tokens);
+    SessionOptions so;
+    so.n_ctx = static_cast<uint32_t>(tokens.size()) + 8;
+    so.n_threads = o.threads;
+    ASSIGN_OR_RETURN(auto session, LlamaSession::Create(*model, so));
+    // Recompute: the whole prompt prefilled, first token's logits ready (long prompts once).
+    std::vector<double> recompute;
+    const uint32_t recompute_runs = prefix_tokens <= 8192 ? std::max(1u, o.repeats) : 1;
+    for (uint32_t i = 0; i < recompute_runs; ++i) {
+      session->Clear();
       const auto t = SteadyClock::now();
-      for (const ChunkKey& k : keys) {
-        ASSIGN_OR_RETURN(auto bytes, store->Get(ChunkObjectName(k, name, level)));
-        stored += bytes.size();
-        RETURN_IF_ERROR(DecodeKvc(bytes, &fp, context).status());
-      }
-      const double decode_s = SecondsSince(t);
-      Json v;
-      v["codec"] = name;
-      v["level"] = level;
-      v["compression_ratio"] = static_cast<double>(fp16_bytes) / static_cast<double>(stored);
-      v["decode_mb_s_1t"] = static_cast<double>(fp16_bytes) / 1e6 / decode_s;
-      variants_json.push_back(std::move(v));
+      RETURN_IF_ERROR(session->Eval(tokens, false));
+      recompute.push_back(SecondsSince(t));
     }
-    progress.Advance();
+    ASSIGN_OR_RETURN(KvCache kv, session->ExtractKv());
+    const std::vector<ChunkKey> keys = ReusableChunkKeys(fp, tokens, o.chunk_tokens);
+    const uint32_t reused = static_cast<uint32_t>(keys.size()) * o.chunk_tokens;
+    const uint64_t fp16_bytes = uint64_t{reused} * kv.shape().row_elems() * kv.shape().n_layers * 2 * 2;
+    Json pj;
+    pj["prefix_tokens"] = reused;
+    pj["prompt_tokens"] = tokens.size();
+    pj["kv_fp16_bytes"] = fp16_bytes;
+    pj["recompute_ttft_s"] = Median(recompute);
+    pj["text_repeated"] = text_tokens.size() < tokens.size();
+    prefix_json.push_back(std::move(pj));
 
-    for (double gbps : o.link_gbps) {
-      std::vector<double> ttft, lookup, fetch, decode, restore, prefill, bound, max_decode;
-      uint64_t bytes = 0;
-      std::vector<std::string> chosen;
-      for (uint32_t rep = 0; rep < std::max(1u, o.repeats); ++rep) {
-        session->Clear();
-        LinkShaper link(LinkShaper::GbpsToBytesPerSecond(gbps));
-        FetchOptions fo;
-        for (const std::string& level : levels) fo.allowed.emplace_back(name, level);
-        fo.initial_gbps = gbps;
-        fo.kv_shape = kv.shape();
-        const auto t0 = SteadyClock::now();
-        ASSIGN_OR_RETURN(const PrefixRestore p, RestoreStoredPrefix(*store, *session, fp, keys, o.chunk_tokens,
-                                                                    context, link, fo));
-        if (p.chunks_fetched != keys.size()) return Internal(name + ": reuse stopped early: " + p.fallback);
-        const auto t_prefill = SteadyClock::now();
-        RETURN_IF_ERROR(session->Eval(std::span(tokens).subspan(reused), false));
-        const double prefill_s = SecondsSince(t_prefill);
-        ttft.push_back(SecondsSince(t0));
-        lookup.push_back(p.lookup_s);
-        fetch.push_back(p.fetch_s);
-        decode.push_back(p.decode_s);
-        restore.push_back(p.restore_s);
-        prefill.push_back(prefill_s);
-        max_decode.push_back(p.max_chunk_decode_s);
-        bound.push_back(static_cast<double>(p.bytes) / LinkShaper::GbpsToBytesPerSecond(gbps) + p.max_chunk_decode_s +
-                        prefill_s);
-        bytes = p.bytes;
-        chosen = p.variants;
+    for (const Codec* codec : codecs) {
+      const std::string& name = codec->info().name;
+      const std::vector<std::string> levels = floor.Levels(name);
+      auto store = MakeMemoryStore({.capacity_bytes = uint64_t{64} << 30});
+      RETURN_IF_ERROR(StoreChunks(*store, kv, keys, 0, o.chunk_tokens, *codec, levels, fp, context).status());
+      // Each stored variant's ratio and one-thread decode speed over all chunks (the projection's
+      // inputs), at the first prefix length.
+      for (const std::string& level : pi == 0 ? levels : std::vector<std::string>{}) {
+        uint64_t stored = 0;
+        const auto t = SteadyClock::now();
+        for (const ChunkKey& k : keys) {
+          ASSIGN_OR_RETURN(auto bytes, store->Get(ChunkObjectName(k, name, level)));
+          stored += bytes.size();
+          RETURN_IF_ERROR(DecodeKvc(bytes, &fp, context).status());
+        }
+        const double decode_s = SecondsSince(t);
+        Json v;
+        v["codec"] = name;
+        v["level"] = level;
+        v["compression_ratio"] = static_cast<double>(fp16_bytes) / static_cast<double>(stored);
+        v["decode_mb_s_1t"] = static_cast<double>(fp16_bytes) / 1e6 / decode_s;
+        variants_json.push_back(std::move(v));
       }
-      Json r;
-      r["codec"] = name;
-      r["link_gbps"] = gbps;
-      r["ttft_s"] = Median(ttft);
-      r["lookup_s"] = Median(lookup);
-      r["fetch_s"] = Median(fetch);
-      r["decode_s"] = Median(decode);
-      r["restore_s"] = Median(restore);
-      r["prefill_s"] = Median(prefill);
-      r["max_chunk_decode_s"] = Median(max_decode);
-      r["bytes_fetched"] = bytes;
-      r["bound_s"] = Median(bound);
-      r["ttft_over_bound"] = Median(ttft) / Median(bound);
-      r["variants"] = chosen;
-      rows.push_back(std::move(r));
       progress.Advance();
+
+      for (double gbps : o.link_gbps) {
+        std::vector<double> ttft, lookup, fetch, decode, restore, prefill, bound, pipeline_bound, max_decode, peak_growth;
+        uint64_t bytes = 0, peak_rss = 0;
+        std::vector<std::string> chosen;
+        for (uint32_t rep = 0; rep < std::max(1u, o.repeats); ++rep) {
+          session->Clear();
+          LinkShaper link(LinkShaper::GbpsToBytesPerSecond(gbps));
+          FetchOptions fo;
+          for (const std::string& level : levels) fo.allowed.emplace_back(name, level);
+          fo.initial_gbps = gbps;
+          fo.kv_shape = kv.shape();
+          fo.pool = &pool;
+          ResetPeakRss();
+          const uint64_t rss_before = RssBytes();
+          const auto t0 = SteadyClock::now();
+          ASSIGN_OR_RETURN(const PrefixRestore p, RestoreStoredPrefix(*store, *session, fp, keys, o.chunk_tokens,
+                                                                      context, link, fo));
+          if (p.chunks_fetched != keys.size()) return Internal(name + ": reuse stopped early: " + p.fallback);
+          const auto t_prefill = SteadyClock::now();
+          RETURN_IF_ERROR(session->Eval(std::span(tokens).subspan(reused), false));
+          const double prefill_s = SecondsSince(t_prefill);
+          ttft.push_back(SecondsSince(t0));
+          const uint64_t peak = PeakRssBytes();
+          peak_rss = std::max(peak_rss, peak);
+          peak_growth.push_back(static_cast<double>(peak > rss_before ? peak - rss_before : 0));
+          lookup.push_back(p.lookup_s);
+          fetch.push_back(p.fetch_s);
+          decode.push_back(p.decode_s);
+          restore.push_back(p.restore_s);
+          prefill.push_back(prefill_s);
+          max_decode.push_back(p.max_chunk_decode_s);
+          const double link_s = static_cast<double>(p.bytes) / LinkShaper::GbpsToBytesPerSecond(gbps);
+          bound.push_back(link_s + p.max_chunk_decode_s + prefill_s);
+          // What this machine's cores allow as well: all chunks' decode spread over the pool.
+          pipeline_bound.push_back(std::max(link_s, p.decode_s / static_cast<double>(std::max<size_t>(1, pool.size()))) +
+                                   p.max_chunk_decode_s + prefill_s);
+          bytes = p.bytes;
+          chosen = p.variants;
+        }
+        Json r;
+        r["prefix_tokens"] = reused;
+        r["codec"] = name;
+        r["link_gbps"] = gbps;
+        r["ttft_s"] = Median(ttft);
+        r["lookup_s"] = Median(lookup);
+        r["fetch_s"] = Median(fetch);
+        r["decode_s"] = Median(decode);
+        r["restore_s"] = Median(restore);
+        r["prefill_s"] = Median(prefill);
+        r["max_chunk_decode_s"] = Median(max_decode);
+        r["bytes_fetched"] = bytes;
+        r["bound_s"] = Median(bound);
+        r["ttft_over_bound"] = Median(ttft) / Median(bound);
+        r["pipeline_bound_s"] = Median(pipeline_bound);
+        r["ttft_over_pipeline_bound"] = Median(ttft) / Median(pipeline_bound);
+        r["ttft_per_prefix_token_us"] = Median(ttft) / reused * 1e6;
+        // The part of TTFT that grows with the prefix: everything but the suffix's prefill.
+        r["reuse_per_prefix_token_us"] = (Median(ttft) - Median(prefill)) / reused * 1e6;
+        r["peak_rss_bytes"] = peak_rss;
+        r["peak_rss_growth_bytes"] = Median(peak_growth);
+        r["peak_rss_growth_per_prefix_token"] = Median(peak_growth) / reused;
+        r["variants"] = chosen;
+        rows.push_back(std::move(r));
+        progress.Advance();
+      }
     }
   }
   progress.Finish();
+  const Json& first = prefix_json[0];
 
   // Projection: for every model shape, link rate and codec, the best stored variant's TTFT from
   // the measured ratio and per-core decode speed, under the stated assumptions.
@@ -199,11 +282,15 @@ Result<std::string> RunTtftBenchJson(const TtftBenchOptions& o) {
   Json j;
   j["model"] = model->path();
   j["quality_floor"] = floor.note;
-  j["prompt_tokens"] = o.prompt_tokens;
   j["chunk_tokens"] = o.chunk_tokens;
-  j["reused_tokens"] = reused;
-  j["kv_fp16_bytes"] = fp16_bytes;
-  j["recompute_ttft_s"] = Median(recompute);
+  j["fetch_threads"] = pool.size();
+  j["peak_rss_resets"] = rss_resets;
+  // The first prefix length's figures, as before there were several.
+  j["prompt_tokens"] = first["prompt_tokens"];
+  j["reused_tokens"] = first["prefix_tokens"];
+  j["kv_fp16_bytes"] = first["kv_fp16_bytes"];
+  j["recompute_ttft_s"] = first["recompute_ttft_s"];
+  j["prefixes"] = std::move(prefix_json);
   j["rows"] = std::move(rows);
   j["variants"] = std::move(variants_json);
   Json pj;

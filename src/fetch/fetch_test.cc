@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "fetch/fetcher.h"
+#include "base/thread_pool.h"
 #include "store/memory_store.h"
 #include "video/video_decoder.h"
 
@@ -138,6 +139,7 @@ struct StoredRun {
   std::vector<ChunkKey> keys;
   std::vector<ChunkManifest> manifests;
   std::vector<KvCache> originals;
+  KvCache prefix;  // where the fetcher decodes the run
 };
 
 StoredRun StoreRun(uint32_t n, const std::vector<std::pair<std::string, std::string>>& variants,
@@ -159,25 +161,39 @@ StoredRun StoreRun(uint32_t n, const std::vector<std::pair<std::string, std::str
     }
     run.manifests.push_back(m);
   }
+  KvShape prefix_shape = shape;
+  prefix_shape.n_tokens = n * shape.n_tokens;
+  run.prefix = KvCache::Create(prefix_shape, DType::kF16).value();
   return run;
 }
 
 TEST(Fetcher, DeliversEveryChunkInOrderDecoded) {
-  StoredRun run = StoreRun(6, {{"quant", "8"}});
-  LinkShaper link;
-  Fetcher fetcher(*run.store, link, kFp, {}, {});
-  std::vector<uint32_t> order;
-  auto report = fetcher.Run(run.keys, run.manifests, [&](FetchedChunk&& c) {
-    order.push_back(c.index);
-    EXPECT_EQ(c.kv.shape(), kChunkShape);
-    const auto direct = DecodeKvc(run.store->Get(ChunkObjectName(run.keys[c.index], "quant", "8")).value()).value();
-    EXPECT_TRUE(c.kv == direct) << "chunk " << c.index;
-    return Status::Ok();
-  });
-  ASSERT_TRUE(report.ok()) << report.status().ToString();
-  EXPECT_EQ(report->chunks, 6u);
-  EXPECT_TRUE(report->stop_reason.empty());
-  EXPECT_EQ(order, (std::vector<uint32_t>{0, 1, 2, 3, 4, 5}));
+  // On the calling thread, and on a pool's three workers.
+  for (size_t pool_threads : {0u, 4u}) {
+    SCOPED_TRACE(pool_threads);
+    std::unique_ptr<ThreadPool> pool = pool_threads ? std::make_unique<ThreadPool>(pool_threads) : nullptr;
+    StoredRun run = StoreRun(6, {{"quant", "8"}});
+    for (KvKind kind : kKvKinds) std::fill(run.prefix.Bytes(kind).begin(), run.prefix.Bytes(kind).end(), 0xEE);
+    LinkShaper link;
+    Fetcher fetcher(*run.store, link, kFp, {}, {.pool = pool.get()});
+    std::vector<uint32_t> order;
+    auto report = fetcher.Run(run.keys, run.manifests, run.prefix, [&](FetchedChunk&& c) {
+      order.push_back(c.index);
+      EXPECT_EQ(c.kv.shape(), kChunkShape);
+      const auto direct = DecodeKvc(run.store->Get(ChunkObjectName(run.keys[c.index], "quant", "8")).value()).value();
+      EXPECT_TRUE(c.kv.Copy().value() == direct) << "chunk " << c.index;
+      return Status::Ok();
+    });
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    EXPECT_EQ(report->chunks, 6u);
+    EXPECT_TRUE(report->stop_reason.empty());
+    EXPECT_EQ(order, (std::vector<uint32_t>{0, 1, 2, 3, 4, 5}));
+    // Every chunk landed in its place in the one prefix buffer.
+    for (uint32_t i = 0; i < 6; ++i) {
+      const auto direct = DecodeKvc(run.store->Get(ChunkObjectName(run.keys[i], "quant", "8")).value()).value();
+      EXPECT_TRUE(run.prefix.View(i * kChunkShape.n_tokens, kChunkShape.n_tokens).value().Copy().value() == direct);
+    }
+  }
 }
 
 // Under a link cap the whole run takes at least stored bytes / rate, and decoding hides under the
@@ -188,9 +204,10 @@ TEST(Fetcher, PipelineUnderTheLinkCap) {
   for (const auto& m : run.manifests) bytes += m.variants[0].bytes;
   const double rate = 2e6;  // 2 MB/s
   LinkShaper link(rate);
-  Fetcher fetcher(*run.store, link, kFp, {}, {.initial_gbps = rate * 8 / 1e9});
+  ThreadPool pool(3);
+  Fetcher fetcher(*run.store, link, kFp, {}, {.pool = &pool, .initial_gbps = rate * 8 / 1e9});
   double max_decode = 0;
-  auto report = fetcher.Run(run.keys, run.manifests, [&](FetchedChunk&& c) {
+  auto report = fetcher.Run(run.keys, run.manifests, run.prefix, [&](FetchedChunk&& c) {
     max_decode = std::max(max_decode, c.decode_s);
     return Status::Ok();
   });
@@ -210,7 +227,7 @@ TEST(Fetcher, StopsAtAMissingChunkAndSaysWhy) {
   LinkShaper link;
   Fetcher fetcher(*run.store, link, kFp, {}, {});
   uint32_t seen = 0;
-  auto report = fetcher.Run(run.keys, run.manifests, [&](FetchedChunk&&) {
+  auto report = fetcher.Run(run.keys, run.manifests, run.prefix, [&](FetchedChunk&&) {
     ++seen;
     return Status::Ok();
   });
@@ -230,7 +247,7 @@ TEST(Fetcher, StopsAtACorruptChunk) {
   ASSERT_TRUE(run.store->Put(name, bytes).ok());
   LinkShaper link;
   Fetcher fetcher(*run.store, link, kFp, {}, {});
-  auto report = fetcher.Run(run.keys, run.manifests, [](FetchedChunk&&) { return Status::Ok(); });
+  auto report = fetcher.Run(run.keys, run.manifests, run.prefix, [](FetchedChunk&&) { return Status::Ok(); });
   ASSERT_TRUE(report.ok());
   EXPECT_EQ(report->chunks, 1u);
   EXPECT_NE(report->stop_reason.find("chunk 1"), std::string::npos) << report->stop_reason;
@@ -244,7 +261,7 @@ TEST(Fetcher, AChunkForAnotherPlaceInThePrefixIsRejected) {
   ASSERT_TRUE(run.store->Put(ChunkObjectName(run.keys[2], "quant", "8"), chunk0).ok());
   LinkShaper link;
   Fetcher fetcher(*run.store, link, kFp, {}, {});
-  auto report = fetcher.Run(run.keys, run.manifests, [](FetchedChunk&&) { return Status::Ok(); });
+  auto report = fetcher.Run(run.keys, run.manifests, run.prefix, [](FetchedChunk&&) { return Status::Ok(); });
   ASSERT_TRUE(report.ok());
   EXPECT_EQ(report->chunks, 2u);
   EXPECT_NE(report->stop_reason.find("starts at position 0, expected 128"), std::string::npos) << report->stop_reason;
@@ -255,7 +272,7 @@ TEST(Fetcher, ChunksOfAnotherModelAreRejected) {
   StoredRun run = StoreRun(2, {{"quant", "8"}});
   LinkShaper link;
   Fetcher fetcher(*run.store, link, ModelFingerprint{1}, {}, {});
-  auto report = fetcher.Run(run.keys, run.manifests, [](FetchedChunk&&) { return Status::Ok(); });
+  auto report = fetcher.Run(run.keys, run.manifests, run.prefix, [](FetchedChunk&&) { return Status::Ok(); });
   ASSERT_TRUE(report.ok());
   EXPECT_EQ(report->chunks, 0u);
   EXPECT_NE(report->stop_reason.find("another model"), std::string::npos) << report->stop_reason;
@@ -267,7 +284,7 @@ TEST(Fetcher, APlannedRecomputeIsNotDamage) {
   LinkShaper link;
   // Recomputing a chunk is priced at a nanosecond at a 1 byte/s link: always the faster choice.
   Fetcher fetcher(*run.store, link, kFp, {}, {.initial_gbps = 8e-9, .recompute_s = 1e-9});
-  auto report = fetcher.Run(run.keys, run.manifests, [](FetchedChunk&&) { return Status::Ok(); });
+  auto report = fetcher.Run(run.keys, run.manifests, run.prefix, [](FetchedChunk&&) { return Status::Ok(); });
   ASSERT_TRUE(report.ok());
   EXPECT_EQ(report->chunks, 0u);
   EXPECT_NE(report->stop_reason.find("recomputing"), std::string::npos) << report->stop_reason;
@@ -322,7 +339,7 @@ TEST(Fetcher, AnObjectOfAnotherShapeIsRejectedBeforeDecoding) {
     FetchOptions options;
     options.kv_shape = kChunkShape;
     Fetcher fetcher(*run.store, link, kFp, context, options);
-    auto report = fetcher.Run(run.keys, run.manifests, [](FetchedChunk&&) { return Status::Ok(); });
+    auto report = fetcher.Run(run.keys, run.manifests, run.prefix, [](FetchedChunk&&) { return Status::Ok(); });
     ASSERT_TRUE(report.ok());
     EXPECT_EQ(report->chunks, 1u);
     EXPECT_NE(report->stop_reason.find("chunk 1"), std::string::npos) << report->stop_reason;
@@ -351,7 +368,7 @@ TEST(Fetcher, PlannerSwitchesLevelWhenTheLinkSlowsDown) {
   LinkShaper link(1e10);  // 10 GB/s, then 2 MB/s
   Fetcher fetcher(*run.store, link, kFp, {}, {});
   std::vector<std::string> codec_of(n);
-  auto report = fetcher.Run(run.keys, run.manifests, [&](FetchedChunk&& c) {
+  auto report = fetcher.Run(run.keys, run.manifests, run.prefix, [&](FetchedChunk&& c) {
     codec_of[c.index] = c.variant.codec;
     if (c.index == change_at) link.SetRate(2e6);
     return Status::Ok();

@@ -5,7 +5,8 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <thread>
+
+#include "base/thread_pool.h"
 
 namespace kvc {
 namespace {
@@ -21,6 +22,9 @@ bool IsDamage(const Status& decode) {
   return decode.code() == StatusCode::kCorrupt || decode.code() == StatusCode::kInvalidArgument;
 }
 
+// Chunks decoded at once: the pool's workers, or the calling thread alone.
+unsigned Decoders(const ThreadPool* pool) { return pool != nullptr ? std::max<unsigned>(1, pool->size()) : 1; }
+
 }  // namespace
 
 Fetcher::Fetcher(Store& store, LinkShaper& link, const ModelFingerprint& model, const CodecContext& codec_context,
@@ -30,7 +34,7 @@ Fetcher::Fetcher(Store& store, LinkShaper& link, const ModelFingerprint& model, 
       model_(model),
       codec_context_(codec_context),
       options_(std::move(options)),
-      planner_(options_.allowed, std::max(1u, options_.inflight), options_.recompute_s, options_.loss,
+      planner_(options_.allowed, Decoders(options_.pool), options_.recompute_s, options_.loss,
                options_.kv_shape ? 2.0 * 2.0 * options_.kv_shape->n_layers * options_.kv_shape->n_kv_heads *
                                        options_.kv_shape->head_dim
                                  : 0.0,
@@ -38,10 +42,23 @@ Fetcher::Fetcher(Store& store, LinkShaper& link, const ModelFingerprint& model, 
       bandwidth_(LinkShaper::GbpsToBytesPerSecond(options_.initial_gbps)) {}
 
 Result<FetchReport> Fetcher::Run(std::span<const ChunkKey> keys, std::span<const ChunkManifest> manifests,
-                                 const std::function<Status(FetchedChunk&&)>& on_chunk) {
+                                 KvCache& prefix, const std::function<Status(FetchedChunk&&)>& on_chunk) {
   if (keys.size() != manifests.size()) return InvalidArgument("one manifest per chunk key");
   const uint32_t n = static_cast<uint32_t>(keys.size());
-  const unsigned inflight = std::max(1u, options_.inflight);
+  // Each chunk's place in the prefix buffer, checked before anything is fetched.
+  std::vector<KvSlice> places(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t tokens = manifests[i].chunk_tokens;
+    const int64_t pos = int64_t{i} * tokens;
+    const int64_t at = pos - prefix.pos_begin();
+    if (pos > std::numeric_limits<int32_t>::max() || at < 0 || at > std::numeric_limits<uint32_t>::max()) {
+      return InvalidArgument(FormatMessage("chunk %u (position %lld) is outside the prefix buffer", i,
+                                           static_cast<long long>(pos)));
+    }
+    ASSIGN_OR_RETURN(places[i], prefix.Slice(static_cast<uint32_t>(at), tokens));
+  }
+  ThreadPool* const pool = options_.pool != nullptr && options_.pool->size() > 0 ? options_.pool : nullptr;
+  const unsigned inflight = std::max(options_.inflight, Decoders(pool) + 1);
   const auto start = SteadyClock::now();
 
   struct Outcome {
@@ -52,103 +69,91 @@ Result<FetchReport> Fetcher::Run(std::span<const ChunkKey> keys, std::span<const
   std::mutex mu;
   std::condition_variable cv;
   std::map<uint32_t, Outcome> done;  // finished, not yet delivered
-  uint32_t next_to_start = 0;
-  uint32_t transferred = 0;  // chunks whose transfer has ended (in order: one transfer at a time)
+  uint32_t decoding = 0;             // decodes submitted and not finished
   uint32_t delivered = 0;
   uint32_t stop_at = n;  // first chunk that will not be delivered
-  bool cancelled = false;
   uint64_t bytes = 0;
 
-  auto worker = [&]() {
-    for (;;) {
-      uint32_t i;
-      {
-        std::unique_lock lock(mu);
-        // Backpressure: at most `inflight` chunks between the one being delivered and the newest.
-        cv.wait(lock, [&] { return cancelled || next_to_start >= stop_at || next_to_start < delivered + inflight; });
-        if (cancelled || next_to_start >= stop_at) return;
-        i = next_to_start++;
-      }
-      // Transfers go one at a time, in chunk order, and each variant is chosen only when the link
-      // is free for it: the previous transfer's bandwidth picks the next chunk's variant, and a
-      // change of the link shows in the very next choice. The link is one pipe, so this costs no
-      // throughput; decoding still overlaps the next transfer.
-      {
-        std::unique_lock lock(mu);
-        cv.wait(lock, [&] { return cancelled || transferred == i || i >= stop_at; });
-        if (cancelled || i >= stop_at) return;
-      }
-      Outcome out;
-      auto end_transfer = [&] {
-        std::lock_guard lock(mu);
-        transferred = i + 1;
-        cv.notify_all();
-      };
-      const auto choice = planner_.Choose(manifests[i], bandwidth_.BytesPerSecond());
-      if (!choice) {
-        end_transfer();
-        out.failure = FormatMessage("chunk %u: no allowed variant stored", i);
-      } else if (choice->recompute) {
-        end_transfer();
-        out.failure = FormatMessage("chunk %u: recomputing is predicted faster (%.3f s) at %.3f Gbps", i,
-                                    choice->predicted_s, bandwidth_.BytesPerSecond() * 8 / 1e9);
-      } else {
-        const std::string name = ChunkObjectName(keys[i], choice->variant.codec, choice->variant.level);
-        const auto t0 = SteadyClock::now();
-        auto object = store_.Get(name);
-        const uint32_t want_tokens = manifests[i].chunk_tokens;
-        const int64_t want_pos = int64_t{i} * want_tokens;
-        if (!object.ok()) {
-          end_transfer();
-          out.failure = FormatMessage("chunk %u: %s: %s", i, name.c_str(), object.status().ToString().c_str());
-          out.damaged = object.status().code() == StatusCode::kCorrupt;
-        } else if (want_pos > std::numeric_limits<int32_t>::max()) {
-          end_transfer();
-          out.failure = FormatMessage("chunk %u: position %lld is beyond any KV cache", i,
-                                      static_cast<long long>(want_pos));
-        } else {
-          const auto t1 = link_.Acquire(object->size());
-          const auto t_end = std::max(t1, SteadyClock::now());
-          bandwidth_.Add(object->size(), t0, t_end);
-          end_transfer();
-          // The chunk's place and the model's geometry are checked on the header, before the
-          // codec runs: a well-formed file for another place is as unusable as a damaged one,
-          // and a hostile one must not get to allocate what it claims.
-          DecodeExpect expect;
-          if (options_.kv_shape) expect.Shape(*options_.kv_shape);
-          expect.n_tokens = want_tokens;
-          expect.pos_begin = static_cast<int32_t>(want_pos);
-          auto kv = DecodeKvc(*object, &model_, codec_context_, expect);
-          const auto t2 = SteadyClock::now();
-          if (!kv.ok()) {
-            out.failure = FormatMessage("chunk %u: %s: %s", i, name.c_str(), kv.status().ToString().c_str());
-            out.damaged = IsDamage(kv.status());
-          } else {
-            planner_.ObserveDecode(choice->variant, Seconds(t_end, t2));
-            out.chunk = FetchedChunk{i, choice->variant, Seconds(t0, t_end), Seconds(t_end, t2), choice->predicted_s,
-                                     std::move(*kv)};
-            std::lock_guard lock(mu);
-            bytes += object->size();
-          }
-        }
-      }
-      std::lock_guard lock(mu);
-      if (!out.failure.empty()) stop_at = std::min(stop_at, i);
-      done.emplace(i, std::move(out));
-      cv.notify_all();
-    }
+  auto finish = [&](uint32_t i, Outcome out) {
+    std::lock_guard lock(mu);
+    if (!out.failure.empty()) stop_at = std::min(stop_at, i);
+    done.emplace(i, std::move(out));
+    cv.notify_all();
   };
-
-  std::vector<std::thread> threads;
-  for (unsigned t = 0; t < std::min<unsigned>(inflight, n); ++t) threads.emplace_back(worker);
+  // Decodes chunk i's object into its place; on a pool worker, or here without one.
+  auto decode = [&](uint32_t i, const std::string& name, std::vector<uint8_t> object, const LevelChoice& choice,
+                    double transfer_s, SteadyClock::time_point t_end) {
+    Outcome out;
+    // The chunk's place and the model's geometry are checked on the header, before the codec
+    // runs: a well-formed file for another place is as unusable as a damaged one, and a
+    // hostile one must not get to allocate what it claims.
+    DecodeExpect expect;
+    if (options_.kv_shape) expect.Shape(*options_.kv_shape);
+    const Status decoded = DecodeKvcInto(object, places[i], &model_, codec_context_, expect);
+    const auto t2 = SteadyClock::now();
+    if (!decoded.ok()) {
+      out.failure = FormatMessage("chunk %u: %s: %s", i, name.c_str(), decoded.ToString().c_str());
+      out.damaged = IsDamage(decoded);
+    } else {
+      planner_.ObserveDecode(choice.variant, Seconds(t_end, t2));
+      out.chunk = FetchedChunk{i, choice.variant, transfer_s, Seconds(t_end, t2), choice.predicted_s,
+                               places[i].View()};
+    }
+    finish(i, std::move(out));
+  };
+  // Chunk i's transfer, one at a time in chunk order: each variant is chosen only when the link
+  // is free for it, so the previous transfer's bandwidth picks it and a change of the link shows
+  // in the very next choice. The link is one pipe, so this costs no throughput.
+  auto transfer = [&](uint32_t i) {
+    Outcome out;
+    const auto choice = planner_.Choose(manifests[i], bandwidth_.BytesPerSecond());
+    if (!choice) {
+      out.failure = FormatMessage("chunk %u: no allowed variant stored", i);
+    } else if (choice->recompute) {
+      out.failure = FormatMessage("chunk %u: recomputing is predicted faster (%.3f s) at %.3f Gbps", i,
+                                  choice->predicted_s, bandwidth_.BytesPerSecond() * 8 / 1e9);
+    } else {
+      std::string name = ChunkObjectName(keys[i], choice->variant.codec, choice->variant.level);
+      const auto t0 = SteadyClock::now();
+      auto object = store_.Get(name);
+      if (!object.ok()) {
+        out.failure = FormatMessage("chunk %u: %s: %s", i, name.c_str(), object.status().ToString().c_str());
+        out.damaged = object.status().code() == StatusCode::kCorrupt;
+      } else {
+        const auto t1 = link_.Acquire(object->size());
+        const auto t_end = std::max(t1, SteadyClock::now());
+        bandwidth_.Add(object->size(), t0, t_end);
+        {
+          std::lock_guard lock(mu);
+          bytes += object->size();
+          ++decoding;
+        }
+        auto task = [&decode, &mu, &cv, &decoding, i, name = std::move(name), object = std::move(*object),
+                     choice = *choice, transfer_s = Seconds(t0, t_end), t_end]() mutable {
+          decode(i, name, std::move(object), choice, transfer_s, t_end);
+          std::lock_guard lock(mu);
+          --decoding;
+          cv.notify_all();
+        };
+        if (pool != nullptr) {
+          pool->Submit(std::move(task));
+        } else {
+          task();
+        }
+        return;
+      }
+    }
+    finish(i, std::move(out));
+  };
 
   FetchReport report;
   Status status = Status::Ok();
+  uint32_t next_to_transfer = 0;
   for (;;) {
-    Outcome out;
+    std::optional<Outcome> ready;
+    bool may_transfer = false;
     {
       std::unique_lock lock(mu);
-      cv.wait(lock, [&] { return delivered >= stop_at || done.count(delivered) > 0; });
       if (delivered >= stop_at) {
         if (auto it = done.find(stop_at); it != done.end()) {
           report.stop_reason = it->second.failure;
@@ -156,29 +161,32 @@ Result<FetchReport> Fetcher::Run(std::span<const ChunkKey> keys, std::span<const
         }
         break;
       }
-      out = std::move(done.at(delivered));
-      done.erase(delivered);
+      if (auto it = done.find(delivered); it != done.end()) {
+        ready = std::move(it->second);
+        done.erase(it);
+      } else {
+        may_transfer = next_to_transfer < stop_at && next_to_transfer < delivered + inflight;
+        // Nothing to deliver and no transfer to start: a decode will finish (or fail) first.
+        if (!may_transfer) cv.wait(lock, [&] { return done.count(delivered) > 0 || delivered >= stop_at; });
+      }
     }
-    FetchedChunk& chunk = *out.chunk;
-    report.variants.push_back(chunk.variant);
-    report.decode_s += chunk.decode_s;
-    report.transfer_s += chunk.transfer_s;
-    status = on_chunk(std::move(chunk));
-    std::lock_guard lock(mu);
-    ++delivered;
-    if (!status.ok()) {
-      cancelled = true;
-      cv.notify_all();
-      break;
+    if (ready) {
+      FetchedChunk& chunk = *ready->chunk;
+      report.variants.push_back(chunk.variant);
+      report.decode_s += chunk.decode_s;
+      report.transfer_s += chunk.transfer_s;
+      status = on_chunk(std::move(chunk));
+      ++delivered;
+      if (!status.ok()) break;
+    } else if (may_transfer) {
+      transfer(next_to_transfer++);
     }
-    cv.notify_all();
   }
+  // Decodes still running write into `prefix` and touch this frame: wait them out.
   {
-    std::lock_guard lock(mu);
-    cancelled = true;
-    cv.notify_all();
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return decoding == 0; });
   }
-  for (auto& t : threads) t.join();
   RETURN_IF_ERROR(status);
   report.chunks = delivered;
   report.bytes = bytes;

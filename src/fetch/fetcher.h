@@ -1,11 +1,12 @@
-// Fetch -> decode pipeline for a run of stored chunks (design brief §2.2, "fetcher"). A few
-// workers each take the next chunk in order, ask the level planner which variant to fetch at the
-// bandwidth recent transfers achieved, read it from the store through the link shaper (so a
-// capped link is emulated in process), decode it, and hand it to the caller's thread, which
-// receives chunks strictly in order. With two chunks in flight one decodes while the next is on
-// the link, so decode hides under transfer. A chunk that is missing, fails to decode, or is
-// planned for recompute ends the run there: the caller recomputes from that chunk on, and the
-// report says why.
+// Fetch -> decode pipeline for a run of stored chunks (design brief §2.2, "fetcher"). The
+// calling thread transfers the chunks one at a time in order, asking the level planner which
+// variant to fetch at the bandwidth recent transfers achieved and reading it from the store
+// through the link shaper (so a capped link is emulated in process); each fetched chunk is
+// decoded on the caller's pool straight into its place in the caller's prefix buffer, and handed
+// back on the calling thread strictly in order. So decode hides under the next transfer, and the
+// caller's own work on a delivered chunk (restoring it into llama.cpp) too. A chunk that is
+// missing, fails to decode, or is planned for recompute ends the run there: the caller
+// recomputes from that chunk on, and the report says why.
 #pragma once
 
 #include <functional>
@@ -24,8 +25,16 @@
 
 namespace kvc {
 
+class ThreadPool;
+
 struct FetchOptions {
-  unsigned inflight = 2;         // chunks fetched or decoded at once (and the reorder buffer)
+  // Where chunks are decoded (and what codecs may use inside one decode): the one pool fetch,
+  // decode and encode work shares, so a fetch never starts threads of its own. Null, or a pool
+  // without workers: each chunk is decoded on the calling thread after its transfer.
+  ThreadPool* pool = nullptr;
+  // Chunks transferred but not yet delivered (at least one more than the pool's workers, so
+  // every worker has a chunk to decode while the next is on the link).
+  unsigned inflight = 2;
   double initial_gbps = 1.0;     // bandwidth assumed before the first transfer completes
   double recompute_s = 0;        // seconds to prefill one chunk here; 0: never plan a recompute
   std::vector<std::pair<std::string, std::string>> allowed;  // (codec, level); empty: any
@@ -48,7 +57,7 @@ struct FetchedChunk {
   double transfer_s = 0;  // store read plus link time
   double decode_s = 0;
   double predicted_s = 0;  // what the planner expected
-  KvCache kv;
+  KvView kv;               // the chunk's tokens, decoded in the prefix buffer
 };
 
 struct FetchReport {
@@ -71,10 +80,13 @@ class Fetcher {
   Fetcher(Store& store, LinkShaper& link, const ModelFingerprint& model, const CodecContext& codec_context,
           FetchOptions options);
 
-  // keys[i] and manifests[i] describe chunk i. on_chunk runs on the calling thread, in chunk
-  // order; an error from it stops the run (and is returned). Store and decode failures are not
-  // errors of Run: they end the run early with stop_reason set.
-  Result<FetchReport> Run(std::span<const ChunkKey> keys, std::span<const ChunkManifest> manifests,
+  // keys[i] and manifests[i] describe chunk i, which is decoded into `prefix`'s tokens at its
+  // positions (i * chunk_tokens on), so `prefix` (allocated once by the caller, for the whole
+  // run) must cover them. on_chunk runs on the calling thread, in chunk order; an error from it
+  // stops the run (and is returned). Store and decode failures are not errors of Run: they end
+  // the run early with stop_reason set. After a run that stopped early, the tokens of the chunks
+  // past the last one delivered hold an unspecified mix.
+  Result<FetchReport> Run(std::span<const ChunkKey> keys, std::span<const ChunkManifest> manifests, KvCache& prefix,
                           const std::function<Status(FetchedChunk&&)>& on_chunk);
 
   const LevelPlanner& planner() const { return planner_; }

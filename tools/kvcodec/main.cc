@@ -455,7 +455,7 @@ struct RunArgs {
   std::string model = DefaultModel(), store, store_secret, codec = "kvtc", levels, calibration, prompt_file;
   double link_gbps = 0;
   uint32_t chunk = 256, n_generate = 32;
-  int threads = 0;
+  int threads = 0, fetch_threads = 0;
   bool json = false, no_store = false, no_reuse = false;
   QualityArgs quality;
   double temperature = 0, top_p = 1, min_p = 0, presence_penalty = 0, frequency_penalty = 0;
@@ -496,6 +496,7 @@ int RunRun(const RunArgs& a) {
   p.frequency_penalty = a.frequency_penalty;
   p.has_seed = a.seed.has_value() ? 1 : 0;
   p.seed = a.seed.value_or(0);
+  p.n_fetch_threads = a.fetch_threads;
   auto report = kvcodec::RunJson(p);
   if (!report.ok()) return Fail(report.error());
   if (a.json) {
@@ -532,9 +533,9 @@ int RunRun(const RunArgs& a) {
 }
 
 struct BenchTtftArgs {
-  std::string model = DefaultModel(), text, calibration, codecs, link_gbps;
+  std::string model = DefaultModel(), text, calibration, codecs, link_gbps, prefix_tokens;
   uint32_t prompt_tokens = 4096, chunk = 256, repeats = 3;
-  int threads = 0;
+  int threads = 0, fetch_threads = 0;
   bool json = false, quiet = false;
   QualityArgs quality;
 };
@@ -552,6 +553,8 @@ int RunBenchTtft(const BenchTtftArgs& a) {
   a.quality.Set(&p);
   p.n_threads = a.threads;
   p.quiet = a.quiet ? 1 : 0;
+  p.prefix_tokens = a.prefix_tokens.empty() ? nullptr : a.prefix_tokens.c_str();
+  p.n_fetch_threads = a.fetch_threads;
   auto report = kvcodec::BenchTtftJson(p);
   if (!report.ok()) return Fail(report.error());
   if (a.json) {
@@ -559,15 +562,18 @@ int RunBenchTtft(const BenchTtftArgs& a) {
     return 0;
   }
   const auto j = nlohmann::json::parse(report.value());
-  std::printf("TTFT of a %u-token prompt, %u tokens reused from the store; recompute: %.3f s\n",
-              j["prompt_tokens"].get<unsigned>(), j["reused_tokens"].get<unsigned>(), j["recompute_ttft_s"].get<double>());
-  std::printf("  %-9s %8s %9s %9s %9s %9s %9s %9s %7s\n", "codec", "Gbps", "TTFT s", "fetch", "decode", "restore",
-              "prefill", "bound", "/bound");
+  for (const auto& pj : j["prefixes"]) {
+    std::printf("prefix %u tokens stored, %u-token prompt: recompute %.3f s\n", pj["prefix_tokens"].get<unsigned>(),
+                pj["prompt_tokens"].get<unsigned>(), pj["recompute_ttft_s"].get<double>());
+  }
+  std::printf("  %7s %-9s %8s %9s %9s %9s %9s %9s %9s %7s %9s\n", "prefix", "codec", "Gbps", "TTFT s", "fetch",
+              "decode", "restore", "prefill", "bound", "/bound", "peak MB");
   for (const auto& r : j["rows"]) {
-    std::printf("  %-9s %8g %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %7.3f\n", r["codec"].get<std::string>().c_str(),
-                r["link_gbps"].get<double>(), r["ttft_s"].get<double>(), r["fetch_s"].get<double>(),
-                r["decode_s"].get<double>(), r["restore_s"].get<double>(), r["prefill_s"].get<double>(),
-                r["bound_s"].get<double>(), r["ttft_over_bound"].get<double>());
+    std::printf("  %7u %-9s %8g %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %7.3f %9.1f\n", r["prefix_tokens"].get<unsigned>(),
+                r["codec"].get<std::string>().c_str(), r["link_gbps"].get<double>(), r["ttft_s"].get<double>(),
+                r["fetch_s"].get<double>(), r["decode_s"].get<double>(), r["restore_s"].get<double>(),
+                r["prefill_s"].get<double>(), r["bound_s"].get<double>(), r["ttft_over_bound"].get<double>(),
+                r["peak_rss_bytes"].get<double>() / 1e6);
   }
   std::printf("  (%s: see --json)\n", j["projection"]["label"].get<std::string>().c_str());
   return 0;
@@ -914,7 +920,11 @@ int Main(int argc, char** argv) {
   bt.quality.AddTo(bench_ttft);
   bench_ttft->add_option("--codecs", bt.codecs, "Codecs, comma-separated (default: every codec)");
   bench_ttft->add_option("--link-gbps", bt.link_gbps, "Link rates, comma-separated (default: 0.01,0.03,0.1,0.3,1,3,10)");
-  bench_ttft->add_option("--prompt-tokens", bt.prompt_tokens, "Prompt length")->capture_default_str();
+  bench_ttft->add_option("--prompt-tokens", bt.prompt_tokens, "Prompt length (without --prefix-tokens)")->capture_default_str();
+  bench_ttft->add_option("--prefix-tokens", bt.prefix_tokens,
+                         "Stored prefix lengths, comma-separated whole chunks, each followed by one chunk to prefill "
+                         "(e.g. 1024,4096,16384,32768; the text repeats when shorter)");
+  bench_ttft->add_option("--fetch-threads", bt.fetch_threads, "Workers chunks decode on (0: one per core)");
   bench_ttft->add_option("--chunk", bt.chunk, "Tokens per chunk")->capture_default_str();
   bench_ttft->add_option("--repeats", bt.repeats, "Runs per point (median reported)")->capture_default_str();
   bench_ttft->add_option("--threads", bt.threads, "Threads for llama.cpp (0: all cores)");
@@ -994,6 +1004,9 @@ int Main(int argc, char** argv) {
   run->add_option("--chunk", ru.chunk, "Tokens per chunk")->capture_default_str()->check(CLI::Range(1u, 1u << 20));
   run->add_option("-n,--generate", ru.n_generate, "Tokens to generate")->capture_default_str();
   run->add_option("--threads", ru.threads, "Threads for llama.cpp (0: all cores)");
+  run->add_option("--fetch-threads", ru.fetch_threads,
+                  "Workers fetched chunks decode on and new chunks encode on (0: one per core)")
+      ->check(CLI::Range(0, 64));
   run->add_option("--temp", ru.temperature, "Sampling temperature (0: greedy decoding)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 2.0));
