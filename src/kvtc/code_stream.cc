@@ -53,23 +53,27 @@ Status UnpackBits(std::span<const uint8_t> packed, std::span<const KvtcCodeRun> 
                   std::span<uint8_t> codes) {
   KVC_CHECK_CORRUPT(packed.size() == (total_bits + 7) / 8, "packed codes are %zu bytes, expected %llu", packed.size(),
                     static_cast<unsigned long long>((total_bits + 7) / 8));
-  uint64_t acc = 0;
-  uint32_t n_acc = 0;
-  size_t in = 0;
+  // A code of at most 8 bits at any bit offset lies within two bytes, so each code is one
+  // branch-free two-byte read, shift and mask (a bit accumulator refilled a byte at a time
+  // branches unpredictably per code). The last code may start in the last byte: it alone reads
+  // one byte, whose padding the check below requires to be zero.
+  const uint8_t* const in = packed.data();
+  const size_t n_bytes = packed.size();
+  uint64_t bit = 0;
   uint8_t* code = codes.data();
   for (const KvtcCodeRun& run : runs) {
     const uint32_t w = run.bits;
-    for (size_t i = 0; i < run.count; ++i) {
-      while (n_acc < w) {
-        acc |= uint64_t{packed[in++]} << n_acc;
-        n_acc += 8;
-      }
-      *code++ = static_cast<uint8_t>(acc & ((1u << w) - 1));
-      acc >>= w;
-      n_acc -= w;
+    const uint32_t mask = (1u << w) - 1;
+    size_t i = 0;
+    for (; i < run.count && (bit >> 3) + 2 <= n_bytes; ++i, bit += w) {
+      const size_t at = static_cast<size_t>(bit >> 3);
+      const uint32_t two = in[at] | (static_cast<uint32_t>(in[at + 1]) << 8);
+      *code++ = static_cast<uint8_t>((two >> (bit & 7)) & mask);
     }
+    for (; i < run.count; ++i, bit += w) *code++ = static_cast<uint8_t>((in[bit >> 3] >> (bit & 7)) & mask);
   }
-  KVC_CHECK_CORRUPT(acc == 0, "packed codes have non-zero padding bits");
+  KVC_CHECK_CORRUPT((total_bits & 7) == 0 || (in[n_bytes - 1] >> (total_bits & 7)) == 0,
+                    "packed codes have non-zero padding bits");
   return Status::Ok();
 }
 

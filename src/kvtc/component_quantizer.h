@@ -55,6 +55,11 @@ void QuantizeComponentBlock(const float* coeffs, uint32_t n_tokens, uint32_t n_c
 [[nodiscard]] Status DequantizeComponentBlock(const QuantizedBlock& in, uint32_t n_tokens, uint32_t n_coeffs,
                                               std::span<const uint8_t> bits, std::span<const float> multipliers,
                                               float* coeffs);
+// The same from codes and scales in a caller's buffers (the decoder's spans into one chunk-wide
+// array), so that decoding copies neither into a QuantizedBlock.
+[[nodiscard]] Status DequantizeComponentBlock(std::span<const uint8_t> codes, std::span<const uint16_t> scales,
+                                              uint32_t n_tokens, uint32_t n_coeffs, std::span<const uint8_t> bits,
+                                              std::span<const float> multipliers, float* coeffs);
 
 // Calibration statistics of one component over held-back coefficients cut into chunks of
 // `chunk_tokens` (the last may be shorter), each chunk with its own scale as the codec does.

@@ -217,11 +217,15 @@ void Project(const PcaBasis& basis, const float* x, size_t n, uint32_t n_keep, f
 }
 
 void Reconstruct(const PcaBasis& basis, const float* coeffs, size_t n, uint32_t n_keep, float* x) {
+  Reconstruct(basis, coeffs, n, n_keep, x, basis.dim);
+}
+
+void Reconstruct(const PcaBasis& basis, const float* coeffs, size_t n, uint32_t n_keep, float* x, size_t x_stride) {
   const int dim = static_cast<int>(basis.dim);
-  ReconstructInBlocks(basis, n, n_keep, x, basis.dim, [&](size_t r0, size_t rows) {
+  ReconstructInBlocks(basis, n, n_keep, x, x_stride, [&](size_t r0, size_t rows) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), dim, static_cast<int>(n_keep), 1.0f,
-                coeffs + r0 * n_keep, static_cast<int>(n_keep), basis.components.data(), dim, 1.0f, x + r0 * basis.dim,
-                dim);
+                coeffs + r0 * n_keep, static_cast<int>(n_keep), basis.components.data(), dim, 1.0f, x + r0 * x_stride,
+                static_cast<int>(x_stride));
   });
 }
 

@@ -65,6 +65,10 @@ void Project(const PcaBasis& basis, const float* x, size_t n, uint32_t n_keep, f
 // coeffs: [n][n_keep], x: [n][basis.dim]. n_keep may be 0 (every row becomes the mean).
 // Requires n_keep <= basis.n_components. Thread-safe.
 void Reconstruct(const PcaBasis& basis, const float* coeffs, size_t n, uint32_t n_keep, float* x);
+// The same with the rows of x `x_stride` floats apart (>= basis.dim), so that a basis covering
+// part of a wider row (one head of a layer) is written into that row in place. Bit-identical to
+// the contiguous form: the stride changes only where results are stored.
+void Reconstruct(const PcaBasis& basis, const float* coeffs, size_t n, uint32_t n_keep, float* x, size_t x_stride);
 
 // The same two products with the coefficients component-major, coeffs[c][t] (n_keep rows of n),
 // the layout the component quantiser reads and writes contiguously, and with rows of x

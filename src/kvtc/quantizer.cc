@@ -194,6 +194,11 @@ void QuantizeBlock(const float* coeffs, uint32_t n_tokens, uint32_t n_coeffs, ui
 
 Status DequantizeBlock(const QuantizedBlock& in, uint32_t n_tokens, uint32_t n_coeffs, uint32_t group_size,
                        std::span<const uint8_t> bits, float* coeffs) {
+  return DequantizeBlock(in.codes, in.scales, n_tokens, n_coeffs, group_size, bits, coeffs);
+}
+
+Status DequantizeBlock(std::span<const uint8_t> in_codes, std::span<const uint16_t> in_scales, uint32_t n_tokens,
+                       uint32_t n_coeffs, uint32_t group_size, std::span<const uint8_t> bits, float* coeffs) {
   if (!BitsValid(n_coeffs, group_size, bits)) {
     return InvalidArgument(
         FormatMessage("kvtc allocation of %zu groups (max 8 bits) does not fit %u coefficients "
@@ -202,14 +207,14 @@ Status DequantizeBlock(const QuantizedBlock& in, uint32_t n_tokens, uint32_t n_c
   }
   const size_t want_codes = QuantizedCodeCount(n_tokens, n_coeffs, group_size, bits);
   const size_t want_scales = QuantizedScaleCount(n_tokens, bits);
-  KVC_CHECK_CORRUPT(in.codes.size() == want_codes, "kvtc block holds %zu codes, expected %zu", in.codes.size(),
+  KVC_CHECK_CORRUPT(in_codes.size() == want_codes, "kvtc block holds %zu codes, expected %zu", in_codes.size(),
                     want_codes);
-  KVC_CHECK_CORRUPT(in.scales.size() == want_scales, "kvtc block holds %zu scales, expected %zu", in.scales.size(),
+  KVC_CHECK_CORRUPT(in_scales.size() == want_scales, "kvtc block holds %zu scales, expected %zu", in_scales.size(),
                     want_scales);
 
   std::vector<float> m(n_tokens);
-  const uint8_t* codes = in.codes.data();
-  const uint16_t* scales = in.scales.data();
+  const uint8_t* codes = in_codes.data();
+  const uint16_t* scales = in_scales.data();
   for (uint32_t g = 0; g < bits.size(); ++g) {
     const size_t c0 = size_t{g} * group_size;
     const uint32_t len = static_cast<uint32_t>(std::min<size_t>(group_size, n_coeffs - c0));

@@ -57,6 +57,11 @@ void QuantizeBlock(const float* coeffs, uint32_t n_tokens, uint32_t n_coeffs, ui
 // bits > 8) is the caller's error: kInvalidArgument. On error, coeffs is unspecified.
 [[nodiscard]] Status DequantizeBlock(const QuantizedBlock& in, uint32_t n_tokens, uint32_t n_coeffs,
                                      uint32_t group_size, std::span<const uint8_t> bits, float* coeffs);
+// The same from codes and scales that lie in a caller's buffers (the decoder's spans into one
+// chunk-wide array), so that decoding copies neither into a QuantizedBlock.
+[[nodiscard]] Status DequantizeBlock(std::span<const uint8_t> codes, std::span<const uint16_t> scales,
+                                     uint32_t n_tokens, uint32_t n_coeffs, uint32_t group_size,
+                                     std::span<const uint8_t> bits, float* coeffs);
 
 // Mean squared error per token of quantising each group at each width over a sample:
 // errors[g][b] = sum over tokens and the group's components of (x - q_b(x))^2 / n_tokens, with

@@ -21,6 +21,7 @@
 #include "kvtc/calibration_registry.h"
 #include "kvtc/code_stream.h"
 #include "kvtc/component_quantizer.h"
+#include "kvtc/decode_scratch.h"
 #include "kvtc/pca.h"
 #include "kvtc/quantizer.h"
 #include "tensor/rope.h"
@@ -402,74 +403,105 @@ Status KvtcCodec::DecodeInto(const KvcFile& file, const CodecContext& context, c
   RETURN_IF_ERROR(CheckKvtcScaleBlock(file.sections[1].bytes, uint64_t{total_scales} * 2).WithContext("kvtc scales"));
   RETURN_IF_ERROR(CheckKvtcCodesSection(file.sections[2].bytes, TotalCodeBits(runs)).WithContext("kvtc codes"));
 
+  // The calling thread's scratch holds the chunk's codes and scales; decode tasks only read them.
+  KvtcDecodeScratch& mine = ThreadDecodeScratch();
+  const CallerScratchTrim trim_mine(mine);
   std::vector<uint8_t> scale_bytes(total_scales * 2);
   RETURN_IF_ERROR(DecodeBlockInto(file.sections[1].bytes, scale_bytes).WithContext("kvtc scales"));
-  std::vector<uint8_t> codes(total_codes);
+  const std::span<uint16_t> scales(ScratchData(mine.scales, total_scales), total_scales);
+  for (size_t s = 0; s < total_scales; ++s) {
+    scales[s] = static_cast<uint16_t>(scale_bytes[2 * s] | (scale_bytes[2 * s + 1] << 8));
+  }
+  const std::span<uint8_t> codes(ScratchData(mine.codes, total_codes), total_codes);
   RETURN_IF_ERROR(DecodeKvtcCodes(file.sections[2].bytes, runs, codes).WithContext("kvtc codes"));
 
   write_exempt_rows();
 
-  // Every value of these rows is written below (each basis fills its slice), so they are sized
-  // one by one rather than copied from a zeroed prototype.
-  LayerRows rows;
-  for (auto& layers : rows) {
-    layers.resize(shape.n_layers);
-    for (auto& layer : layers) layer.resize(row * n);
-  }
   const uint32_t n_bases = cal.n_bases();
-  std::vector<Status> statuses(plans.size());
   std::vector<size_t> code_offset(plans.size() + 1, 0), scale_offset(plans.size() + 1, 0);
   for (size_t i = 0; i < plans.size(); ++i) {
     code_offset[i + 1] = code_offset[i] + plans[i].n_codes * n;
     scale_offset[i + 1] = scale_offset[i] + plans[i].n_scales * scale_rows;
   }
-  // Each basis writes only its own slice of its kind's rows, so the tasks never share memory.
-  ParallelForOrSerial(context.pool, plans.size(), [&](size_t i) {
+  const bool by_component = cal.quantizer == KvtcQuantizer::kComponent;
+  // Basis i's reconstruction of every middle token, written to x (rows x_stride floats apart).
+  auto decode_basis = [&](size_t i, float* x, size_t x_stride, KvtcDecodeScratch& scratch) -> Status {
     const BasisPlan& plan = plans[i];
     const PcaBasis& basis = cal.bases[i];
-    QuantizedBlock block;
-    block.codes.assign(codes.begin() + code_offset[i], codes.begin() + code_offset[i + 1]);
-    block.scales.resize(plan.n_scales * scale_rows);
-    for (size_t s = 0; s < block.scales.size(); ++s) {
-      const size_t at = 2 * (scale_offset[i] + s);
-      block.scales[s] = static_cast<uint16_t>(scale_bytes[at] | (scale_bytes[at + 1] << 8));
-    }
-    const bool by_component = cal.quantizer == KvtcQuantizer::kComponent;
     // Uninitialised: both dequantisers write every coefficient (0 for a width of 0) on success.
-    const auto coeff_buffer = std::make_unique_for_overwrite<float[]>(size_t{n} * plan.n_keep);
-    float* const coeffs = coeff_buffer.get();
+    float* const coeffs = ScratchData(scratch.coeffs, size_t{n} * plan.n_keep);
     if (plan.n_keep > 0) {
-      statuses[i] = by_component ? DequantizeComponentBlock(block, n, plan.n_keep, plan.bits,
-                                                            basis.step_multipliers, coeffs)
-                                 : DequantizeBlock(block, n, plan.n_keep, cal.group_size, plan.bits, coeffs);
-      if (!statuses[i].ok()) return;
+      const auto block_codes = codes.subspan(code_offset[i], code_offset[i + 1] - code_offset[i]);
+      const auto block_scales = scales.subspan(scale_offset[i], scale_offset[i + 1] - scale_offset[i]);
+      RETURN_IF_ERROR(by_component ? DequantizeComponentBlock(block_codes, block_scales, n, plan.n_keep, plan.bits,
+                                                              basis.step_multipliers, coeffs)
+                                   : DequantizeBlock(block_codes, block_scales, n, plan.n_keep, cal.group_size,
+                                                     plan.bits, coeffs));
     }
-    auto& layers = rows[i < n_bases ? 0 : 1];
-    const uint32_t b = static_cast<uint32_t>(i % n_bases);
-    if (const std::optional<InPlaceSlice> in_place = InPlace(cal, b); in_place && by_component) {
-      ReconstructByComponent(basis, coeffs, n, plan.n_keep, layers[in_place->layer].data() + in_place->offset,
-                             row);
-      return;
-    }
-    std::vector<float> x(size_t{n} * basis.dim);
     if (by_component) {
-      ReconstructByComponent(basis, coeffs, n, plan.n_keep, x.data(), basis.dim);
+      ReconstructByComponent(basis, coeffs, n, plan.n_keep, x, x_stride);
     } else {
-      Reconstruct(basis, coeffs, n, plan.n_keep, x.data());
+      Reconstruct(basis, coeffs, n, plan.n_keep, x, x_stride);
     }
-    ScatterBasis(cal, b, x.data(), n, &layers);
-  });
-  for (const Status& s : statuses) RETURN_IF_ERROR(s.WithContext("kvtc"));
-
+    return Status::Ok();
+  };
   const RopeTable rope(cal.rope, shape.head_dim, h.pos_begin + static_cast<int32_t>(ex.prefix), n);
-  ParallelForOrSerial(context.pool, size_t{2} * shape.n_layers, [&](size_t j) {
-    const KvKind kind = j < shape.n_layers ? KvKind::kKey : KvKind::kValue;
-    const uint32_t l = static_cast<uint32_t>(j % shape.n_layers);
-    auto& layer = rows[static_cast<int>(kind)][l];
-    if (kind == KvKind::kKey && cal.keys_rope_undone) rope.Rotate(layer.data(), shape.n_kv_heads, false);
-    ClampToFp16Range(layer.data(), layer.size());
-    out.WriteRowsF32(kind, l, ex.prefix, n, layer.data());
-  });
+  // RoPE back on, the fp16 range, and out: rows holds one kind and layer of middle tokens.
+  auto finish_layer = [&](KvKind kind, uint32_t l, float* layer) {
+    if (kind == KvKind::kKey && cal.keys_rope_undone) rope.Rotate(layer, shape.n_kv_heads, false);
+    ClampToFp16Range(layer, row * n);
+    out.WriteRowsF32(kind, l, ex.prefix, n, layer);
+  };
+
+  if (cal.grouping != KvtcGrouping::kAll) {
+    // Every basis lies within one layer, so each task decodes one kind and layer start to end in
+    // one layer-sized buffer that stays in cache from the product to the fp16 store.
+    const uint32_t bases_per_layer = n_bases / shape.n_layers;
+    std::vector<Status> statuses(size_t{2} * shape.n_layers);
+    ParallelForOrSerial(context.pool, statuses.size(), [&](size_t j) {
+      const KvKind kind = j < shape.n_layers ? KvKind::kKey : KvKind::kValue;
+      const uint32_t l = static_cast<uint32_t>(j % shape.n_layers);
+      KvtcDecodeScratch& scratch = ThreadDecodeScratch();
+      const TaskScratchTrim trim(scratch);
+      // Uninitialised: the layer's bases tile its rows, and each writes every value of its slice.
+      float* const layer = ScratchData(scratch.rows, row * n);
+      for (uint32_t b = l * bases_per_layer; b < (l + 1) * bases_per_layer; ++b) {
+        const std::optional<InPlaceSlice> in_place = InPlace(cal, b);
+        if (!in_place || in_place->layer != l) {
+          statuses[j] = Internal("kvtc: a basis is not within its layer");
+          return;
+        }
+        const size_t i = (kind == KvKind::kKey ? 0 : n_bases) + b;
+        statuses[j] = decode_basis(i, layer + in_place->offset, row, scratch);
+        if (!statuses[j].ok()) return;
+      }
+      finish_layer(kind, l, layer);
+    });
+    for (const Status& s : statuses) RETURN_IF_ERROR(s.WithContext("kvtc"));
+  } else {
+    // One basis spans every layer: decode each into its own buffer and scatter it into the rows.
+    LayerRows rows;
+    for (auto& layers : rows) {
+      layers.resize(shape.n_layers);
+      for (auto& layer : layers) layer.resize(row * n);
+    }
+    std::vector<Status> statuses(plans.size());
+    // Each basis writes only its own slice of its kind's rows, so the tasks never share memory.
+    ParallelForOrSerial(context.pool, plans.size(), [&](size_t i) {
+      std::vector<float> x(size_t{n} * cal.bases[i].dim);
+      KvtcDecodeScratch& scratch = ThreadDecodeScratch();
+      const TaskScratchTrim trim(scratch);
+      statuses[i] = decode_basis(i, x.data(), cal.bases[i].dim, scratch);
+      if (!statuses[i].ok()) return;
+      ScatterBasis(cal, static_cast<uint32_t>(i % n_bases), x.data(), n, &rows[i < n_bases ? 0 : 1]);
+    });
+    for (const Status& s : statuses) RETURN_IF_ERROR(s.WithContext("kvtc"));
+    ParallelForOrSerial(context.pool, size_t{2} * shape.n_layers, [&](size_t j) {
+      const KvKind kind = j < shape.n_layers ? KvKind::kKey : KvKind::kValue;
+      const uint32_t l = static_cast<uint32_t>(j % shape.n_layers);
+      finish_layer(kind, l, rows[static_cast<int>(kind)][l].data());
+    });
+  }
   return Status::Ok();
 }
 

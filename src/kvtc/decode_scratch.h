@@ -1,0 +1,77 @@
+// Working memory the kvtc decoder keeps from one call to the next on the same thread.
+//
+// A 256-token chunk needs a few hundred KiB of codes, coefficients and fp32 rows. Allocated and
+// freed per call, blocks that size come from mmap (or a heap top that free trims), so every
+// call page-faults its buffers in again and the kernel zeroes each page: a third of the decode
+// time on kvtiny. Reused per thread, the pages stay mapped and mostly in cache.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace kvc {
+
+struct KvtcDecodeScratch {
+  // Each decode task (one kind and layer) fills `rows` and `coeffs`; the calling thread alone
+  // holds `codes` and `scales`, which tasks only read, so a caller that also runs tasks (a
+  // serial decode, or a pool that uses it) never resizes what a task is reading.
+  std::vector<float> rows;       // one kind and layer's fp32 rows
+  std::vector<float> coeffs;     // one basis's dequantised coefficients
+  std::vector<uint8_t> codes;    // every code of the chunk
+  std::vector<uint16_t> scales;  // every scale of the chunk
+};
+
+// This thread's scratch.
+KvtcDecodeScratch& ThreadDecodeScratch();
+
+// v's storage for at least n elements. Grows v but never shrinks it, so reuse zero-fills
+// nothing; the contents are whatever the last use left.
+template <typename T>
+T* ScratchData(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+// Frees v's storage if it exceeds what a thread keeps between calls (a few MiB: one chunk of a
+// large model), so that an occasional very long file does not pin its memory in every thread.
+template <typename T>
+void TrimScratch(std::vector<T>& v) {
+  constexpr size_t kMaxKeptBytes = size_t{8} << 20;
+  if (v.capacity() * sizeof(T) > kMaxKeptBytes) std::vector<T>().swap(v);
+}
+
+// Trims a decode task's buffers (rows, coeffs) when it goes out of scope, on every return path.
+class TaskScratchTrim {
+ public:
+  explicit TaskScratchTrim(KvtcDecodeScratch& s) : s_(s) {}
+  ~TaskScratchTrim() {
+    TrimScratch(s_.rows);
+    TrimScratch(s_.coeffs);
+  }
+  TaskScratchTrim(const TaskScratchTrim&) = delete;
+  TaskScratchTrim& operator=(const TaskScratchTrim&) = delete;
+
+ private:
+  KvtcDecodeScratch& s_;
+};
+
+// The same for the calling thread, which also holds the chunk's codes and scales: constructed
+// before any task starts, so it trims after every task has finished with them.
+class CallerScratchTrim {
+ public:
+  explicit CallerScratchTrim(KvtcDecodeScratch& s) : s_(s) {}
+  ~CallerScratchTrim() {
+    TrimScratch(s_.codes);
+    TrimScratch(s_.scales);
+    TrimScratch(s_.rows);
+    TrimScratch(s_.coeffs);
+  }
+  CallerScratchTrim(const CallerScratchTrim&) = delete;
+  CallerScratchTrim& operator=(const CallerScratchTrim&) = delete;
+
+ private:
+  KvtcDecodeScratch& s_;
+};
+
+}  // namespace kvc
