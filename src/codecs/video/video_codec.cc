@@ -339,10 +339,14 @@ Status DecodeKind(const ParsedKind& parsed, KvKind kind, const KvShape& shape, c
   const auto& streams = parsed.streams;
   std::vector<std::vector<uint8_t>> pixels(streams.size());
   std::vector<Status> statuses(streams.size());
+  // The pool's threads (its workers and the caller) shared among the streams decoded at once:
+  // the token-axis layout has one stream per kind, which libavcodec's threads then split.
+  const size_t pool_threads = pool != nullptr ? pool->size() + 1 : 1;
+  const VideoDecodeOptions options{.threads = static_cast<uint32_t>(std::max<size_t>(1, pool_threads / std::max<size_t>(1, streams.size())))};
   ParallelForOrSerial(pool, streams.size(), [&](size_t s) {
     const auto& st = geometry.streams()[s];
     pixels[s].resize(st.bytes());
-    statuses[s] = backend.Decode(streams[s], st.picture, st.n_frames, pixels[s]);
+    statuses[s] = backend.DecodeWithOptions(streams[s], st.picture, st.n_frames, pixels[s], options);
   });
   for (size_t s = 0; s < statuses.size(); ++s) {
     if (!statuses[s].ok()) return statuses[s].WithContext(FormatMessage("%s stream %zu", kname, s));
