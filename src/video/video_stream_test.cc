@@ -211,6 +211,54 @@ TEST(VideoStream, ExpectedShapeMustBeOneAnEncoderMakes) {
   }
 }
 
+// Every FFV1 entropy coder, context model and slice count is lossless and decodes with any
+// number of threads; the stream (extradata) says which were used, the decoder needs no option.
+TEST(VideoEncode, Ffv1OptionsRoundTrip) {
+  for (uint32_t planes : {1u, 3u}) {
+    const PictureShape shape{70, 36, planes};
+    const auto px = MakePixels(shape, 3, false, planes);
+    for (Ffv1Coder coder : {Ffv1Coder::kRangeTable, Ffv1Coder::kRangeDefault, Ffv1Coder::kGolomb}) {
+      for (uint32_t slices : {0u, 1u, 4u, 6u, 9u, 16u}) {
+        for (bool large : {false, true}) {
+          const std::string what = std::string(Ffv1CoderName(coder)) + " slices " + std::to_string(slices) +
+                                   (large ? " large" : " small") + " planes " + std::to_string(planes);
+          auto stream = EncodeVideoStream(
+              shape, 3, px, {.ffv1_slices = slices, .ffv1_coder = coder, .ffv1_large_context = large});
+          ASSERT_TRUE(stream.ok()) << what << ": " << stream.status().ToString();
+          for (uint32_t threads : {1u, 3u}) {
+            std::vector<uint8_t> back(px.size());
+            ASSERT_TRUE(CpuVideoDecoder().DecodeWithOptions(*stream, shape, 3, back, {.threads = threads}).ok()) << what;
+            EXPECT_EQ(back, px) << what << " threads " << threads;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(VideoEncode, Ffv1SliceCounts) {
+  const PictureShape shape{256, 64, 1};
+  const auto px = MakePixels(shape, 2, false, 9);
+  // libavcodec's own choice for a KV picture is 2 x 2: what every stream before the option held.
+  EXPECT_EQ(EncodeVideoStream(shape, 2, px, {}).value(), EncodeVideoStream(shape, 2, px, {.ffv1_slices = 4}).value());
+  EXPECT_NE(EncodeVideoStream(shape, 2, px, {}).value(), EncodeVideoStream(shape, 2, px, {.ffv1_slices = 1}).value());
+  for (uint32_t bad : {2u, 3u, 5u, kMaxFfv1Slices + 1}) {
+    const auto r = EncodeVideoStream(shape, 2, px, {.ffv1_slices = bad});
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad << " slices: " << r.status().ToString();
+  }
+  // One slice only up to 352x288; a larger picture is cut into at least 2 x 2.
+  const PictureShape large{400, 8, 1};
+  EXPECT_EQ(EncodeVideoStream(large, 1, MakePixels(large, 1, false, 1), {.ffv1_slices = 1}).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(VideoEncode, Ffv1CoderNames) {
+  for (Ffv1Coder c : {Ffv1Coder::kRangeTable, Ffv1Coder::kRangeDefault, Ffv1Coder::kGolomb}) {
+    EXPECT_EQ(ParseFfv1Coder(Ffv1CoderName(c)), c);
+  }
+  EXPECT_FALSE(ParseFfv1Coder("huffman").has_value());
+}
+
 TEST(VideoEncode, RejectsBadInput) {
   const std::vector<uint8_t> px(12);
   EXPECT_EQ(EncodeVideoStream({2, 2, 2}, 1, px, {}).status().code(), StatusCode::kInvalidArgument);
