@@ -32,20 +32,18 @@ class CpuBackend final : public VideoDecoderBackend {
 };
 
 // libavcodec's threads for one stream. FFV1 slices are independent within a frame, so slice
-// threads run them side by side (a stream of 4 slices a frame keeps 4 busy); its frame threads
-// would wait on the previous frame's slice states. H.264 and HEVC streams have one slice a frame,
-// and frame threads decode a frame while its predecessor's rows are still coming. More frame
-// threads than frames only allocate pictures.
-void SetThreads(AVCodecContext* ctx, VideoCoder coder, uint32_t n_frames, uint32_t threads) {
+// threads run them side by side (a stream of 4 slices a frame keeps up to 4 busy). H.264 and
+// HEVC get none: their streams have one slice a frame, and frame threads measured no faster on
+// KV pictures (8-16 block rows high, so a frame waits for nearly all of the frame it predicts
+// from) while spending 10-25% more CPU (docs/results.md, "video: coder settings").
+void SetThreads(AVCodecContext* ctx, VideoCoder coder, uint32_t threads) {
   constexpr uint32_t kMaxThreads = 16;  // libavcodec's own bound on automatic threads
-  threads = std::clamp(threads, 1u, kMaxThreads);
-  if (coder == VideoCoder::kFfv1) {
+  if (coder == VideoCoder::kFfv1 && threads > 1) {
     ctx->thread_type = FF_THREAD_SLICE;
+    ctx->thread_count = static_cast<int>(std::min(threads, kMaxThreads));
   } else {
-    ctx->thread_type = FF_THREAD_FRAME;
-    threads = std::min(threads, std::max(n_frames, 1u));
+    ctx->thread_count = 1;
   }
-  ctx->thread_count = static_cast<int>(threads);
 }
 
 // Copies a decoded frame, cropped, into frame slot `index` of `out`.
@@ -97,7 +95,7 @@ Status CpuBackend::DecodeWithOptions(std::span<const uint8_t> stream, const Pict
   av::FramePtr frame(av_frame_alloc());
   av::PacketPtr pkt(av_packet_alloc());
   if (!ctx || !frame || !pkt) return Internal("out of memory allocating a video decoder");
-  SetThreads(ctx.get(), v.coder, v.n_frames, options.threads);
+  SetThreads(ctx.get(), v.coder, options.threads);
   // FFV1 keeps no picture size in its stream and refuses to open without one.
   ctx->width = static_cast<int>(v.coded.width);
   ctx->height = static_cast<int>(v.coded.height);

@@ -17,9 +17,10 @@ namespace kvc {
 
 struct VideoDecodeOptions {
   // Threads one call may use, the caller's own among them (its share of the caller's pool: the
-  // project sizes its threads in one place). libavcodec's decoders start that many for the call:
-  // FFV1 decodes a frame's slices in parallel, H.264 and HEVC decode consecutive frames in a
-  // pipeline. The pixels do not depend on it. 1: the calling thread alone.
+  // project sizes its threads in one place). The CPU backend starts that many for an FFV1
+  // stream, which decodes a frame's slices in parallel; H.264 and HEVC stay on one (their frame
+  // threads earn nothing on KV pictures). The pixels and errors do not depend on it. 1: the
+  // calling thread alone.
   uint32_t threads = 1;
 };
 
@@ -44,7 +45,7 @@ class VideoDecoderBackend {
 };
 
 // libavcodec's software HEVC, H.264 and FFV1 decoders; one thread per call unless the options
-// give more.
+// give an FFV1 stream more.
 const VideoDecoderBackend& CpuVideoDecoder();
 
 // Backends by name ("cpu"); the names this build has, for error messages and --help.

@@ -9,7 +9,7 @@
 //       then parts, each u16 length and bytes: the first is the extradata, the rest packets,
 //       one per frame (1..64 of them; ParseVideoStream rejects any other packet count at once).
 // Decoding either fails as corrupt/unsupported or fills exactly the output; the output is sized
-// exactly, so a write past it trips ASan. Mode 2 runs libavcodec's slice and frame threads too,
+// exactly, so a write past it trips ASan. Mode 2 runs FFV1 on libavcodec's slice threads too,
 // whose error paths differ from the single-threaded ones.
 // Seeds: fuzz/corpus/video_stream/, written by video_test --gtest_also_run_disabled_tests
 // --gtest_filter=VideoFuzzCorpus.DISABLED_Regenerate.

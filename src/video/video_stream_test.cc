@@ -132,8 +132,8 @@ TEST_P(VideoRoundTrip, OnePacketPerFrame) {
   EXPECT_EQ(ParseVideoStream(many, shape, 1u << 22).status().code(), StatusCode::kCorrupt);
 }
 
-// libavcodec's threads (FFV1 slices, H.264/HEVC frames) give the same pixels as one thread, for
-// any thread count, more threads than frames or slices included.
+// Any thread count (FFV1 slice threads; H.264 and HEVC stay on one) gives the same pixels as one
+// thread, more threads than slices included.
 TEST_P(VideoRoundTrip, ThreadedDecodeGivesTheSamePixels) {
   const VideoCoder coder = GetParam();
   for (const Case& c : {Case{256, 64, 1, 6}, Case{40, 24, 3, 5}, Case{17, 9, 1, 1}}) {
@@ -161,7 +161,9 @@ TEST_P(VideoRoundTrip, ThreadedDecodeRejectsWhatOneThreadRejects) {
   ASSERT_TRUE(stream.ok());
   const VideoStreamView v = ParseVideoStream(*stream, shape, 4).value();
   std::vector<std::vector<uint8_t>> damaged;
-  for (size_t cut : {size_t{5}, stream->size() / 2, stream->size() - 1}) damaged.emplace_back(stream->begin(), stream->begin() + cut);
+  for (size_t cut : {size_t{5}, stream->size() / 2, stream->size() - 1}) {
+    damaged.emplace_back(stream->begin(), stream->begin() + static_cast<ptrdiff_t>(cut));
+  }
   std::mt19937 rng(5);
   for (int i = 0; i < 40; ++i) {
     std::vector<std::vector<uint8_t>> packets;
@@ -227,7 +229,8 @@ TEST(VideoEncode, Ffv1OptionsRoundTrip) {
           ASSERT_TRUE(stream.ok()) << what << ": " << stream.status().ToString();
           for (uint32_t threads : {1u, 3u}) {
             std::vector<uint8_t> back(px.size());
-            ASSERT_TRUE(CpuVideoDecoder().DecodeWithOptions(*stream, shape, 3, back, {.threads = threads}).ok()) << what;
+            ASSERT_TRUE(CpuVideoDecoder().DecodeWithOptions(*stream, shape, 3, back, {.threads = threads}).ok())
+                << what;
             EXPECT_EQ(back, px) << what << " threads " << threads;
           }
         }
@@ -340,7 +343,8 @@ TEST(VideoFuzzCorpus, DefaultOptionsWriteTheSeedsAndThreadsDecodeThem) {
     ASSERT_TRUE(CpuVideoDecoder().Decode(bytes, seed.shape, 3, one).ok()) << seed.name;
     for (uint32_t threads : {2u, 4u}) {
       std::vector<uint8_t> many(one.size());
-      ASSERT_TRUE(CpuVideoDecoder().DecodeWithOptions(bytes, seed.shape, 3, many, {.threads = threads}).ok()) << seed.name;
+      ASSERT_TRUE(CpuVideoDecoder().DecodeWithOptions(bytes, seed.shape, 3, many, {.threads = threads}).ok())
+          << seed.name;
       EXPECT_EQ(many, one) << seed.name << " threads " << threads;
     }
   }
