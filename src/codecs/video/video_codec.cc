@@ -28,10 +28,10 @@ constexpr bool kDefaultCenter = false;
 constexpr bool kDefaultTokenOrder = true;
 constexpr uint32_t kDefaultGroup = VideoCodec::kDefaultGroup;
 
-// FFV1's entropy coder by level. Golomb-Rice decodes 1.2-1.8x faster than the range coder
-// for 1-2.5% of the ratio at 8 and 6 bits; at 4 bits, where most residuals are 0 or +-1 and
-// a Golomb-Rice code spends at least a bit on each (the range coder less), it costs 5-8% (docs/results.md, "video: coder
-// settings"), so 4 bits keeps the range coder.
+// FFV1's entropy coder by level. Golomb-Rice decodes faster than the range coder for 1-2.5%
+// of the ratio at 8 and 6 bits; at 4 bits, where most residuals are 0 or +-1 and a Golomb-Rice
+// code spends at least a bit on each (the range coder less), it costs 5-8%, so 4 bits keeps
+// the range coder (docs/results.md, "video: coder settings").
 Ffv1Coder DefaultFfv1Coder(uint32_t level_id) {
   return kLevelBits[level_id] <= 4 ? Ffv1Coder::kRangeTable : Ffv1Coder::kGolomb;
 }
@@ -368,7 +368,8 @@ Status DecodeKind(const ParsedKind& parsed, KvKind kind, const KvShape& shape, c
   // The pool's threads (its workers and the caller) shared among the streams decoded at once:
   // the token-axis layout has one stream per kind, which libavcodec's threads then split.
   const size_t pool_threads = pool != nullptr ? pool->size() + 1 : 1;
-  const VideoDecodeOptions options{.threads = static_cast<uint32_t>(std::max<size_t>(1, pool_threads / std::max<size_t>(1, streams.size())))};
+  const size_t per_stream = pool_threads / std::max<size_t>(1, streams.size());
+  const VideoDecodeOptions options{.threads = static_cast<uint32_t>(std::max<size_t>(1, per_stream))};
   ParallelForOrSerial(pool, streams.size(), [&](size_t s) {
     const auto& st = geometry.streams()[s];
     pixels[s].resize(st.bytes());

@@ -137,8 +137,10 @@ TEST(VideoCodec, Ffv1SettingsRoundTrip) {
     for (const char* coder : {"range", "range_def", "golomb"}) {
       for (const char* slices : {"0", "1", "4", "9"}) {
         for (const char* context : {"0", "1"}) {
-          const std::string what = std::string("level ") + level + " " + coder + " slices " + slices + " context " + context;
-          auto bytes = Encode(cache, Options(level, {{"ffv1_coder", coder}, {"slices", slices}, {"ffv1_context", context}}));
+          const std::string what =
+              std::string("level ") + level + " " + coder + " slices " + slices + " context " + context;
+          auto bytes =
+              Encode(cache, Options(level, {{"ffv1_coder", coder}, {"slices", slices}, {"ffv1_context", context}}));
           ASSERT_TRUE(bytes.ok()) << what << ": " << bytes.status().ToString();
           auto decoded = DecodeKvc(*bytes, &kFp);
           ASSERT_TRUE(decoded.ok()) << what << ": " << decoded.status().ToString();
@@ -147,7 +149,8 @@ TEST(VideoCodec, Ffv1SettingsRoundTrip) {
       }
     }
     const char* by_default = bits == 4 ? "range" : "golomb";
-    EXPECT_EQ(Encode(cache, Options(level)).value(), Encode(cache, Options(level, {{"ffv1_coder", by_default}})).value())
+    EXPECT_EQ(Encode(cache, Options(level)).value(),
+              Encode(cache, Options(level, {{"ffv1_coder", by_default}})).value())
         << "level " << level;
     EXPECT_EQ(Encode(cache, Options(level)).value(), Encode(cache, Options(level, {{"ffv1_coder", "auto"}})).value())
         << "level " << level;
