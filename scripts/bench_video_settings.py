@@ -2,7 +2,9 @@
 """The video codec's ratio/speed trade per coder and setting (docs/results.md, "video: coder
 settings"): for each model, coder, encoder setting and level, `kvcodec bench codec` gives the
 compression ratio, encode MB/s on one thread, and decode MB/s on one thread and with a 2-thread
-pool in the codec (libavcodec's slice or frame threads). MB/s are medians over --rounds runs.
+pool in the codec (libavcodec's slice or frame threads): per second of wall time, and per
+second of the process's CPU time ("cpu"), which other work on a shared machine barely moves
+(wall-time MB/s there swing by 2x). MB/s are medians over --rounds runs.
 
 With --before BIN (a kvcodec built from an earlier revision) the settings that binary knows are
 measured with it too, in alternating runs, so both columns come from the same minutes of a
@@ -10,7 +12,7 @@ shared, noisy machine.
 
   scripts/bench_video_settings.py [--model models/kvtiny/kvtiny.gguf ...] [--before BIN]
       [--kvcodec build/release/tools/kvcodec/kvcodec] [--rounds 3] [--min-seconds 0.5]
-      [--levels 8,6,4] [--only ffv1,x264,x265]
+      [--levels 8,6,4] [--only ffv1,x264,x265] [--all]
 Prints a markdown table; --json prints the raw rows.
 """
 import argparse
@@ -20,22 +22,26 @@ import statistics
 import subprocess
 import sys
 
-# (coder, setting label, params for this tree, params for --before or None when it lacks them)
+# (coder, setting label, params for this tree, params for --before or None when it lacks them);
+# EXTRA settings lose ratio for no speed (measured once, kept for --all).
 SETTINGS = [
     ("ffv1", "range, 4 slices (old default)", {"ffv1_coder": "range"}, {}),
     ("ffv1", "golomb, 4 slices", {"ffv1_coder": "golomb"}, None),
     ("ffv1", "range, 1 slice", {"ffv1_coder": "range", "slices": "1"}, None),
     ("ffv1", "golomb, 1 slice", {"ffv1_coder": "golomb", "slices": "1"}, None),
-    ("ffv1", "range, 9 slices", {"ffv1_coder": "range", "slices": "9"}, None),
-    ("ffv1", "range_def, 4 slices", {"ffv1_coder": "range_def"}, None),
-    ("ffv1", "range, large context", {"ffv1_coder": "range", "ffv1_context": "1"}, None),
     ("x264", "medium (default)", {"preset": "medium"}, {"preset": "medium"}),
     ("x264", "ultrafast", {"preset": "ultrafast"}, {"preset": "ultrafast"}),
     ("x265", "medium (default)", {"preset": "medium"}, {"preset": "medium"}),
     ("x265", "veryfast", {"preset": "veryfast"}, {"preset": "veryfast"}),
     ("x265", "ultrafast", {"preset": "ultrafast"}, {"preset": "ultrafast"}),
 ]
-KEYS = ["compression_ratio", "encode_mb_s_1t", "decode_mb_s_1t", "decode_mb_s_2t"]
+EXTRA = [
+    ("ffv1", "range, 9 slices", {"ffv1_coder": "range", "slices": "9"}, None),
+    ("ffv1", "range_def, 4 slices", {"ffv1_coder": "range_def"}, None),
+    ("ffv1", "range, large context", {"ffv1_coder": "range", "ffv1_context": "1"}, None),
+]
+KEYS = ["compression_ratio", "encode_mb_s_1t", "decode_mb_s_1t", "decode_mb_s_2t", "encode_mb_cpu_s_1t",
+        "decode_mb_cpu_s_1t", "decode_mb_cpu_s_2t"]
 
 
 def bench(binary, model, coder, level, params, min_seconds):
@@ -58,13 +64,14 @@ def main():
     ap.add_argument("--min-seconds", type=float, default=0.5)
     ap.add_argument("--levels", default="8,6,4")
     ap.add_argument("--only", default="ffv1,x264,x265", help="coders to measure")
+    ap.add_argument("--all", action="store_true", help="also the settings that only lose ratio")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     models = a.model or [os.path.join(root, "models/kvtiny/kvtiny.gguf")]
     coders = a.only.split(",")
     rows = []
     for model in models:
-        for coder, label, params, old_params in SETTINGS:
+        for coder, label, params, old_params in SETTINGS + (EXTRA if a.all else []):
             if coder not in coders:
                 continue
             for level in a.levels.split(","):
@@ -83,18 +90,19 @@ def main():
     if a.json:
         print(json.dumps(rows, indent=2))
         return
-    print("| model | coder | setting | level | ratio | encode MB/s | decode MB/s 1 thread | decode MB/s 2 threads |"
-          + (" before: ratio | before: decode 1 thread | before: decode 2 threads |" if a.before else ""))
-    print("|---|---|---|---:|---:|---:|---:|---:|" + ("---:|---:|---:|" if a.before else ""))
+    cols = ["ratio", "encode 1t", "encode 1t cpu", "decode 1t", "decode 1t cpu", "decode 2t", "decode 2t cpu"]
+    keys = ["compression_ratio", "encode_mb_s_1t", "encode_mb_cpu_s_1t", "decode_mb_s_1t", "decode_mb_cpu_s_1t",
+            "decode_mb_s_2t", "decode_mb_cpu_s_2t"]
+    trees = ["after", "before"] if a.before else ["after"]
+    head = ["model", "coder", "setting", "level"] + [c if t == "after" else "before: " + c for t in trees for c in cols]
+    print("| " + " | ".join(head) + " |")
+    print("|---|---|---|" + "---:|" * (len(head) - 3))
     for r in rows:
-        n = r["after"]
-        line = (f"| {r['model']} | {r['coder']} | {r['setting']} | {r['level']} | {n['compression_ratio']:.3f} | "
-                f"{n['encode_mb_s_1t']:.1f} | {n['decode_mb_s_1t']:.1f} | {n['decode_mb_s_2t']:.1f} |")
-        if a.before:
-            b = r.get("before")
-            line += (f" {b['compression_ratio']:.3f} | {b['decode_mb_s_1t']:.1f} | {b['decode_mb_s_2t']:.1f} |" if b
-                     else " | | |")
-        print(line)
+        cells = [r["model"], r["coder"], r["setting"], r["level"]]
+        for t in trees:
+            v = r.get(t)
+            cells += [(f"{v[k]:.3f}" if k == "compression_ratio" else f"{v[k]:.1f}") if v else "" for k in keys]
+        print("| " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
