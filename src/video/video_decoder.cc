@@ -1,5 +1,6 @@
 #include "video/video_decoder.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "video/av_util.h"
@@ -23,8 +24,27 @@ class CpuBackend final : public VideoDecoderBackend {
  public:
   const char* name() const override { return "cpu"; }
   Status Decode(std::span<const uint8_t> stream, const PictureShape& expected, uint32_t expected_frames,
-                std::span<uint8_t> out) const override;
+                std::span<uint8_t> out) const override {
+    return DecodeWithOptions(stream, expected, expected_frames, out, {});
+  }
+  Status DecodeWithOptions(std::span<const uint8_t> stream, const PictureShape& expected, uint32_t expected_frames,
+                           std::span<uint8_t> out, const VideoDecodeOptions& options) const override;
 };
+
+// libavcodec's threads for one stream. FFV1 slices are independent within a frame, so slice
+// threads run them side by side (a stream of 4 slices a frame keeps up to 4 busy). H.264 and
+// HEVC get none: their streams have one slice a frame, and frame threads measured no faster on
+// KV pictures (8-16 block rows high, so a frame waits for nearly all of the frame it predicts
+// from) while spending up to 40% more CPU (docs/results.md, "video: coder settings").
+void SetThreads(AVCodecContext* ctx, VideoCoder coder, uint32_t threads) {
+  constexpr uint32_t kMaxThreads = 16;  // libavcodec's own bound on automatic threads
+  if (coder == VideoCoder::kFfv1 && threads > 1) {
+    ctx->thread_type = FF_THREAD_SLICE;
+    ctx->thread_count = static_cast<int>(std::min(threads, kMaxThreads));
+  } else {
+    ctx->thread_count = 1;
+  }
+}
 
 // Copies a decoded frame, cropped, into frame slot `index` of `out`.
 Status TakeFrame(const AVFrame* f, const VideoStreamView& v, uint32_t index, std::span<uint8_t> out) {
@@ -60,8 +80,9 @@ Status ReceiveFrames(AVCodecContext* ctx, AVFrame* frame, const VideoStreamView&
   }
 }
 
-Status CpuBackend::Decode(std::span<const uint8_t> stream, const PictureShape& expected, uint32_t expected_frames,
-                          std::span<uint8_t> out) const {
+Status CpuBackend::DecodeWithOptions(std::span<const uint8_t> stream, const PictureShape& expected,
+                                     uint32_t expected_frames, std::span<uint8_t> out,
+                                     const VideoDecodeOptions& options) const {
   ASSIGN_OR_RETURN(const VideoStreamView v, ParseVideoStream(stream, expected, expected_frames));
   if (out.size() != expected.frame_bytes() * expected_frames) {
     return InvalidArgument(FormatMessage("output holds %zu bytes, %u frames need %llu", out.size(), expected_frames,
@@ -74,7 +95,7 @@ Status CpuBackend::Decode(std::span<const uint8_t> stream, const PictureShape& e
   av::FramePtr frame(av_frame_alloc());
   av::PacketPtr pkt(av_packet_alloc());
   if (!ctx || !frame || !pkt) return Internal("out of memory allocating a video decoder");
-  ctx->thread_count = 1;
+  SetThreads(ctx.get(), v.coder, options.threads);
   // FFV1 keeps no picture size in its stream and refuses to open without one.
   ctx->width = static_cast<int>(v.coded.width);
   ctx->height = static_cast<int>(v.coded.height);

@@ -15,6 +15,15 @@
 
 namespace kvc {
 
+struct VideoDecodeOptions {
+  // Threads one call may use, the caller's own among them (its share of the caller's pool: the
+  // project sizes its threads in one place). The CPU backend starts that many for an FFV1
+  // stream, which decodes a frame's slices in parallel; H.264 and HEVC stay on one (their frame
+  // threads earn nothing on KV pictures). The pixels and errors do not depend on it. 1: the
+  // calling thread alone.
+  uint32_t threads = 1;
+};
+
 class VideoDecoderBackend {
  public:
   virtual ~VideoDecoderBackend() = default;
@@ -25,9 +34,18 @@ class VideoDecoderBackend {
   // exactly that many frames of that shape is an error. Safe to call from several threads.
   virtual Status Decode(std::span<const uint8_t> stream, const PictureShape& expected, uint32_t expected_frames,
                         std::span<uint8_t> out) const = 0;
+  // The same with options; a backend that cannot use them decodes as Decode does. A name of its
+  // own, not an overload, so a backend overriding Decode alone hides nothing.
+  virtual Status DecodeWithOptions(std::span<const uint8_t> stream, const PictureShape& expected,
+                                   uint32_t expected_frames, std::span<uint8_t> out,
+                                   const VideoDecodeOptions& options) const {
+    (void)options;
+    return Decode(stream, expected, expected_frames, out);
+  }
 };
 
-// libavcodec's software HEVC, H.264 and FFV1 decoders, one thread per call.
+// libavcodec's software HEVC, H.264 and FFV1 decoders; one thread per call unless the options
+// give an FFV1 stream more.
 const VideoDecoderBackend& CpuVideoDecoder();
 
 // Backends by name ("cpu"); the names this build has, for error messages and --help.

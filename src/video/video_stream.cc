@@ -109,6 +109,18 @@ void FillFrame(const uint8_t* src, const PictureShape& shape, AVFrame* frame) {
 
 const char* VideoCoderName(VideoCoder coder) { return TraitsOf(coder).name; }
 
+const char* Ffv1CoderName(Ffv1Coder coder) {
+  static constexpr const char* kNames[] = {"range", "range_def", "golomb"};
+  return kNames[static_cast<size_t>(coder)];
+}
+
+std::optional<Ffv1Coder> ParseFfv1Coder(std::string_view name) {
+  for (Ffv1Coder c : {Ffv1Coder::kRangeTable, Ffv1Coder::kRangeDefault, Ffv1Coder::kGolomb}) {
+    if (name == Ffv1CoderName(c)) return c;
+  }
+  return std::nullopt;
+}
+
 std::optional<VideoCoder> ParseVideoCoder(std::string_view name) {
   for (VideoCoder c : kVideoCoders) {
     if (name == VideoCoderName(c)) return c;
@@ -128,6 +140,9 @@ Result<std::vector<uint8_t>> EncodeVideoStream(const PictureShape& shape, uint32
     return InvalidArgument(FormatMessage("picture %ux%u outside 1..%u", shape.width, shape.height, kMaxPictureSide));
   }
   if (n_frames == 0) return InvalidArgument("no frames to encode");
+  if (options.ffv1_slices > kMaxFfv1Slices) {
+    return InvalidArgument(FormatMessage("%u FFV1 slices (at most %u)", options.ffv1_slices, kMaxFfv1Slices));
+  }
   if (pixels.size() != shape.frame_bytes() * n_frames) {
     return InvalidArgument(FormatMessage("%zu pixel bytes for %u frames of %llu", pixels.size(), n_frames,
                                          static_cast<unsigned long long>(shape.frame_bytes())));
@@ -167,20 +182,25 @@ Result<std::vector<uint8_t>> EncodeVideoStream(const PictureShape& shape, uint32
       av_dict_set(&opts, "preset", options.preset.c_str(), 0);
       av_dict_set(&opts, "qp", "0", 0);
       break;
-    case VideoCoder::kFfv1:
-      // Range coder with the default state table and the small context model: on quantised KV
-      // (pictures of a few hundred thousand pixels) the large model's 60x more contexts never
-      // learn enough; small contexts gave 2.3x vs 2.2x, and the range coder 1% more than
-      // Golomb-Rice at half its decode speed (docs/results.md, video ablation). Version 3 keeps
-      // its parameters in extradata and picks its slice count from the picture size.
+    case VideoCoder::kFfv1: {
+      // Version 3 keeps its parameters (coder, context model, slice tiling) in extradata, so the
+      // decoder needs no options. Defaults and their trade: docs/results.md, "video: coder
+      // settings".
       av_dict_set(&opts, "level", "3", 0);
-      av_dict_set(&opts, "coder", "1", 0);
-      av_dict_set(&opts, "context", "0", 0);
+      static constexpr const char* kCoderOption[] = {"range_tab", "range_def", "rice"};
+      av_dict_set(&opts, "coder", kCoderOption[static_cast<size_t>(options.ffv1_coder)], 0);
+      av_dict_set(&opts, "context", options.ffv1_large_context ? "1" : "0", 0);
       av_dict_set(&opts, "slicecrc", "0", 0);
+      ctx->slices = static_cast<int>(options.ffv1_slices);
       break;
+    }
   }
   const int open_rc = avcodec_open2(ctx.get(), encoder, &opts);
   av_dict_free(&opts);
+  if (open_rc < 0 && options.coder == VideoCoder::kFfv1 && options.ffv1_slices != 0) {
+    return InvalidArgument(FormatMessage("FFV1 cannot cut a %ux%u picture into %u slices (try 4, 6, 9, 12, 16)",
+                                         coded.width, coded.height, options.ffv1_slices));
+  }
   if (open_rc < 0) {
     return Internal(FormatMessage("cannot open the %s encoder for %ux%u: %s", traits.name, coded.width, coded.height,
                                   av::ErrorString(open_rc).c_str()));

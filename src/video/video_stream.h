@@ -41,10 +41,30 @@ inline constexpr uint32_t kMaxPictureSide = 16384;
 // The coded (padded) size of a picture of `shape` for `coder`.
 PictureShape CodedShape(VideoCoder coder, const PictureShape& shape);
 
+// FFV1's entropy coders: the range coder with FFV1's adaptive state table (what every stream
+// before this option held), the range coder with the default table, and Golomb-Rice.
+enum class Ffv1Coder : uint8_t { kRangeTable, kRangeDefault, kGolomb };
+std::optional<Ffv1Coder> ParseFfv1Coder(std::string_view name);  // "range", "range_def", "golomb"
+const char* Ffv1CoderName(Ffv1Coder coder);
+
+// The largest FFV1 slice count an encoder accepts (FFmpeg's MAX_SLICES is 256; more than this
+// only costs ratio on KV pictures).
+inline constexpr uint32_t kMaxFfv1Slices = 64;
+
 struct VideoEncodeOptions {
   VideoCoder coder = VideoCoder::kFfv1;
   // x265/x264 speed preset ("ultrafast" .. "veryslow"); ignored by FFV1.
   std::string preset = "medium";
+  // FFV1 slices per frame, each coded with its own contexts so that a decoder can run them on
+  // several threads (VideoDecodeOptions::threads). 0: libavcodec's choice from the picture size,
+  // 2 x 2 for any KV picture, what every stream before this option held. libavcodec tiles a
+  // frame into v x h slices with v <= h < 2v (1, 4, 6, 9, 12, 16, ...; 1 only for pictures up
+  // to 352x288, and no more rows of slices than pixel rows): any other count is an error.
+  // The count comes from the caller, never from the cores, so bytes do not depend on the machine.
+  uint32_t ffv1_slices = 0;
+  Ffv1Coder ffv1_coder = Ffv1Coder::kRangeTable;
+  // FFV1's large context model (more contexts per sample); ignored by the other coders.
+  bool ffv1_large_context = false;
 };
 
 // Encodes `n_frames` frames, each `shape.frame_bytes()` bytes of planar 8-bit pixels (plane by

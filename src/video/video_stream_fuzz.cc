@@ -4,11 +4,13 @@
 //   mode 2, anything else: the header's checks would stop most mutations before libavcodec, so
 //     the stream is assembled around the input. Layout:
 //       u8 coder (mod 3) | planes flag in bit 7 (set: 3 planes)
-//       u8 width (1..64), u8 height (1..64), u8 unused (was the frame count)
+//       u8 width (1..64), u8 height (1..64), u8 decoder threads (1 + low 2 bits; was the frame
+//       count)
 //       then parts, each u16 length and bytes: the first is the extradata, the rest packets,
 //       one per frame (1..64 of them; ParseVideoStream rejects any other packet count at once).
 // Decoding either fails as corrupt/unsupported or fills exactly the output; the output is sized
-// exactly, so a write past it trips ASan.
+// exactly, so a write past it trips ASan. Mode 2 runs FFV1 on libavcodec's slice threads too,
+// whose error paths differ from the single-threaded ones.
 // Seeds: fuzz/corpus/video_stream/, written by video_test --gtest_also_run_disabled_tests
 // --gtest_filter=VideoFuzzCorpus.DISABLED_Regenerate.
 #include <cstdint>
@@ -26,9 +28,9 @@ uint32_t Le32(const uint8_t* p) {
   return uint32_t{p[0]} | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 24);
 }
 
-void Decode(std::span<const uint8_t> stream, const kvc::PictureShape& shape, uint32_t frames) {
+void Decode(std::span<const uint8_t> stream, const kvc::PictureShape& shape, uint32_t frames, uint32_t threads) {
   std::vector<uint8_t> out(shape.frame_bytes() * frames);
-  const kvc::Status s = kvc::CpuVideoDecoder().Decode(stream, shape, frames, out);
+  const kvc::Status s = kvc::CpuVideoDecoder().DecodeWithOptions(stream, shape, frames, out, {.threads = threads});
   if (!s.ok() && s.code() != kvc::StatusCode::kCorrupt && s.code() != kvc::StatusCode::kUnsupported) {
     (void)std::fprintf(stderr, "video_stream_fuzz: unexpected status %s\n", s.ToString().c_str());
     std::abort();
@@ -45,7 +47,7 @@ void WholeStream(const uint8_t* data, size_t size) {
     return;
   }
   if (frames == 0 || shape.frame_bytes() * frames > kMaxPixels) return;
-  Decode({data, size}, shape, frames);
+  Decode({data, size}, shape, frames, 1);
 }
 
 void AssembledStream(const uint8_t* data, size_t size) {
@@ -67,7 +69,7 @@ void AssembledStream(const uint8_t* data, size_t size) {
   if (packets.empty() || packets.size() > 64) return;
   const auto frames = static_cast<uint32_t>(packets.size());
   const std::vector<uint8_t> stream = kvc::AssembleVideoStream(coder, shape, frames, parts[0], packets);
-  Decode(stream, shape, frames);
+  Decode(stream, shape, frames, 1u + (data[3] & 3u));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -131,6 +132,66 @@ TEST_P(VideoRoundTrip, OnePacketPerFrame) {
   EXPECT_EQ(ParseVideoStream(many, shape, 1u << 22).status().code(), StatusCode::kCorrupt);
 }
 
+// Any thread count (FFV1 slice threads; H.264 and HEVC stay on one) gives the same pixels as one
+// thread, more threads than slices included.
+TEST_P(VideoRoundTrip, ThreadedDecodeGivesTheSamePixels) {
+  const VideoCoder coder = GetParam();
+  for (const Case& c : {Case{256, 64, 1, 6}, Case{40, 24, 3, 5}, Case{17, 9, 1, 1}}) {
+    const PictureShape shape{c.width, c.height, c.planes};
+    const auto px = MakePixels(shape, c.frames, false, c.width);
+    auto stream = EncodeVideoStream(shape, c.frames, px, {.coder = coder, .preset = "ultrafast"});
+    ASSERT_TRUE(stream.ok()) << stream.status().ToString();
+    for (uint32_t threads : {1u, 2u, 3u, 4u, 64u}) {
+      std::vector<uint8_t> back(px.size(), 0xAB);
+      const Status st = CpuVideoDecoder().DecodeWithOptions(*stream, shape, c.frames, back, {.threads = threads});
+      ASSERT_TRUE(st.ok()) << VideoCoderName(coder) << " threads " << threads << ": " << st.ToString();
+      EXPECT_EQ(back, px) << VideoCoderName(coder) << " " << c.width << "x" << c.height << "x" << c.planes
+                          << " threads " << threads;
+    }
+  }
+}
+
+// A damaged stream is as much an error with threads as without: whatever a single-threaded
+// decode rejects, a threaded one rejects too (cut packets, flipped bytes, shape mismatches).
+TEST_P(VideoRoundTrip, ThreadedDecodeRejectsWhatOneThreadRejects) {
+  const VideoCoder coder = GetParam();
+  const PictureShape shape{48, 20, 1};
+  const auto px = MakePixels(shape, 4, true, 11);
+  auto stream = EncodeVideoStream(shape, 4, px, {.coder = coder, .preset = "ultrafast"});
+  ASSERT_TRUE(stream.ok());
+  const VideoStreamView v = ParseVideoStream(*stream, shape, 4).value();
+  std::vector<std::vector<uint8_t>> damaged;
+  for (size_t cut : {size_t{5}, stream->size() / 2, stream->size() - 1}) {
+    damaged.emplace_back(stream->begin(), stream->begin() + static_cast<ptrdiff_t>(cut));
+  }
+  std::mt19937 rng(5);
+  for (int i = 0; i < 40; ++i) {
+    std::vector<std::vector<uint8_t>> packets;
+    for (const auto& p : v.packets) packets.emplace_back(p.begin(), p.end());
+    auto& p = packets[rng() % packets.size()];
+    if (i % 2 == 0) {
+      p[rng() % p.size()] ^= static_cast<uint8_t>(1 + rng() % 255);
+    } else {
+      p.resize(std::max<size_t>(1, p.size() / 2));
+    }
+    std::vector<std::span<const uint8_t>> views(packets.begin(), packets.end());
+    damaged.push_back(AssembleVideoStream(coder, shape, 4, v.extradata, views));
+  }
+  std::vector<uint8_t> out(px.size());
+  size_t rejected = 0;
+  for (size_t i = 0; i < damaged.size(); ++i) {
+    const Status one = CpuVideoDecoder().Decode(damaged[i], shape, 4, out);
+    if (one.ok()) continue;
+    ++rejected;
+    for (uint32_t threads : {2u, 4u}) {
+      const Status many = CpuVideoDecoder().DecodeWithOptions(damaged[i], shape, 4, out, {.threads = threads});
+      EXPECT_FALSE(many.ok()) << VideoCoderName(coder) << " damage " << i << " threads " << threads
+                              << ": one thread says " << one.ToString();
+    }
+  }
+  EXPECT_GE(rejected, 3u) << "every cut stream is an error";
+}
+
 INSTANTIATE_TEST_SUITE_P(Coders, VideoRoundTrip, ::testing::ValuesIn(kVideoCoders),
                          [](const auto& info) { return std::string(VideoCoderName(info.param)); });
 
@@ -150,6 +211,55 @@ TEST(VideoStream, ExpectedShapeMustBeOneAnEncoderMakes) {
     EXPECT_EQ(ParseVideoStream(*stream, bad, 1).status().code(), StatusCode::kInvalidArgument)
         << bad.width << "x" << bad.height << "x" << bad.planes;
   }
+}
+
+// Every FFV1 entropy coder, context model and slice count is lossless and decodes with any
+// number of threads; the stream (extradata) says which were used, the decoder needs no option.
+TEST(VideoEncode, Ffv1OptionsRoundTrip) {
+  for (uint32_t planes : {1u, 3u}) {
+    const PictureShape shape{70, 36, planes};
+    const auto px = MakePixels(shape, 3, false, planes);
+    for (Ffv1Coder coder : {Ffv1Coder::kRangeTable, Ffv1Coder::kRangeDefault, Ffv1Coder::kGolomb}) {
+      for (uint32_t slices : {0u, 1u, 4u, 6u, 9u, 16u}) {
+        for (bool large : {false, true}) {
+          const std::string what = std::string(Ffv1CoderName(coder)) + " slices " + std::to_string(slices) +
+                                   (large ? " large" : " small") + " planes " + std::to_string(planes);
+          auto stream = EncodeVideoStream(
+              shape, 3, px, {.ffv1_slices = slices, .ffv1_coder = coder, .ffv1_large_context = large});
+          ASSERT_TRUE(stream.ok()) << what << ": " << stream.status().ToString();
+          for (uint32_t threads : {1u, 3u}) {
+            std::vector<uint8_t> back(px.size());
+            ASSERT_TRUE(CpuVideoDecoder().DecodeWithOptions(*stream, shape, 3, back, {.threads = threads}).ok())
+                << what;
+            EXPECT_EQ(back, px) << what << " threads " << threads;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(VideoEncode, Ffv1SliceCounts) {
+  const PictureShape shape{256, 64, 1};
+  const auto px = MakePixels(shape, 2, false, 9);
+  // libavcodec's own choice for a KV picture is 2 x 2: what every stream before the option held.
+  EXPECT_EQ(EncodeVideoStream(shape, 2, px, {}).value(), EncodeVideoStream(shape, 2, px, {.ffv1_slices = 4}).value());
+  EXPECT_NE(EncodeVideoStream(shape, 2, px, {}).value(), EncodeVideoStream(shape, 2, px, {.ffv1_slices = 1}).value());
+  for (uint32_t bad : {2u, 3u, 5u, kMaxFfv1Slices + 1}) {
+    const auto r = EncodeVideoStream(shape, 2, px, {.ffv1_slices = bad});
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad << " slices: " << r.status().ToString();
+  }
+  // One slice only up to 352x288; a larger picture is cut into at least 2 x 2.
+  const PictureShape large{400, 8, 1};
+  EXPECT_EQ(EncodeVideoStream(large, 1, MakePixels(large, 1, false, 1), {.ffv1_slices = 1}).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(VideoEncode, Ffv1CoderNames) {
+  for (Ffv1Coder c : {Ffv1Coder::kRangeTable, Ffv1Coder::kRangeDefault, Ffv1Coder::kGolomb}) {
+    EXPECT_EQ(ParseFfv1Coder(Ffv1CoderName(c)), c);
+  }
+  EXPECT_FALSE(ParseFfv1Coder("huffman").has_value());
 }
 
 TEST(VideoEncode, RejectsBadInput) {
@@ -217,6 +327,26 @@ TEST(VideoFuzzCorpus, SeedsDecode) {
     if (seed.name.starts_with("assembled_")) continue;  // the same stream as its whole twin
     std::vector<uint8_t> out(seed.shape.frame_bytes() * 3);
     EXPECT_TRUE(CpuVideoDecoder().Decode(bytes, seed.shape, 3, out).ok()) << seed.name;
+  }
+}
+
+// The seeds are streams of the format as it was first written: the encoder's default options
+// still write them byte for byte, and they decode alike on any number of threads.
+TEST(VideoFuzzCorpus, DefaultOptionsWriteTheSeedsAndThreadsDecodeThem) {
+  for (const Seed& seed : SeedInputs()) {
+    std::ifstream in(kCorpus / seed.name, std::ios::binary);
+    ASSERT_TRUE(in) << seed.name;
+    const std::vector<uint8_t> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    EXPECT_EQ(bytes, seed.bytes) << seed.name;
+    if (seed.name.starts_with("assembled_")) continue;
+    std::vector<uint8_t> one(seed.shape.frame_bytes() * 3);
+    ASSERT_TRUE(CpuVideoDecoder().Decode(bytes, seed.shape, 3, one).ok()) << seed.name;
+    for (uint32_t threads : {2u, 4u}) {
+      std::vector<uint8_t> many(one.size());
+      ASSERT_TRUE(CpuVideoDecoder().DecodeWithOptions(bytes, seed.shape, 3, many, {.threads = threads}).ok())
+          << seed.name;
+      EXPECT_EQ(many, one) << seed.name << " threads " << threads;
+    }
   }
 }
 

@@ -383,6 +383,8 @@ int RunBenchCodec(const BenchArgs& a) {
   std::printf("  %-8s %12s %12s %12s\n", "", "encode MB/s", "decode MB/s", "memcpy MB/s");
   std::printf("  %-8s %12.0f %12.0f %12.0f\n", "1 thread", j["encode_mb_s_1t"].get<double>(),
               j["decode_mb_s_1t"].get<double>(), j["memcpy_mb_s_1t"].get<double>());
+  std::printf("  %-8s %12s %12.0f %12s  (one chunk at a time, a 2-thread pool in the codec)\n", "2 threads", "",
+              j["decode_mb_s_2t"].get<double>(), "");
   std::printf("  %-8s %12.0f %12.0f %12.0f  (%u threads)\n", "all", j["encode_mb_s_all"].get<double>(),
               j["decode_mb_s_all"].get<double>(), j["memcpy_mb_s_all"].get<double>(), j["threads"].get<unsigned>());
   return 0;

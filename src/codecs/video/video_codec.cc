@@ -28,6 +28,14 @@ constexpr bool kDefaultCenter = false;
 constexpr bool kDefaultTokenOrder = true;
 constexpr uint32_t kDefaultGroup = VideoCodec::kDefaultGroup;
 
+// FFV1's entropy coder by level. Golomb-Rice decodes faster than the range coder for 1-2.5%
+// of the ratio at 8 and 6 bits; at 4 bits, where most residuals are 0 or +-1 and a Golomb-Rice
+// code spends at least a bit on each (the range coder less), it costs 5-8%, so 4 bits keeps
+// the range coder (docs/results.md, "video: coder settings").
+Ffv1Coder DefaultFfv1Coder(uint32_t level_id) {
+  return kLevelBits[level_id] <= 4 ? Ffv1Coder::kRangeTable : Ffv1Coder::kGolomb;
+}
+
 struct Params {
   uint32_t level_id = 0;
   VideoCoder coder = kDefaultCoder;
@@ -36,7 +44,15 @@ struct Params {
   bool center = kDefaultCenter;
   bool token_order = kDefaultTokenOrder;
   uint32_t group = kDefaultGroup;
-  std::string preset = "medium";  // encoder only: not stored
+  // Encoder only, not stored: each stream says how it was coded.
+  std::string preset = "medium";
+  uint32_t slices = 0;
+  Ffv1Coder ffv1_coder = Ffv1Coder::kRangeTable;
+  bool ffv1_large_context = false;
+  VideoEncodeOptions stream_options() const {
+    return {.coder = coder, .preset = preset, .ffv1_slices = slices, .ffv1_coder = ffv1_coder,
+            .ffv1_large_context = ffv1_large_context};
+  }
   uint32_t bits() const { return kLevelBits[level_id]; }
 };
 
@@ -97,7 +113,9 @@ Result<bool> ParseFlag(const EncodeOptions& options, const std::string& key, boo
 }
 
 Result<Params> ParseOptions(const EncodeOptions& options) {
-  static constexpr std::string_view kKnown[] = {"coder", "layout", "order", "token_order", "planes", "center", "group", "preset"};
+  static constexpr std::string_view kKnown[] = {"coder",  "layout", "order",  "token_order", "planes",
+                                                 "center", "group",  "preset", "slices",      "ffv1_coder",
+                                                 "ffv1_context"};
   RETURN_IF_ERROR(CheckKnownParams(options, kKnown));
   Params p;
   if (!options.level.empty()) {
@@ -125,6 +143,14 @@ Result<Params> ParseOptions(const EncodeOptions& options) {
   ASSIGN_OR_RETURN(p.token_order, ParseFlag(options, "token_order", kDefaultTokenOrder));
   ASSIGN_OR_RETURN(p.group, ParamU32(options, "group", kDefaultGroup, 1, kMaxGroup));
   if (auto it = options.params.find("preset"); it != options.params.end()) p.preset = it->second;
+  ASSIGN_OR_RETURN(p.slices, ParamU32(options, "slices", 0, 0, kMaxFfv1Slices));
+  p.ffv1_coder = DefaultFfv1Coder(p.level_id);
+  if (auto it = options.params.find("ffv1_coder"); it != options.params.end() && it->second != "auto") {
+    const auto coder = ParseFfv1Coder(it->second);
+    if (!coder) return InvalidArgument("ffv1_coder=" + it->second + ": expected auto, range, range_def or golomb");
+    p.ffv1_coder = *coder;
+  }
+  ASSIGN_OR_RETURN(p.ffv1_large_context, ParseFlag(options, "ffv1_context", false));
   return p;
 }
 
@@ -220,7 +246,7 @@ Status EncodeKind(const KvView& kv, KvKind kind, const Params& p, ThreadPool* po
   std::vector<Result<std::vector<uint8_t>>> streams(pixels.size(), Internal("not encoded"));
   ParallelForOrSerial(pool, pixels.size(), [&](size_t s) {
     const auto& st = geometry.streams()[s];
-    streams[s] = EncodeVideoStream(st.picture, st.n_frames, pixels[s], {.coder = p.coder, .preset = p.preset});
+    streams[s] = EncodeVideoStream(st.picture, st.n_frames, pixels[s], p.stream_options());
   });
 
   ByteWriter w;
@@ -339,10 +365,15 @@ Status DecodeKind(const ParsedKind& parsed, KvKind kind, const KvShape& shape, c
   const auto& streams = parsed.streams;
   std::vector<std::vector<uint8_t>> pixels(streams.size());
   std::vector<Status> statuses(streams.size());
+  // The pool's threads (its workers and the caller) shared among the streams decoded at once:
+  // the token-axis layout has one stream per kind, which libavcodec's threads then split.
+  const size_t pool_threads = pool != nullptr ? pool->size() + 1 : 1;
+  const size_t per_stream = pool_threads / std::max<size_t>(1, streams.size());
+  const VideoDecodeOptions options{.threads = static_cast<uint32_t>(std::max<size_t>(1, per_stream))};
   ParallelForOrSerial(pool, streams.size(), [&](size_t s) {
     const auto& st = geometry.streams()[s];
     pixels[s].resize(st.bytes());
-    statuses[s] = backend.Decode(streams[s], st.picture, st.n_frames, pixels[s]);
+    statuses[s] = backend.DecodeWithOptions(streams[s], st.picture, st.n_frames, pixels[s], options);
   });
   for (size_t s = 0; s < statuses.size(); ++s) {
     if (!statuses[s].ok()) return statuses[s].WithContext(FormatMessage("%s stream %zu", kname, s));
@@ -382,7 +413,8 @@ const CodecInfo& VideoCodec::info() const {
       .default_level = "8",
       .description = "KVCodec: per-channel quantisation, codec-friendly layout, lossless x265/x264/FFV1 "
                      "through libavcodec",
-      .params = {"coder=ffv1", "layout=axis", "order=1", "token_order=1", "planes=0", "center=0", "group=64", "preset=medium"},
+      .params = {"coder=ffv1", "layout=axis", "order=1", "token_order=1", "planes=0", "center=0", "group=64",
+                 "preset=medium", "slices=0", "ffv1_coder=auto", "ffv1_context=0"},
   };
   return info;
 }

@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "base/half.h"
+#include "base/thread_pool.h"
 #include "codecs/test_kv.h"
 #include "codecs/video/video_layout.h"
 
@@ -106,6 +107,56 @@ TEST(VideoCodec, EncodingTwiceGivesTheSameBytes) {
   }
 }
 
+// A pool in the CodecContext lends libavcodec its threads: the same values as without one, for
+// every coder and level.
+TEST(VideoCodec, DecodesAlikeWithAPool) {
+  const KvShape shape{.n_layers = 5, .n_kv_heads = 2, .head_dim = 16, .n_tokens = 48};
+  const KvCache cache = MakeCache(shape, 8);
+  ThreadPool pool(3);
+  const CodecContext with_pool{nullptr, nullptr, &pool};
+  for (const char* coder : {"x265", "x264", "ffv1"}) {
+    for (const auto& [level, bits] : {std::pair{"8", 8u}, {"6", 6u}, {"4", 4u}}) {
+      for (const char* layout : {"axis", "frames"}) {
+        const std::string what = std::string(coder) + " level " + level + " " + layout;
+        auto bytes = Encode(cache, Options(level, {{"coder", coder}, {"layout", layout}, {"preset", "ultrafast"}}));
+        ASSERT_TRUE(bytes.ok()) << what << ": " << bytes.status().ToString();
+        auto decoded = DecodeKvc(*bytes, &kFp, with_pool);
+        ASSERT_TRUE(decoded.ok()) << what << ": " << decoded.status().ToString();
+        ExpectExact(cache, *decoded, bits, VideoCodec::kDefaultGroup, what);
+      }
+    }
+  }
+}
+
+// FFV1's encoder settings are the encoder's alone (each stream records its own): every one
+// round-trips at every level, and `auto` is Golomb-Rice at 8 and 6 bits, the range coder at 4.
+TEST(VideoCodec, Ffv1SettingsRoundTrip) {
+  const KvShape shape{.n_layers = 3, .n_kv_heads = 2, .head_dim = 16, .n_tokens = 40};
+  const KvCache cache = MakeCache(shape, 9);
+  for (const auto& [level, bits] : {std::pair{"8", 8u}, {"6", 6u}, {"4", 4u}}) {
+    for (const char* coder : {"range", "range_def", "golomb"}) {
+      for (const char* slices : {"0", "1", "4", "9"}) {
+        for (const char* context : {"0", "1"}) {
+          const std::string what =
+              std::string("level ") + level + " " + coder + " slices " + slices + " context " + context;
+          auto bytes =
+              Encode(cache, Options(level, {{"ffv1_coder", coder}, {"slices", slices}, {"ffv1_context", context}}));
+          ASSERT_TRUE(bytes.ok()) << what << ": " << bytes.status().ToString();
+          auto decoded = DecodeKvc(*bytes, &kFp);
+          ASSERT_TRUE(decoded.ok()) << what << ": " << decoded.status().ToString();
+          ExpectExact(cache, *decoded, bits, VideoCodec::kDefaultGroup, what);
+        }
+      }
+    }
+    const char* by_default = bits == 4 ? "range" : "golomb";
+    EXPECT_EQ(Encode(cache, Options(level)).value(),
+              Encode(cache, Options(level, {{"ffv1_coder", by_default}})).value())
+        << "level " << level;
+    EXPECT_EQ(Encode(cache, Options(level)).value(), Encode(cache, Options(level, {{"ffv1_coder", "auto"}})).value())
+        << "level " << level;
+  }
+}
+
 // The centring transform and channel groups round-trip with every other option.
 TEST(VideoCodec, CentringRoundTrips) {
   const KvShape shape{.n_layers = 3, .n_kv_heads = 2, .head_dim = 8, .n_tokens = 20};
@@ -136,6 +187,10 @@ TEST(VideoCodec, RejectsBadOptionsAndInput) {
   EXPECT_EQ(Encode(cache, Options("8", {{"order", "2"}})).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(Encode(cache, Options("8", {{"group", "0"}})).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(Encode(cache, Options("8", {{"colour", "1"}})).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Encode(cache, Options("8", {{"ffv1_coder", "huffman"}})).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Encode(cache, Options("8", {{"ffv1_context", "2"}})).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Encode(cache, Options("8", {{"slices", "65"}})).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Encode(cache, Options("8", {{"slices", "2"}})).status().code(), StatusCode::kInvalidArgument);
   KvCache bad = MakeCache({2, 1, 4, 5}, 1, true, DType::kF32);
   std::vector<float> row(4, std::nanf(""));
   bad.WriteRowsF32(KvKind::kValue, 1, 2, 1, row.data());
