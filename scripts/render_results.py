@@ -24,6 +24,8 @@ video_ablation = load("results/video/ablation.json")
 video_groups = load("results/video/group-*.json")
 ttft = load("results/ttft/ttft.json")
 serve = load("results/serve/serve.json")
+scale = load("results/scale/ttft_scale.json")
+run_scale = {p: load(f"results/scale/run_scale_{p}.json") for p in ("cold", "warm")}
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 models = []
 for r in evals:
@@ -199,18 +201,24 @@ if ttft:
     print("## Time to first token with a stored prefix (kvtiny)\n")
     print(f"`kvcodec bench ttft`: a {t['prompt_tokens']}-token prompt from eval.txt whose first {t['reused_tokens']} tokens "
           f"({t['reused_tokens'] // t['chunk_tokens']} chunks of {t['chunk_tokens']}) are stored in each codec's ladder in a "
-          "`mem://` store; each run looks the chunks up, fetches them through the in-process link cap (the planner "
-          "choosing levels from the codec's ladder), decodes, restores them into llama.cpp and prefills the rest. "
+          "`mem://` store; each run looks the chunks up, fetches them one at a time through the in-process link cap "
+          "(the planner choosing levels from the codec's ladder) while earlier chunks decode on the fetch pool "
+          f"({t.get('fetch_threads', 1)} workers) into one prefix buffer and are restored into llama.cpp as they "
+          "arrive, then prefills the rest. "
           f"Median of 3 runs per point. Recompute (prefill the whole prompt): **{t['recompute_ttft_s']:.3f} s**. "
-          "*bound* = stored bytes / link rate + one chunk's decode + suffix prefill, measured in the same run.\n")
+          "*bound* = stored bytes / link rate + one chunk's decode + suffix prefill, measured in the same run "
+          "(it assumes every decode but the last hides under the transfer); *pipeline bound* = max(stored bytes / "
+          "link rate, all chunks' decode / pool workers) + one chunk's decode + suffix prefill (what this "
+          "machine's cores allow too).\n")
     print("![measured TTFT](img/ttft_measured.png)\n")
-    print("| link Gbps | " + " | ".join(f"{c} TTFT s (x bound)" for c in codecs) + " |")
+    print("| link Gbps | " + " | ".join(f"{c} TTFT s (x bound, x pipeline bound)" for c in codecs) + " |")
     print("|---:|" + "---:|" * len(codecs))
     for g in rates:
         cells = []
         for c in codecs:
             r = at.get((c, g))
-            cells.append(f"{r['ttft_s']:.3f} ({r['ttft_over_bound']:.2f})" if r else "")
+            pipeline = f", {r['ttft_over_pipeline_bound']:.2f}" if r and "ttft_over_pipeline_bound" in r else ""
+            cells.append(f"{r['ttft_s']:.3f} ({r['ttft_over_bound']:.2f}{pipeline})" if r else "")
         print(f"| {g:g} | " + " | ".join(cells) + " |")
     print()
     print("Breakdown at each codec's best point and at the slowest link (seconds):\n")
@@ -235,8 +243,7 @@ if ttft:
         print(f"At {g:g} Gbps raw reuse is transfer-bound (fetch {raw['fetch_s']:.3f} of {raw['ttft_s']:.3f} s). The best "
               f"codec there, {best['codec']}, reaches {best['ttft_s']:.3f} s = {best['ttft_over_bound']:.3f} x its bound "
               f"({best['bound_s']:.3f} s), against {raw['ttft_s']:.3f} s for raw reuse and {t['recompute_ttft_s']:.3f} s "
-              "for recompute. What separates a run from its bound is mostly the restore into llama.cpp (the whole "
-              "prefix is restored once, after the last chunk) and the lookup.\n")
+              "for recompute.\n")
     p = t["projection"]
     print(f"### {p['label']}: 7B, 34B and 70B shapes\n")
     print(f"Assumptions: {p['assumptions']}. Inputs measured here: each stored variant's compression ratio and "
@@ -247,6 +254,65 @@ if ttft:
     for v in t["variants"]:
         print(f"| {v['codec']} {v['level']} | {v['compression_ratio']:.2f} | {v['decode_mb_s_1t']:.0f} |")
     print()
+
+if scale:
+    sc = scale[0]
+    rows = sc["rows"]
+    kv_per_token = sc["prefixes"][0]["kv_fp16_bytes"] / sc["prefixes"][0]["prefix_tokens"]
+    print("## TTFT against prefix length (kvtiny)\n")
+    print("`scripts/bench_scale.sh`: `kvcodec bench ttft --codecs kvtc,video --prefix-tokens "
+          + ",".join(str(p["prefix_tokens"]) for p in sc["prefixes"])
+          + "` (each prefix followed by one 256-token chunk to prefill; eval.txt repeated where shorter; "
+          "positions past the model's 512-token training context time the same), median of 3 runs per point, "
+          f"{sc['fetch_threads']} fetch workers. *reuse per token* is TTFT minus the suffix's prefill, per stored "
+          "prefix token: the part that grows with the prefix (the suffix's prefill grows too, with the attention "
+          "over the prefix, and is the model's cost, not reuse's). *peak growth* is the process's peak resident "
+          "memory during the run over its resident memory before it (the session's KV cells are allocated before), "
+          "per prefix token and against the prefix's fp16 KV.\n")
+    print("![TTFT against prefix length](img/ttft_scale.png)\n")
+    print("| prefix tokens | recompute s |")
+    print("|---:|---:|")
+    for p in sc["prefixes"]:
+        print(f"| {p['prefix_tokens']} | {p['recompute_ttft_s']:.3f} |")
+    print()
+    print("| codec | Gbps | prefix tokens | TTFT s | x bound | x pipeline bound | fetch | restore | prefill | "
+          "reuse us/token | peak growth B/token | growth / fp16 KV |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    series = sorted({(r["codec"], r["link_gbps"]) for r in rows})
+    for codec, gbps in series:
+        for r in sorted((r for r in rows if r["codec"] == codec and r["link_gbps"] == gbps),
+                        key=lambda r: r["prefix_tokens"]):
+            print(f"| {codec} | {gbps:g} | {r['prefix_tokens']} | {r['ttft_s']:.3f} | {r['ttft_over_bound']:.2f} | "
+                  f"{r['ttft_over_pipeline_bound']:.2f} | {r['fetch_s']:.3f} | {r['restore_s']:.3f} | "
+                  f"{r['prefill_s']:.3f} | {r['reuse_per_prefix_token_us']:.2f} | "
+                  f"{r['peak_rss_growth_per_prefix_token']:.0f} | {r['peak_rss_growth_per_prefix_token'] / kv_per_token:.2f} |")
+    print()
+    big = [p["prefix_tokens"] for p in sc["prefixes"] if p["prefix_tokens"] >= 4096]
+    if len(big) >= 2:
+        lo, hi = min(big), max(big)
+        print(f"From {lo} to {hi} prefix tokens (the largest over the smallest, per codec and link):\n")
+        print("| codec | Gbps | reuse per token | TTFT per token | peak growth per token |")
+        print("|---|---:|---:|---:|---:|")
+        for codec, gbps in series:
+            a = next(r for r in rows if (r["codec"], r["link_gbps"], r["prefix_tokens"]) == (codec, gbps, lo))
+            b = next(r for r in rows if (r["codec"], r["link_gbps"], r["prefix_tokens"]) == (codec, gbps, hi))
+            print(f"| {codec} | {gbps:g} | {b['reuse_per_prefix_token_us'] / a['reuse_per_prefix_token_us']:.2f} | "
+                  f"{b['ttft_per_prefix_token_us'] / a['ttft_per_prefix_token_us']:.2f} | "
+                  f"{b['peak_rss_growth_per_prefix_token'] / max(a['peak_rss_growth_per_prefix_token'], 1):.2f} |")
+        print()
+    if run_scale["cold"] and run_scale["warm"]:
+        print("`kvcodec run` on a prompt of about 33K tokens (132 KB of eval.txt), `-n 4`, an empty `dir://` store: "
+              "the cold run prefills and stores it, the warm one restores the stored prefix. Peak RSS from "
+              "getrusage at the end of the job, against the model file and the prompt's KV in fp16:\n")
+        print("| run | prompt tokens | reused | TTFT s | peak RSS MB | (peak - model) / prompt's fp16 KV |")
+        print("|---|---:|---:|---:|---:|---:|")
+        model_bytes = os.path.getsize(sc["model"]) if os.path.exists(sc["model"]) else 0
+        for p in ("cold", "warm"):
+            r = run_scale[p][0]
+            kv = r["prompt_tokens"] * kv_per_token
+            print(f"| {p} | {r['prompt_tokens']} | {r['reused_tokens']} | {r['ttft_s']:.3f} | "
+                  f"{r['peak_rss_bytes'] / 1e6:.1f} | {(r['peak_rss_bytes'] - model_bytes) / kv:.2f} |")
+        print()
 
 if serve:
     sv = serve[0]
@@ -338,8 +404,10 @@ if ablation:
 if bench:
     print("## Speed: `kvcodec bench codec` on kvtiny\n")
     print("A real 1024-token KV cache cut into 256-token chunks, each its own `.kvc` (container and CRCs "
-          "included); MB/s of fp16 KV. *all* runs the chunks in parallel, one per core. memcpy of the same "
-          "bytes in the same run is the ceiling.\n")
+          "included), decoded into its place in one buffer for the whole cache as the fetcher decodes a prefix; "
+          "MB/s of fp16 KV. *all* runs the chunks in parallel, one per core. memcpy of the same "
+          "bytes in the same run is the ceiling. The video codec's ratio/speed trade per coder and setting: "
+          "[results-video-settings.md](results-video-settings.md).\n")
     print("| codec | level | ratio | encode 1 thread | decode 1 thread | encode all | decode all | memcpy 1 thread | memcpy all |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in bench:

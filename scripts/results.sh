@@ -112,6 +112,11 @@ if ! /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
 fi
 /usr/bin/python3 scripts/plot_ttft.py "$ttft/ttft.json" docs/img
 
+# TTFT and memory against the prefix length (1K-32K tokens), and kvcodec run's peak RSS at ~33K.
+rm -rf results/scale
+KVCODEC_BIN="$kvcodec" OUT=results/scale scripts/bench_scale.sh
+/usr/bin/python3 scripts/plot_ttft_scale.py results/scale/ttft_scale.json docs/img > /dev/null
+
 # Serving under load: one trace against no reuse, FIFO and KV-aware in-process servers; plot.
 serve=results/serve
 mkdir -p "$serve"

@@ -239,7 +239,7 @@ typedef struct kvc_serve_params {
   uint32_t default_max_tokens; /* 0: 64 */
   int32_t n_threads;        /* llama.cpp threads; 0: the cores the fetch threads leave */
   int32_t n_parallel;       /* sequences decoded together; 0: 4 */
-  int32_t n_fetch_threads;  /* threads fetching stored prefixes; 0: 1 */
+  int32_t n_fetch_threads;  /* pool workers fetched chunks decode on and new chunks encode on; 0: 1 */
   const char* scheduler;    /* "kv-aware" (NULL) or "fifo" */
   int32_t no_reuse;         /* nonzero: never look up, fetch or store chunks */
   const char* store_secret; /* as in kvc_run_params */

@@ -1,5 +1,7 @@
 #include "engine/run_job.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
@@ -158,6 +160,8 @@ Result<RunReport> RunJob(const RunOptions& o) {
     }
     r.store_s = SecondsSince(t_store);
   }
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) == 0) r.peak_rss_bytes = static_cast<uint64_t>(usage.ru_maxrss) * 1024;
   return r;
 }
 
@@ -187,6 +191,7 @@ std::string RunReportJson(const RunReport& r) {
   j["load_s"] = r.load_s;
   j["generate_s"] = r.generate_s;
   j["store_s"] = r.store_s;
+  j["peak_rss_bytes"] = r.peak_rss_bytes;
   j["chunks_stored"] = r.chunks_stored;
   j["bytes_stored"] = r.bytes_stored;
   j["warnings"] = r.warnings;

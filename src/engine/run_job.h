@@ -53,6 +53,7 @@ struct RunReport {
   uint64_t bytes_fetched = 0;
   double load_s = 0, lookup_s = 0, fetch_s = 0, decode_s = 0, restore_s = 0, prefill_s = 0, ttft_s = 0;
   double generate_s = 0, store_s = 0;
+  uint64_t peak_rss_bytes = 0;  // the process's peak resident memory when the job ended
   uint32_t chunks_stored = 0;
   uint64_t bytes_stored = 0;
   std::string store_url, codec;  // the store's URL without any password

@@ -243,6 +243,15 @@ Result<std::string> RunTtftBenchJson(const TtftBenchOptions& o) {
   }
   progress.Finish();
   const Json& first = prefix_json[0];
+  // Restoring into llama.cpp per byte of fp16 KV, measured on every run here (the median): the
+  // projection adds the last chunk's restore, the one no transfer hides.
+  std::vector<double> restore_s_per_byte;
+  for (const auto& row : rows) {
+    const double kv = row["prefix_tokens"].get<double>() * (first["kv_fp16_bytes"].get<double>() /
+                                                            first["prefix_tokens"].get<double>());
+    restore_s_per_byte.push_back(row["restore_s"].get<double>() / kv);
+  }
+  const double restore_per_byte = Median(restore_s_per_byte);
 
   // Projection: for every model shape, link rate and codec, the best stored variant's TTFT from
   // the measured ratio and per-core decode speed, under the stated assumptions.
@@ -262,7 +271,8 @@ Result<std::string> RunTtftBenchJson(const TtftBenchOptions& o) {
         const double decode_rate = v["decode_mb_s_1t"].get<double>() * 1e6;
         const double decode_all = kv_bytes / (decode_rate * kAssumedDecoders);
         const double one_chunk = kv_bytes / chunks / decode_rate;
-        const double t = std::max(stored / rate, decode_all) + one_chunk + suffix_s;
+        const double last_restore = kv_bytes / chunks * restore_per_byte;
+        const double t = std::max(stored / rate, decode_all) + one_chunk + last_restore + suffix_s;
         auto it = best.find(codec);
         if (it == best.end() || t < it->second.first) best[codec] = {t, v["level"].get<std::string>()};
       }
@@ -298,8 +308,11 @@ Result<std::string> RunTtftBenchJson(const TtftBenchOptions& o) {
   pj["assumptions"] = FormatMessage(
       "prefix %u tokens + suffix %u; GPU prefill at %.0f TFLOP/s sustained (2 x params FLOPs per token); %u CPU "
       "cores decoding at this machine's measured one-core speed; compression ratios measured on this model; "
-      "TTFT = max(stored bytes / link, decode of all chunks) + one chunk's decode + suffix prefill",
-      kProjectedPrefixTokens, kProjectedSuffixTokens, kAssumedPrefillFlops / 1e12, kAssumedDecoders);
+      "TTFT = max(stored bytes / link, decode of all chunks) + one chunk's decode + one chunk's restore (at the "
+      "%.2f GB/s of fp16 KV measured here) + suffix prefill",
+      kProjectedPrefixTokens, kProjectedSuffixTokens, kAssumedPrefillFlops / 1e12, kAssumedDecoders,
+      restore_per_byte > 0 ? 1e-9 / restore_per_byte : 0.0);
+  pj["restore_gb_s"] = restore_per_byte > 0 ? 1e-9 / restore_per_byte : 0.0;
   pj["points"] = std::move(projection);
   j["projection"] = std::move(pj);
   return j.dump(2);

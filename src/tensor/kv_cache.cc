@@ -123,31 +123,6 @@ Result<KvCache> KvCache::ConvertTo(DType dtype) const {
   return out;
 }
 
-Status KvCache::Append(const KvView& other) {
-  const KvShape os = other.shape();
-  if (os.n_layers != shape_.n_layers || os.n_kv_heads != shape_.n_kv_heads || os.head_dim != shape_.head_dim) {
-    return InvalidArgument("cannot append a KV cache of another layer/head shape");
-  }
-  if (other.dtype() != dtype_) return InvalidArgument("cannot append a KV cache of another dtype");
-  KvShape merged = shape_;
-  merged.n_tokens += os.n_tokens;
-  RETURN_IF_ERROR(ValidateShape(merged, dtype_));
-  const size_t row = shape_.row_elems() * DTypeSize(dtype_);
-  for (KvKind kind : kKvKinds) {
-    std::vector<uint8_t> joined(merged.elems() * DTypeSize(dtype_));
-    for (uint32_t l = 0; l < shape_.n_layers; ++l) {
-      uint8_t* dst = joined.data() + size_t{l} * merged.n_tokens * row;
-      const auto mine = RowBytes(kind, l, 0, shape_.n_tokens);
-      if (!mine.empty()) std::memcpy(dst, mine.data(), mine.size());
-      const auto theirs = other.LayerBytes(kind, l);
-      if (!theirs.empty()) std::memcpy(dst + mine.size(), theirs.data(), theirs.size());
-    }
-    (kind == KvKind::kKey ? k_ : v_) = std::move(joined);
-  }
-  shape_ = merged;
-  return Status::Ok();
-}
-
 bool KvCache::operator==(const KvCache& other) const {
   return shape_ == other.shape_ && dtype_ == other.dtype_ && pos_begin_ == other.pos_begin_ && k_ == other.k_ &&
          v_ == other.v_;

@@ -83,8 +83,6 @@ class KvCache {
   Result<KvSlice> Slice(uint32_t token_begin, uint32_t n_tokens);
 
   Result<KvCache> ConvertTo(DType dtype) const;
-  // Appends `other`'s tokens (same layers/heads/head_dim/dtype) after this cache's.
-  Status Append(const KvView& other);
 
   bool operator==(const KvCache& other) const;
 

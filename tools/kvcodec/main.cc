@@ -903,7 +903,9 @@ int Main(int argc, char** argv) {
   serve->add_option("--parallel", sv.parallel, "Requests decoded together (continuous batching)")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
-  serve->add_option("--fetch-threads", sv.fetch_threads, "Threads fetching and decoding stored prefixes")
+  serve->add_option("--fetch-threads", sv.fetch_threads,
+                    "Pool workers fetched chunks decode on and new chunks encode on (the cores reuse takes from "
+                    "generation)")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
   serve->add_option("--scheduler", sv.scheduler, "kv-aware: requests with nothing to fetch never wait for "
@@ -973,7 +975,7 @@ int Main(int argc, char** argv) {
   bench_serve->add_option("--parallel", bs.parallel, "The servers' requests decoded together")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
-  bench_serve->add_option("--fetch-threads", bs.fetch_threads, "The servers' threads fetching stored prefixes")
+  bench_serve->add_option("--fetch-threads", bs.fetch_threads, "The servers' pool workers for decoding and encoding chunks")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
   bench_serve->add_option("--threads", bs.threads, "Threads for llama.cpp (0: the cores the fetch threads leave)");
