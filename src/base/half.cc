@@ -42,6 +42,23 @@ __attribute__((target("avx,f16c"))) size_t Fp32ToFp16F16c(const float* in, uint1
   }
   return i;
 }
+
+// min(hi, max(lo, x)) returns x when it is NaN (as std::clamp and ClampToFp16Range do).
+__attribute__((target("avx,f16c"))) size_t Fp32ToFp16ClampedF16c(const float* in, uint16_t* out, size_t n) {
+  const __m256 lo = _mm256_set1_ps(-65504.0f), hi = _mm256_set1_ps(65504.0f);
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 a = _mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_loadu_ps(in + i)));
+    const __m256 b = _mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_loadu_ps(in + i + 8)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i + 8), _mm256_cvtps_ph(b, _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i + 8 <= n; i += 8) {
+    const __m256 a = _mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_loadu_ps(in + i)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT));
+  }
+  return i;
+}
 #endif
 
 }  // namespace
@@ -71,6 +88,15 @@ void ClampToFp16Range(float* x, size_t n) {
   for (; i + 4 <= n; i += 4) _mm_storeu_ps(x + i, _mm_min_ps(hi, _mm_max_ps(lo, _mm_loadu_ps(x + i))));
 #endif
   for (; i < n; ++i) x[i] = std::clamp(x[i], -kMax, kMax);
+}
+
+void Fp32ToFp16Clamped(const float* in, uint16_t* out, size_t n) {
+  constexpr float kMax = 65504.0f;
+  size_t i = 0;
+#if defined(__x86_64__)
+  if (HasF16c()) i = Fp32ToFp16ClampedF16c(in, out, n);
+#endif
+  for (; i < n; ++i) out[i] = Fp32ToFp16(std::clamp(in[i], -kMax, kMax));
 }
 
 void Bf16ToFp32(const uint16_t* in, float* out, size_t n) {

@@ -119,6 +119,9 @@ inline bool AllFinite(const float* x, size_t n) {
 // x = clamp(x, -65504, 65504) for every value (NaN stays NaN), vectorised: decoders run it over
 // everything they reconstruct so that no overshoot becomes an fp16 infinity.
 void ClampToFp16Range(float* x, size_t n);
+// ClampToFp16Range then Fp32ToFp16 in one pass, leaving `in` as it is: the same bits as the two
+// calls (a decoder's last step from its fp32 rows to the fp16 cache).
+void Fp32ToFp16Clamped(const float* in, uint16_t* out, size_t n);
 
 void Fp16ToFp32(const uint16_t* in, float* out, size_t n);
 void Fp32ToFp16(const float* in, uint16_t* out, size_t n);

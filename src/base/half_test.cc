@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <iterator>
 #include <limits>
 #include <vector>
@@ -108,6 +109,25 @@ TEST(Half, ClampToFp16RangeAndAllFinite) {
   ClampToFp16Range(nan.data(), nan.size());
   EXPECT_TRUE(std::isnan(nan[4]));  // as std::clamp leaves it
   EXPECT_EQ(nan[5], 1.0f);
+}
+
+// The fused pass gives the bits of ClampToFp16Range then Fp32ToFp16, at every length (both
+// vector widths and the scalar tail), NaN, infinities and overshoots included.
+TEST(Half, Fp32ToFp16ClampedMatchesClampThenConvert) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float values[] = {0.0f,     -0.0f,  1.5f, -3.25f, 65504.0f, -65504.0f, 65505.0f, -70000.0f, 65519.0f,
+                          65520.0f, 1e-8f, 3e-5f, 1e30f,  inf,      -inf,      std::numeric_limits<float>::quiet_NaN()};
+  for (size_t n = 0; n <= 41; ++n) {
+    std::vector<float> x(n);
+    for (size_t i = 0; i < n; ++i) x[i] = values[(i * 7 + n) % std::size(values)] * (1.0f + 0.001f * i);
+    const std::vector<float> original = x;
+    std::vector<uint16_t> fused(n), expected(n);
+    Fp32ToFp16Clamped(x.data(), fused.data(), n);
+    EXPECT_EQ(0, std::memcmp(x.data(), original.data(), n * sizeof(float))) << n;  // input untouched
+    ClampToFp16Range(x.data(), n);
+    Fp32ToFp16(x.data(), expected.data(), n);
+    EXPECT_EQ(fused, expected) << n;
+  }
 }
 
 }  // namespace

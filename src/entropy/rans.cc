@@ -8,6 +8,10 @@
 
 #include "entropy/varint.h"
 
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
 namespace kvc {
 namespace {
 
@@ -34,6 +38,22 @@ inline uint32_t GetU32(const uint8_t* p) {
 
 inline uint32_t GetU16(const uint8_t* p) { return p[0] | (static_cast<uint32_t>(p[1]) << 8); }
 
+// steps[k] = f | k << 16 for k < f: a symbol's slots in the fused decode table. Four at a time
+// (tables are rebuilt for every file, and a 14-bit one has 16384 slots).
+inline void FillSlotSteps(uint32_t* steps, uint32_t f) {
+  uint32_t k = 0;
+#if defined(__x86_64__)
+  const __m128i freq = _mm_set1_epi32(static_cast<int>(f));
+  const __m128i four = _mm_set1_epi32(4 << 16);
+  __m128i offsets = _mm_setr_epi32(0, 1 << 16, 2 << 16, 3 << 16);
+  for (; k + 4 <= f; k += 4) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(steps + k), _mm_or_si128(freq, offsets));
+    offsets = _mm_add_epi32(offsets, four);
+  }
+#endif
+  for (; k < f; ++k) steps[k] = f | (k << 16);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -46,6 +66,7 @@ FrequencyTable FrequencyTable::Build(std::span<const uint32_t> freqs, uint32_t s
   t.dec_.resize(freqs.size());
   t.enc_.resize(freqs.size());
   t.slot_symbol_.resize(total);
+  t.slot_step_.resize(total);
   uint32_t start = 0;
   for (size_t s = 0; s < freqs.size(); ++s) {
     const uint32_t f = freqs[s];
@@ -57,6 +78,7 @@ FrequencyTable FrequencyTable::Build(std::span<const uint32_t> freqs, uint32_t s
       e.start = static_cast<uint16_t>(start);
       e.cmpl = static_cast<uint16_t>(total - f);
       std::fill_n(t.slot_symbol_.begin() + start, f, static_cast<uint16_t>(s));
+      FillSlotSteps(t.slot_step_.data() + start, f);
     }
     start += f;
   }
@@ -319,12 +341,12 @@ Status RansDecoder::GetBytes(const FrequencyTable& table, std::span<uint8_t> out
   const uint32_t scale = table.scale_bits_;
   const uint32_t mask = (1u << scale) - 1;
   const uint16_t* const lut = table.slot_symbol_.data();
-  const uint32_t* const dec = table.dec_.data();
+  const uint32_t* const steps = table.slot_step_.data();
   auto decode = [&](uint32_t& x) -> uint32_t {
     const uint32_t slot = x & mask;
+    const uint32_t step = steps[slot];
     const uint32_t symbol = lut[slot];
-    const uint32_t info = dec[symbol];
-    x = (info & 0xffff) * (x >> scale) + slot - (info >> 16);
+    x = (step & 0xffff) * (x >> scale) + (step >> 16);
     return symbol;
   };
   // Whether a state needs a word is data-dependent and unpredictable, so the hot loop reads
@@ -332,10 +354,12 @@ Status RansDecoder::GetBytes(const FrequencyTable& table, std::span<uint8_t> out
   // every state to read.
   const uint8_t* pos = pos_;
   const uint8_t* const end = end_;
+  // Pure arithmetic on purpose: written as a select, compilers turn some of the four into
+  // branches, and those mispredict about every other symbol.
   auto refill_unchecked = [&](uint32_t& x) {
     const uint32_t need = x < kRansStateLow;
-    const uint32_t word = GetU16(pos);
-    x = need ? (x << 16) | word : x;
+    const uint32_t word = GetU16(pos) & (0u - need);
+    x = (x << (need * 16)) | word;
     pos += size_t{2} * need;
   };
   // The states as named locals (not an array): the byte stores to dst may alias any memory, so

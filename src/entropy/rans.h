@@ -70,6 +70,10 @@ class FrequencyTable {
   uint32_t scale_bits_ = 0;
   std::vector<uint32_t> dec_;          // per symbol: freq | start << 16
   std::vector<uint16_t> slot_symbol_;  // per slot in [0, 1 << scale_bits): the symbol owning it
+  // Per slot: freq | (slot - start) << 16 of the symbol owning it (both < 2^16), so a decode step
+  // is one lookup, x' = freq * (x >> n) + (slot - start), with the symbol's lookup beside it
+  // rather than before it: the state's dependency chain has one load, not two.
+  std::vector<uint32_t> slot_step_;
   std::vector<EncSymbol> enc_;         // per symbol
 };
 
@@ -121,9 +125,9 @@ class RansDecoder {
     uint32_t x = state_[next_];
     const uint32_t scale = table.scale_bits_;
     const uint32_t slot = x & ((1u << scale) - 1);
+    const uint32_t step = table.slot_step_[slot];
     const uint32_t symbol = table.slot_symbol_[slot];
-    const uint32_t info = table.dec_[symbol];
-    x = (info & 0xffff) * (x >> scale) + slot - (info >> 16);
+    x = (step & 0xffff) * (x >> scale) + (step >> 16);
     if (x < kRansStateLow) x = Refill(x);
     state_[next_] = x;
     next_ = (next_ + 1) & (kRansStates - 1);

@@ -1,6 +1,12 @@
 #include "tensor/rope.h"
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -38,20 +44,87 @@ void RotateRows(const RopeParams& params, float* rows, uint32_t n_tokens, uint32
   }
 }
 
-RopeTable::RopeTable(const RopeParams& params, uint32_t head_dim, int32_t pos_begin, uint32_t n_tokens)
-    : params_(params), head_dim_(head_dim), n_tokens_(n_tokens) {
-  n_rot_ = params.n_rot == 0 || params.n_rot > head_dim ? head_dim : params.n_rot;
-  const uint32_t half = n_rot_ / 2;
-  const float theta_scale = std::pow(params.freq_base, -2.0f / static_cast<float>(n_rot_));
-  cos_.resize(size_t{n_tokens} * half);
-  sin_.resize(size_t{n_tokens} * half);
-  for (uint32_t t = 0; t < n_tokens; ++t) {
-    float theta = static_cast<float>(pos_begin + static_cast<int32_t>(t)) * params.freq_scale;
+namespace {
+
+// Angles of kBlockTokens positions from the block's first: the same recurrence, in the same
+// order, as RotateRows, so a cached value is bit for bit the one computed on the spot.
+std::shared_ptr<const RopeTable::Block> ComputeBlock(const RopeParams& params, uint32_t half, float theta_scale,
+                                                     int64_t block) {
+  auto out = std::make_shared<RopeTable::Block>();
+  const uint32_t n = RopeTable::kBlockTokens;
+  out->cos.resize(size_t{n} * half);
+  out->sin.resize(size_t{n} * half);
+  for (uint32_t t = 0; t < n; ++t) {
+    // Positions past int32 only pad the last block; no token ever sits there.
+    const auto pos = static_cast<int32_t>(std::clamp<int64_t>(block * n + t, INT32_MIN, INT32_MAX));
+    float theta = static_cast<float>(pos) * params.freq_scale;
     for (uint32_t i = 0; i < half; ++i) {
-      cos_[size_t{t} * half + i] = std::cos(theta);
-      sin_[size_t{t} * half + i] = std::sin(theta);
+      out->cos[size_t{t} * half + i] = std::cos(theta);
+      out->sin[size_t{t} * half + i] = std::sin(theta);
       theta *= theta_scale;
     }
+  }
+  return out;
+}
+
+// Process-wide cache of blocks keyed by (rope params, rotated pairs, block). Bounded: once it
+// would hold more than kMaxCachedFloats it is emptied (tables in use keep their blocks alive).
+class RopeBlockCache {
+ public:
+  std::shared_ptr<const RopeTable::Block> Get(const RopeParams& params, uint32_t half, float theta_scale,
+                                              int64_t block) {
+    const Key key{static_cast<uint8_t>(params.type), Bits(params.freq_base), Bits(params.freq_scale), half, block};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto it = blocks_.find(key); it != blocks_.end()) return it->second;
+    }
+    std::shared_ptr<const RopeTable::Block> computed = ComputeBlock(params, half, theta_scale, block);
+    const size_t floats = computed->cos.size() * 2;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (floats > kMaxCachedFloats) return computed;
+    if (auto it = blocks_.find(key); it != blocks_.end()) return it->second;  // another thread won
+    if (held_ + floats > kMaxCachedFloats) {
+      blocks_.clear();
+      held_ = 0;
+    }
+    blocks_.emplace(key, computed);
+    held_ += floats;
+    return computed;
+  }
+
+ private:
+  static constexpr size_t kMaxCachedFloats = size_t{8} << 20;  // 32 MiB
+  static uint32_t Bits(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+  }
+  // n_rot enters through `half` (the table's rotated pairs), which also fixes theta_scale.
+  using Key = std::tuple<uint8_t, uint32_t, uint32_t, uint32_t, int64_t>;
+  std::mutex mu_;
+  std::map<Key, std::shared_ptr<const RopeTable::Block>> blocks_;
+  size_t held_ = 0;
+};
+
+RopeBlockCache& BlockCache() {
+  static auto* cache = new RopeBlockCache();  // never destroyed: tables may outlive static teardown
+  return *cache;
+}
+
+int64_t FloorDiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+}  // namespace
+
+RopeTable::RopeTable(const RopeParams& params, uint32_t head_dim, int32_t pos_begin, uint32_t n_tokens)
+    : params_(params), head_dim_(head_dim), n_tokens_(n_tokens), pos_begin_(pos_begin) {
+  n_rot_ = params.n_rot == 0 || params.n_rot > head_dim ? head_dim : params.n_rot;
+  const uint32_t half = n_rot_ / 2;
+  first_block_ = FloorDiv(pos_begin, kBlockTokens);
+  if (n_tokens == 0 || half == 0) return;
+  const float theta_scale = std::pow(params.freq_base, -2.0f / static_cast<float>(n_rot_));
+  const int64_t last_block = FloorDiv(int64_t{pos_begin} + n_tokens - 1, kBlockTokens);
+  for (int64_t b = first_block_; b <= last_block; ++b) {
+    blocks_.push_back(BlockCache().Get(params, half, theta_scale, b));
   }
 }
 
@@ -104,15 +177,20 @@ inline void RotateNeox(float* x, const float* c, const float* s, uint32_t half, 
 
 }  // namespace
 
-void RopeTable::Rotate(float* rows, uint32_t n_heads, bool inverse) const {
+void RopeTable::RotateTokens(float* rows, uint32_t first, uint32_t count, uint32_t n_heads, bool inverse) const {
   const uint32_t half = n_rot_ / 2;
+  if (half == 0) return;
   const float sign = inverse ? -1.0f : 1.0f;
   const bool normal = params_.type == RopeType::kNormal;
-  for (uint32_t t = 0; t < n_tokens_; ++t) {
-    const float* c = &cos_[size_t{t} * half];
-    const float* s = &sin_[size_t{t} * half];
+  for (uint32_t t = first; t < first + count; ++t) {
+    const int64_t pos = int64_t{pos_begin_} + t;
+    const int64_t block = FloorDiv(pos, kBlockTokens);
+    const Block& b = *blocks_[static_cast<size_t>(block - first_block_)];
+    const size_t at = static_cast<size_t>(pos - block * kBlockTokens) * half;
+    const float* c = &b.cos[at];
+    const float* s = &b.sin[at];
     for (uint32_t h = 0; h < n_heads; ++h) {
-      float* x = rows + (size_t{t} * n_heads + h) * head_dim_;
+      float* x = rows + (size_t{t - first} * n_heads + h) * head_dim_;
       if (normal) {
         RotateNormal(x, c, s, half, sign);
       } else {

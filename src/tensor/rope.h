@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace kvc {
@@ -25,21 +26,35 @@ struct RopeParams {
 void RotateRows(const RopeParams& params, float* rows, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim,
                 int32_t pos_begin, bool inverse);
 
-// Cos/sin of every (position, pair) of a token range, computed once and applied to any number
-// of layers and heads: decoders rotate every layer's keys at the same positions.
+// Cos/sin of every (position, pair) of a token range, applied to any number of layers and
+// heads: decoders rotate every layer's keys at the same positions. The values are those of
+// RotateRows; they depend only on the absolute position, so they are computed in aligned
+// blocks of kBlockTokens positions kept in a small process-wide cache (every chunk of a
+// long prefix and every repeat of one reuses them instead of calling sin/cos again).
 class RopeTable {
  public:
+  static constexpr uint32_t kBlockTokens = 256;
+
   RopeTable(const RopeParams& params, uint32_t head_dim, int32_t pos_begin, uint32_t n_tokens);
   // Same contract as RotateRows for the table's positions.
-  void Rotate(float* rows, uint32_t n_heads, bool inverse) const;
+  void Rotate(float* rows, uint32_t n_heads, bool inverse) const { RotateTokens(rows, 0, n_tokens_, n_heads, inverse); }
+  // Rotates tokens [first, first + count) of the table's range; `rows` points at token `first`.
+  void RotateTokens(float* rows, uint32_t first, uint32_t count, uint32_t n_heads, bool inverse) const;
+
+  // One block's angles: cos and sin of kBlockTokens positions, [token][pair] each.
+  struct Block {
+    std::vector<float> cos;
+    std::vector<float> sin;
+  };
 
  private:
   RopeParams params_;
   uint32_t head_dim_;
   uint32_t n_rot_;
   uint32_t n_tokens_;
-  std::vector<float> cos_;  // [token][pair]
-  std::vector<float> sin_;
+  int32_t pos_begin_;
+  int64_t first_block_;  // floor(pos_begin / kBlockTokens)
+  std::vector<std::shared_ptr<const Block>> blocks_;
 };
 
 }  // namespace kvc

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -94,6 +95,39 @@ TEST(RopeTable, MatchesRotateRows) {
     RotateRows(p, a.data(), tokens, heads, dim, 300, true);
     RopeTable(p, dim, 300, tokens).Rotate(b.data(), heads, true);
     EXPECT_EQ(a, b);
+  }
+}
+
+// The table's angles come from a cache of aligned position blocks: ranges that start mid-block,
+// span several blocks, start below 0, or rotate only some channels, and any sub-range rotated
+// with RotateTokens, must match RotateRows bit for bit.
+TEST(RopeTable, CachedBlocksMatchRotateRowsEverywhere) {
+  const uint32_t heads = 3, dim = 32;
+  for (RopeType type : {RopeType::kNormal, RopeType::kNeox}) {
+    for (uint32_t n_rot : {0u, 16u}) {
+      for (float freq_scale : {1.0f, 0.25f}) {
+        RopeParams p;
+        p.type = type;
+        p.n_rot = n_rot;
+        p.freq_scale = freq_scale;
+        for (auto [pos, tokens] : {std::pair{0, 256u}, std::pair{200, 600u}, std::pair{-300, 400u},
+                                   std::pair{123457, 3u}, std::pair{255, 2u}}) {
+          std::vector<float> a(size_t{tokens} * heads * dim);
+          for (size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.37f * static_cast<float>(i));
+          auto b = a, c = a;
+          RotateRows(p, a.data(), tokens, heads, dim, pos, false);
+          const RopeTable table(p, dim, pos, tokens);
+          table.Rotate(b.data(), heads, false);
+          EXPECT_EQ(a, b) << pos << " " << tokens;
+          // In uneven pieces, as a decoder rotating a few tokens at a time would.
+          for (uint32_t t = 0; t < tokens; t += 37) {
+            const uint32_t count = std::min(37u, tokens - t);
+            table.RotateTokens(c.data() + size_t{t} * heads * dim, t, count, heads, false);
+          }
+          EXPECT_EQ(a, c) << pos << " " << tokens;
+        }
+      }
+    }
   }
 }
 

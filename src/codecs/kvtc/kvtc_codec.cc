@@ -448,9 +448,23 @@ Status KvtcCodec::DecodeInto(const KvcFile& file, const CodecContext& context, c
   const RopeTable rope(cal.rope, shape.head_dim, h.pos_begin + static_cast<int32_t>(ex.prefix), n);
   // RoPE back on, the fp16 range, and out: rows holds one kind and layer of middle tokens.
   auto finish_layer = [&](KvKind kind, uint32_t l, float* layer) {
-    if (kind == KvKind::kKey && cal.keys_rope_undone) rope.Rotate(layer, shape.n_kv_heads, false);
-    ClampToFp16Range(layer, row * n);
-    out.WriteRowsF32(kind, l, ex.prefix, n, layer);
+    const bool rotate = kind == KvKind::kKey && cal.keys_rope_undone;
+    if (out.dtype() != DType::kF16) {
+      if (rotate) rope.Rotate(layer, shape.n_kv_heads, false);
+      ClampToFp16Range(layer, row * n);
+      out.WriteRowsF32(kind, l, ex.prefix, n, layer);
+      return;
+    }
+    // An fp16 cache (the usual one) takes a few tokens at a time: rotated, clamped and stored
+    // while they are still in L1, with the same bits as the passes above.
+    auto* const dst = reinterpret_cast<uint16_t*>(out.RowBytes(kind, l, ex.prefix, n).data());
+    const uint32_t block = static_cast<uint32_t>(std::max<size_t>(1, 4096 / row));
+    for (uint32_t t = 0; t < n; t += block) {
+      const uint32_t count = std::min(block, n - t);
+      float* const rows = layer + size_t{t} * row;
+      if (rotate) rope.RotateTokens(rows, t, count, shape.n_kv_heads, false);
+      Fp32ToFp16Clamped(rows, dst + size_t{t} * row, size_t{count} * row);
+    }
   };
 
   if (cal.grouping != KvtcGrouping::kAll) {
