@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+
+#include <malloc.h>
 #include <nlohmann/json.hpp>
 
 #include "base/clock.h"
@@ -186,6 +188,9 @@ Result<std::string> RunTtftBenchJson(const TtftBenchOptions& o) {
           fo.initial_gbps = gbps;
           fo.kv_shape = kv.shape();
           fo.pool = &pool;
+          // Freed heap memory goes back to the system first, so what the run allocates shows as
+          // growth rather than hiding in pages an earlier step left resident.
+          malloc_trim(0);
           ResetPeakRss();
           const uint64_t rss_before = RssBytes();
           const auto t0 = SteadyClock::now();
