@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Plots `kvcodec bench ttft --prefix-tokens ... --json` output (scripts/bench_scale.sh): TTFT, the
 reuse part of it per prefix token, and the peak memory growth per prefix token, against the
-prefix length, per codec and link rate; prints the markdown table docs/results.md shows.
+prefix length, per codec and link rate (scripts/render_results.py renders the table).
 Usage: plot_ttft_scale.py REPORT.json OUT_DIR"""
 
 import json
@@ -39,15 +39,3 @@ model = os.path.basename(report["model"]).removesuffix(".gguf")
 fig.suptitle(f"kvcodec bench ttft on {model}: reuse against prefix length ({report['fetch_threads']} fetch workers)")
 fig.tight_layout()
 fig.savefig(os.path.join(out_dir, "ttft_scale.png"), dpi=110)
-
-kv_per_token = report["prefixes"][0]["kv_fp16_bytes"] / report["prefixes"][0]["prefix_tokens"]
-print("| codec | Gbps | prefix tokens | TTFT s | x bound | x pipeline bound | fetch | restore | prefill | "
-      "reuse us/token | peak growth B/token | growth / fp16 KV |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-for codec, gbps in series:
-    for r in sorted((r for r in rows if r["codec"] == codec and r["link_gbps"] == gbps),
-                    key=lambda r: r["prefix_tokens"]):
-        print(f"| {codec} | {gbps:g} | {r['prefix_tokens']} | {r['ttft_s']:.3f} | {r['ttft_over_bound']:.2f} | "
-              f"{r['ttft_over_pipeline_bound']:.2f} | {r['fetch_s']:.3f} | {r['restore_s']:.3f} | "
-              f"{r['prefill_s']:.3f} | {r['reuse_per_prefix_token_us']:.2f} | "
-              f"{r['peak_rss_growth_per_prefix_token']:.0f} | {r['peak_rss_growth_per_prefix_token'] / kv_per_token:.2f} |")

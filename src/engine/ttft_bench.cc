@@ -52,20 +52,13 @@ constexpr uint32_t kProjectedSuffixTokens = 256;
 
 namespace {
 
-// Peak resident memory since the last ResetPeakRss, from /proc (0 where unreadable).
-uint64_t PeakRssBytes() {
+// A memory figure of this process from /proc/self/status ("VmHWM:", the peak since the last
+// ResetPeakRss, or "VmRSS:"), in bytes; 0 where unreadable.
+uint64_t ProcStatusBytes(const std::string& field) {
   std::ifstream status("/proc/self/status");
   std::string line;
   while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
-  }
-  return 0;
-}
-uint64_t RssBytes() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
+    if (line.rfind(field, 0) == 0) return std::strtoull(line.c_str() + field.size(), nullptr, 10) * 1024;
   }
   return 0;
 }
@@ -192,7 +185,7 @@ Result<std::string> RunTtftBenchJson(const TtftBenchOptions& o) {
           // growth rather than hiding in pages an earlier step left resident.
           malloc_trim(0);
           ResetPeakRss();
-          const uint64_t rss_before = RssBytes();
+          const uint64_t rss_before = ProcStatusBytes("VmRSS:");
           const auto t0 = SteadyClock::now();
           ASSIGN_OR_RETURN(const PrefixRestore p, RestoreStoredPrefix(*store, *session, fp, keys, o.chunk_tokens,
                                                                       context, link, fo));
@@ -201,7 +194,7 @@ Result<std::string> RunTtftBenchJson(const TtftBenchOptions& o) {
           RETURN_IF_ERROR(session->Eval(std::span(tokens).subspan(reused), false));
           const double prefill_s = SecondsSince(t_prefill);
           ttft.push_back(SecondsSince(t0));
-          const uint64_t peak = PeakRssBytes();
+          const uint64_t peak = ProcStatusBytes("VmHWM:");
           peak_rss = std::max(peak_rss, peak);
           peak_growth.push_back(static_cast<double>(peak > rss_before ? peak - rss_before : 0));
           lookup.push_back(p.lookup_s);
