@@ -209,7 +209,9 @@ if ttft:
           "*bound* = stored bytes / link rate + one chunk's decode + suffix prefill, measured in the same run "
           "(it assumes every decode but the last hides under the transfer); *pipeline bound* = max(stored bytes / "
           "link rate, all chunks' decode / pool workers) + one chunk's decode + suffix prefill (what this "
-          "machine's cores allow too).\n")
+          "machine's cores allow too; decode times are each chunk's wall time, so where one chunk's decode "
+          "itself runs on several threads, as video's FFV1 slices do, it overstates the decode and the ratio "
+          "can fall below 1).\n")
     print("![measured TTFT](img/ttft_measured.png)\n")
     print("| link Gbps | " + " | ".join(f"{c} TTFT s (x bound, x pipeline bound)" for c in codecs) + " |")
     print("|---:|" + "---:|" * len(codecs))
