@@ -140,10 +140,10 @@ Result<KvCache> ParseLlamaSeqState(std::span<const uint8_t> blob, uint32_t n_kv_
 
 namespace {
 
-// Appends V's rows ([token][channel], `elem`-byte elements) transposed to [channel][token], as
-// llama.cpp stores V without flash attention. Tiled, so both sides stay in cache.
+// Writes V's rows ([token][channel]) transposed to [channel][token] at `out`, as llama.cpp
+// stores V without flash attention. Tiled, so both sides stay in cache.
 template <typename Elem>
-void AppendTransposed(std::span<const uint8_t> rows, uint32_t n_tokens, size_t channels, uint8_t* out) {
+void WriteTransposed(std::span<const uint8_t> rows, uint32_t n_tokens, size_t channels, uint8_t* out) {
   constexpr uint32_t kTile = 32;
   for (uint32_t t0 = 0; t0 < n_tokens; t0 += kTile) {
     const uint32_t t1 = std::min(n_tokens, t0 + kTile);
@@ -171,54 +171,49 @@ Result<std::vector<uint8_t>> BuildLlamaSeqState(const KvView& kv, const LlamaSta
   w.U32(kLlamaStateMagic);
   w.I32(layout.seq_id);
   w.U32(layout.n_stream);
-  std::vector<uint8_t> blob;
-  for (uint32_t st = 0; st < layout.n_stream; ++st) {
-    if (st != layout.stream) {
-      w.U32(0);
-      continue;
-    }
-    w.U32(s.n_tokens);
-    for (uint32_t i = 0; i < s.n_tokens; ++i) {
-      w.I32(kv.pos_begin() + static_cast<int32_t>(i));
-      w.U32(1);
-      w.I32(layout.seq_id);
-    }
-    w.U32(layout.v_trans ? 1 : 0);
-    w.U32(s.n_layers);
-    // The tensors are most of the blob: sized once and copied in place, not grown piece by piece.
-    blob = w.Take();
-    const size_t layer_header = 4 + (layout.v_trans ? 4 + 4 : 8);
-    size_t at = blob.size();
-    blob.resize(at + size_t{2} * s.n_layers * (layer_header + layer_bytes) +
-                size_t{4} * (layout.n_stream - 1 - st));
-    auto put = [&](auto value) {  // little-endian, as ByteWriter writes the rest
-      const auto bits = static_cast<std::make_unsigned_t<decltype(value)>>(value);
-      for (size_t i = 0; i < sizeof bits; ++i) blob[at++] = static_cast<uint8_t>(bits >> (8 * i));
-    };
-    const int32_t type = GgmlFromDType(kv.dtype());
-    for (KvKind kind : kKvKinds) {
-      for (uint32_t l = 0; l < s.n_layers; ++l) {
-        put(type);
-        const auto rows = kv.RowBytes(kind, l, 0, s.n_tokens);
-        if (kind == KvKind::kValue && layout.v_trans) {
-          put(static_cast<uint32_t>(elem));
-          put(static_cast<uint32_t>(row_elems));
-          if (elem == 2) {
-            AppendTransposed<uint16_t>(rows, s.n_tokens, row_elems, blob.data() + at);
-          } else {
-            AppendTransposed<uint32_t>(rows, s.n_tokens, row_elems, blob.data() + at);
-          }
-        } else {
-          put(static_cast<uint64_t>(row_elems * elem));
-          std::memcpy(blob.data() + at, rows.data(), rows.size());
-        }
-        at += layer_bytes;
-      }
-    }
-    for (uint32_t rest = st + 1; rest < layout.n_stream; ++rest) put(uint32_t{0});
-    return blob;
+  for (uint32_t st = 0; st < layout.stream; ++st) w.U32(0);  // empty streams before ours
+  w.U32(s.n_tokens);
+  for (uint32_t i = 0; i < s.n_tokens; ++i) {
+    w.I32(kv.pos_begin() + static_cast<int32_t>(i));
+    w.U32(1);
+    w.I32(layout.seq_id);
   }
-  return w.Take();
+  w.U32(layout.v_trans ? 1 : 0);
+  w.U32(s.n_layers);
+  // The tensors are most of the blob: sized once and copied in place, not grown piece by piece.
+  // Each layer's header is 12 bytes either way: i32 type, then u64 row bytes, or for transposed V
+  // u32 element bytes and u32 values per row.
+  constexpr size_t kLayerHeader = 12;
+  std::vector<uint8_t> blob = w.Take();
+  size_t at = blob.size();
+  const uint32_t streams_after = layout.n_stream - 1 - layout.stream;
+  blob.resize(at + size_t{2} * s.n_layers * (kLayerHeader + layer_bytes) + size_t{4} * streams_after);
+  auto put = [&](auto value) {  // little-endian, as ByteWriter writes the rest
+    const auto bits = static_cast<std::make_unsigned_t<decltype(value)>>(value);
+    for (size_t i = 0; i < sizeof bits; ++i) blob[at++] = static_cast<uint8_t>(bits >> (8 * i));
+  };
+  const int32_t type = GgmlFromDType(kv.dtype());
+  for (KvKind kind : kKvKinds) {
+    for (uint32_t l = 0; l < s.n_layers; ++l) {
+      put(type);
+      const auto rows = kv.RowBytes(kind, l, 0, s.n_tokens);
+      if (kind == KvKind::kValue && layout.v_trans) {
+        put(static_cast<uint32_t>(elem));
+        put(static_cast<uint32_t>(row_elems));
+        if (elem == 2) {
+          WriteTransposed<uint16_t>(rows, s.n_tokens, row_elems, blob.data() + at);
+        } else {
+          WriteTransposed<uint32_t>(rows, s.n_tokens, row_elems, blob.data() + at);
+        }
+      } else {
+        put(static_cast<uint64_t>(row_elems * elem));
+        std::memcpy(blob.data() + at, rows.data(), rows.size());
+      }
+      at += layer_bytes;
+    }
+  }
+  for (uint32_t st = 0; st < streams_after; ++st) put(uint32_t{0});  // and after it
+  return blob;
 }
 
 }  // namespace kvc

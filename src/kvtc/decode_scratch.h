@@ -41,37 +41,26 @@ void TrimScratch(std::vector<T>& v) {
   if (v.capacity() * sizeof(T) > kMaxKeptBytes) std::vector<T>().swap(v);
 }
 
-// Trims a decode task's buffers (rows, coeffs) when it goes out of scope, on every return path.
-class TaskScratchTrim {
+// Trims a thread's buffers when it goes out of scope, on every return path: a decode task's
+// (rows, coeffs), and with `chunk_buffers` the calling thread's too (codes, scales), which it
+// holds for the tasks: constructed before any task starts, it trims after every task is done.
+class ScratchTrim {
  public:
-  explicit TaskScratchTrim(KvtcDecodeScratch& s) : s_(s) {}
-  ~TaskScratchTrim() {
+  ScratchTrim(KvtcDecodeScratch& s, bool chunk_buffers) : s_(s), chunk_buffers_(chunk_buffers) {}
+  ~ScratchTrim() {
     TrimScratch(s_.rows);
     TrimScratch(s_.coeffs);
+    if (chunk_buffers_) {
+      TrimScratch(s_.codes);
+      TrimScratch(s_.scales);
+    }
   }
-  TaskScratchTrim(const TaskScratchTrim&) = delete;
-  TaskScratchTrim& operator=(const TaskScratchTrim&) = delete;
+  ScratchTrim(const ScratchTrim&) = delete;
+  ScratchTrim& operator=(const ScratchTrim&) = delete;
 
  private:
   KvtcDecodeScratch& s_;
-};
-
-// The same for the calling thread, which also holds the chunk's codes and scales: constructed
-// before any task starts, so it trims after every task has finished with them.
-class CallerScratchTrim {
- public:
-  explicit CallerScratchTrim(KvtcDecodeScratch& s) : s_(s) {}
-  ~CallerScratchTrim() {
-    TrimScratch(s_.codes);
-    TrimScratch(s_.scales);
-    TrimScratch(s_.rows);
-    TrimScratch(s_.coeffs);
-  }
-  CallerScratchTrim(const CallerScratchTrim&) = delete;
-  CallerScratchTrim& operator=(const CallerScratchTrim&) = delete;
-
- private:
-  KvtcDecodeScratch& s_;
+  bool chunk_buffers_;
 };
 
 }  // namespace kvc

@@ -35,7 +35,7 @@ class CpuBackend final : public VideoDecoderBackend {
 // threads run them side by side (a stream of 4 slices a frame keeps up to 4 busy). H.264 and
 // HEVC get none: their streams have one slice a frame, and frame threads measured no faster on
 // KV pictures (8-16 block rows high, so a frame waits for nearly all of the frame it predicts
-// from) while spending up to 40% more CPU (docs/results.md, "video: coder settings").
+// from) while spending up to 40% more CPU (docs/results-video-settings.md).
 void SetThreads(AVCodecContext* ctx, VideoCoder coder, uint32_t threads) {
   constexpr uint32_t kMaxThreads = 16;  // libavcodec's own bound on automatic threads
   if (coder == VideoCoder::kFfv1 && threads > 1) {

@@ -405,7 +405,7 @@ Status KvtcCodec::DecodeInto(const KvcFile& file, const CodecContext& context, c
 
   // The calling thread's scratch holds the chunk's codes and scales; decode tasks only read them.
   KvtcDecodeScratch& mine = ThreadDecodeScratch();
-  const CallerScratchTrim trim_mine(mine);
+  const ScratchTrim trim_mine(mine, /*chunk_buffers=*/true);
   std::vector<uint8_t> scale_bytes(total_scales * 2);
   RETURN_IF_ERROR(DecodeBlockInto(file.sections[1].bytes, scale_bytes).WithContext("kvtc scales"));
   const std::span<uint16_t> scales(ScratchData(mine.scales, total_scales), total_scales);
@@ -476,7 +476,7 @@ Status KvtcCodec::DecodeInto(const KvcFile& file, const CodecContext& context, c
       const KvKind kind = j < shape.n_layers ? KvKind::kKey : KvKind::kValue;
       const uint32_t l = static_cast<uint32_t>(j % shape.n_layers);
       KvtcDecodeScratch& scratch = ThreadDecodeScratch();
-      const TaskScratchTrim trim(scratch);
+      const ScratchTrim trim(scratch, /*chunk_buffers=*/false);
       // Uninitialised: the layer's bases tile its rows, and each writes every value of its slice.
       float* const layer = ScratchData(scratch.rows, row * n);
       for (uint32_t b = l * bases_per_layer; b < (l + 1) * bases_per_layer; ++b) {
@@ -504,7 +504,7 @@ Status KvtcCodec::DecodeInto(const KvcFile& file, const CodecContext& context, c
     ParallelForOrSerial(context.pool, plans.size(), [&](size_t i) {
       std::vector<float> x(size_t{n} * cal.bases[i].dim);
       KvtcDecodeScratch& scratch = ThreadDecodeScratch();
-      const TaskScratchTrim trim(scratch);
+      const ScratchTrim trim(scratch, /*chunk_buffers=*/false);
       statuses[i] = decode_basis(i, x.data(), cal.bases[i].dim, scratch);
       if (!statuses[i].ok()) return;
       ScatterBasis(cal, static_cast<uint32_t>(i % n_bases), x.data(), n, &rows[i < n_bases ? 0 : 1]);

@@ -31,7 +31,7 @@ constexpr uint32_t kDefaultGroup = VideoCodec::kDefaultGroup;
 // FFV1's entropy coder by level. Golomb-Rice decodes faster than the range coder for 1-2.5%
 // of the ratio at 8 and 6 bits; at 4 bits, where most residuals are 0 or +-1 and a Golomb-Rice
 // code spends at least a bit on each (the range coder less), it costs 5-8%, so 4 bits keeps
-// the range coder (docs/results.md, "video: coder settings").
+// the range coder (docs/results-video-settings.md).
 Ffv1Coder DefaultFfv1Coder(uint32_t level_id) {
   return kLevelBits[level_id] <= 4 ? Ffv1Coder::kRangeTable : Ffv1Coder::kGolomb;
 }
