@@ -9,6 +9,8 @@
 #include <cmath>
 #include <mutex>
 
+#include "kvtc/reconstruct_rows.h"
+
 namespace kvc {
 namespace {
 
@@ -23,8 +25,8 @@ void UseSingleThreadedBlas() {
 // block stays around 2 MiB at any dim.
 size_t BlockRows(uint32_t dim) { return std::clamp<size_t>((size_t{1} << 18) / std::max<uint32_t>(dim, 1), 64, 1024); }
 
-// Rows per sgemm in Project/Reconstruct: bounds the centred scratch copy and keeps the row
-// count inside BLAS's int.
+// Rows per sgemm in the projections: bounds the centred scratch copy and keeps the row count
+// inside BLAS's int.
 constexpr size_t kGemmRows = 1024;
 
 bool AllFinite(const std::vector<double>& v) {
@@ -173,10 +175,6 @@ void CentreRows(const PcaBasis& basis, const float* x, size_t x_stride, size_t r
   }
 }
 
-void FillWithMean(const PcaBasis& basis, size_t n, float* x, size_t x_stride) {
-  for (size_t r = 0; r < n; ++r) std::copy(basis.mean.begin(), basis.mean.end(), x + r * x_stride);
-}
-
 // Centres the rows of x kGemmRows at a time and hands each block to product(r0, rows, centred).
 // Centring before the product (rather than subtracting mean . component afterwards) avoids
 // fp32 cancellation on channels whose mean dwarfs their spread.
@@ -194,18 +192,6 @@ void ProjectInBlocks(const PcaBasis& basis, const float* x, size_t x_stride, siz
   }
 }
 
-// Fills the rows of x with the mean, then hands blocks of kGemmRows rows to add(r0, rows), which
-// adds the coefficients' part.
-template <typename Add>
-void ReconstructInBlocks(const PcaBasis& basis, size_t n, uint32_t n_keep, float* x, size_t x_stride, Add&& add) {
-  assert(n_keep <= basis.n_components && x_stride >= basis.dim && n <= size_t{INT_MAX});
-  if (n == 0) return;
-  FillWithMean(basis, n, x, x_stride);
-  if (n_keep == 0 || basis.dim == 0) return;
-  UseSingleThreadedBlas();
-  for (size_t r0 = 0; r0 < n; r0 += kGemmRows) add(r0, std::min(kGemmRows, n - r0));
-}
-
 }  // namespace
 
 void Project(const PcaBasis& basis, const float* x, size_t n, uint32_t n_keep, float* coeffs) {
@@ -221,12 +207,9 @@ void Reconstruct(const PcaBasis& basis, const float* coeffs, size_t n, uint32_t 
 }
 
 void Reconstruct(const PcaBasis& basis, const float* coeffs, size_t n, uint32_t n_keep, float* x, size_t x_stride) {
-  const int dim = static_cast<int>(basis.dim);
-  ReconstructInBlocks(basis, n, n_keep, x, x_stride, [&](size_t r0, size_t rows) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), dim, static_cast<int>(n_keep), 1.0f,
-                coeffs + r0 * n_keep, static_cast<int>(n_keep), basis.components.data(), dim, 1.0f, x + r0 * x_stride,
-                static_cast<int>(x_stride));
-  });
+  assert(n_keep <= basis.n_components && x_stride >= basis.dim);
+  ReconstructRows(basis.mean.data(), basis.components.data(), basis.dim, coeffs,
+                  {.token_stride = n_keep, .component_stride = 1}, n, n_keep, x, x_stride);
 }
 
 void ProjectByComponent(const PcaBasis& basis, const float* x, size_t x_stride, size_t n, uint32_t n_keep,
@@ -241,13 +224,9 @@ void ProjectByComponent(const PcaBasis& basis, const float* x, size_t x_stride, 
 
 void ReconstructByComponent(const PcaBasis& basis, const float* coeffs, size_t n, uint32_t n_keep, float* x,
                             size_t x_stride) {
-  const int dim = static_cast<int>(basis.dim);
-  ReconstructInBlocks(basis, n, n_keep, x, x_stride, [&](size_t r0, size_t rows) {
-    // x[r0 .. r0 + rows) += coeffs[:, r0 .. r0 + rows)^T . components
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(rows), dim, static_cast<int>(n_keep), 1.0f,
-                coeffs + r0, static_cast<int>(n), basis.components.data(), dim, 1.0f, x + r0 * x_stride,
-                static_cast<int>(x_stride));
-  });
+  assert(n_keep <= basis.n_components && x_stride >= basis.dim);
+  ReconstructRows(basis.mean.data(), basis.components.data(), basis.dim, coeffs,
+                  {.token_stride = 1, .component_stride = n}, n, n_keep, x, x_stride);
 }
 
 }  // namespace kvc

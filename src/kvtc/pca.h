@@ -61,7 +61,8 @@ class CovarianceAccumulator {
 // Thread-safe (no shared state besides the read-only basis).
 void Project(const PcaBasis& basis, const float* x, size_t n, uint32_t n_keep, float* coeffs);
 
-// x[t][d] = mean[d] + sum_{c < n_keep} coeffs[t][c] * components[c][d], as an sgemm.
+// x[t][d] = mean[d] + sum_{c < n_keep} coeffs[t][c] * components[c][d], by ReconstructRows
+// (kvtc/reconstruct_rows.h: the same bits on any x86-64 CPU, at any row count and stride).
 // coeffs: [n][n_keep], x: [n][basis.dim]. n_keep may be 0 (every row becomes the mean).
 // Requires n_keep <= basis.n_components. Thread-safe.
 void Reconstruct(const PcaBasis& basis, const float* coeffs, size_t n, uint32_t n_keep, float* x);

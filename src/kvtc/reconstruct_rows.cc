@@ -1,0 +1,161 @@
+#include "kvtc/reconstruct_rows.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace kvc {
+namespace {
+
+// Columns [d_begin, dim) of rows [0, n), one fused multiply-add at a time.
+void PortableBlock(const float* mean, const float* components, size_t dim, const float* coeffs, CoeffLayout layout,
+                   size_t n, size_t d_begin, uint32_t n_keep, float* x, size_t x_stride) {
+  for (size_t t = 0; t < n; ++t) {
+    const float* const c = coeffs + t * layout.token_stride;
+    float* const row = x + t * x_stride;
+    for (size_t d = d_begin; d < dim; ++d) {
+      float acc = mean[d];
+      for (uint32_t k = 0; k < n_keep; ++k) acc = std::fma(c[k * layout.component_stride], components[k * dim + d], acc);
+      row[d] = acc;
+    }
+  }
+}
+
+#if defined(__x86_64__)
+bool HasAvx2Fma() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+}
+
+// The components' columns in strips of 16 (then one of 8 where dim % 16 >= 8), each strip
+// [n_keep][width] contiguous, and one row band's coefficients [n_keep][rows] contiguous: the
+// tile below then reads both operands sequentially. Unpacked, the k-th row segments lie
+// dim * 4 bytes apart (512 B at dim 128, 1 KiB for a 256-token band of coefficients), which
+// maps them onto a few L1 sets and evicts them before their reuse.
+size_t PackStrips(const float* components, size_t dim, uint32_t n_keep, float* packed) {
+  float* out = packed;
+  size_t d = 0;
+  for (; d + 16 <= dim; d += 16) {
+    for (uint32_t k = 0; k < n_keep; ++k, out += 16) std::copy_n(components + k * dim + d, 16, out);
+  }
+  if (d + 8 <= dim) {
+    for (uint32_t k = 0; k < n_keep; ++k, out += 8) std::copy_n(components + k * dim + d, 8, out);
+    d += 8;
+  }
+  return d;  // the columns from here on are left to the portable loop
+}
+
+void PackBand(const float* coeffs, CoeffLayout layout, size_t rows, uint32_t n_keep, float* packed) {
+  for (uint32_t k = 0; k < n_keep; ++k) {
+    const float* const c = coeffs + k * layout.component_stride;
+    for (size_t r = 0; r < rows; ++r) *packed++ = c[r * layout.token_stride];
+  }
+}
+
+// A kRows x (8 * kVecs) tile of x held in registers through every component: per component,
+// kVecs loads of the strip and kRows broadcasts of the band. mean and x point at the tile's
+// first column.
+template <int kRows, int kVecs>
+__attribute__((target("avx2,fma"), always_inline)) inline void Tile(const float* mean, const float* strip,
+                                                                    const float* band, uint32_t n_keep, float* x,
+                                                                    size_t x_stride) {
+  __m256 acc[kRows][kVecs];
+  // Unrolled fully (the pragmas): left as loops at -O2, the accumulators live in memory.
+#pragma GCC unroll 2
+  for (int v = 0; v < kVecs; ++v) {
+    const __m256 m = _mm256_loadu_ps(mean + 8 * v);
+#pragma GCC unroll 6
+    for (int r = 0; r < kRows; ++r) acc[r][v] = m;
+  }
+  for (uint32_t k = 0; k < n_keep; ++k, strip += 8 * kVecs, band += kRows) {
+    __m256 b[kVecs];
+#pragma GCC unroll 2
+    for (int v = 0; v < kVecs; ++v) b[v] = _mm256_loadu_ps(strip + 8 * v);
+#pragma GCC unroll 6
+    for (int r = 0; r < kRows; ++r) {
+      const __m256 a = _mm256_broadcast_ss(band + r);
+#pragma GCC unroll 2
+      for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm256_fmadd_ps(a, b[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 2
+    for (int v = 0; v < kVecs; ++v) _mm256_storeu_ps(x + r * x_stride + 8 * v, acc[r][v]);
+  }
+}
+
+// The vector columns [0, vector_columns) of one band of kRows rows.
+template <int kRows>
+__attribute__((target("avx2,fma"))) void RowBand(const float* mean, const float* strips, size_t vector_columns,
+                                                 const float* band, uint32_t n_keep, float* x, size_t x_stride) {
+  size_t d = 0;
+  for (; d + 16 <= vector_columns; d += 16, strips += size_t{16} * n_keep) {
+    Tile<kRows, 2>(mean + d, strips, band, n_keep, x + d, x_stride);
+  }
+  if (d < vector_columns) Tile<kRows, 1>(mean + d, strips, band, n_keep, x + d, x_stride);
+}
+
+struct PackScratch {
+  std::vector<float> strips, band;
+};
+
+__attribute__((target("avx2,fma"))) void Avx2(const float* mean, const float* components, size_t dim,
+                                              const float* coeffs, CoeffLayout layout, size_t n, uint32_t n_keep,
+                                              float* x, size_t x_stride) {
+  // Reused per thread: a basis's strips are up to dim * n_keep floats (256 KiB at dim 256), which
+  // allocated per call would come from mmap and fault in again every time.
+  thread_local PackScratch scratch;
+  constexpr size_t kBand = 6;  // 6 rows x 2 vectors: 12 accumulators, 2 strip and 1 broadcast registers
+  if (scratch.strips.size() < dim * n_keep) scratch.strips.resize(dim * n_keep);
+  if (scratch.band.size() < kBand * n_keep) scratch.band.resize(kBand * n_keep);
+  const size_t vector_columns = PackStrips(components, dim, n_keep, scratch.strips.data());
+  for (size_t t = 0; t < n; t += kBand) {
+    const size_t rows = std::min(kBand, n - t);
+    const float* const c = coeffs + t * layout.token_stride;
+    float* const x_rows = x + t * x_stride;
+    PackBand(c, layout, rows, n_keep, scratch.band.data());
+    const float* const strips = scratch.strips.data();
+    const float* const band = scratch.band.data();
+    switch (rows) {
+      case 6: RowBand<6>(mean, strips, vector_columns, band, n_keep, x_rows, x_stride); break;
+      case 5: RowBand<5>(mean, strips, vector_columns, band, n_keep, x_rows, x_stride); break;
+      case 4: RowBand<4>(mean, strips, vector_columns, band, n_keep, x_rows, x_stride); break;
+      case 3: RowBand<3>(mean, strips, vector_columns, band, n_keep, x_rows, x_stride); break;
+      case 2: RowBand<2>(mean, strips, vector_columns, band, n_keep, x_rows, x_stride); break;
+      default: RowBand<1>(mean, strips, vector_columns, band, n_keep, x_rows, x_stride); break;
+    }
+    if (vector_columns < dim) {
+      PortableBlock(mean, components, dim, c, layout, rows, vector_columns, n_keep, x_rows, x_stride);
+    }
+  }
+}
+#endif
+
+}  // namespace
+
+void ReconstructRowsPortable(const float* mean, const float* components, size_t dim, const float* coeffs,
+                             CoeffLayout layout, size_t n, uint32_t n_keep, float* x, size_t x_stride) {
+  PortableBlock(mean, components, dim, coeffs, layout, n, 0, n_keep, x, x_stride);
+}
+
+void ReconstructRows(const float* mean, const float* components, size_t dim, const float* coeffs, CoeffLayout layout,
+                     size_t n, uint32_t n_keep, float* x, size_t x_stride) {
+  if (n_keep == 0) {  // coeffs may be null: no offset is taken from it
+    for (size_t t = 0; t < n; ++t) std::copy_n(mean, dim, x + t * x_stride);
+    return;
+  }
+#if defined(__x86_64__)
+  if (HasAvx2Fma()) {
+    Avx2(mean, components, dim, coeffs, layout, n, n_keep, x, x_stride);
+    return;
+  }
+#endif
+  ReconstructRowsPortable(mean, components, dim, coeffs, layout, n, n_keep, x, x_stride);
+}
+
+}  // namespace kvc

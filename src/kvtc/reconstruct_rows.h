@@ -1,0 +1,35 @@
+// The decoder's inner product: rows rebuilt from a PCA basis's mean and components and their
+// coefficients, x[t][d] = mean[d] + sum_{c < n_keep} coeff(t, c) * components[c][d].
+//
+// A dedicated kernel rather than sgemm: a 256-token chunk's product is small (a few hundred
+// rows, dim 64-256, tens of components), and a BLAS call spends a large share of it packing
+// both operands; this one reads the components and coefficients where they lie and keeps a
+// 6-row x 16-column tile of x in registers (AVX2 + FMA where the CPU has them).
+//
+// Every element is mean[d] followed by one fused multiply-add per component in increasing c,
+// on every path (vector tiles, edge tiles, the portable loop), so the result is the same bits
+// on any x86-64 CPU and does not depend on the row count, the tile an element falls in or x's
+// stride. Thread-safe (nothing shared but the read-only inputs).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kvc {
+
+// Where coefficient (t, c) lies: coeffs[t * token_stride + c * component_stride].
+struct CoeffLayout {
+  size_t token_stride = 0;
+  size_t component_stride = 0;
+};
+
+// x rows are x_stride floats apart (>= dim); only x[t][0 .. dim) is written. components is
+// [n_keep][dim] row-major. n_keep may be 0 (every row becomes the mean).
+void ReconstructRows(const float* mean, const float* components, size_t dim, const float* coeffs, CoeffLayout layout,
+                     size_t n, uint32_t n_keep, float* x, size_t x_stride);
+
+// The portable loop alone, for tests that compare it with the dispatched kernel.
+void ReconstructRowsPortable(const float* mean, const float* components, size_t dim, const float* coeffs,
+                             CoeffLayout layout, size_t n, uint32_t n_keep, float* x, size_t x_stride);
+
+}  // namespace kvc

@@ -1,0 +1,131 @@
+#include "kvtc/reconstruct_rows.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace kvc {
+namespace {
+
+constexpr float kUntouched = -7.0f;
+
+struct Problem {
+  size_t dim;
+  size_t n;
+  uint32_t n_keep;
+  std::vector<float> mean, components, coeffs;  // coeffs component-major: [n_keep][n]
+
+  Problem(size_t dim_in, size_t n_in, uint32_t keep, uint32_t seed) : dim(dim_in), n(n_in), n_keep(keep) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal;
+    mean.resize(dim);
+    components.resize(keep * dim);
+    coeffs.resize(keep * n);
+    for (float& v : mean) v = 3.0f * normal(rng);
+    for (float& v : components) v = normal(rng) / std::sqrt(static_cast<float>(dim));
+    for (float& v : coeffs) v = 10.0f * normal(rng);
+  }
+  std::vector<float> TokenMajor() const {
+    std::vector<float> out(coeffs.size());
+    for (size_t t = 0; t < n; ++t)
+      for (uint32_t c = 0; c < n_keep; ++c) out[t * n_keep + c] = coeffs[c * n + t];
+    return out;
+  }
+  double Reference(size_t t, size_t d) const {
+    double sum = mean[d];
+    for (uint32_t c = 0; c < n_keep; ++c) sum += double{coeffs[c * n + t]} * components[c * dim + d];
+    return sum;
+  }
+  // Rows `stride` apart, `offset` into each, through the dispatched kernel or the portable loop.
+  std::vector<float> Run(size_t stride, size_t offset, bool portable) const {
+    std::vector<float> x(n * stride, kUntouched);
+    auto* const run = portable ? &ReconstructRowsPortable : &ReconstructRows;
+    run(mean.data(), components.data(), dim, coeffs.data(), {.token_stride = 1, .component_stride = n}, n, n_keep,
+        x.data() + offset, stride);
+    return x;
+  }
+};
+
+// Row counts and widths that reach every tile shape: full 6-row bands and each tail of 1-5 rows;
+// 16-wide, 8-wide and element-wise columns.
+const size_t kDims[] = {1, 7, 8, 16, 24, 64, 100, 128, 136};
+const size_t kRowCounts[] = {1, 2, 3, 4, 5, 6, 7, 11, 13, 256};
+
+TEST(ReconstructRows, MatchesADoublePrecisionReference) {
+  for (const size_t dim : kDims) {
+    for (const size_t n : kRowCounts) {
+      const Problem p(dim, n, 19, static_cast<uint32_t>(dim * 1000 + n));
+      const std::vector<float> x = p.Run(dim, 0, false);
+      for (size_t t = 0; t < n; ++t) {
+        for (size_t d = 0; d < dim; ++d) {
+          const double want = p.Reference(t, d);
+          ASSERT_NEAR(x[t * dim + d], want, 1e-4 * (1 + std::abs(want))) << dim << " " << n << " " << t << "," << d;
+        }
+      }
+    }
+  }
+}
+
+TEST(ReconstructRows, DispatchedKernelAndPortableLoopGiveTheSameBits) {
+  for (const size_t dim : kDims) {
+    for (const size_t n : kRowCounts) {
+      const Problem p(dim, n, 23, static_cast<uint32_t>(dim * 7 + n));
+      const std::vector<float> fast = p.Run(dim, 0, false), portable = p.Run(dim, 0, true);
+      ASSERT_EQ(std::memcmp(fast.data(), portable.data(), fast.size() * sizeof(float)), 0) << dim << " " << n;
+    }
+  }
+}
+
+TEST(ReconstructRows, WritesOnlyItsColumnsOfAWiderRowWithTheSameBits) {
+  const Problem p(40, 29, 12, 5);
+  const std::vector<float> tight = p.Run(40, 0, false);
+  constexpr size_t kStride = 57, kOffset = 9;
+  const std::vector<float> wide = p.Run(kStride, kOffset, false);
+  for (size_t t = 0; t < p.n; ++t) {
+    for (size_t j = 0; j < kStride; ++j) {
+      const float got = wide[t * kStride + j];
+      if (j < kOffset || j >= kOffset + p.dim) {
+        ASSERT_EQ(got, kUntouched) << "wrote outside its columns at " << t << "," << j;
+      } else {
+        ASSERT_EQ(got, tight[t * p.dim + j - kOffset]) << t << "," << j;
+      }
+    }
+  }
+}
+
+TEST(ReconstructRows, ARowHasTheSameBitsWhateverTileItFallsIn) {
+  // Row t of a 256-row call against the same row decoded alone: the tile (a 6-row band or a
+  // tail) must not change its bits.
+  const Problem p(72, 256, 31, 9);
+  const std::vector<float> all = p.Run(p.dim, 0, false);
+  for (const size_t t : {size_t{0}, size_t{5}, size_t{100}, size_t{253}, size_t{255}}) {
+    std::vector<float> one(p.dim, kUntouched);
+    ReconstructRows(p.mean.data(), p.components.data(), p.dim, p.coeffs.data() + t,
+                    {.token_stride = 1, .component_stride = p.n}, 1, p.n_keep, one.data(), p.dim);
+    ASSERT_EQ(std::memcmp(one.data(), all.data() + t * p.dim, p.dim * sizeof(float)), 0) << t;
+  }
+}
+
+TEST(ReconstructRows, TokenMajorCoefficientsGiveTheSameBits) {
+  const Problem p(64, 50, 17, 11);
+  const std::vector<float> by_component = p.Run(p.dim, 0, false);
+  const std::vector<float> token_major = p.TokenMajor();
+  std::vector<float> by_token(p.n * p.dim, kUntouched);
+  ReconstructRows(p.mean.data(), p.components.data(), p.dim, token_major.data(),
+                  {.token_stride = p.n_keep, .component_stride = 1}, p.n, p.n_keep, by_token.data(), p.dim);
+  EXPECT_EQ(std::memcmp(by_token.data(), by_component.data(), by_token.size() * sizeof(float)), 0);
+}
+
+TEST(ReconstructRows, NoComponentsGiveTheMeanWithoutReadingCoefficients) {
+  const Problem p(20, 9, 0, 13);
+  std::vector<float> x(p.n * p.dim, kUntouched);
+  ReconstructRows(p.mean.data(), p.components.data(), p.dim, nullptr, {.token_stride = 1, .component_stride = p.n},
+                  p.n, 0, x.data(), p.dim);
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], p.mean[i % p.dim]) << i;
+}
+
+}  // namespace
+}  // namespace kvc
