@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -49,10 +50,17 @@ size_t PackStrips(const float* components, size_t dim, uint32_t n_keep, float* p
   return d;  // the columns from here on are left to the portable loop
 }
 
-void PackBand(const float* coeffs, CoeffLayout layout, size_t rows, uint32_t n_keep, float* packed) {
+template <int kRows>
+void PackBand(const float* coeffs, CoeffLayout layout, uint32_t n_keep, float* packed) {
+  if (layout.token_stride == 1) {  // component-major (the component quantiser's): a copy per component
+    for (uint32_t k = 0; k < n_keep; ++k, packed += kRows) {
+      std::memcpy(packed, coeffs + k * layout.component_stride, sizeof(float) * kRows);
+    }
+    return;
+  }
   for (uint32_t k = 0; k < n_keep; ++k) {
     const float* const c = coeffs + k * layout.component_stride;
-    for (size_t r = 0; r < rows; ++r) *packed++ = c[r * layout.token_stride];
+    for (int r = 0; r < kRows; ++r) *packed++ = c[r * layout.token_stride];
   }
 }
 
@@ -89,10 +97,12 @@ __attribute__((target("avx2,fma"), always_inline)) inline void Tile(const float*
   }
 }
 
-// The vector columns [0, vector_columns) of one band of kRows rows.
+// One band of kRows rows: its coefficients packed, then its vector columns [0, vector_columns).
 template <int kRows>
 __attribute__((target("avx2,fma"))) void RowBand(const float* mean, const float* strips, size_t vector_columns,
-                                                 const float* band, uint32_t n_keep, float* x, size_t x_stride) {
+                                                 const float* coeffs, CoeffLayout layout, uint32_t n_keep,
+                                                 float* band, float* x, size_t x_stride) {
+  PackBand<kRows>(coeffs, layout, n_keep, band);
   size_t d = 0;
   for (; d + 16 <= vector_columns; d += 16, strips += size_t{16} * n_keep) {
     Tile<kRows, 2>(mean + d, strips, band, n_keep, x + d, x_stride);
@@ -118,16 +128,15 @@ __attribute__((target("avx2,fma"))) void Avx2(const float* mean, const float* co
     const size_t rows = std::min(kBand, n - t);
     const float* const c = coeffs + t * layout.token_stride;
     float* const x_rows = x + t * x_stride;
-    PackBand(c, layout, rows, n_keep, scratch.band.data());
     const float* const strips = scratch.strips.data();
-    const float* const band = scratch.band.data();
+    float* const band = scratch.band.data();
     switch (rows) {
-      case 6: RowBand<6>(mean, strips, vector_columns, band, n_keep, x_rows, x_stride); break;
-      case 5: RowBand<5>(mean, strips, vector_columns, band, n_keep, x_rows, x_stride); break;
-      case 4: RowBand<4>(mean, strips, vector_columns, band, n_keep, x_rows, x_stride); break;
-      case 3: RowBand<3>(mean, strips, vector_columns, band, n_keep, x_rows, x_stride); break;
-      case 2: RowBand<2>(mean, strips, vector_columns, band, n_keep, x_rows, x_stride); break;
-      default: RowBand<1>(mean, strips, vector_columns, band, n_keep, x_rows, x_stride); break;
+      case 6: RowBand<6>(mean, strips, vector_columns, c, layout, n_keep, band, x_rows, x_stride); break;
+      case 5: RowBand<5>(mean, strips, vector_columns, c, layout, n_keep, band, x_rows, x_stride); break;
+      case 4: RowBand<4>(mean, strips, vector_columns, c, layout, n_keep, band, x_rows, x_stride); break;
+      case 3: RowBand<3>(mean, strips, vector_columns, c, layout, n_keep, band, x_rows, x_stride); break;
+      case 2: RowBand<2>(mean, strips, vector_columns, c, layout, n_keep, band, x_rows, x_stride); break;
+      default: RowBand<1>(mean, strips, vector_columns, c, layout, n_keep, band, x_rows, x_stride); break;
     }
     if (vector_columns < dim) {
       PortableBlock(mean, components, dim, c, layout, rows, vector_columns, n_keep, x_rows, x_stride);

@@ -130,13 +130,52 @@ RopeTable::RopeTable(const RopeParams& params, uint32_t head_dim, int32_t pos_be
 
 namespace {
 
+#if defined(__x86_64__)
+bool HasAvx() {
+  static const bool has = __builtin_cpu_supports("avx");
+  return has;
+}
+
+// The AVX forms of the loops below, eight floats at a time with the same operations (no FMA:
+// a fused product would round differently from the SSE and scalar paths). Return the pairs done.
+__attribute__((target("avx"))) uint32_t RotateNormalAvx(float* x, const float* c, const float* s, uint32_t half,
+                                                        float sign) {
+  const __m256 flip = _mm256_setr_ps(-sign, sign, -sign, sign, -sign, sign, -sign, sign);
+  uint32_t i = 0;
+  for (; i + 4 <= half; i += 4) {
+    const __m256 v = _mm256_loadu_ps(x + 2 * i);
+    const __m128 c4 = _mm_loadu_ps(c + i), s4 = _mm_loadu_ps(s + i);
+    const __m256 cc = _mm256_set_m128(_mm_unpackhi_ps(c4, c4), _mm_unpacklo_ps(c4, c4));
+    const __m256 sss = _mm256_mul_ps(_mm256_set_m128(_mm_unpackhi_ps(s4, s4), _mm_unpacklo_ps(s4, s4)), flip);
+    const __m256 swapped = _mm256_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1));
+    _mm256_storeu_ps(x + 2 * i, _mm256_add_ps(_mm256_mul_ps(v, cc), _mm256_mul_ps(swapped, sss)));
+  }
+  return i;
+}
+
+__attribute__((target("avx"))) uint32_t RotateNeoxAvx(float* x, const float* c, const float* s, uint32_t half,
+                                                      float sign) {
+  const __m256 sign8 = _mm256_set1_ps(sign);
+  uint32_t i = 0;
+  for (; i + 8 <= half; i += 8) {
+    const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + half);
+    const __m256 c8 = _mm256_loadu_ps(c + i), s8 = _mm256_mul_ps(sign8, _mm256_loadu_ps(s + i));
+    const __m256 neg_s8 = _mm256_sub_ps(_mm256_setzero_ps(), s8);
+    _mm256_storeu_ps(x + i, _mm256_add_ps(_mm256_mul_ps(x0, c8), _mm256_mul_ps(x1, neg_s8)));
+    _mm256_storeu_ps(x + i + half, _mm256_add_ps(_mm256_mul_ps(x1, c8), _mm256_mul_ps(x0, s8)));
+  }
+  return i;
+}
+#endif
+
 // One head's rotation by one token's angles: pairs (2i, 2i + 1) for kNormal, (i, i + half) for
-// kNeox; `sign` -1 rotates backwards. The SSE paths do the same products in the same order as
-// the scalar tails (x0 * c - x1 * s and x0 * s + x1 * c, each rounded once per operation), so
-// results do not depend on which path ran.
+// kNeox; `sign` -1 rotates backwards. The AVX and SSE paths do the same products in the same
+// order as the scalar tails (x0 * c - x1 * s and x0 * s + x1 * c, each rounded once per
+// operation), so results do not depend on which path ran.
 inline void RotateNormal(float* x, const float* c, const float* s, uint32_t half, float sign) {
   uint32_t i = 0;
 #if defined(__x86_64__)
+  if (HasAvx()) i = RotateNormalAvx(x, c, s, half, sign);
   // Four floats hold two pairs: out = x * (c0 c0 c1 c1) + swap(x) * (-s0 s0 -s1 s1).
   const __m128 flip = _mm_setr_ps(-sign, sign, -sign, sign);
   for (; i + 2 <= half; i += 2) {
@@ -159,6 +198,7 @@ inline void RotateNormal(float* x, const float* c, const float* s, uint32_t half
 inline void RotateNeox(float* x, const float* c, const float* s, uint32_t half, float sign) {
   uint32_t i = 0;
 #if defined(__x86_64__)
+  if (HasAvx()) i = RotateNeoxAvx(x, c, s, half, sign);
   const __m128 sign4 = _mm_set1_ps(sign);
   for (; i + 4 <= half; i += 4) {
     const __m128 x0 = _mm_loadu_ps(x + i), x1 = _mm_loadu_ps(x + i + half);
