@@ -1,7 +1,8 @@
 // The entropy-coded sections of a kvtc file (docs/format.md, kvtc): the quantiser's codes
-// (section C: bit-packed, DEFLATE or rANS with one table per code width) and the size checks
-// both sections get before anything is allocated for them. In the kvtc module rather than the
-// codec so that calibration measures a rung's size on exactly the bytes the codec writes.
+// (section C: bit-packed, DEFLATE, or rANS with one table per code width over codes or over
+// tuples of codes) and the size checks both sections get before anything is allocated for them.
+// In the kvtc module rather than the codec so that calibration measures a rung's size on
+// exactly the bytes the codec writes.
 #pragma once
 
 #include <cstddef>
@@ -13,7 +14,10 @@
 
 namespace kvc {
 
-enum class KvtcCodesMethod : uint8_t { kPacked = 0, kDeflate = 1, kRans = 2 };
+// kRansTuples codes k consecutive codes of a run as one symbol (k = 4 for 1-bit codes, 2 for
+// 2-bit ones, 1 above): a quarter and a half of kRans's decode steps for those codes, which
+// are the most numerous at high ratios. kRans stays decodable (and encodable, for tests).
+enum class KvtcCodesMethod : uint8_t { kPacked = 0, kDeflate = 1, kRans = 2, kRansTuples = 3 };
 
 // `count` consecutive codes of `bits` (1..8) bits each: a component's (or group's) tokens.
 struct KvtcCodeRun {

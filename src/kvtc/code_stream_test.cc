@@ -34,6 +34,9 @@ Codes MakeCodes(bool peaked, uint64_t seed) {
   return c;
 }
 
+constexpr KvtcCodesMethod kMethods[] = {KvtcCodesMethod::kPacked, KvtcCodesMethod::kDeflate, KvtcCodesMethod::kRans,
+                                        KvtcCodesMethod::kRansTuples};
+
 uint64_t TotalBits(const std::vector<KvtcCodeRun>& runs) {
   uint64_t bits = 0;
   for (const KvtcCodeRun& r : runs) bits += uint64_t{r.bits} * r.count;
@@ -43,7 +46,7 @@ uint64_t TotalBits(const std::vector<KvtcCodeRun>& runs) {
 TEST(KvtcCodeStream, EveryMethodRoundTrips) {
   for (bool peaked : {true, false}) {
     const Codes c = MakeCodes(peaked, peaked ? 1 : 2);
-    for (KvtcCodesMethod method : {KvtcCodesMethod::kPacked, KvtcCodesMethod::kDeflate, KvtcCodesMethod::kRans}) {
+    for (KvtcCodesMethod method : kMethods) {
       auto section = EncodeKvtcCodes(c.codes, c.runs, method);
       ASSERT_TRUE(section.ok()) << section.status().ToString();
       ASSERT_TRUE(CheckKvtcCodesSection(*section, TotalBits(c.runs)).ok());
@@ -65,12 +68,54 @@ TEST(KvtcCodeStream, KeepsTheMethodOnlyWhenItIsSmallerThanPacking) {
   EXPECT_LT(rans->size(), packed_bytes * 0.9);
   // Uniform codes: nothing beats packing, which is what is written.
   const Codes uniform = MakeCodes(false, 2);
-  for (KvtcCodesMethod method : {KvtcCodesMethod::kDeflate, KvtcCodesMethod::kRans}) {
+  for (KvtcCodesMethod method : {KvtcCodesMethod::kDeflate, KvtcCodesMethod::kRans, KvtcCodesMethod::kRansTuples}) {
     auto section = EncodeKvtcCodes(uniform.codes, uniform.runs, method);
     ASSERT_TRUE(section.ok());
     EXPECT_EQ((*section)[0], static_cast<uint8_t>(KvtcCodesMethod::kPacked)) << int(method);
     EXPECT_EQ(section->size(), 1 + (TotalBits(uniform.runs) + 7) / 8);
   }
+}
+
+TEST(KvtcCodeStream, TuplesCoverRunsOfEveryLength) {
+  // Runs of 1..9 one- and two-bit codes: every remainder of a 4- or 2-code tuple.
+  std::mt19937_64 rng(5);
+  Codes c;
+  for (size_t count = 1; count <= 9; ++count) {
+    for (uint8_t bits : {1, 2, 3}) {
+      c.runs.push_back({bits, count});
+      for (size_t i = 0; i < count; ++i) c.codes.push_back(static_cast<uint8_t>(rng() % 3 == 0 ? rng() % (1u << bits) : 0));
+    }
+  }
+  // Long peaked runs as well, so that rANS beats packing and the tuple path is what decodes.
+  const Codes peaked = MakeCodes(true, 4);
+  c.codes.insert(c.codes.end(), peaked.codes.begin(), peaked.codes.end());
+  c.runs.insert(c.runs.end(), peaked.runs.begin(), peaked.runs.end());
+  auto tuples = EncodeKvtcCodes(c.codes, c.runs, KvtcCodesMethod::kRansTuples);
+  ASSERT_TRUE(tuples.ok()) << tuples.status().ToString();
+  ASSERT_EQ((*tuples)[0], static_cast<uint8_t>(KvtcCodesMethod::kRansTuples));
+  std::vector<uint8_t> back(c.codes.size());
+  ASSERT_TRUE(DecodeKvtcCodes(*tuples, c.runs, back).ok());
+  EXPECT_EQ(back, c.codes);
+}
+
+TEST(KvtcCodeStream, ATupleWithNonZeroPaddingIsCorrupt) {
+  // Eight 1-bit ones as two 4-code tuples (0b1111 each); read back as runs of 5 and 3, the
+  // first run's second tuple carries three padding codes of 1.
+  std::vector<uint8_t> codes(8, 1);
+  // Enough copies that rANS beats bit-packing (a constant run codes in almost nothing).
+  std::vector<KvtcCodeRun> runs(64, KvtcCodeRun{1, 8});
+  std::vector<uint8_t> all;
+  for (size_t i = 0; i < runs.size(); ++i) all.insert(all.end(), codes.begin(), codes.end());
+  auto section = EncodeKvtcCodes(all, runs, KvtcCodesMethod::kRansTuples);
+  ASSERT_TRUE(section.ok());
+  ASSERT_EQ((*section)[0], static_cast<uint8_t>(KvtcCodesMethod::kRansTuples));
+  std::vector<KvtcCodeRun> misread = runs;
+  misread[0] = {1, 5};
+  misread.insert(misread.begin() + 1, KvtcCodeRun{1, 3});
+  std::vector<uint8_t> back(all.size());
+  const Status st = DecodeKvtcCodes(*section, misread, back);
+  EXPECT_EQ(st.code(), StatusCode::kCorrupt) << st.ToString();
+  EXPECT_NE(st.message().find("padding"), std::string::npos) << st.ToString();
 }
 
 TEST(KvtcCodeStream, EncoderRejectsCodesTheRunsDoNotDescribe) {
@@ -88,7 +133,7 @@ TEST(KvtcCodeStream, EncoderRejectsCodesTheRunsDoNotDescribe) {
 TEST(KvtcCodeStream, HostileSectionsAreRejectedWithoutCrashing) {
   const Codes c = MakeCodes(true, 3);
   std::vector<uint8_t> back(c.codes.size());
-  for (KvtcCodesMethod method : {KvtcCodesMethod::kPacked, KvtcCodesMethod::kDeflate, KvtcCodesMethod::kRans}) {
+  for (KvtcCodesMethod method : kMethods) {
     auto section = EncodeKvtcCodes(c.codes, c.runs, method);
     ASSERT_TRUE(section.ok());
     // Runs that do not match the output are the caller's error, not the file's.

@@ -73,7 +73,7 @@ Result<KvtcParams> ReadParams(std::span<const uint8_t> bytes) {
   RETURN_IF_ERROR(r.U32(&p.window, "window"));
   RETURN_IF_ERROR(r.U8(&entropy, "entropy method"));
   KVC_CHECK_CORRUPT(r.empty(), "kvtc params have %zu trailing bytes", r.remaining());
-  KVC_CHECK_CORRUPT(entropy <= static_cast<uint8_t>(CodesMethod::kRans), "unknown entropy method %u", entropy);
+  KVC_CHECK_CORRUPT(entropy <= static_cast<uint8_t>(CodesMethod::kRansTuples), "unknown entropy method %u", entropy);
   KVC_CHECK_CORRUPT(std::isfinite(p.target_ratio) && p.target_ratio > 0, "target ratio is not a positive number");
   p.entropy = static_cast<CodesMethod>(entropy);
   return p;
@@ -194,7 +194,7 @@ const CodecInfo& KvtcCodec::info() const {
                      "met after entropy coding, rANS (component) or DEFLATE (token-group); sink/window tokens "
                      "fp16 when asked",
       .params = {"calibration=<file.kvcal> (default: the one loaded for the model)", "sinks=0", "window=0",
-                 "entropy=deflate|rans|none"},
+                 "entropy=deflate|rans|rans-codes|none"},
       .needs_calibration = true,
   };
   return info;
@@ -225,14 +225,16 @@ Result<EncodedKv> KvtcCodec::Encode(const KvView& kv, const EncodeOptions& optio
   // figure of kvh32 or kvtiny (KL, top-1, perplexity) but cost up to 40% of the ratio of short chunks.
   ASSIGN_OR_RETURN(p.sinks, ParamU32(options, "sinks", 0, 0, kMaxTokens));
   ASSIGN_OR_RETURN(p.window, ParamU32(options, "window", 0, 0, kMaxTokens));
-  // Component codes are near-independent draws of one shape per width, which rANS with a table
-  // per width codes better than DEFLATE's matches (docs/results.md).
-  if (cal.quantizer == KvtcQuantizer::kComponent) p.entropy = CodesMethod::kRans;
+  // Component codes are draws of one shape per width, which rANS with a table per width codes
+  // better than DEFLATE's matches (docs/results.md); over tuples of neighbouring codes it needs
+  // a half to a quarter of the decode steps.
+  if (cal.quantizer == KvtcQuantizer::kComponent) p.entropy = CodesMethod::kRansTuples;
   if (auto it = options.params.find("entropy"); it != options.params.end()) {
-    if (it->second == "rans") p.entropy = CodesMethod::kRans;
+    if (it->second == "rans") p.entropy = CodesMethod::kRansTuples;
+    else if (it->second == "rans-codes") p.entropy = CodesMethod::kRans;
     else if (it->second == "deflate") p.entropy = CodesMethod::kDeflate;
     else if (it->second == "none") p.entropy = CodesMethod::kPacked;
-    else return InvalidArgument("kvtc entropy must be rans, deflate or none");
+    else return InvalidArgument("kvtc entropy must be rans, rans-codes, deflate or none");
   }
 
   const KvShape shape = kv.shape();

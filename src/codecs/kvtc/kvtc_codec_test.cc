@@ -415,9 +415,11 @@ TEST(KvtcCodec, EntropyMethodsDecodeIdentically) {
       const auto none = env.Encode(cache.View(), Options(level, 4, 8, "none")).value();
       const auto deflate = env.Encode(cache.View(), Options(level, 4, 8, "deflate")).value();
       const auto rans = env.Encode(cache.View(), Options(level, 4, 8, "rans")).value();
+      const auto rans_codes = env.Encode(cache.View(), Options(level, 4, 8, "rans-codes")).value();
       const KvCache reference = env.Decode(none).value();
       EXPECT_TRUE(env.Decode(deflate).value() == reference);
       EXPECT_TRUE(env.Decode(rans).value() == reference);
+      EXPECT_TRUE(env.Decode(rans_codes).value() == reference);
       // Only the codes section differs, and never grows past the bit-packed form.
       const auto s_none = SectionsOf(none), s_deflate = SectionsOf(deflate), s_rans = SectionsOf(rans);
       EXPECT_EQ(s_none[0].bytes, s_rans[0].bytes);
@@ -427,7 +429,10 @@ TEST(KvtcCodec, EntropyMethodsDecodeIdentically) {
       EXPECT_LE(s_deflate[2].bytes.size(), s_none[2].bytes.size());
       EXPECT_LE(s_rans[2].bytes.size(), s_none[2].bytes.size());
       EXPECT_TRUE(s_deflate[2].bytes[0] == 0 || s_deflate[2].bytes[0] == 1);
-      EXPECT_TRUE(s_rans[2].bytes[0] == 0 || s_rans[2].bytes[0] == 2);
+      EXPECT_TRUE(s_rans[2].bytes[0] == 0 || s_rans[2].bytes[0] == 3);
+      const auto s_rans_codes = SectionsOf(rans_codes);
+      EXPECT_LE(s_rans_codes[2].bytes.size(), s_none[2].bytes.size());
+      EXPECT_TRUE(s_rans_codes[2].bytes[0] == 0 || s_rans_codes[2].bytes[0] == 2);
       if (std::string(level) == "64") {  // nothing coded: an empty stored block and method 0
         EXPECT_EQ(s_rans[1].bytes, (std::vector<uint8_t>{0, 0}));
         EXPECT_EQ(s_rans[2].bytes, (std::vector<uint8_t>{0}));
