@@ -86,6 +86,12 @@ TEST(KvtcCodeStream, TuplesCoverRunsOfEveryLength) {
       for (size_t i = 0; i < count; ++i) c.codes.push_back(static_cast<uint8_t>(rng() % 3 == 0 ? rng() % (1u << bits) : 0));
     }
   }
+  // Neighbouring runs of one width, whole and partial tuples: the decoder joins those that
+  // end on a tuple boundary.
+  for (auto [bits, count] : {std::pair{1, 8}, {1, 5}, {1, 4}, {1, 3}, {2, 6}, {2, 3}, {2, 2}, {2, 4}, {3, 7}, {3, 2}}) {
+    c.runs.push_back({static_cast<uint8_t>(bits), static_cast<size_t>(count)});
+    for (int i = 0; i < count; ++i) c.codes.push_back(static_cast<uint8_t>(rng() % (1u << bits)));
+  }
   // Long peaked runs as well, so that rANS beats packing and the tuple path is what decodes.
   const Codes peaked = MakeCodes(true, 4);
   c.codes.insert(c.codes.end(), peaked.codes.begin(), peaked.codes.end());
