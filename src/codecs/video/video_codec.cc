@@ -235,12 +235,12 @@ Status EncodeKind(const KvView& kv, KvKind kind, const Params& p, ThreadPool* po
   for (uint32_t l = 0; l < shape.n_layers; ++l) {
     const uint8_t* layer_codes = codes.data() + l * shape.layer_elems();
     const LayerSide& ls = side[l];
+    const LayoutGeometry::LayerPlaces places = geometry.PlaceLayer(l);
+    uint8_t* const layer_pixels = pixels[places.stream].data() + places.base;
     for (uint32_t t = 0; t < tokens; ++t) {
       const uint8_t* row = layer_codes + size_t{ls.token_order[t]} * channels;
-      for (uint32_t pos = 0; pos < channels; ++pos) {
-        const auto place = geometry.Locate(l, t, pos);
-        pixels[place.stream][place.offset] = row[ls.channel_order[pos]];
-      }
+      uint8_t* const frame = layer_pixels + t * places.token_stride;
+      for (uint32_t pos = 0; pos < channels; ++pos) frame[places.position_offsets[pos]] = row[ls.channel_order[pos]];
     }
   }
   std::vector<Result<std::vector<uint8_t>>> streams(pixels.size(), Internal("not encoded"));
@@ -385,11 +385,13 @@ Status DecodeKind(const ParsedKind& parsed, KvKind kind, const KvShape& shape, c
   for (uint32_t l = 0; l < shape.n_layers; ++l) {
     const LayerSide& ls = parsed.side[l];
     uint32_t bad = 0;
+    const LayoutGeometry::LayerPlaces places = geometry.PlaceLayer(l);
+    const uint8_t* const layer_pixels = pixels[places.stream].data() + places.base;
     for (uint32_t t = 0; t < tokens; ++t) {
       uint8_t* row = codes.data() + size_t{ls.token_order[t]} * channels;
+      const uint8_t* const frame = layer_pixels + t * places.token_stride;
       for (uint32_t pos = 0; pos < channels; ++pos) {
-        const auto place = geometry.Locate(l, t, pos);
-        const uint8_t v = pixels[place.stream][place.offset];
+        const uint8_t v = frame[places.position_offsets[pos]];
         bad |= static_cast<uint32_t>(v > max_code);
         row[ls.channel_order[pos]] = v;
       }

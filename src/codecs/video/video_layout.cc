@@ -57,6 +57,32 @@ LayoutGeometry::Place LayoutGeometry::Locate(uint32_t layer, uint32_t token, uin
                  uint64_t{position} * s.picture.width + token};
 }
 
+LayoutGeometry::LayerPlaces LayoutGeometry::PlaceLayer(uint32_t layer) const {
+  const uint32_t planes = layers_per_stream_picture_;
+  const uint32_t plane = layer % planes;
+  const uint32_t channels = shape_.n_kv_heads * shape_.head_dim;
+  LayerPlaces places;
+  places.position_offsets.resize(channels);
+  if (spec_.layout == VideoLayout::kTokenFrames) {
+    const PictureShape& picture = streams_[layer / planes].picture;
+    places.stream = layer / planes;
+    places.base = uint64_t{plane} * picture.plane_bytes();
+    places.token_stride = picture.frame_bytes();
+    for (uint32_t pos = 0; pos < channels; ++pos) {
+      const uint32_t head_slot = pos / shape_.head_dim, i = pos % shape_.head_dim;
+      const uint32_t x = (head_slot % grid_w_) * tile_w_ + i % tile_w_;
+      const uint32_t y = (head_slot / grid_w_) * tile_h_ + i / tile_w_;
+      places.position_offsets[pos] = uint64_t{y} * picture.width + x;
+    }
+    return places;
+  }
+  const PictureShape& picture = streams_[0].picture;
+  places.base = uint64_t{layer / planes} * picture.frame_bytes() + uint64_t{plane} * picture.plane_bytes();
+  places.token_stride = 1;
+  for (uint32_t pos = 0; pos < channels; ++pos) places.position_offsets[pos] = uint64_t{pos} * picture.width;
+  return places;
+}
+
 namespace {
 
 // items x features view of a [token][channel] layer.

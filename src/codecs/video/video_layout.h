@@ -48,6 +48,17 @@ class LayoutGeometry {
   // `token` is a token's place in its layer's token order (the token itself when unordered).
   Place Locate(uint32_t layer, uint32_t token, uint32_t position) const;
 
+  // Every place of one layer at once: Locate(layer, t, pos) is {stream, base + t * token_stride
+  // + position_offsets[pos]}. The coders move every value of a chunk through these, where a call
+  // per value (divisions included) cost the video decoder about a tenth of its time.
+  struct LayerPlaces {
+    uint32_t stream = 0;
+    uint64_t base = 0;
+    uint64_t token_stride = 0;
+    std::vector<uint64_t> position_offsets;  // one per channel position
+  };
+  LayerPlaces PlaceLayer(uint32_t layer) const;
+
  private:
   KvShape shape_;
   LayoutSpec spec_;

@@ -20,9 +20,14 @@ TEST(LayoutGeometry, EveryValueHasItsOwnPixel) {
         const LayoutGeometry g(shape, {layout, planes});
         std::set<std::pair<uint32_t, uint64_t>> seen;
         for (uint32_t l = 0; l < shape.n_layers; ++l) {
+          const LayoutGeometry::LayerPlaces places = g.PlaceLayer(l);
+          ASSERT_EQ(places.position_offsets.size(), shape.row_elems());
           for (uint32_t t = 0; t < shape.n_tokens; ++t) {
             for (uint32_t p = 0; p < shape.row_elems(); ++p) {
               const auto place = g.Locate(l, t, p);
+              // The layer's places, computed at once, are the same ones.
+              ASSERT_EQ(places.stream, place.stream);
+              ASSERT_EQ(places.base + t * places.token_stride + places.position_offsets[p], place.offset);
               ASSERT_LT(place.stream, g.streams().size());
               ASSERT_LT(place.offset, g.streams()[place.stream].bytes());
               ASSERT_TRUE(seen.insert({place.stream, place.offset}).second)
