@@ -327,6 +327,30 @@ Result<KvCache> LlamaSession::ExtractKv() const { return ExtractSeqKv(0); }
 
 Result<KvCache> LlamaSession::ExtractSeqKv(int32_t seq) const {
   if (seq < 0 || static_cast<uint32_t>(seq) >= options_.n_seq) return InvalidArgument("no such sequence");
+  return ReadSeqState(seq);
+}
+
+Result<KvCache> LlamaSession::ExtractKvRange(int32_t pos_begin, uint32_t n_tokens) {
+  if (options_.n_seq != 1) return InvalidArgument("extracting a range of tokens needs a single-sequence session");
+  const int32_t first = next_pos_ - static_cast<int32_t>(n_cached_);
+  if (n_tokens == 0 || pos_begin < first || pos_begin >= next_pos_ ||
+      n_tokens > static_cast<uint32_t>(next_pos_ - pos_begin)) {
+    return InvalidArgument(FormatMessage("positions %d..%lld are not all in the sequence (%d..%d)", pos_begin,
+                                         static_cast<long long>(pos_begin) + n_tokens, first, next_pos_));
+  }
+  llama_memory_t memory = llama_get_memory(ctx_);
+  llama_memory_seq_cp(memory, 0, kStagingSeq, pos_begin, pos_begin + static_cast<int32_t>(n_tokens));
+  auto kv = ReadSeqState(kStagingSeq);
+  // The cells stay sequence 0's: only the staging label goes.
+  llama_memory_seq_rm(memory, kStagingSeq, -1, -1);
+  if (kv.ok() && (kv->pos_begin() != pos_begin || kv->shape().n_tokens != n_tokens)) {
+    return Internal(FormatMessage("llama.cpp gave %u tokens from position %d for %u from %d", kv->shape().n_tokens,
+                                  kv->pos_begin(), n_tokens, pos_begin));
+  }
+  return kv;
+}
+
+Result<KvCache> LlamaSession::ReadSeqState(int32_t seq) const {
   const size_t size = llama_state_seq_get_size(ctx_, seq);
   std::vector<uint8_t> blob(size);
   const size_t written = llama_state_seq_get_data(ctx_, blob.data(), blob.size(), seq);

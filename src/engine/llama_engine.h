@@ -120,6 +120,12 @@ class LlamaSession {
 
   // The sequence's KV cache as llama.cpp holds it (dtype = the cache type).
   Result<KvCache> ExtractKv() const;
+  // Tokens [pos_begin, pos_begin + n_tokens) of the sequence, bit-identical to that slice of
+  // ExtractKv() but without copying the rest: the range's cells are shared with the staging
+  // sequence (in a unified cache only a relabelling) and that sequence's state is read. A long
+  // prompt is stored chunk by chunk this way, never held twice over (llama.cpp's state blob and
+  // its parse). Single-sequence sessions only, as for AppendKv.
+  Result<KvCache> ExtractKvRange(int32_t pos_begin, uint32_t n_tokens);
   // Replaces the sequence with `kv` (converted to the cache type if needed); the next Eval
   // continues at position kv.pos_begin() + kv.shape().n_tokens.
   Status RestoreKv(const KvView& kv);
@@ -156,6 +162,8 @@ class LlamaSession {
   // Checks `kv` against the model and writes it as sequence `seq`'s state (llama.cpp first
   // empties that sequence).
   Status WriteSeqState(int32_t seq, const KvView& kv);
+  // Sequence `seq`'s state (any sequence of the context, staging included) as a KvCache.
+  Result<KvCache> ReadSeqState(int32_t seq) const;
   const LlamaModel* model_ = nullptr;
   llama_context* ctx_ = nullptr;
   SessionOptions options_;
