@@ -147,11 +147,8 @@ Result<RunReport> RunJob(const RunOptions& o) {
     const auto t_store = SteadyClock::now();
     // Encoding is after the response, never on the TTFT path.
     const CodecContext store_context{&calibrations, &model->fingerprint(), &pool};
-    auto stored = [&]() -> Result<StoredChunks> {
-      ASSIGN_OR_RETURN(KvCache kv, session->ExtractKv());
-      return StoreChunks(*store, kv, keys, r.chunks_fetched, o.chunk_tokens, plan.rungs, model->fingerprint(),
-                         store_context);
-    }();
+    auto stored = StoreSessionChunks(*store, *session, keys, r.chunks_fetched, o.chunk_tokens, plan.rungs,
+                                     model->fingerprint(), store_context);
     if (stored.ok()) {
       r.chunks_stored = stored->chunks;
       r.bytes_stored = stored->bytes;
