@@ -88,10 +88,21 @@ struct SessionOptions {
   uint32_t n_ctx = 2048;       // tokens per sequence
   uint32_t n_seq = 1;          // sequences in the context (continuous batching), each its own stream
   uint32_t n_batch = 512;
+  // Tokens llama.cpp computes per step (its n_ubatch; 0: n_batch); see BoundedUbatch. On the
+  // CPU the KV and logits come out bit for bit the same whatever it is (llama_engine_test).
+  uint32_t n_ubatch = 0;
   int n_threads = 0;           // 0: all cores
   DType cache_type = DType::kF16;  // K and V cache type: f16, bf16 or f32
   bool flash_attn = false;     // on: V is stored untransposed
 };
+
+// The n_ubatch for a long prompt's prefill. Without flash attention llama.cpp holds each step's
+// attention scores over every cached token: about n_ubatch x cells x (6 x n_heads + 4) bytes
+// (f32 scores, their f16 copy for the product with V, the f32 mask), where the cache itself is
+// cells x (K and V bytes per token); at n_ubatch 512 that scratch is several times the cache.
+// Returns the largest power of two up to options.n_batch whose scratch is at most the cache's
+// own size, but not under 16; n_batch with flash attention.
+uint32_t BoundedUbatch(const ModelInfo& model, const SessionOptions& options);
 
 // One sequence's tokens in a batched decode: `tokens` at positions pos, pos+1, ...; the logits of
 // the last one are kept.

@@ -239,6 +239,42 @@ TEST(RoundTrip, RangeExtractionTakesPositions) {
   EXPECT_EQ(batched->ExtractKvRange(0, 8).status().code(), StatusCode::kInvalidArgument);
 }
 
+// The attention scratch of a step without flash attention within the cache's size, in powers of
+// two from 16 to n_batch.
+TEST(BoundedUbatch, KeepsTheAttentionScratchWithinTheCache) {
+  SessionOptions options;  // n_batch 512, f16
+  EXPECT_EQ(BoundedUbatch(Model().info(), options), 64u);  // 4 heads (28 B), 3072 KV bytes a token
+  ModelInfo gqa{.n_layers = 8, .n_heads = 8, .n_kv_heads = 1, .head_dim = 32};
+  EXPECT_EQ(BoundedUbatch(gqa, options), 16u);  // 52 B against 1024: the floor
+  ModelInfo gqa7{.n_layers = 28, .n_heads = 28, .n_kv_heads = 4, .head_dim = 128};
+  EXPECT_EQ(BoundedUbatch(gqa7, options), 256u);  // 172 B against 57344
+  ModelInfo mha{.n_layers = 32, .n_heads = 8, .n_kv_heads = 8, .head_dim = 128};
+  EXPECT_EQ(BoundedUbatch(mha, options), 512u);
+  options.cache_type = DType::kF32;  // a larger cache allows a larger step
+  EXPECT_EQ(BoundedUbatch(Model().info(), options), 128u);
+  options.n_batch = 48;
+  EXPECT_EQ(BoundedUbatch(mha, options), 32u);
+  options.flash_attn = true;  // no scores held: any step
+  EXPECT_EQ(BoundedUbatch(Model().info(), options), 48u);
+}
+
+// The step size changes neither the KV nor the logits, bit for bit (a prompt over several
+// n_batch calls, each split into many steps).
+TEST(BoundedUbatch, SmallStepsGiveTheSameKvAndLogits) {
+  const auto tokens = SomeTokens(600);
+  SessionOptions options;
+  options.n_ctx = 640;
+  auto whole = LlamaSession::Create(Model(), options).value();
+  options.n_ubatch = BoundedUbatch(Model().info(), options);
+  ASSERT_LT(options.n_ubatch, options.n_batch);
+  auto stepped = LlamaSession::Create(Model(), options).value();
+  ASSERT_TRUE(whole->Eval(tokens, false).ok());
+  ASSERT_TRUE(stepped->Eval(tokens, false).ok());
+  EXPECT_EQ(stepped->ExtractKv().value(), whole->ExtractKv().value());
+  const auto lw = whole->Logits(-1), ls = stepped->Logits(-1);
+  EXPECT_EQ(std::memcmp(lw.data(), ls.data(), lw.size_bytes()), 0);
+}
+
 TEST(RoundTrip, RestoreConvertsDTypeAndRejectsWrongShapes) {
   const auto tokens = SomeTokens(64);
   auto a = NewSession(DType::kF32, false);
