@@ -88,10 +88,21 @@ struct SessionOptions {
   uint32_t n_ctx = 2048;       // tokens per sequence
   uint32_t n_seq = 1;          // sequences in the context (continuous batching), each its own stream
   uint32_t n_batch = 512;
+  // Tokens llama.cpp computes per step (its n_ubatch; 0: n_batch); see BoundedUbatch. On the
+  // CPU the KV and logits come out bit for bit the same whatever it is (llama_engine_test).
+  uint32_t n_ubatch = 0;
   int n_threads = 0;           // 0: all cores
   DType cache_type = DType::kF16;  // K and V cache type: f16, bf16 or f32
   bool flash_attn = false;     // on: V is stored untransposed
 };
+
+// The n_ubatch for a long prompt's prefill. Without flash attention llama.cpp holds each step's
+// attention scores over every cached token: about n_ubatch x cells x (6 x n_heads + 4) bytes
+// (f32 scores, their f16 copy for the product with V, the f32 mask), where the cache itself is
+// cells x (K and V bytes per token); at n_ubatch 512 that scratch is several times the cache.
+// Returns the largest power of two up to options.n_batch whose scratch is at most the cache's
+// own size, but not under 16; n_batch with flash attention.
+uint32_t BoundedUbatch(const ModelInfo& model, const SessionOptions& options);
 
 // One sequence's tokens in a batched decode: `tokens` at positions pos, pos+1, ...; the logits of
 // the last one are kept.
@@ -120,6 +131,12 @@ class LlamaSession {
 
   // The sequence's KV cache as llama.cpp holds it (dtype = the cache type).
   Result<KvCache> ExtractKv() const;
+  // Tokens [pos_begin, pos_begin + n_tokens) of the sequence, bit-identical to that slice of
+  // ExtractKv() but without copying the rest: the range's cells are shared with the staging
+  // sequence (in a unified cache only a relabelling) and that sequence's state is read. A long
+  // prompt is stored chunk by chunk this way, never held twice over (llama.cpp's state blob and
+  // its parse). Single-sequence sessions only, as for AppendKv.
+  Result<KvCache> ExtractKvRange(int32_t pos_begin, uint32_t n_tokens);
   // Replaces the sequence with `kv` (converted to the cache type if needed); the next Eval
   // continues at position kv.pos_begin() + kv.shape().n_tokens.
   Status RestoreKv(const KvView& kv);
@@ -156,6 +173,8 @@ class LlamaSession {
   // Checks `kv` against the model and writes it as sequence `seq`'s state (llama.cpp first
   // empties that sequence).
   Status WriteSeqState(int32_t seq, const KvView& kv);
+  // Sequence `seq`'s state (any sequence of the context, staging included) as a KvCache.
+  Result<KvCache> ReadSeqState(int32_t seq) const;
   const LlamaModel* model_ = nullptr;
   llama_context* ctx_ = nullptr;
   SessionOptions options_;

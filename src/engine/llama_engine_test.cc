@@ -170,12 +170,110 @@ TEST_P(RoundTrip, ChunkByChunkRestoreIsBitIdenticalToAWholeRestore) {
   EXPECT_EQ(chunked->ExtractKv().value(), whole->ExtractKv().value());
 }
 
+// A token range read through the staging sequence is that slice of the whole extraction, bit for
+// bit and at its positions, after a prefill and after appended chunks; reading it leaves the
+// session as it was (its KV, and its continuation's logits, bit for bit).
+TEST_P(RoundTrip, RangeExtractionIsASliceOfTheWholeExtraction) {
+  const auto [cache_type, flash_attn] = GetParam();
+  const auto tokens = SomeTokens(300);
+  const std::span<const int32_t> prefix(tokens.data(), 280), cont(tokens.data() + 280, 20);
+  auto a = NewSession(cache_type, flash_attn);
+  ASSERT_TRUE(a->Eval(prefix, false).ok());
+  const KvCache whole = a->ExtractKv().value();
+  auto appended = NewSession(cache_type, flash_attn);
+  ASSERT_TRUE(appended->AppendKv(whole.View(0, 128).value()).ok());
+  ASSERT_TRUE(appended->AppendKv(whole.View(128, 152).value()).ok());
+  for (LlamaSession* s : {a.get(), appended.get()}) {
+    for (auto [begin, n] : {std::pair{0u, 256u}, {256u, 24u}, {100u, 1u}, {279u, 1u}, {37u, 200u}, {0u, 280u}}) {
+      auto range = s->ExtractKvRange(static_cast<int32_t>(begin), n);
+      ASSERT_TRUE(range.ok()) << range.status().ToString();
+      EXPECT_EQ(range->pos_begin(), static_cast<int32_t>(begin));
+      EXPECT_EQ(*range, whole.View(begin, n).value().Copy().value()) << "tokens " << begin << " +" << n;
+    }
+    // Outside the sequence, or empty: refused.
+    for (auto [begin, n] : {std::pair{-1, 2u}, {270, 11u}, {280, 1u}, {0, 0u}}) {
+      EXPECT_EQ(s->ExtractKvRange(begin, n).status().code(), StatusCode::kInvalidArgument) << begin << " +" << n;
+    }
+    EXPECT_EQ(s->ExtractKv().value(), whole);
+    EXPECT_EQ(s->n_cached(), 280u);
+  }
+  auto untouched = NewSession(cache_type, flash_attn);
+  ASSERT_TRUE(untouched->Eval(prefix, false).ok());
+  ASSERT_TRUE(untouched->Eval(cont, true).ok());
+  ASSERT_TRUE(a->Eval(cont, true).ok());
+  for (int i = 0; i < 20; ++i) {
+    const auto lu = untouched->Logits(i), la = a->Logits(i);
+    ASSERT_EQ(std::memcmp(lu.data(), la.data(), lu.size_bytes()), 0) << "logits differ at continuation token " << i;
+  }
+  // Still a slice after generation, now of the longer sequence.
+  EXPECT_EQ(a->ExtractKvRange(0, 256).value(), whole.View(0, 256).value().Copy().value());
+  EXPECT_EQ(a->ExtractKvRange(280, 20).value(), a->ExtractKv().value().View(280, 20).value().Copy().value());
+}
+
 INSTANTIATE_TEST_SUITE_P(CacheTypes, RoundTrip,
                          ::testing::Combine(::testing::Values(DType::kF16, DType::kF32), ::testing::Bool()),
                          [](const auto& info) {
                            return std::string(DTypeName(std::get<0>(info.param))) +
                                   (std::get<1>(info.param) ? "_flash" : "_vtrans");
                          });
+
+// A sequence that does not start at position 0: ranges are by position.
+TEST(RoundTrip, RangeExtractionTakesPositions) {
+  const auto tokens = SomeTokens(64);
+  auto a = NewSession(DType::kF16, false, 2048);
+  ASSERT_TRUE(a->SetNextPosition(1000).ok());
+  ASSERT_TRUE(a->Eval(tokens, false).ok());
+  const KvCache whole = a->ExtractKv().value();
+  auto range = a->ExtractKvRange(1010, 20);
+  ASSERT_TRUE(range.ok()) << range.status().ToString();
+  EXPECT_EQ(range->pos_begin(), 1010);
+  EXPECT_EQ(*range, whole.View(10, 20).value().Copy().value());
+  EXPECT_EQ(a->ExtractKvRange(0, 5).status().code(), StatusCode::kInvalidArgument);
+  // Only single-sequence sessions have the staging sequence.
+  SessionOptions options;
+  options.n_ctx = 128;
+  options.n_seq = 2;
+  auto batched = LlamaSession::Create(Model(), options).value();
+  const SeqTokens prefill{0, 0, std::span(tokens)};
+  ASSERT_TRUE(batched->DecodeBatch(std::span(&prefill, 1)).ok());
+  EXPECT_EQ(batched->ExtractKvRange(0, 8).status().code(), StatusCode::kInvalidArgument);
+}
+
+// The attention scratch of a step without flash attention within the cache's size, in powers of
+// two from 16 to n_batch.
+TEST(BoundedUbatch, KeepsTheAttentionScratchWithinTheCache) {
+  SessionOptions options;  // n_batch 512, f16
+  EXPECT_EQ(BoundedUbatch(Model().info(), options), 64u);  // 4 heads (28 B), 3072 KV bytes a token
+  ModelInfo gqa{.n_layers = 8, .n_heads = 8, .n_kv_heads = 1, .head_dim = 32};
+  EXPECT_EQ(BoundedUbatch(gqa, options), 16u);  // 52 B against 1024: the floor
+  ModelInfo gqa7{.n_layers = 28, .n_heads = 28, .n_kv_heads = 4, .head_dim = 128};
+  EXPECT_EQ(BoundedUbatch(gqa7, options), 256u);  // 172 B against 57344
+  ModelInfo mha{.n_layers = 32, .n_heads = 8, .n_kv_heads = 8, .head_dim = 128};
+  EXPECT_EQ(BoundedUbatch(mha, options), 512u);
+  options.cache_type = DType::kF32;  // a larger cache allows a larger step
+  EXPECT_EQ(BoundedUbatch(Model().info(), options), 128u);
+  options.n_batch = 48;
+  EXPECT_EQ(BoundedUbatch(mha, options), 32u);
+  options.flash_attn = true;  // no scores held: any step
+  EXPECT_EQ(BoundedUbatch(Model().info(), options), 48u);
+}
+
+// The step size changes neither the KV nor the logits, bit for bit (a prompt over several
+// n_batch calls, each split into many steps).
+TEST(BoundedUbatch, SmallStepsGiveTheSameKvAndLogits) {
+  const auto tokens = SomeTokens(600);
+  SessionOptions options;
+  options.n_ctx = 640;
+  auto whole = LlamaSession::Create(Model(), options).value();
+  options.n_ubatch = BoundedUbatch(Model().info(), options);
+  ASSERT_LT(options.n_ubatch, options.n_batch);
+  auto stepped = LlamaSession::Create(Model(), options).value();
+  ASSERT_TRUE(whole->Eval(tokens, false).ok());
+  ASSERT_TRUE(stepped->Eval(tokens, false).ok());
+  EXPECT_EQ(stepped->ExtractKv().value(), whole->ExtractKv().value());
+  const auto lw = whole->Logits(-1), ls = stepped->Logits(-1);
+  EXPECT_EQ(std::memcmp(lw.data(), ls.data(), lw.size_bytes()), 0);
+}
 
 TEST(RoundTrip, RestoreConvertsDTypeAndRejectsWrongShapes) {
   const auto tokens = SomeTokens(64);

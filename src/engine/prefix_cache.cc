@@ -165,9 +165,27 @@ Result<StoredChunks> StoreChunks(Store& store, const KvCache& kv, std::span<cons
 Result<StoredChunks> StoreChunks(Store& store, const KvCache& kv, std::span<const ChunkKey> keys, uint32_t first,
                                  uint32_t chunk_tokens, const std::vector<StoredRung>& rungs,
                                  const ModelFingerprint& model, const CodecContext& codec_context) {
+  const ChunkKvSource chunk_kv = [&](uint32_t i) { return kv.View(i * chunk_tokens, chunk_tokens); };
+  return StoreChunks(store, chunk_kv, keys, first, chunk_tokens, rungs, model, codec_context);
+}
+
+Result<StoredChunks> StoreSessionChunks(Store& store, LlamaSession& session, std::span<const ChunkKey> keys,
+                                        uint32_t first, uint32_t chunk_tokens, const std::vector<StoredRung>& rungs,
+                                        const ModelFingerprint& model, const CodecContext& codec_context) {
+  KvCache chunk;
+  const ChunkKvSource chunk_kv = [&](uint32_t i) -> Result<KvView> {
+    ASSIGN_OR_RETURN(chunk, session.ExtractKvRange(static_cast<int32_t>(i * chunk_tokens), chunk_tokens));
+    return chunk.View();
+  };
+  return StoreChunks(store, chunk_kv, keys, first, chunk_tokens, rungs, model, codec_context);
+}
+
+Result<StoredChunks> StoreChunks(Store& store, const ChunkKvSource& chunk_kv, std::span<const ChunkKey> keys,
+                                 uint32_t first, uint32_t chunk_tokens, const std::vector<StoredRung>& rungs,
+                                 const ModelFingerprint& model, const CodecContext& codec_context) {
   StoredChunks out;
   for (uint32_t i = first; i < keys.size(); ++i) {
-    ASSIGN_OR_RETURN(KvView view, kv.View(i * chunk_tokens, chunk_tokens));
+    ASSIGN_OR_RETURN(const KvView view, chunk_kv(i));
     ChunkManifest m{.chunk_tokens = chunk_tokens, .chunk_index = i, .variants = {}};
     for (const StoredRung& rung : rungs) {
       const std::string& codec_name = rung.codec->info().name;

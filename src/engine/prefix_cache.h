@@ -117,8 +117,24 @@ struct StoredChunks {
   uint64_t bytes = 0;
 };
 
-// Stores chunks [first, keys.size()) of `kv` (chunk i = tokens [i * chunk_tokens, ...)) at every
-// level, each chunk's manifest after its objects.
+// Chunk i's KV (tokens [i * chunk_tokens, (i + 1) * chunk_tokens)), which the source may keep
+// only until its next call.
+using ChunkKvSource = std::function<Result<KvView>(uint32_t chunk_index)>;
+
+// Stores chunks [first, keys.size()) at every rung, each chunk's manifest after its objects,
+// asking `chunk_kv` for one chunk at a time.
+Result<StoredChunks> StoreChunks(Store& store, const ChunkKvSource& chunk_kv, std::span<const ChunkKey> keys,
+                                 uint32_t first, uint32_t chunk_tokens, const std::vector<StoredRung>& rungs,
+                                 const ModelFingerprint& model, const CodecContext& codec_context);
+
+// The same from the session's sequence (which must start at position 0), each chunk copied out of
+// llama.cpp only when it is encoded (LlamaSession::ExtractKvRange): storing a long prompt holds
+// one chunk beside the session's cache, not a second copy of the whole cache.
+Result<StoredChunks> StoreSessionChunks(Store& store, LlamaSession& session, std::span<const ChunkKey> keys,
+                                        uint32_t first, uint32_t chunk_tokens, const std::vector<StoredRung>& rungs,
+                                        const ModelFingerprint& model, const CodecContext& codec_context);
+
+// The same from `kv` (chunk i = tokens [i * chunk_tokens, ...)) at every level.
 Result<StoredChunks> StoreChunks(Store& store, const KvCache& kv, std::span<const ChunkKey> keys, uint32_t first,
                                  uint32_t chunk_tokens, const Codec& codec, const std::vector<std::string>& levels,
                                  const ModelFingerprint& model, const CodecContext& codec_context);

@@ -79,6 +79,8 @@ Result<RunReport> RunJob(const RunOptions& o) {
   SessionOptions so;
   so.n_ctx = r.prompt_tokens + o.n_generate + 8;
   so.n_threads = o.threads;
+  // Bounds llama.cpp's attention scratch during a long prefill (the same KV, bit for bit).
+  so.n_ubatch = BoundedUbatch(model->info(), so);
   ASSIGN_OR_RETURN(auto session, LlamaSession::Create(*model, so));
   const std::span<const int32_t> probe = std::span(tokens).first(std::min<size_t>(kProbeTokens, tokens.size()));
   ASSIGN_OR_RETURN(const double recompute_s, MeasureChunkPrefillSeconds(*session, probe, o.chunk_tokens));
@@ -147,11 +149,8 @@ Result<RunReport> RunJob(const RunOptions& o) {
     const auto t_store = SteadyClock::now();
     // Encoding is after the response, never on the TTFT path.
     const CodecContext store_context{&calibrations, &model->fingerprint(), &pool};
-    auto stored = [&]() -> Result<StoredChunks> {
-      ASSIGN_OR_RETURN(KvCache kv, session->ExtractKv());
-      return StoreChunks(*store, kv, keys, r.chunks_fetched, o.chunk_tokens, plan.rungs, model->fingerprint(),
-                         store_context);
-    }();
+    auto stored = StoreSessionChunks(*store, *session, keys, r.chunks_fetched, o.chunk_tokens, plan.rungs,
+                                     model->fingerprint(), store_context);
     if (stored.ok()) {
       r.chunks_stored = stored->chunks;
       r.bytes_stored = stored->bytes;

@@ -13,6 +13,7 @@
 #include "engine/model_profile.h"
 #include "engine/prefix_cache.h"
 #include "kvtc/kvcal.h"
+#include "store/memory_store.h"
 #include "store/redis_test_server.h"
 
 namespace kvc {
@@ -62,6 +63,49 @@ TEST(RunJob, SecondRunReusesTheStoredPrefix) {
   EXPECT_EQ(second->chunks_stored, 0u);
   EXPECT_GT(second->bytes_fetched, 0u);
   EXPECT_EQ(second->text, first->text);
+}
+
+// The chunks a run stores, read out of llama.cpp one at a time, are the bytes that storing them
+// from one whole extraction writes: every object and manifest, at every rung.
+TEST(StoreSessionChunks, StoresWhatAWholeExtractionStores) {
+  auto model = LlamaModel::Load(KVCODEC_TEST_MODEL).value();
+  CalibrationRegistry calibrations;
+  ASSERT_TRUE(LoadModelCalibration(calibrations, KVCODEC_TEST_MODEL, "").ok());
+  const std::vector<int32_t> tokens = model->Tokenize(Prompt(), true).value();
+  SessionOptions so;
+  so.n_ctx = static_cast<uint32_t>(tokens.size()) + 8;
+  so.n_threads = 1;
+  auto session = LlamaSession::Create(*model, so).value();
+  ASSERT_TRUE(session->Eval(tokens, false).ok());
+  const ModelFingerprint& fp = model->fingerprint();
+  const std::vector<ChunkKey> keys = ReusableChunkKeys(fp, tokens, 256);
+  ASSERT_GE(keys.size(), 2u);
+  const std::vector<StoredRung> rungs = {
+      {FindCodec("raw"), "fp16"}, {FindCodec("quant"), "8"}, {FindCodec("kvtc"), "16"}};
+  const CodecContext context{&calibrations, &fp, nullptr};
+  for (uint32_t first : {0u, 1u}) {
+    SCOPED_TRACE(first);
+    auto whole = MakeMemoryStore({}), chunked = MakeMemoryStore({});
+    const auto a = StoreChunks(*whole, session->ExtractKv().value(), keys, first, 256, rungs, fp, context);
+    const auto b = StoreSessionChunks(*chunked, *session, keys, first, 256, rungs, fp, context);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    EXPECT_EQ(b->chunks, keys.size() - first);
+    EXPECT_EQ(b->chunks, a->chunks);
+    EXPECT_EQ(b->bytes, a->bytes);
+    for (uint32_t i = 0; i < keys.size(); ++i) {
+      std::vector<std::string> names = {ChunkManifestName(keys[i])};
+      for (const StoredRung& r : rungs) names.push_back(ChunkObjectName(keys[i], r.codec->info().name, r.level));
+      for (const std::string& name : names) {
+        const auto wa = whole->Get(name), wb = chunked->Get(name);
+        ASSERT_EQ(wa.ok(), i >= first) << name;
+        ASSERT_EQ(wb.ok(), i >= first) << name;
+        if (wa.ok()) {
+          EXPECT_TRUE(*wa == *wb) << name;
+        }
+      }
+    }
+  }
 }
 
 // A profile of the test model whose kvtc rungs above 16 are over the floor (as on a model where
