@@ -305,7 +305,11 @@ if scale:
     if run_scale["cold"] and run_scale["warm"]:
         print("`kvcodec run` on a prompt of about 33K tokens (132 KB of eval.txt), `-n 4`, an empty `dir://` store: "
               "the cold run prefills and stores it, the warm one restores the stored prefix. Peak RSS from "
-              "getrusage at the end of the job, against the model file and the prompt's KV in fp16:\n")
+              "getrusage at the end of the job, against the model file and the prompt's KV in fp16. The cold run "
+              "copies its chunks out of llama.cpp one at a time to store them (`LlamaSession::ExtractKvRange`) and "
+              "prefills in steps small enough that llama.cpp's attention scratch stays within the cache's size "
+              "(`BoundedUbatch`: 64 tokens on kvtiny); the warm one holds the fetched prefix in one buffer while "
+              "its chunks are appended:\n")
         print("| run | prompt tokens | reused | TTFT s | peak RSS MB | (peak - model) / prompt's fp16 KV |")
         print("|---|---:|---:|---:|---:|---:|")
         model_bytes = os.path.getsize(sc["model"]) if os.path.exists(sc["model"]) else 0
