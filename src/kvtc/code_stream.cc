@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <cstring>
 #include <optional>
 
@@ -205,28 +204,24 @@ Status DecodeRans(std::span<const uint8_t> rest, std::span<const KvtcCodeRun> ru
     }
     const size_t n_tuples = (run.count + k - 1) / k;
     RETURN_IF_ERROR(dec.GetBytes(table, std::span(tuples).first(n_tuples)));
-    // A tuple's codes as k bytes, looked up (tuple alphabets have 16 symbols).
-    if (k * w > 4) return Internal("kvtc codes: a tuple alphabet over 16 symbols");
-    std::array<uint32_t, 16> spread{};
+    // A tuple's codes, one byte each, looked up by symbol (tuple alphabets have 16 symbols).
+    if (k * w > 4 || (k != 2 && k != 4)) return Internal("kvtc codes: tuples other than 2 or 4 codes in 4 bits");
+    std::array<std::array<uint8_t, 4>, 16> spread{};
     for (uint32_t t = 0; t < spread.size(); ++t) {
-      for (uint32_t j = 0; j < k; ++j) spread[t] |= ((t >> (j * w)) & ((1u << w) - 1)) << (8 * j);
+      for (uint32_t j = 0; j < k; ++j) spread[t][j] = static_cast<uint8_t>((t >> (j * w)) & ((1u << w) - 1));
     }
     const size_t whole = run.count / k;
     uint8_t* dst = out.data();
-    auto put = [&](uint32_t t, uint32_t n_codes) {
-      for (uint32_t j = 0; j < n_codes; ++j) *dst++ = static_cast<uint8_t>(spread[t] >> (8 * j));
-    };
-    if (std::endian::native == std::endian::little && k == 4) {
-      for (size_t i = 0; i < whole; ++i, dst += 4) std::memcpy(dst, &spread[tuples[i]], 4);
-    } else if (std::endian::native == std::endian::little && k == 2) {
-      for (size_t i = 0; i < whole; ++i, dst += 2) std::memcpy(dst, &spread[tuples[i]], 2);
+    // A copy of constant size per tuple (k is 4 or 2), which compiles to one store.
+    if (k == 4) {
+      for (size_t i = 0; i < whole; ++i, dst += 4) std::memcpy(dst, spread[tuples[i]].data(), 4);
     } else {
-      for (size_t i = 0; i < whole; ++i) put(tuples[i], k);
+      for (size_t i = 0; i < whole; ++i, dst += 2) std::memcpy(dst, spread[tuples[i]].data(), 2);
     }
     if (whole < n_tuples) {
       const uint32_t t = tuples[whole], left = static_cast<uint32_t>(run.count - whole * k);
       KVC_CHECK_CORRUPT((t >> (left * w)) == 0, "a run's last code tuple has non-zero padding");
-      put(t, left);
+      std::memcpy(dst, spread[t].data(), left);
     }
   }
   return dec.Finish();

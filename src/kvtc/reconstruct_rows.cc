@@ -5,6 +5,8 @@
 #include <cstring>
 #include <vector>
 
+#include "kvtc/decode_scratch.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -110,26 +112,21 @@ __attribute__((target("avx2,fma"))) void RowBand(const float* mean, const float*
   if (d < vector_columns) Tile<kRows, 1>(mean + d, strips, band, n_keep, x + d, x_stride);
 }
 
-struct PackScratch {
-  std::vector<float> strips, band;
-};
-
 __attribute__((target("avx2,fma"))) void Avx2(const float* mean, const float* components, size_t dim,
                                               const float* coeffs, CoeffLayout layout, size_t n, uint32_t n_keep,
                                               float* x, size_t x_stride) {
-  // Reused per thread: a basis's strips are up to dim * n_keep floats (256 KiB at dim 256), which
-  // allocated per call would come from mmap and fault in again every time.
-  thread_local PackScratch scratch;
+  // Reused per thread as the decoder's other buffers are: a basis's strips are up to dim * n_keep
+  // floats (256 KiB at dim 256), which allocated per call would come from mmap and fault in
+  // again every time.
+  thread_local std::vector<float> strip_scratch, band_scratch;
   constexpr size_t kBand = 6;  // 6 rows x 2 vectors: 12 accumulators, 2 strip and 1 broadcast registers
-  if (scratch.strips.size() < dim * n_keep) scratch.strips.resize(dim * n_keep);
-  if (scratch.band.size() < kBand * n_keep) scratch.band.resize(kBand * n_keep);
-  const size_t vector_columns = PackStrips(components, dim, n_keep, scratch.strips.data());
+  float* const strips = ScratchData(strip_scratch, dim * n_keep);
+  float* const band = ScratchData(band_scratch, kBand * n_keep);
+  const size_t vector_columns = PackStrips(components, dim, n_keep, strips);
   for (size_t t = 0; t < n; t += kBand) {
     const size_t rows = std::min(kBand, n - t);
     const float* const c = coeffs + t * layout.token_stride;
     float* const x_rows = x + t * x_stride;
-    const float* const strips = scratch.strips.data();
-    float* const band = scratch.band.data();
     switch (rows) {
       case 6: RowBand<6>(mean, strips, vector_columns, c, layout, n_keep, band, x_rows, x_stride); break;
       case 5: RowBand<5>(mean, strips, vector_columns, c, layout, n_keep, band, x_rows, x_stride); break;
@@ -142,6 +139,7 @@ __attribute__((target("avx2,fma"))) void Avx2(const float* mean, const float* co
       PortableBlock(mean, components, dim, c, layout, rows, vector_columns, n_keep, x_rows, x_stride);
     }
   }
+  TrimScratch(strip_scratch);
 }
 #endif
 
