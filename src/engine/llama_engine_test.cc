@@ -46,6 +46,14 @@ std::unique_ptr<LlamaSession> NewSession(DType cache_type, bool flash_attn, uint
   return std::move(session).value();
 }
 
+// The logits of the last Eval's first n tokens are the same bits in both sessions.
+void ExpectSameLogits(const LlamaSession& a, const LlamaSession& b, int n) {
+  for (int i = 0; i < n; ++i) {
+    const auto la = a.Logits(i), lb = b.Logits(i);
+    ASSERT_EQ(std::memcmp(la.data(), lb.data(), la.size_bytes()), 0) << "logits differ at continuation token " << i;
+  }
+}
+
 TEST(LlamaModel, ShapeIsWhatTheTestModelPromises) {
   const ModelInfo& info = Model().info();
   EXPECT_EQ(info.architecture, "llama");
@@ -128,10 +136,7 @@ TEST_P(RoundTrip, RestoredContextGivesBitIdenticalLogits) {
   ASSERT_TRUE(b->RestoreKv(*kv).ok());
   EXPECT_EQ(b->next_position(), 280);
   ASSERT_TRUE(b->Eval(cont, true).ok());
-  for (int i = 0; i < 20; ++i) {
-    const auto la = a->Logits(i), lb = b->Logits(i);
-    ASSERT_EQ(std::memcmp(la.data(), lb.data(), la.size_bytes()), 0) << "logits differ at continuation token " << i;
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectSameLogits(*a, *b, 20));
   // And the restored context holds exactly the same KV.
   auto kv_b = b->ExtractKv();
   ASSERT_TRUE(kv_b.ok());
@@ -163,10 +168,7 @@ TEST_P(RoundTrip, ChunkByChunkRestoreIsBitIdenticalToAWholeRestore) {
   // Out of order, or past the context: refused, and the session is as it was.
   EXPECT_EQ(chunked->AppendKv(kv.View(0, 10).value()).code(), StatusCode::kInvalidArgument);
   ASSERT_TRUE(chunked->Eval(cont, true).ok());
-  for (int i = 0; i < 20; ++i) {
-    const auto lw = whole->Logits(i), lc = chunked->Logits(i);
-    ASSERT_EQ(std::memcmp(lw.data(), lc.data(), lw.size_bytes()), 0) << "logits differ at continuation token " << i;
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectSameLogits(*whole, *chunked, 20));
   EXPECT_EQ(chunked->ExtractKv().value(), whole->ExtractKv().value());
 }
 
@@ -201,10 +203,7 @@ TEST_P(RoundTrip, RangeExtractionIsASliceOfTheWholeExtraction) {
   ASSERT_TRUE(untouched->Eval(prefix, false).ok());
   ASSERT_TRUE(untouched->Eval(cont, true).ok());
   ASSERT_TRUE(a->Eval(cont, true).ok());
-  for (int i = 0; i < 20; ++i) {
-    const auto lu = untouched->Logits(i), la = a->Logits(i);
-    ASSERT_EQ(std::memcmp(lu.data(), la.data(), lu.size_bytes()), 0) << "logits differ at continuation token " << i;
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectSameLogits(*untouched, *a, 20));
   // Still a slice after generation, now of the longer sequence.
   EXPECT_EQ(a->ExtractKvRange(0, 256).value(), whole.View(0, 256).value().Copy().value());
   EXPECT_EQ(a->ExtractKvRange(280, 20).value(), a->ExtractKv().value().View(280, 20).value().Copy().value());
