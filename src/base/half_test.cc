@@ -124,7 +124,9 @@ TEST(Half, Fp32ToFp16ClampedMatchesClampThenConvert) {
     std::vector<uint16_t> fused(n), expected(n);
     Fp32ToFp16Clamped(x.data(), fused.data(), n);
     // Input untouched, bit for bit (NaN included); an empty vector may hold no buffer at all.
-    if (n > 0) EXPECT_EQ(0, std::memcmp(x.data(), original.data(), n * sizeof(float))) << n;
+    if (n > 0) {
+      EXPECT_EQ(0, std::memcmp(x.data(), original.data(), n * sizeof(float))) << n;
+    }
     ClampToFp16Range(x.data(), n);
     Fp32ToFp16(x.data(), expected.data(), n);
     EXPECT_EQ(fused, expected) << n;
