@@ -436,9 +436,14 @@ Status LlamaSession::WriteSeqState(int32_t seq, const KvView& kv) {
     layout.n_stream = options_.n_seq;
     layout.stream = static_cast<uint32_t>(seq);
   }
-  ASSIGN_OR_RETURN(std::vector<uint8_t> blob, BuildLlamaSeqState(source, layout));
+  ASSIGN_OR_RETURN(const size_t bytes, LlamaSeqStateBytes(source.shape(), layout));
+  if (state_blob_.size() < bytes) state_blob_.resize(bytes);
+  const std::span<uint8_t> blob(state_blob_.data(), bytes);
+  RETURN_IF_ERROR(WriteLlamaSeqState(source, layout, blob));
   ClearSeq(seq);
   const size_t read = llama_state_seq_set_data(ctx_, blob.data(), blob.size(), seq);
+  constexpr size_t kMaxKeptBlobBytes = size_t{32} << 20;
+  if (state_blob_.size() > kMaxKeptBlobBytes) std::vector<uint8_t>().swap(state_blob_);
   if (read != blob.size()) {
     ClearSeq(seq);
     return Internal("llama.cpp rejected the restored KV state (the shared cache may be full)");

@@ -182,6 +182,9 @@ class LlamaSession {
   uint32_t n_cached_ = 0;
   uint32_t n_vocab_ = 0;
   std::vector<int32_t> last_logit_rows_;  // batch index -> logits row, for the last Eval
+  // The state blob a restore hands llama.cpp, kept from one chunk to the next so each append
+  // writes into pages already mapped (a chunk-sized blob; a larger one is freed after use).
+  std::vector<uint8_t> state_blob_;
 };
 
 }  // namespace kvc

@@ -37,7 +37,10 @@ struct LlamaStateLayout {
 Result<KvCache> ParseLlamaSeqState(std::span<const uint8_t> blob, uint32_t n_kv_heads);
 
 // Serialises `kv` (whose dtype must equal layout.dtype) as a blob llama_state_seq_set_data
-// accepts for a context with `layout`.
+// accepts for a context with `layout`: into `out`, of exactly LlamaSeqStateBytes bytes (a
+// caller restoring chunk after chunk keeps one buffer), or into a new vector.
+Result<size_t> LlamaSeqStateBytes(const KvShape& shape, const LlamaStateLayout& layout);
+Status WriteLlamaSeqState(const KvView& kv, const LlamaStateLayout& layout, std::span<uint8_t> out);
 Result<std::vector<uint8_t>> BuildLlamaSeqState(const KvView& kv, const LlamaStateLayout& layout);
 inline Result<std::vector<uint8_t>> BuildLlamaSeqState(const KvCache& kv, const LlamaStateLayout& layout) {
   return BuildLlamaSeqState(kv.View(), layout);

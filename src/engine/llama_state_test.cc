@@ -66,6 +66,39 @@ TEST(LlamaState, AViewOfALongerCacheBuildsItsCopysBlob) {
   }
 }
 
+// V is transposed in 8x8 blocks where the shape allows and value by value at the edges: every
+// mix of whole blocks and remainders (channels and tokens not multiples of 8, several tiles of
+// tokens) parses back to the cache it came from.
+TEST(LlamaState, TransposedVAtEveryBlockRemainder) {
+  for (const KvShape shape : {KvShape{1, 3, 7, 75}, KvShape{2, 2, 8, 64}, KvShape{1, 1, 5, 3}, KvShape{1, 4, 4, 33}}) {
+    auto kv = KvCache::Create(shape, DType::kF16).value();
+    std::mt19937 rng(11);
+    std::normal_distribution<float> dist;
+    std::vector<float> rows(shape.layer_elems());
+    for (KvKind kind : kKvKinds) {
+      for (uint32_t l = 0; l < shape.n_layers; ++l) {
+        for (float& v : rows) v = dist(rng);
+        kv.WriteRowsF32(kind, l, 0, shape.n_tokens, rows.data());
+      }
+    }
+    const auto blob = BuildLlamaSeqState(kv, {}).value();
+    EXPECT_EQ(ParseLlamaSeqState(blob, shape.n_kv_heads).value(), kv)
+        << shape.n_kv_heads << "x" << shape.head_dim << " channels, " << shape.n_tokens << " tokens";
+  }
+}
+
+TEST(LlamaState, WritesIntoABufferOfExactlyTheStatesSize) {
+  const KvCache kv = RandomCache(DType::kF16, 9, 2);
+  const LlamaStateLayout layout;
+  const size_t bytes = LlamaSeqStateBytes(kv.shape(), layout).value();
+  std::vector<uint8_t> buffer(bytes + 1, 0xee);
+  EXPECT_FALSE(WriteLlamaSeqState(kv.View(), layout, std::span(buffer)).ok());
+  EXPECT_FALSE(WriteLlamaSeqState(kv.View(), layout, std::span(buffer).first(bytes - 1)).ok());
+  ASSERT_TRUE(WriteLlamaSeqState(kv.View(), layout, std::span(buffer).first(bytes)).ok());
+  EXPECT_EQ(std::vector<uint8_t>(buffer.begin(), buffer.begin() + bytes), BuildLlamaSeqState(kv, layout).value());
+  EXPECT_EQ(buffer.back(), 0xee);  // nothing written past the state
+}
+
 TEST(LlamaState, EveryTruncationFails) {
   const KvCache kv = RandomCache(DType::kF16, 3, 0);
   auto blob = BuildLlamaSeqState(kv, {}).value();

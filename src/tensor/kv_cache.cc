@@ -39,7 +39,7 @@ Status ValidateShape(const KvShape& s, DType dtype) {
   return Status::Ok();
 }
 
-Result<KvCache> KvCache::Create(const KvShape& shape, DType dtype, int32_t pos_begin) {
+Result<KvCache> KvCache::Allocate(const KvShape& shape, DType dtype, int32_t pos_begin, bool zero) {
   if (!IsValidDType(static_cast<uint8_t>(dtype))) return InvalidArgument("invalid dtype");
   RETURN_IF_ERROR(ValidateShape(shape, dtype));
   KvCache cache;
@@ -47,9 +47,22 @@ Result<KvCache> KvCache::Create(const KvShape& shape, DType dtype, int32_t pos_b
   cache.dtype_ = dtype;
   cache.pos_begin_ = pos_begin;
   const size_t bytes = shape.elems() * DTypeSize(dtype);
-  cache.k_.assign(bytes, 0);
-  cache.v_.assign(bytes, 0);
+  if (zero) {
+    cache.k_.assign(bytes, 0);
+    cache.v_.assign(bytes, 0);
+  } else {
+    cache.k_.resize(bytes);
+    cache.v_.resize(bytes);
+  }
   return cache;
+}
+
+Result<KvCache> KvCache::Create(const KvShape& shape, DType dtype, int32_t pos_begin) {
+  return Allocate(shape, dtype, pos_begin, true);
+}
+
+Result<KvCache> KvCache::CreateForOverwrite(const KvShape& shape, DType dtype, int32_t pos_begin) {
+  return Allocate(shape, dtype, pos_begin, false);
 }
 
 std::span<uint8_t> KvCache::RowBytes(KvKind kind, uint32_t layer, uint32_t token, uint32_t n_tokens) {
@@ -141,7 +154,7 @@ KvShape KvSlice::shape() const {
 }
 
 Result<KvCache> KvView::Copy() const {
-  ASSIGN_OR_RETURN(KvCache out, KvCache::Create(shape(), dtype(), pos_begin()));
+  ASSIGN_OR_RETURN(KvCache out, KvCache::CreateForOverwrite(shape(), dtype(), pos_begin()));  // every row copied below
   for (KvKind kind : kKvKinds) {
     for (uint32_t l = 0; l < out.shape().n_layers; ++l) {
       const auto src = LayerBytes(kind, l);

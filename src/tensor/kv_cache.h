@@ -7,8 +7,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -59,6 +61,10 @@ class KvCache {
   KvCache() = default;
   // Zero-filled cache; fails on invalid shapes (see ValidateShape).
   static Result<KvCache> Create(const KvShape& shape, DType dtype, int32_t pos_begin = 0);
+  // A cache whose values are unspecified until written: for a buffer the caller overwrites
+  // range by range anyway (a fetched prefix), where zero-filling it first is a pass over memory
+  // that the restore path pays for nothing.
+  static Result<KvCache> CreateForOverwrite(const KvShape& shape, DType dtype, int32_t pos_begin = 0);
 
   const KvShape& shape() const { return shape_; }
   DType dtype() const { return dtype_; }
@@ -90,8 +96,30 @@ class KvCache {
   KvShape shape_;
   DType dtype_ = DType::kF16;
   int32_t pos_begin_ = 0;
-  std::vector<uint8_t> k_;
-  std::vector<uint8_t> v_;
+  // Bytes a resize leaves as they are (the allocator default-initialises), so that
+  // CreateForOverwrite touches no page; Create fills them.
+  template <typename T>
+  struct DefaultInitAllocator : std::allocator<T> {
+    template <typename U>
+    struct rebind {
+      using other = DefaultInitAllocator<U>;
+    };
+    DefaultInitAllocator() = default;
+    template <typename U>
+    DefaultInitAllocator(const DefaultInitAllocator<U>&) noexcept {}
+    template <typename U>
+    void construct(U* p) noexcept {
+      ::new (static_cast<void*>(p)) U;
+    }
+    template <typename U, typename... Args>
+    void construct(U* p, Args&&... args) {
+      ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+    }
+  };
+  using Storage = std::vector<uint8_t, DefaultInitAllocator<uint8_t>>;
+  static Result<KvCache> Allocate(const KvShape& shape, DType dtype, int32_t pos_begin, bool zero);
+  Storage k_;
+  Storage v_;
 };
 
 // A token range of a KvCache; cheap to copy; the cache must outlive it.
