@@ -10,7 +10,10 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 
+#include "base/thread_pool.h"
 #include "engine/llama_state.h"
+#include "engine/prefix_cache.h"
+#include "store/memory_store.h"
 
 namespace kvc {
 namespace {
@@ -170,6 +173,65 @@ TEST_P(RoundTrip, ChunkByChunkRestoreIsBitIdenticalToAWholeRestore) {
   ASSERT_TRUE(chunked->Eval(cont, true).ok());
   ASSERT_NO_FATAL_FAILURE(ExpectSameLogits(*whole, *chunked, 20));
   EXPECT_EQ(chunked->ExtractKv().value(), whole->ExtractKv().value());
+}
+
+// A stored prefix fetched and restored chunk by chunk (RestoreStoredPrefix: chunks decoded on a
+// pool through a few reused slots, each appended as it arrives) is the session a whole restore
+// of the same decoded chunks gives: the same KV and the same continuation, bit for bit. More
+// chunks than slots, so slots are reused; raw (lossless: the prefill's own KV) and quant 8.
+TEST_P(RoundTrip, FetchedPrefixRestoredAsChunksArriveIsBitIdenticalToAWholeRestore) {
+  const auto [cache_type, flash_attn] = GetParam();
+  const auto tokens = SomeTokens(300);
+  auto a = NewSession(cache_type, flash_attn);
+  ASSERT_TRUE(a->Eval(std::span(tokens).first(280), false).ok());
+  const KvCache kv = a->ExtractKv().value();
+  constexpr uint32_t kChunk = 32;
+  // The chunks the prefill's 280 tokens hold whole: 8 (the pool's 3 workers get 4 slots).
+  const std::vector<ChunkKey> keys = ReusableChunkKeys(Model().fingerprint(), std::span(tokens).first(281), kChunk);
+  const uint32_t reused = static_cast<uint32_t>(keys.size()) * kChunk;
+  ThreadPool pool(3);
+  for (const char* codec : {"raw", "quant"}) {
+    SCOPED_TRACE(codec);
+    const std::string level = codec == std::string("raw") ? "fp16" : "8";
+    auto store = MakeMemoryStore({});
+    const auto stored = StoreChunks(*store, kv, keys, 0, kChunk, *FindCodec(codec), {level}, Model().fingerprint(), {});
+    ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+    // The whole restore: every chunk decoded on its own, joined in an fp16 buffer (as the
+    // fetcher's), restored at once.
+    KvShape shape = kv.shape();
+    shape.n_tokens = reused;
+    KvCache decoded = KvCache::Create(shape, DType::kF16).value();
+    std::vector<float> rows(size_t{kChunk} * shape.row_elems());
+    for (uint32_t i = 0; i < keys.size(); ++i) {
+      const auto chunk = DecodeKvc(store->Get(ChunkObjectName(keys[i], codec, level)).value()).value();
+      for (KvKind kind : kKvKinds) {
+        for (uint32_t l = 0; l < shape.n_layers; ++l) {
+          chunk.ReadRowsF32(kind, l, 0, kChunk, rows.data());
+          decoded.WriteRowsF32(kind, l, i * kChunk, kChunk, rows.data());
+        }
+      }
+    }
+    auto whole = NewSession(cache_type, flash_attn);
+    ASSERT_TRUE(whole->RestoreKv(decoded).ok());
+
+    auto fetched = NewSession(cache_type, flash_attn);
+    LinkShaper link;
+    FetchOptions options;
+    options.kv_shape = kv.shape();
+    options.pool = &pool;
+    auto restored = RestoreStoredPrefix(*store, *fetched, Model().fingerprint(), keys, kChunk, {}, link, options);
+    ASSERT_TRUE(restored.ok()) << restored.status().ToString();
+    EXPECT_EQ(restored->chunks_fetched, keys.size()) << restored->fallback;
+    EXPECT_EQ(fetched->n_cached(), reused);
+    EXPECT_EQ(fetched->ExtractKv().value(), whole->ExtractKv().value());
+    if (codec == std::string("raw") && kv.dtype() == DType::kF16) {
+      EXPECT_EQ(fetched->ExtractKv().value(), kv.View(0, reused).value().Copy().value());
+    }
+    const auto rest = std::span(tokens).subspan(reused, 20);
+    ASSERT_TRUE(whole->Eval(rest, true).ok());
+    ASSERT_TRUE(fetched->Eval(rest, true).ok());
+    ASSERT_NO_FATAL_FAILURE(ExpectSameLogits(*whole, *fetched, 20));
+  }
 }
 
 // A token range read through the staging sequence is that slice of the whole extraction, bit for

@@ -90,10 +90,15 @@ PrefixLookup LookupStoredPrefix(Store& store, std::span<const ChunkKey> keys, ui
   return out;
 }
 
-Result<FetchedPrefix> FetchLookedUpPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
-                                          PrefixLookup lookup, const CodecContext& codec_context, LinkShaper& link,
-                                          const FetchOptions& options,
-                                          const std::function<Status(const KvView&)>& on_chunk) {
+namespace {
+
+// FetchLookedUpPrefix; with `through_slots` the chunks decode through a few chunk-sized buffers
+// (Fetcher::RunThroughSlots) and the result holds no KV, for a caller that takes every chunk in
+// on_chunk.
+Result<FetchedPrefix> FetchPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
+                                  PrefixLookup lookup, const CodecContext& codec_context, LinkShaper& link,
+                                  const FetchOptions& options, const std::function<Status(const KvView&)>& on_chunk,
+                                  bool through_slots) {
   FetchedPrefix out;
   PrefixRestore& r = out.stats;
   r.lookup_s = lookup.lookup_s;
@@ -106,17 +111,14 @@ Result<FetchedPrefix> FetchLookedUpPrefix(Store& store, const ModelFingerprint& 
   out.chunk_tokens = lookup.manifests[0].chunk_tokens;
 
   const auto t_fetch = SteadyClock::now();
-  // One buffer for the longest run there is, allocated once: every chunk decodes into its place.
   KvShape shape = *options.kv_shape;
   const uint64_t tokens = uint64_t{out.chunk_tokens} * lookup.manifests.size();
   if (tokens > kMaxTokens) {
     return InvalidArgument(FormatMessage("a stored prefix of %llu tokens is longer than any KV cache",
                                          static_cast<unsigned long long>(tokens)));
   }
-  shape.n_tokens = static_cast<uint32_t>(tokens);
-  ASSIGN_OR_RETURN(out.kv, KvCache::Create(shape, DType::kF16));
   Fetcher fetcher(store, link, model, codec_context, options);
-  auto report = fetcher.Run(keys.first(lookup.manifests.size()), lookup.manifests, out.kv, [&](FetchedChunk&& c) -> Status {
+  auto deliver = [&](FetchedChunk&& c) -> Status {
     r.variants.push_back(c.variant.codec + "/" + c.variant.level);
     r.max_chunk_decode_s = std::max(r.max_chunk_decode_s, c.decode_s);
     if (!on_chunk) return Status::Ok();
@@ -124,7 +126,23 @@ Result<FetchedPrefix> FetchLookedUpPrefix(Store& store, const ModelFingerprint& 
     const Status s = on_chunk(c.kv);
     r.restore_s += SecondsSince(t_restore);
     return s;
-  });
+  };
+  const auto fetched_keys = keys.first(lookup.manifests.size());
+  Result<FetchReport> report = Internal("not fetched");
+  if (through_slots) {
+    shape.n_tokens = out.chunk_tokens;
+    std::vector<KvCache> slots(fetcher.Inflight());
+    for (KvCache& slot : slots) {
+      ASSIGN_OR_RETURN(slot, KvCache::CreateForOverwrite(shape, DType::kF16));
+    }
+    report = fetcher.RunThroughSlots(fetched_keys, lookup.manifests, slots, deliver);
+  } else {
+    // One buffer for the longest run there is, allocated once: every chunk decodes into its
+    // place. Only fetched chunks' tokens are ever read, each after its decode wrote it.
+    shape.n_tokens = static_cast<uint32_t>(tokens);
+    ASSIGN_OR_RETURN(out.kv, KvCache::CreateForOverwrite(shape, DType::kF16));
+    report = fetcher.Run(fetched_keys, lookup.manifests, out.kv, deliver);
+  }
   RETURN_IF_ERROR(report.status());
   r.fetch_s = SecondsSince(t_fetch);
   r.decode_s = report->decode_s;
@@ -133,6 +151,15 @@ Result<FetchedPrefix> FetchLookedUpPrefix(Store& store, const ModelFingerprint& 
   if (!report->stop_reason.empty()) r.fallback = report->stop_reason;
   r.damaged = r.damaged || report->stopped_on_damage;
   return out;
+}
+
+}  // namespace
+
+Result<FetchedPrefix> FetchLookedUpPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
+                                          PrefixLookup lookup, const CodecContext& codec_context, LinkShaper& link,
+                                          const FetchOptions& options,
+                                          const std::function<Status(const KvView&)>& on_chunk) {
+  return FetchPrefix(store, model, keys, std::move(lookup), codec_context, link, options, on_chunk, false);
 }
 
 Result<FetchedPrefix> FetchStoredPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
@@ -148,9 +175,10 @@ Result<PrefixRestore> RestoreStoredPrefix(Store& store, LlamaSession& session, c
                                           const CodecContext& codec_context, LinkShaper& link,
                                           const FetchOptions& options) {
   if (session.n_cached() != 0) return InvalidArgument("restoring a prefix needs an empty session");
+  // Each chunk goes into llama.cpp as it arrives, so none needs a place of its own for the run.
   ASSIGN_OR_RETURN(FetchedPrefix fetched,
-                   FetchStoredPrefix(store, model, keys, chunk_tokens, codec_context, link, options,
-                                     [&](const KvView& chunk) { return session.AppendKv(chunk); }));
+                   FetchPrefix(store, model, keys, LookupStoredPrefix(store, keys, chunk_tokens), codec_context, link,
+                               options, [&](const KvView& chunk) { return session.AppendKv(chunk); }, true));
   return fetched.stats;
 }
 

@@ -196,6 +196,40 @@ TEST(Fetcher, DeliversEveryChunkInOrderDecoded) {
   }
 }
 
+// Through two slots, chunk after chunk: each delivered chunk is its own decode at its own
+// positions (the slot is reused only after the chunk in it was delivered), with more chunks than
+// slots and more workers than slots; a chunk of another length than the slots is refused.
+TEST(Fetcher, ThroughSlotsDeliversEachChunkBeforeItsSlotIsReused) {
+  for (size_t pool_threads : {0u, 4u}) {
+    SCOPED_TRACE(pool_threads);
+    std::unique_ptr<ThreadPool> pool = pool_threads ? std::make_unique<ThreadPool>(pool_threads) : nullptr;
+    StoredRun run = StoreRun(7, {{"quant", "8"}});
+    std::vector<KvCache> slots;
+    for (int i = 0; i < 2; ++i) slots.push_back(KvCache::CreateForOverwrite(kChunkShape, DType::kF16).value());
+    LinkShaper link;
+    Fetcher fetcher(*run.store, link, kFp, {}, {.pool = pool.get()});
+    std::vector<uint32_t> order;
+    auto report = fetcher.RunThroughSlots(run.keys, run.manifests, slots, [&](FetchedChunk&& c) {
+      order.push_back(c.index);
+      EXPECT_EQ(c.kv.pos_begin(), static_cast<int32_t>(c.index * kChunkShape.n_tokens));
+      const auto direct = DecodeKvc(run.store->Get(ChunkObjectName(run.keys[c.index], "quant", "8")).value()).value();
+      EXPECT_TRUE(c.kv.Copy().value() == direct) << "chunk " << c.index;
+      return Status::Ok();
+    });
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    EXPECT_EQ(report->chunks, 7u);
+    EXPECT_EQ(order, (std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 6}));
+  }
+  StoredRun run = StoreRun(2, {{"quant", "8"}});
+  KvShape longer = kChunkShape;
+  longer.n_tokens *= 2;
+  std::vector<KvCache> wrong{KvCache::Create(longer, DType::kF16).value()};
+  LinkShaper link;
+  Fetcher fetcher(*run.store, link, kFp, {}, {});
+  EXPECT_FALSE(fetcher.RunThroughSlots(run.keys, run.manifests, wrong, [](FetchedChunk&&) { return Status::Ok(); }).ok());
+  EXPECT_FALSE(fetcher.RunThroughSlots(run.keys, run.manifests, {}, [](FetchedChunk&&) { return Status::Ok(); }).ok());
+}
+
 // Under a link cap the whole run takes at least stored bytes / rate, and decoding hides under the
 // transfers: the run ends within one chunk's decode (plus scheduling slack) of the last byte.
 TEST(Fetcher, PipelineUnderTheLinkCap) {

@@ -41,6 +41,11 @@ Fetcher::Fetcher(Store& store, LinkShaper& link, const ModelFingerprint& model, 
                options_.quality_margin),
       bandwidth_(LinkShaper::GbpsToBytesPerSecond(options_.initial_gbps)) {}
 
+unsigned Fetcher::Inflight() const {
+  ThreadPool* const pool = options_.pool != nullptr && options_.pool->size() > 0 ? options_.pool : nullptr;
+  return std::max(options_.inflight, Decoders(pool) + 1);
+}
+
 Result<FetchReport> Fetcher::Run(std::span<const ChunkKey> keys, std::span<const ChunkManifest> manifests,
                                  KvCache& prefix, const std::function<Status(FetchedChunk&&)>& on_chunk) {
   if (keys.size() != manifests.size()) return InvalidArgument("one manifest per chunk key");
@@ -57,8 +62,42 @@ Result<FetchReport> Fetcher::Run(std::span<const ChunkKey> keys, std::span<const
     }
     ASSIGN_OR_RETURN(places[i], prefix.Slice(static_cast<uint32_t>(at), tokens));
   }
+  return RunWithPlaces(keys, manifests, [&](uint32_t i) { return places[i]; }, 0, on_chunk);
+}
+
+Result<FetchReport> Fetcher::RunThroughSlots(std::span<const ChunkKey> keys, std::span<const ChunkManifest> manifests,
+                                             std::span<KvCache> slots,
+                                             const std::function<Status(FetchedChunk&&)>& on_chunk) {
+  if (keys.size() != manifests.size()) return InvalidArgument("one manifest per chunk key");
+  if (slots.empty()) return InvalidArgument("no slot to decode chunks into");
+  const uint32_t n = static_cast<uint32_t>(keys.size());
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t tokens = manifests[i].chunk_tokens;
+    if (int64_t{i} * tokens > std::numeric_limits<int32_t>::max()) {
+      return InvalidArgument(FormatMessage("chunk %u starts past the largest position", i));
+    }
+    for (const KvCache& slot : slots) {
+      if (slot.shape().n_tokens != tokens) {
+        return InvalidArgument(FormatMessage("chunk %u has %u tokens, a slot %u", i, tokens, slot.shape().n_tokens));
+      }
+    }
+  }
+  // Chunk i's slot is free again: at most slots.size() chunks are in flight, so the chunk that
+  // used it last (i - slots.size()) has been delivered, and nothing reads it any more.
+  auto place = [&](uint32_t i) {
+    KvCache& slot = slots[i % slots.size()];
+    slot.set_pos_begin(static_cast<int32_t>(int64_t{i} * manifests[i].chunk_tokens));
+    return slot.Slice();
+  };
+  return RunWithPlaces(keys, manifests, place, static_cast<unsigned>(slots.size()), on_chunk);
+}
+
+Result<FetchReport> Fetcher::RunWithPlaces(std::span<const ChunkKey> keys, std::span<const ChunkManifest> manifests,
+                                           const std::function<KvSlice(uint32_t)>& place, unsigned max_inflight,
+                                           const std::function<Status(FetchedChunk&&)>& on_chunk) {
+  const uint32_t n = static_cast<uint32_t>(keys.size());
   ThreadPool* const pool = options_.pool != nullptr && options_.pool->size() > 0 ? options_.pool : nullptr;
-  const unsigned inflight = std::max(options_.inflight, Decoders(pool) + 1);
+  const unsigned inflight = max_inflight > 0 ? std::min(Inflight(), max_inflight) : Inflight();
   const auto start = SteadyClock::now();
 
   struct Outcome {
@@ -81,15 +120,15 @@ Result<FetchReport> Fetcher::Run(std::span<const ChunkKey> keys, std::span<const
     cv.notify_all();
   };
   // Decodes chunk i's object into its place; on a pool worker, or here without one.
-  auto decode = [&](uint32_t i, const std::string& name, std::vector<uint8_t> object, const LevelChoice& choice,
-                    double transfer_s, SteadyClock::time_point t_end) {
+  auto decode = [&](uint32_t i, const KvSlice& out_place, const std::string& name, std::vector<uint8_t> object,
+                    const LevelChoice& choice, double transfer_s, SteadyClock::time_point t_end) {
     Outcome out;
     // The chunk's place and the model's geometry are checked on the header, before the codec
     // runs: a well-formed file for another place is as unusable as a damaged one, and a
     // hostile one must not get to allocate what it claims.
     DecodeExpect expect;
     if (options_.kv_shape) expect.Shape(*options_.kv_shape);
-    const Status decoded = DecodeKvcInto(object, places[i], &model_, codec_context_, expect);
+    const Status decoded = DecodeKvcInto(object, out_place, &model_, codec_context_, expect);
     const auto t2 = SteadyClock::now();
     if (!decoded.ok()) {
       out.failure = FormatMessage("chunk %u: %s: %s", i, name.c_str(), decoded.ToString().c_str());
@@ -97,7 +136,7 @@ Result<FetchReport> Fetcher::Run(std::span<const ChunkKey> keys, std::span<const
     } else {
       planner_.ObserveDecode(choice.variant, Seconds(t_end, t2));
       out.chunk = FetchedChunk{i, choice.variant, transfer_s, Seconds(t_end, t2), choice.predicted_s,
-                               places[i].View()};
+                               out_place.View()};
     }
     finish(i, std::move(out));
   };
@@ -128,9 +167,9 @@ Result<FetchReport> Fetcher::Run(std::span<const ChunkKey> keys, std::span<const
           bytes += object->size();
           ++decoding;
         }
-        auto task = [&decode, &mu, &cv, &decoding, i, name = std::move(name), object = std::move(*object),
-                     choice = *choice, transfer_s = Seconds(t0, t_end), t_end]() mutable {
-          decode(i, name, std::move(object), choice, transfer_s, t_end);
+        auto task = [&decode, &mu, &cv, &decoding, i, out_place = place(i), name = std::move(name),
+                     object = std::move(*object), choice = *choice, transfer_s = Seconds(t0, t_end), t_end]() mutable {
+          decode(i, out_place, name, std::move(object), choice, transfer_s, t_end);
           std::lock_guard lock(mu);
           --decoding;
           cv.notify_all();

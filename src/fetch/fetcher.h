@@ -2,7 +2,8 @@
 // calling thread transfers the chunks one at a time in order, asking the level planner which
 // variant to fetch at the bandwidth recent transfers achieved and reading it from the store
 // through the link shaper (so a capped link is emulated in process); each fetched chunk is
-// decoded on the caller's pool straight into its place in the caller's prefix buffer, and handed
+// decoded on the caller's pool straight into its place in the caller's prefix buffer (or into
+// one of a few chunk-sized slots, for a caller that restores each chunk as it comes), and handed
 // back on the calling thread strictly in order. So decode hides under the next transfer, and the
 // caller's own work on a delivered chunk (restoring it into llama.cpp) too. A chunk that is
 // missing, fails to decode, or is planned for recompute ends the run there: the caller
@@ -89,10 +90,23 @@ class Fetcher {
   Result<FetchReport> Run(std::span<const ChunkKey> keys, std::span<const ChunkManifest> manifests, KvCache& prefix,
                           const std::function<Status(FetchedChunk&&)>& on_chunk);
 
+  // Chunks transferred and not yet delivered at most: what RunThroughSlots needs slots for.
+  unsigned Inflight() const;
+  // As Run, but chunk i decodes into slots[i % slots.size()] (each one chunk's tokens), which
+  // on_chunk must be done with when it returns: at most slots.size() chunks are in flight. For a
+  // caller that takes each chunk as it comes (a restore into llama.cpp): the whole prefix is
+  // never held, and chunks decode into memory that stays mapped and mostly in cache.
+  Result<FetchReport> RunThroughSlots(std::span<const ChunkKey> keys, std::span<const ChunkManifest> manifests,
+                                      std::span<KvCache> slots, const std::function<Status(FetchedChunk&&)>& on_chunk);
   const LevelPlanner& planner() const { return planner_; }
   BandwidthEstimator& bandwidth() { return bandwidth_; }
 
  private:
+  // Chunk i decodes into place(i), called on the calling thread when its transfer ends; at most
+  // max_inflight chunks (0: no limit beyond the options') are transferred and not delivered.
+  Result<FetchReport> RunWithPlaces(std::span<const ChunkKey> keys, std::span<const ChunkManifest> manifests,
+                                    const std::function<KvSlice(uint32_t)>& place, unsigned max_inflight,
+                                    const std::function<Status(FetchedChunk&&)>& on_chunk);
   Store& store_;
   LinkShaper& link_;
   ModelFingerprint model_;
