@@ -130,6 +130,14 @@ if video_ablation:
         print(f"| {st['step']} | {st['coder']} | {st['compression_ratio']:.3f} | "
               f"{st['compression_ratio'] / base['compression_ratio']:.3f} | {st['decode_mb_s']:.1f} |")
     print()
+    nvdec_rows = [s for s in steps if s["coder"] == "x265-nvdec"]
+    if nvdec_rows:
+        best_nvdec = max(nvdec_rows, key=lambda s: s["compression_ratio"])
+        print(f"*x265-nvdec* rows are what a GPU's NVDEC engines decode (`nvdec=1`: x265, three layers per 4:4:4 "
+              f"picture whatever the step says, pictures padded to at least 144 pixels a side). Best: "
+              f"{best_nvdec['step']}, {best_nvdec['compression_ratio']:.3f}x, "
+              f"{best_nvdec['compression_ratio'] / best['compression_ratio']:.3f}x the best row of any coder: "
+              "the ratio hardware decodability costs on this model.\n")
     print(f"Best video row: {best['step']} with {best['coder']}, {best['compression_ratio']:.3f}x = "
           f"{best['compression_ratio'] / a['quant8_ratio']:.3f}x `quant` 8-bit and "
           f"{best['compression_ratio'] / general['compression_ratio']:.3f}x the better general-purpose coder "
@@ -203,8 +211,8 @@ if ttft:
           f"({t['reused_tokens'] // t['chunk_tokens']} chunks of {t['chunk_tokens']}) are stored in each codec's ladder in a "
           "`mem://` store; each run looks the chunks up, fetches them one at a time through the in-process link cap "
           "(the planner choosing levels from the codec's ladder) while earlier chunks decode on the fetch pool "
-          f"({t.get('fetch_threads', 1)} workers) into one prefix buffer and are restored into llama.cpp as they "
-          "arrive, then prefills the rest. "
+          f"({t.get('fetch_threads', 1)} workers) into a few reused chunk-sized slots and are restored into llama.cpp "
+          "as they arrive (each through one kept state buffer, V transposed in 8x8 blocks), then prefills the rest. "
           f"Median of 3 runs per point. Recompute (prefill the whole prompt): **{t['recompute_ttft_s']:.3f} s**. "
           "*bound* = stored bytes / link rate + one chunk's decode + suffix prefill, measured in the same run "
           "(it assumes every decode but the last hides under the transfer); *pipeline bound* = max(stored bytes / "
@@ -302,14 +310,20 @@ if scale:
                   f"{b['ttft_per_prefix_token_us'] / a['ttft_per_prefix_token_us']:.2f} | "
                   f"{b['peak_rss_growth_per_prefix_token'] / max(a['peak_rss_growth_per_prefix_token'], 1):.2f} |")
         print()
+        growth = {n: max(r["peak_rss_growth_bytes"] for r in rows if r["prefix_tokens"] == n) for n in (lo, hi)}
+        print(f"Peak growth during a restore is what the fetch holds besides llama.cpp's cells: at most "
+              f"{growth[lo] / 1e6:.1f} MB at {lo} tokens and {growth[hi] / 1e6:.1f} MB at {hi}, so per token it falls "
+              "as the prefix grows (chunks decode through a few chunk-sized slots and go into llama.cpp as they "
+              "arrive; the prefix is never held twice).\n")
     if run_scale["cold"] and run_scale["warm"]:
         print("`kvcodec run` on a prompt of about 33K tokens (132 KB of eval.txt), `-n 4`, an empty `dir://` store: "
               "the cold run prefills and stores it, the warm one restores the stored prefix. Peak RSS from "
               "getrusage at the end of the job, against the model file and the prompt's KV in fp16. The cold run "
               "copies its chunks out of llama.cpp one at a time to store them (`LlamaSession::ExtractKvRange`) and "
               "prefills in steps small enough that llama.cpp's attention scratch stays within the cache's size "
-              "(`BoundedUbatch`: 64 tokens on kvtiny); the warm one holds the fetched prefix in one buffer while "
-              "its chunks are appended:\n")
+              "(`BoundedUbatch`: 64 tokens on kvtiny); the warm one decodes its chunks through a few chunk-sized "
+              "slots (`Fetcher::RunThroughSlots`) and appends each as it arrives, so it never holds the prefix "
+              "outside llama.cpp:\n")
         print("| run | prompt tokens | reused | TTFT s | peak RSS MB | (peak - model) / prompt's fp16 KV |")
         print("|---|---:|---:|---:|---:|---:|")
         model_bytes = os.path.getsize(sc["model"]) if os.path.exists(sc["model"]) else 0
