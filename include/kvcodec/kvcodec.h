@@ -134,6 +134,11 @@ kvc_status kvc_inspect_json(const uint8_t* data, size_t size, char** out_json);
  * kvc_encode picks the one loaded last for the fingerprint it is given. */
 kvc_status kvc_calibration_load(const char* path);
 
+/* Which engine decodes video KV from now on, process-wide: "auto" (the default: NVDEC where a
+ * CUDA device is present and the stream is one it decodes, the CPU otherwise and after any device
+ * failure), "cpu", or "nvdec" (an error where no CUDA device can be opened, with the reason). */
+kvc_status kvc_set_video_decoder(const char* name);
+
 /* Fits a KVTC calibration and writes it; the report is a JSON object (caller frees). */
 kvc_status kvc_calibrate_json(const kvc_calibrate_params* params, char** out_json);
 

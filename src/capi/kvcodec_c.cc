@@ -28,6 +28,7 @@
 #include "engine/model_profile.h"
 #include "kvtc/calibration_registry.h"
 #include "kvtc/kvcal.h"
+#include "video/video_decoder.h"
 
 struct kvc_model {
   std::unique_ptr<kvc::LlamaModel> model;
@@ -451,6 +452,14 @@ kvc_status kvc_calibration_load(const char* path) {
     if (path == nullptr) return NullArgument("path");
     auto loaded = Calibrations().Load(path);
     return loaded.ok() ? KVC_OK : Fail(loaded.status());
+  });
+}
+
+kvc_status kvc_set_video_decoder(const char* name) {
+  return Guard([&]() -> kvc_status {
+    if (name == nullptr) return NullArgument("name");
+    const kvc::Status s = kvc::SetDefaultVideoDecoder(name);
+    return s.ok() ? KVC_OK : Fail(s);
   });
 }
 

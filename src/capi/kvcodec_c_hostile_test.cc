@@ -98,6 +98,16 @@ TEST(CApiHostile, AnEmptyInputIsCorruptNotANullArgument) {
   EXPECT_EQ(kvc_inspect_json(nullptr, 10, &json), KVC_INVALID_ARGUMENT);
 }
 
+// The video decoder choice: a name it does not know, or none, is an error that says so and
+// changes nothing; "cpu" and "auto" are always accepted.
+TEST(CApiHostile, VideoDecoderNamesAreChecked) {
+  EXPECT_NE(kvc_set_video_decoder(nullptr), KVC_OK);
+  EXPECT_NE(kvc_set_video_decoder("gpu0"), KVC_OK);
+  EXPECT_NE(std::string(kvc_last_error()).find("auto, cpu or nvdec"), std::string::npos) << kvc_last_error();
+  EXPECT_EQ(kvc_set_video_decoder("cpu"), KVC_OK) << kvc_last_error();
+  EXPECT_EQ(kvc_set_video_decoder("auto"), KVC_OK) << kvc_last_error();
+}
+
 TEST(CApiHostile, NullHandlesAreHarmless) {
   kvc_shape shape;
   std::memset(&shape, 0xAB, sizeof shape);

@@ -53,7 +53,7 @@ struct CodecContext {
   CalibrationRegistry* calibrations = nullptr;
   const ModelFingerprint* model = nullptr;  // the model the KV belongs to, when known
   ThreadPool* pool = nullptr;
-  const VideoDecoderBackend* video_decoder = nullptr;  // for the video codec; null: libavcodec on the CPU
+  const VideoDecoderBackend* video_decoder = nullptr;  // for the video codec; null: DefaultVideoDecoder()
 };
 
 class Codec {

@@ -1,24 +1,15 @@
 #include "video/video_decoder.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "video/av_util.h"
+#include "video/libav_decode.h"
+#include "video/nvdec_decoder.h"
 
 namespace kvc {
 namespace {
-
-AVCodecID CodecIdOf(VideoCoder coder) {
-  switch (coder) {
-    case VideoCoder::kX265:
-      return AV_CODEC_ID_HEVC;
-    case VideoCoder::kX264:
-      return AV_CODEC_ID_H264;
-    case VideoCoder::kFfv1:
-      return AV_CODEC_ID_FFV1;
-  }
-  return AV_CODEC_ID_NONE;
-}
 
 class CpuBackend final : public VideoDecoderBackend {
  public:
@@ -46,88 +37,18 @@ void SetThreads(AVCodecContext* ctx, VideoCoder coder, uint32_t threads) {
   }
 }
 
-// Copies a decoded frame, cropped, into frame slot `index` of `out`.
-Status TakeFrame(const AVFrame* f, const VideoStreamView& v, uint32_t index, std::span<uint8_t> out) {
-  const AVPixelFormat want = v.shape.planes == 3 ? AV_PIX_FMT_YUV444P : AV_PIX_FMT_GRAY8;
-  // H.264's decoder returns monochrome pictures as 4:2:0 with flat chroma; only luma is ours.
-  const bool gray_as_420 = v.shape.planes == 1 && v.coder == VideoCoder::kX264 && f->format == AV_PIX_FMT_YUV420P;
-  KVC_CHECK_CORRUPT(index < v.n_frames, "video decodes to more than %u frames", v.n_frames);
-  KVC_CHECK_CORRUPT(f->format == want || gray_as_420, "video frame %u decoded as pixel format %d, expected %d", index, f->format,
-                    static_cast<int>(want));
-  KVC_CHECK_CORRUPT(static_cast<uint32_t>(f->width) == v.coded.width && static_cast<uint32_t>(f->height) == v.coded.height,
-                    "video frame %u decoded as %dx%d, expected %ux%u", index, f->width, f->height, v.coded.width,
-                    v.coded.height);
-  uint8_t* dst = out.data() + index * v.shape.frame_bytes();
-  for (uint32_t p = 0; p < v.shape.planes; ++p) {
-    for (uint32_t y = 0; y < v.shape.height; ++y) {
-      std::memcpy(dst + p * v.shape.plane_bytes() + size_t{y} * v.shape.width,
-                  f->data[p] + static_cast<ptrdiff_t>(y) * f->linesize[p], v.shape.width);
-    }
-  }
-  return Status::Ok();
-}
-
-Status ReceiveFrames(AVCodecContext* ctx, AVFrame* frame, const VideoStreamView& v, uint32_t* n_decoded,
-                     std::span<uint8_t> out) {
-  for (;;) {
-    const int rc = avcodec_receive_frame(ctx, frame);
-    if (rc == AVERROR(EAGAIN) || rc == AVERROR_EOF) return Status::Ok();
-    if (rc < 0) return Corrupt("video decode: " + av::ErrorString(rc));
-    Status s = TakeFrame(frame, v, *n_decoded, out);
-    av_frame_unref(frame);
-    RETURN_IF_ERROR(s);
-    ++*n_decoded;
-  }
-}
-
 Status CpuBackend::DecodeWithOptions(std::span<const uint8_t> stream, const PictureShape& expected,
                                      uint32_t expected_frames, std::span<uint8_t> out,
                                      const VideoDecodeOptions& options) const {
-  ASSIGN_OR_RETURN(const VideoStreamView v, ParseVideoStream(stream, expected, expected_frames));
-  if (out.size() != expected.frame_bytes() * expected_frames) {
-    return InvalidArgument(FormatMessage("output holds %zu bytes, %u frames need %llu", out.size(), expected_frames,
-                                         static_cast<unsigned long long>(expected.frame_bytes() * expected_frames)));
-  }
+  ASSIGN_OR_RETURN(const VideoStreamView v, av::ParseForDecode(stream, expected, expected_frames, out));
   av::QuietLogs();
-  const AVCodec* decoder = avcodec_find_decoder(CodecIdOf(v.coder));
+  const AVCodec* decoder = avcodec_find_decoder(av::CodecIdOf(v.coder));
   if (decoder == nullptr) return Unsupported(std::string("this libavcodec has no decoder for ") + VideoCoderName(v.coder));
   av::CodecContextPtr ctx(avcodec_alloc_context3(decoder));
-  av::FramePtr frame(av_frame_alloc());
-  av::PacketPtr pkt(av_packet_alloc());
-  if (!ctx || !frame || !pkt) return Internal("out of memory allocating a video decoder");
+  if (!ctx) return Internal("out of memory allocating a video decoder");
   SetThreads(ctx.get(), v.coder, options.threads);
-  // FFV1 keeps no picture size in its stream and refuses to open without one.
-  ctx->width = static_cast<int>(v.coded.width);
-  ctx->height = static_cast<int>(v.coded.height);
-  // Decoders must not guess past damage: a corrupt stream is an error, never concealed pixels.
-  ctx->err_recognition = AV_EF_EXPLODE | AV_EF_CRCCHECK | AV_EF_BITSTREAM;
-  ctx->flags2 |= AV_CODEC_FLAG2_SHOW_ALL;
-  if (!v.extradata.empty()) {
-    ctx->extradata = static_cast<uint8_t*>(av_mallocz(v.extradata.size() + AV_INPUT_BUFFER_PADDING_SIZE));
-    if (ctx->extradata == nullptr) return Internal("out of memory for video extradata");
-    std::memcpy(ctx->extradata, v.extradata.data(), v.extradata.size());
-    ctx->extradata_size = static_cast<int>(v.extradata.size());
-  }
-  if (int rc = avcodec_open2(ctx.get(), decoder, nullptr); rc < 0) {
-    return Corrupt(FormatMessage("cannot open the %s decoder: %s", VideoCoderName(v.coder), av::ErrorString(rc).c_str()));
-  }
-  // libavcodec reads up to AV_INPUT_BUFFER_PADDING_SIZE bytes past a packet's end: each packet
-  // is copied into a padded buffer, never handed over in place.
-  uint32_t n_decoded = 0;
-  for (size_t i = 0; i < v.packets.size(); ++i) {
-    if (int rc = av_new_packet(pkt.get(), static_cast<int>(v.packets[i].size())); rc < 0) {
-      return Internal("video packet: " + av::ErrorString(rc));
-    }
-    std::memcpy(pkt->data, v.packets[i].data(), v.packets[i].size());
-    const int rc = avcodec_send_packet(ctx.get(), pkt.get());
-    av_packet_unref(pkt.get());
-    if (rc < 0 && rc != AVERROR(EAGAIN)) return Corrupt(FormatMessage("video packet %zu: %s", i, av::ErrorString(rc).c_str()));
-    RETURN_IF_ERROR(ReceiveFrames(ctx.get(), frame.get(), v, &n_decoded, out));
-  }
-  if (int rc = avcodec_send_packet(ctx.get(), nullptr); rc < 0) return Corrupt("video flush: " + av::ErrorString(rc));
-  RETURN_IF_ERROR(ReceiveFrames(ctx.get(), frame.get(), v, &n_decoded, out));
-  KVC_CHECK_CORRUPT(n_decoded == v.n_frames, "video decoded %u of %u frames", n_decoded, v.n_frames);
-  return Status::Ok();
+  RETURN_IF_ERROR(av::OpenDecoder(ctx.get(), decoder, v));
+  return av::DecodePackets(ctx.get(), v, out, [](AVFrame* decoded) -> Result<const AVFrame*> { return decoded; });
 }
 
 }  // namespace
@@ -139,9 +60,41 @@ const VideoDecoderBackend& CpuVideoDecoder() {
 
 const VideoDecoderBackend* FindVideoDecoder(std::string_view name) {
   if (name == CpuVideoDecoder().name()) return &CpuVideoDecoder();
+  if (name == NvdecVideoDecoder().name()) return &NvdecVideoDecoder();
+  if (name == AutoVideoDecoder().name()) return &AutoVideoDecoder();
   return nullptr;
 }
 
-std::vector<std::string> VideoDecoderNames() { return {CpuVideoDecoder().name()}; }
+std::vector<std::string> VideoDecoderNames() {
+  return {AutoVideoDecoder().name(), CpuVideoDecoder().name(), NvdecVideoDecoder().name()};
+}
+
+Result<const VideoDecoderBackend*> SelectVideoDecoder(std::string_view name) {
+  const VideoDecoderBackend* backend = FindVideoDecoder(name);
+  if (backend == nullptr) {
+    return InvalidArgument("unknown video decoder '" + std::string(name) + "' (auto, cpu or nvdec)");
+  }
+  if (backend == &NvdecVideoDecoder()) {
+    // Asked for by name: a machine that cannot run it is the caller's error, said up front,
+    // not a silent CPU decode.
+    if (Status device = NvdecDeviceStatus(); !device.ok()) return device.WithContext("--video-decoder nvdec");
+  }
+  return backend;
+}
+
+namespace {
+std::atomic<const VideoDecoderBackend*> g_default_decoder{nullptr};
+}  // namespace
+
+Status SetDefaultVideoDecoder(std::string_view name) {
+  ASSIGN_OR_RETURN(const VideoDecoderBackend* backend, SelectVideoDecoder(name));
+  g_default_decoder.store(backend);
+  return Status::Ok();
+}
+
+const VideoDecoderBackend& DefaultVideoDecoder() {
+  const VideoDecoderBackend* set = g_default_decoder.load();
+  return set != nullptr ? *set : AutoVideoDecoder();
+}
 
 }  // namespace kvc

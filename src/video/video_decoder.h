@@ -1,6 +1,6 @@
 // Decoder backends for video streams (video_stream.h). The CPU backend runs libavcodec's
-// software decoders; a GPU backend (NVDEC) implements the same interface, so the KV codec and
-// the fetcher never know which engine decoded a chunk.
+// software decoders; the GPU backend (NVDEC, nvdec_decoder.h) implements the same interface, so
+// the KV codec and the fetcher never know which engine decoded a chunk.
 #pragma once
 
 #include <cstdint>
@@ -45,11 +45,21 @@ class VideoDecoderBackend {
 };
 
 // libavcodec's software HEVC, H.264 and FFV1 decoders; one thread per call unless the options
-// give an FFV1 stream more.
+// give an FFV1 stream more. NVDEC and the automatic choice: nvdec_decoder.h.
 const VideoDecoderBackend& CpuVideoDecoder();
 
-// Backends by name ("cpu"); the names this build has, for error messages and --help.
+// Backends by name ("auto", "cpu", "nvdec"); the names, for error messages and --help.
 const VideoDecoderBackend* FindVideoDecoder(std::string_view name);
 std::vector<std::string> VideoDecoderNames();
+
+// What --video-decoder NAME selects: an unknown name is an error, and so is "nvdec" on a
+// machine without a CUDA device (with the reason); "auto" and "cpu" always work.
+Result<const VideoDecoderBackend*> SelectVideoDecoder(std::string_view name);
+
+// The backend a decode uses when its CodecContext names none: "auto" until set. Process-wide, as
+// the machine's GPU is; SetDefaultVideoDecoder takes a name as SelectVideoDecoder does and leaves
+// the default as it was on an error.
+Status SetDefaultVideoDecoder(std::string_view name);
+const VideoDecoderBackend& DefaultVideoDecoder();
 
 }  // namespace kvc

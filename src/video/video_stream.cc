@@ -128,8 +128,9 @@ std::optional<VideoCoder> ParseVideoCoder(std::string_view name) {
   return std::nullopt;
 }
 
-PictureShape CodedShape(VideoCoder coder, const PictureShape& shape) {
-  const CoderTraits& t = TraitsOf(coder);
+PictureShape CodedShape(VideoCoder coder, const PictureShape& shape, bool nvdec_sizes) {
+  CoderTraits t = TraitsOf(coder);
+  if (nvdec_sizes && coder == VideoCoder::kX265) t.min_side = std::max(t.min_side, kNvdecMinSide);
   return {PadSide(shape.width, t), PadSide(shape.height, t), shape.planes};
 }
 
@@ -140,6 +141,9 @@ Result<std::vector<uint8_t>> EncodeVideoStream(const PictureShape& shape, uint32
     return InvalidArgument(FormatMessage("picture %ux%u outside 1..%u", shape.width, shape.height, kMaxPictureSide));
   }
   if (n_frames == 0) return InvalidArgument("no frames to encode");
+  if (options.nvdec_sizes && options.coder != VideoCoder::kX265) {
+    return InvalidArgument(std::string("NVDEC picture sizes are for x265 streams, not ") + VideoCoderName(options.coder));
+  }
   if (options.ffv1_slices > kMaxFfv1Slices) {
     return InvalidArgument(FormatMessage("%u FFV1 slices (at most %u)", options.ffv1_slices, kMaxFfv1Slices));
   }
@@ -151,7 +155,7 @@ Result<std::vector<uint8_t>> EncodeVideoStream(const PictureShape& shape, uint32
   const CoderTraits& traits = TraitsOf(options.coder);
   const AVCodec* encoder = avcodec_find_encoder_by_name(traits.encoder);
   if (encoder == nullptr) return Unsupported(std::string("this libavcodec has no ") + traits.encoder + " encoder");
-  const PictureShape coded = CodedShape(options.coder, shape);
+  const PictureShape coded = CodedShape(options.coder, shape, options.nvdec_sizes);
 
   av::CodecContextPtr ctx(avcodec_alloc_context3(encoder));
   if (!ctx) return Internal("out of memory allocating a video encoder");
@@ -229,13 +233,14 @@ Result<std::vector<uint8_t>> EncodeVideoStream(const PictureShape& shape, uint32
 
   const size_t extradata_len = ctx->extradata != nullptr ? static_cast<size_t>(ctx->extradata_size) : 0;
   std::vector<std::span<const uint8_t>> views(packets.begin(), packets.end());
-  return AssembleVideoStream(options.coder, shape, n_frames, std::span(ctx->extradata, extradata_len), views);
+  return AssembleVideoStream(options.coder, shape, n_frames, std::span(ctx->extradata, extradata_len), views,
+                             options.nvdec_sizes);
 }
 
 std::vector<uint8_t> AssembleVideoStream(VideoCoder coder, const PictureShape& shape, uint32_t n_frames,
                                          std::span<const uint8_t> extradata,
-                                         std::span<const std::span<const uint8_t>> packets) {
-  const PictureShape coded = CodedShape(coder, shape);
+                                         std::span<const std::span<const uint8_t>> packets, bool nvdec_sizes) {
+  const PictureShape coded = CodedShape(coder, shape, nvdec_sizes);
   ByteWriter w;
   w.U8(kStreamVersion);
   w.U8(static_cast<uint8_t>(coder));
@@ -286,8 +291,9 @@ Result<VideoStreamView> ParseVideoStream(std::span<const uint8_t> bytes, const P
   RETURN_IF_ERROR(r.U32(&v.n_frames, "video frame count"));
   KVC_CHECK_CORRUPT(v.shape == expected, "video picture %ux%ux%u, expected %ux%ux%u", v.shape.width, v.shape.height,
                     v.shape.planes, expected.width, expected.height, expected.planes);
-  KVC_CHECK_CORRUPT(v.coded == CodedShape(v.coder, expected), "video coded picture %ux%u is not %s's padding of %ux%u",
-                    v.coded.width, v.coded.height, VideoCoderName(v.coder), expected.width, expected.height);
+  KVC_CHECK_CORRUPT(v.coded == CodedShape(v.coder, expected) || v.coded == CodedShape(v.coder, expected, true),
+                    "video coded picture %ux%u is not %s's padding of %ux%u", v.coded.width, v.coded.height,
+                    VideoCoderName(v.coder), expected.width, expected.height);
   KVC_CHECK_CORRUPT(v.n_frames == expected_frames, "video holds %u frames, expected %u", v.n_frames, expected_frames);
   uint32_t extradata_len;
   RETURN_IF_ERROR(r.U32(&extradata_len, "video extradata length"));

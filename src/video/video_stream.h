@@ -38,8 +38,14 @@ struct PictureShape {
 // hostile stream cannot make a decoder allocate more than the caller's own bound.
 inline constexpr uint32_t kMaxPictureSide = 16384;
 
-// The coded (padded) size of a picture of `shape` for `coder`.
-PictureShape CodedShape(VideoCoder coder, const PictureShape& shape);
+// The smallest picture side NVDEC decodes in HEVC (NVIDIA's documented bound for the GPUs we
+// design for, Turing and later). x265 streams may be padded to it (VideoEncodeOptions::
+// nvdec_sizes) so that a GPU can decode them; a decoder accepts either padding.
+inline constexpr uint32_t kNvdecMinSide = 144;
+
+// The coded (padded) size of a picture of `shape` for `coder`; with `nvdec_sizes` (x265 only)
+// each side is at least kNvdecMinSide.
+PictureShape CodedShape(VideoCoder coder, const PictureShape& shape, bool nvdec_sizes = false);
 
 // FFV1's entropy coders: the range coder with FFV1's adaptive state table (what every stream
 // before this option held), the range coder with the default table, and Golomb-Rice.
@@ -65,6 +71,9 @@ struct VideoEncodeOptions {
   Ffv1Coder ffv1_coder = Ffv1Coder::kRangeTable;
   // FFV1's large context model (more contexts per sample); ignored by the other coders.
   bool ffv1_large_context = false;
+  // Pictures padded to sides NVDEC decodes (x265 only; an error for the other coders). Pixels
+  // and decoders are unchanged; only small pictures grow.
+  bool nvdec_sizes = false;
 };
 
 // Encodes `n_frames` frames, each `shape.frame_bytes()` bytes of planar 8-bit pixels (plane by
@@ -77,7 +86,7 @@ Result<std::vector<uint8_t>> EncodeVideoStream(const PictureShape& shape, uint32
 // packets with it). Packets must be non-empty and each under 4 GiB.
 std::vector<uint8_t> AssembleVideoStream(VideoCoder coder, const PictureShape& shape, uint32_t n_frames,
                                          std::span<const uint8_t> extradata,
-                                         std::span<const std::span<const uint8_t>> packets);
+                                         std::span<const std::span<const uint8_t>> packets, bool nvdec_sizes = false);
 
 // A parsed stream header and its packets (views into the stream's bytes).
 struct VideoStreamView {
@@ -90,7 +99,8 @@ struct VideoStreamView {
 };
 
 // Parses a stream; `expected` and `expected_frames` are what the caller's own header says, and
-// a stream that claims anything else is corrupt, as is one without exactly one packet per frame
+// a stream that claims anything else (a coded size other than the coder's padding of `expected`,
+// or for x265 its NVDEC padding) is corrupt, as is one without exactly one packet per frame
 // (what every encoder writes), so the stream's size bounds the frame count. kInvalidArgument
 // for an `expected` no encoder accepts (planes not 1 or 3, a side outside 1..kMaxPictureSide).
 // Cheap: nothing is decoded, nothing allocated beyond the packet list.

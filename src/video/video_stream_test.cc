@@ -199,7 +199,7 @@ TEST(VideoCoderNames, RoundTrip) {
   for (VideoCoder c : kVideoCoders) EXPECT_EQ(ParseVideoCoder(VideoCoderName(c)), c);
   EXPECT_FALSE(ParseVideoCoder("vp9").has_value());
   EXPECT_EQ(FindVideoDecoder("cpu"), &CpuVideoDecoder());
-  EXPECT_EQ(FindVideoDecoder("nvdec"), nullptr);
+  EXPECT_EQ(FindVideoDecoder("vdpau"), nullptr);
 }
 
 TEST(VideoStream, ExpectedShapeMustBeOneAnEncoderMakes) {

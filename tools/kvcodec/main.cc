@@ -750,6 +750,15 @@ int Main(int argc, char** argv) {
   CLI::App app{"kvcodec: compress, inspect and evaluate LLM KV caches"};
   app.require_subcommand(1);
   app.set_version_flag("--version", kvc_version());
+  // One choice for the whole process (the machine's GPU), given before or after the command:
+  // subcommands pass options they do not know up to here.
+  app.fallthrough();
+  std::string video_decoder = "auto";
+  app.add_option("--video-decoder", video_decoder,
+                 "Engine that decodes video KV: auto (NVDEC where a CUDA device is present and the stream is one it "
+                 "decodes, else the CPU), cpu, or nvdec (an error without a device)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "cpu", "nvdec"}));
 
   CodecsArgs cs;
   auto* codecs = app.add_subcommand("codecs", "List codecs, their levels and parameters (with --model: the model's quality profile and floor)");
@@ -1052,6 +1061,7 @@ int Main(int argc, char** argv) {
     return Fail(std::string(e.what()) + " (see --help)");
   }
 
+  if (kvc_set_video_decoder(video_decoder.c_str()) != KVC_OK) return Fail(kvc_last_error());
   if (*codecs) return RunCodecs(cs);
   if (*profile) return RunProfile(pa);
   if (*eval) return RunEval(ev);

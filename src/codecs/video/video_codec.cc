@@ -49,9 +49,10 @@ struct Params {
   uint32_t slices = 0;
   Ffv1Coder ffv1_coder = Ffv1Coder::kRangeTable;
   bool ffv1_large_context = false;
+  bool nvdec = false;  // streams a GPU's NVDEC decodes
   VideoEncodeOptions stream_options() const {
     return {.coder = coder, .preset = preset, .ffv1_slices = slices, .ffv1_coder = ffv1_coder,
-            .ffv1_large_context = ffv1_large_context};
+            .ffv1_large_context = ffv1_large_context, .nvdec_sizes = nvdec};
   }
   uint32_t bits() const { return kLevelBits[level_id]; }
 };
@@ -115,7 +116,7 @@ Result<bool> ParseFlag(const EncodeOptions& options, const std::string& key, boo
 Result<Params> ParseOptions(const EncodeOptions& options) {
   static constexpr std::string_view kKnown[] = {"coder",  "layout", "order",  "token_order", "planes",
                                                  "center", "group",  "preset", "slices",      "ffv1_coder",
-                                                 "ffv1_context"};
+                                                 "ffv1_context", "nvdec"};
   RETURN_IF_ERROR(CheckKnownParams(options, kKnown));
   Params p;
   if (!options.level.empty()) {
@@ -151,6 +152,19 @@ Result<Params> ParseOptions(const EncodeOptions& options) {
     p.ffv1_coder = *coder;
   }
   ASSIGN_OR_RETURN(p.ffv1_large_context, ParseFlag(options, "ffv1_context", false));
+  ASSIGN_OR_RETURN(p.nvdec, ParseFlag(options, "nvdec", false));
+  if (p.nvdec) {
+    // What NVDEC decodes (video/nvdec_decoder.h): HEVC of three planes, pictures padded to its
+    // smallest side. Only the encoder needs to know: each stream's header has its coded size.
+    if (options.params.count("coder") != 0 && p.coder != VideoCoder::kX265) {
+      return InvalidArgument("nvdec=1 codes with x265 (NVDEC decodes HEVC), not " + options.params.at("coder"));
+    }
+    if (options.params.count("planes") != 0 && !p.layout.layer_planes) {
+      return InvalidArgument("nvdec=1 needs planes=1: NVDEC has no gray (4:0:0) HEVC");
+    }
+    p.coder = VideoCoder::kX265;
+    p.layout.layer_planes = true;
+  }
   return p;
 }
 
@@ -416,7 +430,7 @@ const CodecInfo& VideoCodec::info() const {
       .description = "KVCodec: per-channel quantisation, codec-friendly layout, lossless x265/x264/FFV1 "
                      "through libavcodec",
       .params = {"coder=ffv1", "layout=axis", "order=1", "token_order=1", "planes=0", "center=0", "group=64",
-                 "preset=medium", "slices=0", "ffv1_coder=auto", "ffv1_context=0"},
+                 "preset=medium", "slices=0", "ffv1_coder=auto", "ffv1_context=0", "nvdec=0"},
   };
   return info;
 }
@@ -459,7 +473,7 @@ Status VideoCodec::DecodeInto(const KvcFile& file, const CodecContext& context, 
   for (KvKind kind : kKvKinds) {
     ASSIGN_OR_RETURN(parsed[kind == KvKind::kKey ? 0 : 1], ParseKind(SectionOf(sections, kind), kind, shape, p, geometry));
   }
-  const VideoDecoderBackend& backend = context.video_decoder != nullptr ? *context.video_decoder : CpuVideoDecoder();
+  const VideoDecoderBackend& backend = context.video_decoder != nullptr ? *context.video_decoder : DefaultVideoDecoder();
   for (KvKind kind : kKvKinds) {
     RETURN_IF_ERROR(DecodeKind(parsed[kind == KvKind::kKey ? 0 : 1], kind, shape, p, geometry, backend, context.pool,
                                out));

@@ -170,6 +170,27 @@ TEST(VideoCodec, CentringRoundTrips) {
   }
 }
 
+// nvdec=1: x265 pictures of three layers, padded to NVDEC's smallest side, decoding (on any
+// backend) to exactly what the same codes give without it; it refuses the settings NVDEC cannot
+// decode instead of silently changing them.
+TEST(VideoCodec, StreamsForNvdecRoundTripAndRefuseWhatNvdecCannotDecode) {
+  const KvShape shape{.n_layers = 4, .n_kv_heads = 2, .head_dim = 16, .n_tokens = 64};  // 64x32 pictures
+  const KvCache cache = MakeCache(shape, 7);
+  for (const char* layout : {"axis", "frames"}) {
+    auto gpu = Encode(cache, Options("8", {{"nvdec", "1"}, {"layout", layout}, {"preset", "ultrafast"}}));
+    ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+    auto cpu = Encode(cache, Options("8", {{"coder", "x265"}, {"planes", "1"}, {"layout", layout}, {"preset", "ultrafast"}}));
+    ASSERT_TRUE(cpu.ok());
+    EXPECT_GT(gpu->size(), cpu->size()) << layout << ": the padding to 144 pixels costs bytes";
+    auto decoded = DecodeKvc(*gpu, &kFp);
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    ExpectExact(cache, *decoded, 8, VideoCodec::kDefaultGroup, std::string("nvdec=1 ") + layout);
+  }
+  EXPECT_TRUE(Encode(cache, Options("8", {{"nvdec", "1"}, {"coder", "x265"}, {"planes", "1"}})).ok());
+  EXPECT_EQ(Encode(cache, Options("8", {{"nvdec", "1"}, {"coder", "ffv1"}})).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Encode(cache, Options("8", {{"nvdec", "1"}, {"planes", "0"}})).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(VideoCodec, ZeroTokensRoundTrip) {
   const KvCache cache = KvCache::Create({2, 1, 4, 0}, DType::kF16).value();
   auto bytes = Encode(cache, Options(""));

@@ -1,0 +1,149 @@
+#include "video/nvdec_decoder.h"
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <mutex>
+
+extern "C" {
+#include <libavutil/hwcontext.h>
+}
+
+#include "base/log.h"
+#include "video/libav_decode.h"
+
+namespace kvc {
+namespace {
+
+struct CudaDevice {
+  AVBufferRef* ref = nullptr;  // held for the process's life: every NVDEC decode shares it
+  Status status = Status::Ok();
+};
+
+const CudaDevice& SharedDevice() {
+  static const CudaDevice device = [] {
+    CudaDevice d;
+    // libavutil's own failure here is only "Operation not permitted"; the driver library's
+    // absence is the usual reason, and dlerror says it plainly.
+    void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (cuda == nullptr) {
+      const char* why = dlerror();
+      d.status = Unsupported(std::string("no NVIDIA driver: ") + (why != nullptr ? why : "libcuda.so.1 not found"));
+      return d;
+    }
+    dlclose(cuda);
+    av::QuietLogs();
+    if (int rc = av_hwdevice_ctx_create(&d.ref, AV_HWDEVICE_TYPE_CUDA, nullptr, nullptr, 0); rc < 0) {
+      d.ref = nullptr;
+      d.status = Unsupported("no CUDA device could be opened: " + av::ErrorString(rc));
+    }
+    return d;
+  }();
+  return device;
+}
+
+AVPixelFormat PickCuda(AVCodecContext*, const AVPixelFormat* formats) {
+  for (const AVPixelFormat* f = formats; *f != AV_PIX_FMT_NONE; ++f) {
+    if (*f == AV_PIX_FMT_CUDA) return *f;
+  }
+  return AV_PIX_FMT_NONE;  // the hwaccel could not start for this stream: an error, not software
+}
+
+class NvdecBackend final : public VideoDecoderBackend {
+ public:
+  const char* name() const override { return "nvdec"; }
+  Status Decode(std::span<const uint8_t> stream, const PictureShape& expected, uint32_t expected_frames,
+                std::span<uint8_t> out) const override {
+    ASSIGN_OR_RETURN(const VideoStreamView v, av::ParseForDecode(stream, expected, expected_frames, out));
+    RETURN_IF_ERROR(NvdecCanDecode(v));
+    const CudaDevice& device = SharedDevice();
+    RETURN_IF_ERROR(device.status);
+    const AVCodec* decoder = avcodec_find_decoder(AV_CODEC_ID_HEVC);
+    if (decoder == nullptr) return Unsupported("this libavcodec has no HEVC decoder");
+    av::CodecContextPtr ctx(avcodec_alloc_context3(decoder));
+    if (!ctx) return Internal("out of memory allocating a video decoder");
+    ctx->hw_device_ctx = av_buffer_ref(device.ref);
+    if (ctx->hw_device_ctx == nullptr) return Internal("out of memory referencing the CUDA device");
+    ctx->get_format = PickCuda;
+    ctx->thread_count = 1;
+    RETURN_IF_ERROR(av::OpenDecoder(ctx.get(), decoder, v));
+    av::FramePtr host(av_frame_alloc());
+    if (!host) return Internal("out of memory allocating a video frame");
+    return av::DecodePackets(ctx.get(), v, out, [&](AVFrame* decoded) -> Result<const AVFrame*> {
+      if (decoded->format != AV_PIX_FMT_CUDA) return Unsupported("NVDEC did not decode this stream");
+      av_frame_unref(host.get());
+      if (int rc = av_hwframe_transfer_data(host.get(), decoded, 0); rc < 0) {
+        return Unsupported("copying an NVDEC frame to host memory: " + av::ErrorString(rc));
+      }
+      return host.get();
+    });
+  }
+};
+
+class AutoBackend final : public VideoDecoderBackend {
+ public:
+  const char* name() const override { return "auto"; }
+  Status Decode(std::span<const uint8_t> stream, const PictureShape& expected, uint32_t expected_frames,
+                std::span<uint8_t> out) const override {
+    return DecodeWithOptions(stream, expected, expected_frames, out, {});
+  }
+  Status DecodeWithOptions(std::span<const uint8_t> stream, const PictureShape& expected, uint32_t expected_frames,
+                           std::span<uint8_t> out, const VideoDecodeOptions& options) const override {
+    const VideoDecoderBackend& cpu = CpuVideoDecoder();
+    if (!UseNvdec()) return cpu.DecodeWithOptions(stream, expected, expected_frames, out, options);
+    const auto v = av::ParseForDecode(stream, expected, expected_frames, out);
+    if (!v.ok() || !NvdecCanDecode(*v).ok()) return cpu.DecodeWithOptions(stream, expected, expected_frames, out, options);
+    const Status gpu = NvdecVideoDecoder().Decode(stream, expected, expected_frames, out);
+    if (gpu.ok()) return gpu;
+    Status on_cpu = cpu.DecodeWithOptions(stream, expected, expected_frames, out, options);
+    // A stream the CPU decodes was fine: the device failed it, and may fail the next one too.
+    if (on_cpu.ok() && !nvdec_failed_.exchange(true)) {
+      KVC_LOG_WARN("NVDEC failed a stream the CPU decodes (%s); video decodes on the CPU from now on",
+                   gpu.ToString().c_str());
+    }
+    return on_cpu;
+  }
+
+ private:
+  bool UseNvdec() const {
+    if (nvdec_failed_.load(std::memory_order_relaxed)) return false;
+    const Status& device = SharedDevice().status;
+    if (!device.ok()) {
+      std::call_once(logged_absent_, [&] { KVC_LOG_INFO("video decodes on the CPU: %s", device.ToString().c_str()); });
+      return false;
+    }
+    return true;
+  }
+  mutable std::atomic<bool> nvdec_failed_{false};
+  mutable std::once_flag logged_absent_;
+};
+
+}  // namespace
+
+Status NvdecDeviceStatus() { return SharedDevice().status; }
+
+Status NvdecCanDecode(const VideoStreamView& stream) {
+  if (stream.coder != VideoCoder::kX265) {
+    return Unsupported(std::string("NVDEC decodes HEVC (x265) streams, not ") + VideoCoderName(stream.coder));
+  }
+  if (stream.shape.planes != 3) return Unsupported("NVDEC has no 4:0:0 (gray) HEVC: a stream for it has 3 planes");
+  const PictureShape& c = stream.coded;
+  if (c.width < kNvdecHevcMinSide || c.height < kNvdecHevcMinSide || c.width > kNvdecHevcMaxSide ||
+      c.height > kNvdecHevcMaxSide) {
+    return Unsupported(FormatMessage("a %ux%u picture is outside NVDEC's HEVC sizes (%u..%u a side)", c.width, c.height,
+                                     kNvdecHevcMinSide, kNvdecHevcMaxSide));
+  }
+  return Status::Ok();
+}
+
+const VideoDecoderBackend& NvdecVideoDecoder() {
+  static const NvdecBackend backend;
+  return backend;
+}
+
+const VideoDecoderBackend& AutoVideoDecoder() {
+  static const AutoBackend backend;
+  return backend;
+}
+
+}  // namespace kvc
