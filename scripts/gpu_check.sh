@@ -62,7 +62,14 @@ for suite in tests["testsuites"]:
         skipped = t.get("result") == "SKIPPED"
         outcomes[name] = "failed" if t.get("failures") else "skipped" if skipped else "passed"
 probe = open(probe_path).read().strip()
-report = {"device": "none" if probe else "cuda", "device_error": probe or None, "tests": outcomes, "throughput": []}
+caps = {}
+for suite in tests["testsuites"]:
+    for t in suite["testsuite"]:
+        for key in ("nvdec_engines", "hevc444_min", "hevc444_max"):
+            if key in t:
+                caps[key] = t[key]
+report = {"device": "none" if probe else "cuda", "device_error": probe or None, "device_caps": caps or None,
+          "tests": outcomes, "throughput": []}
 for r in rows:
     chunk_mb = r["bytes_fp16"] / r["n_chunks"] / 1e6
     mb_all = r["decode_mb_s_all"]

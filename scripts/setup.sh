@@ -11,7 +11,7 @@ APT_PACKAGES=(
   clang libclang-rt-14-dev
   libcli11-dev nlohmann-json3-dev libxxhash-dev libgtest-dev libgmock-dev libbenchmark-dev
   libdeflate-dev libopenblas-dev liblapacke-dev
-  libavcodec-dev libavutil-dev libzstd-dev
+  libavcodec-dev libavutil-dev libffmpeg-nvenc-dev libzstd-dev
   libhiredis-dev redis-server libcpp-httplib-dev libssl-dev curl
 )
 

@@ -5,8 +5,14 @@
 #include <atomic>
 #include <mutex>
 
+// The NVIDIA Video Codec SDK's types (Debian's libffmpeg-nvenc-dev, what libavcodec itself is
+// built against), for the decoder capability query; the libraries are loaded at run time.
+#include <ffnvcodec/dynlink_cuda.h>
+#include <ffnvcodec/dynlink_cuviddec.h>
+
 extern "C" {
 #include <libavutil/hwcontext.h>
+#include <libavutil/hwcontext_cuda.h>
 }
 
 #include "base/log.h"
@@ -18,7 +24,46 @@ namespace {
 struct CudaDevice {
   AVBufferRef* ref = nullptr;  // held for the process's life: every NVDEC decode shares it
   Status status = Status::Ok();
+  NvdecCaps caps;
 };
+
+// What the device's NVDEC reports for 8-bit 4:4:4 HEVC (cuvidGetDecoderCaps, on libavutil's
+// CUDA context).
+Result<NvdecCaps> QueryHevcCaps(AVBufferRef* device) {
+  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  void* cuvid = dlopen("libnvcuvid.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (cuda == nullptr || cuvid == nullptr) {
+    const char* why = dlerror();
+    return Unsupported(std::string("no NVDEC library: ") + (why != nullptr ? why : "libnvcuvid.so.1 not found"));
+  }
+  // The handles stay open: libavcodec loads the same libraries, and unloading buys nothing.
+  auto* push = reinterpret_cast<tcuCtxPushCurrent_v2*>(dlsym(cuda, "cuCtxPushCurrent_v2"));
+  auto* pop = reinterpret_cast<tcuCtxPopCurrent_v2*>(dlsym(cuda, "cuCtxPopCurrent_v2"));
+  auto* get_caps = reinterpret_cast<tcuvidGetDecoderCaps*>(dlsym(cuvid, "cuvidGetDecoderCaps"));
+  if (push == nullptr || pop == nullptr || get_caps == nullptr) {
+    return Unsupported("the NVIDIA driver lacks cuCtxPushCurrent_v2, cuCtxPopCurrent_v2 or cuvidGetDecoderCaps");
+  }
+  const auto* hw = reinterpret_cast<const AVHWDeviceContext*>(device->data);
+  const auto* cu = static_cast<const AVCUDADeviceContext*>(hw->hwctx);
+  if (push(cu->cuda_ctx) != CUDA_SUCCESS) return Unsupported("cannot make the CUDA context current");
+  CUVIDDECODECAPS c{};
+  c.eCodecType = cudaVideoCodec_HEVC;
+  c.eChromaFormat = cudaVideoChromaFormat_444;
+  c.nBitDepthMinus8 = 0;
+  const CUresult rc = get_caps(&c);
+  CUcontext popped = nullptr;
+  pop(&popped);
+  if (rc != CUDA_SUCCESS) return Unsupported(FormatMessage("cuvidGetDecoderCaps failed (CUresult %d)", static_cast<int>(rc)));
+  if (c.bIsSupported == 0) return Unsupported("this GPU's NVDEC does not decode 8-bit 4:4:4 HEVC");
+  NvdecCaps caps;
+  caps.min_width = c.nMinWidth;
+  caps.min_height = c.nMinHeight;
+  caps.max_width = c.nMaxWidth;
+  caps.max_height = c.nMaxHeight;
+  caps.max_macroblocks = c.nMaxMBCount;
+  caps.engines = c.nNumNVDECs;
+  return caps;
+}
 
 const CudaDevice& SharedDevice() {
   static const CudaDevice device = [] {
@@ -36,10 +81,30 @@ const CudaDevice& SharedDevice() {
     if (int rc = av_hwdevice_ctx_create(&d.ref, AV_HWDEVICE_TYPE_CUDA, nullptr, nullptr, 0); rc < 0) {
       d.ref = nullptr;
       d.status = Unsupported("no CUDA device could be opened: " + av::ErrorString(rc));
+      return d;
+    }
+    auto caps = QueryHevcCaps(d.ref);
+    if (caps.ok()) {
+      d.caps = *caps;
+    } else {
+      d.status = caps.status();
     }
     return d;
   }();
   return device;
+}
+
+// The device's own bounds, which may be tighter than the documented ones NvdecCanDecode uses.
+Status FitsDevice(const VideoStreamView& v, const NvdecCaps& caps) {
+  const PictureShape& c = v.coded;
+  const uint64_t macroblocks = (uint64_t{c.width} + 15) / 16 * ((uint64_t{c.height} + 15) / 16);
+  if (c.width < caps.min_width || c.height < caps.min_height || c.width > caps.max_width ||
+      c.height > caps.max_height || macroblocks > caps.max_macroblocks) {
+    return Unsupported(FormatMessage("this GPU's NVDEC decodes HEVC 4:4:4 of %ux%u..%ux%u (%u macroblocks), not %ux%u",
+                                     caps.min_width, caps.min_height, caps.max_width, caps.max_height,
+                                     caps.max_macroblocks, c.width, c.height));
+  }
+  return Status::Ok();
 }
 
 AVPixelFormat PickCuda(AVCodecContext*, const AVPixelFormat* formats) {
@@ -58,6 +123,7 @@ class NvdecBackend final : public VideoDecoderBackend {
     RETURN_IF_ERROR(NvdecCanDecode(v));
     const CudaDevice& device = SharedDevice();
     RETURN_IF_ERROR(device.status);
+    RETURN_IF_ERROR(FitsDevice(v, device.caps));
     const AVCodec* decoder = avcodec_find_decoder(AV_CODEC_ID_HEVC);
     if (decoder == nullptr) return Unsupported("this libavcodec has no HEVC decoder");
     av::CodecContextPtr ctx(avcodec_alloc_context3(decoder));
@@ -92,7 +158,9 @@ class AutoBackend final : public VideoDecoderBackend {
     const VideoDecoderBackend& cpu = CpuVideoDecoder();
     if (!UseNvdec()) return cpu.DecodeWithOptions(stream, expected, expected_frames, out, options);
     const auto v = av::ParseForDecode(stream, expected, expected_frames, out);
-    if (!v.ok() || !NvdecCanDecode(*v).ok()) return cpu.DecodeWithOptions(stream, expected, expected_frames, out, options);
+    if (!v.ok() || !NvdecCanDecode(*v).ok() || !FitsDevice(*v, SharedDevice().caps).ok()) {
+      return cpu.DecodeWithOptions(stream, expected, expected_frames, out, options);
+    }
     const Status gpu = NvdecVideoDecoder().Decode(stream, expected, expected_frames, out);
     if (gpu.ok()) return gpu;
     Status on_cpu = cpu.DecodeWithOptions(stream, expected, expected_frames, out, options);
@@ -121,6 +189,11 @@ class AutoBackend final : public VideoDecoderBackend {
 }  // namespace
 
 Status NvdecDeviceStatus() { return SharedDevice().status; }
+
+Result<NvdecCaps> NvdecDeviceCaps() {
+  RETURN_IF_ERROR(SharedDevice().status);
+  return SharedDevice().caps;
+}
 
 Status NvdecCanDecode(const VideoStreamView& stream) {
   if (stream.coder != VideoCoder::kX265) {

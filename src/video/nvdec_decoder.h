@@ -5,9 +5,10 @@
 // What NVDEC decodes: HEVC (x265 streams, lossless included: transquant bypass is Main-profile
 // syntax) of 3 planes (8-bit 4:4:4, Turing and later) with both picture sides within
 // kNvdecHevcMinSide..kNvdecHevcMaxSide. Gray (4:0:0) pictures, H.264 4:4:4 and FFV1 are not NVDEC
-// formats. The sides are NVIDIA's documented HEVC bounds for the GPUs we design for, not read
-// from the device: a stream outside what the device reports fails to initialise NVDEC, and the
-// automatic backend then decodes it on the CPU.
+// formats. The sides are NVIDIA's documented HEVC bounds for the GPUs we design for (streams are
+// padded to the minimum, video_stream.h); the device's own bounds are read at run time
+// (cuvidGetDecoderCaps) and a stream outside them goes to the CPU under "auto", or is
+// kUnsupported on "nvdec".
 #pragma once
 
 #include "base/status.h"
@@ -19,9 +20,18 @@ namespace kvc {
 inline constexpr uint32_t kNvdecHevcMinSide = kNvdecMinSide;  // video_stream.h: streams are padded to it
 inline constexpr uint32_t kNvdecHevcMaxSide = 8192;
 
-// Ok where a CUDA device could be opened; otherwise why not (no driver library, no device).
-// Probed once per process.
+// Ok where a CUDA device could be opened and its NVDEC decodes 8-bit 4:4:4 HEVC; otherwise why
+// not (no driver library, no device, no such decoder). Probed once per process.
 Status NvdecDeviceStatus();
+
+// What the device reports for 8-bit 4:4:4 HEVC: coded picture bounds and NVDEC engines.
+struct NvdecCaps {
+  uint32_t min_width = kNvdecHevcMinSide, min_height = kNvdecHevcMinSide;
+  uint32_t max_width = kNvdecHevcMaxSide, max_height = kNvdecHevcMaxSide;
+  uint32_t max_macroblocks = (kNvdecHevcMaxSide / 16) * (kNvdecHevcMaxSide / 16);
+  uint32_t engines = 0;
+};
+Result<NvdecCaps> NvdecDeviceCaps();
 
 // Ok for a stream NVDEC decodes (see above), else kUnsupported saying why.
 Status NvdecCanDecode(const VideoStreamView& stream);

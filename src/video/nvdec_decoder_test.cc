@@ -49,6 +49,7 @@ TEST(VideoDecoderSelection, NvdecWithoutADeviceIsAClearError) {
   EXPECT_NE(nvdec.status().message().find(NvdecDeviceStatus().message()), std::string::npos);
   EXPECT_FALSE(SetDefaultVideoDecoder("nvdec").ok());
   EXPECT_EQ(&DefaultVideoDecoder(), &AutoVideoDecoder());
+  EXPECT_EQ(NvdecDeviceCaps().status().message(), NvdecDeviceStatus().message());
   const PictureShape shape{160, 144, 3};
   const auto stream = Encode(VideoCoder::kX265, shape, 2, 3);
   std::vector<uint8_t> out(shape.frame_bytes() * 2);
@@ -140,6 +141,13 @@ TEST(AutoVideoDecoder, SamePixelsAsTheCpuAndTheSameErrors) {
 // Only where a CUDA device is present; elsewhere it reports skipped, never passed.
 TEST(NvdecVideoDecoder, BitExactAgainstTheCpu) {
   if (Status device = NvdecDeviceStatus(); !device.ok()) GTEST_SKIP() << "no NVDEC here: " << device.ToString();
+  // What the device reports, for scripts/gpu_check.sh (the test's JSON output carries it).
+  const NvdecCaps caps = NvdecDeviceCaps().value();
+  RecordProperty("nvdec_engines", static_cast<int>(caps.engines));
+  RecordProperty("hevc444_min", std::to_string(caps.min_width) + "x" + std::to_string(caps.min_height));
+  RecordProperty("hevc444_max", std::to_string(caps.max_width) + "x" + std::to_string(caps.max_height));
+  EXPECT_LE(caps.min_width, kNvdecMinSide) << "the padding streams get is below this device's minimum";
+  EXPECT_LE(caps.min_height, kNvdecMinSide);
   uint32_t seed = 21;
   for (const PictureShape shape : {PictureShape{256, 256, 3}, PictureShape{144, 144, 3}, PictureShape{256, 512, 3},
                                    PictureShape{1024, 160, 3}}) {
