@@ -27,13 +27,13 @@ Status TakeFrame(const AVFrame* f, const VideoStreamView& v, uint32_t index, std
 }
 
 Status ReceiveFrames(AVCodecContext* ctx, AVFrame* frame, const VideoStreamView& v, uint32_t* n_decoded,
-                     std::span<uint8_t> out, const HostFrame& host) {
+                     const FrameSink& sink) {
   for (;;) {
     const int rc = avcodec_receive_frame(ctx, frame);
     if (rc == AVERROR(EAGAIN) || rc == AVERROR_EOF) return Status::Ok();
     if (rc < 0) return Corrupt("video decode: " + ErrorString(rc));
-    Result<const AVFrame*> pixels = host(frame);
-    Status s = pixels.ok() ? TakeFrame(*pixels, v, *n_decoded, out) : pixels.status();
+    KVC_CHECK_CORRUPT(*n_decoded < v.n_frames, "video decodes to more than %u frames", v.n_frames);
+    Status s = sink(frame, *n_decoded);
     av_frame_unref(frame);
     RETURN_IF_ERROR(s);
     ++*n_decoded;
@@ -84,6 +84,13 @@ Status OpenDecoder(AVCodecContext* ctx, const AVCodec* decoder, const VideoStrea
 }
 
 Status DecodePackets(AVCodecContext* ctx, const VideoStreamView& v, std::span<uint8_t> out, const HostFrame& host) {
+  return DecodePacketsTo(ctx, v, [&](AVFrame* decoded, uint32_t index) -> Status {
+    ASSIGN_OR_RETURN(const AVFrame* pixels, host(decoded));
+    return TakeFrame(pixels, v, index, out);
+  });
+}
+
+Status DecodePacketsTo(AVCodecContext* ctx, const VideoStreamView& v, const FrameSink& sink) {
   FramePtr frame(av_frame_alloc());
   PacketPtr pkt(av_packet_alloc());
   if (!frame || !pkt) return Internal("out of memory allocating a video decoder");
@@ -98,10 +105,10 @@ Status DecodePackets(AVCodecContext* ctx, const VideoStreamView& v, std::span<ui
     const int rc = avcodec_send_packet(ctx, pkt.get());
     av_packet_unref(pkt.get());
     if (rc < 0 && rc != AVERROR(EAGAIN)) return Corrupt(FormatMessage("video packet %zu: %s", i, ErrorString(rc).c_str()));
-    RETURN_IF_ERROR(ReceiveFrames(ctx, frame.get(), v, &n_decoded, out, host));
+    RETURN_IF_ERROR(ReceiveFrames(ctx, frame.get(), v, &n_decoded, sink));
   }
   if (int rc = avcodec_send_packet(ctx, nullptr); rc < 0) return Corrupt("video flush: " + ErrorString(rc));
-  RETURN_IF_ERROR(ReceiveFrames(ctx, frame.get(), v, &n_decoded, out, host));
+  RETURN_IF_ERROR(ReceiveFrames(ctx, frame.get(), v, &n_decoded, sink));
   KVC_CHECK_CORRUPT(n_decoded == v.n_frames, "video decoded %u of %u frames", n_decoded, v.n_frames);
   return Status::Ok();
 }

@@ -31,4 +31,9 @@ using HostFrame = std::function<Result<const AVFrame*>(AVFrame* decoded)>;
 // format and coded size) into its slot of `out`; exactly v.n_frames frames or an error.
 Status DecodePackets(AVCodecContext* ctx, const VideoStreamView& v, std::span<uint8_t> out, const HostFrame& host);
 
+// The same loop with each decoded frame handed to `sink` as libavcodec returns it (with its
+// index), for a caller that keeps frames where they were decoded; exactly v.n_frames or an error.
+using FrameSink = std::function<Status(AVFrame* decoded, uint32_t index)>;
+Status DecodePacketsTo(AVCodecContext* ctx, const VideoStreamView& v, const FrameSink& sink);
+
 }  // namespace kvc::av

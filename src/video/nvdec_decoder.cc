@@ -114,25 +114,31 @@ AVPixelFormat PickCuda(AVCodecContext*, const AVPixelFormat* formats) {
   return AV_PIX_FMT_NONE;  // the hwaccel could not start for this stream: an error, not software
 }
 
+// An HEVC decoder on the shared CUDA device for a stream NVDEC takes, opened.
+Result<av::CodecContextPtr> OpenNvdec(const VideoStreamView& v) {
+  RETURN_IF_ERROR(NvdecCanDecode(v));
+  const CudaDevice& device = SharedDevice();
+  RETURN_IF_ERROR(device.status);
+  RETURN_IF_ERROR(FitsDevice(v, device.caps));
+  const AVCodec* decoder = avcodec_find_decoder(AV_CODEC_ID_HEVC);
+  if (decoder == nullptr) return Unsupported("this libavcodec has no HEVC decoder");
+  av::CodecContextPtr ctx(avcodec_alloc_context3(decoder));
+  if (!ctx) return Internal("out of memory allocating a video decoder");
+  ctx->hw_device_ctx = av_buffer_ref(device.ref);
+  if (ctx->hw_device_ctx == nullptr) return Internal("out of memory referencing the CUDA device");
+  ctx->get_format = PickCuda;
+  ctx->thread_count = 1;
+  RETURN_IF_ERROR(av::OpenDecoder(ctx.get(), decoder, v));
+  return ctx;
+}
+
 class NvdecBackend final : public VideoDecoderBackend {
  public:
   const char* name() const override { return "nvdec"; }
   Status Decode(std::span<const uint8_t> stream, const PictureShape& expected, uint32_t expected_frames,
                 std::span<uint8_t> out) const override {
     ASSIGN_OR_RETURN(const VideoStreamView v, av::ParseForDecode(stream, expected, expected_frames, out));
-    RETURN_IF_ERROR(NvdecCanDecode(v));
-    const CudaDevice& device = SharedDevice();
-    RETURN_IF_ERROR(device.status);
-    RETURN_IF_ERROR(FitsDevice(v, device.caps));
-    const AVCodec* decoder = avcodec_find_decoder(AV_CODEC_ID_HEVC);
-    if (decoder == nullptr) return Unsupported("this libavcodec has no HEVC decoder");
-    av::CodecContextPtr ctx(avcodec_alloc_context3(decoder));
-    if (!ctx) return Internal("out of memory allocating a video decoder");
-    ctx->hw_device_ctx = av_buffer_ref(device.ref);
-    if (ctx->hw_device_ctx == nullptr) return Internal("out of memory referencing the CUDA device");
-    ctx->get_format = PickCuda;
-    ctx->thread_count = 1;
-    RETURN_IF_ERROR(av::OpenDecoder(ctx.get(), decoder, v));
+    ASSIGN_OR_RETURN(av::CodecContextPtr ctx, OpenNvdec(v));
     av::FramePtr host(av_frame_alloc());
     if (!host) return Internal("out of memory allocating a video frame");
     return av::DecodePackets(ctx.get(), v, out, [&](AVFrame* decoded) -> Result<const AVFrame*> {
@@ -189,6 +195,35 @@ class AutoBackend final : public VideoDecoderBackend {
 }  // namespace
 
 Status NvdecDeviceStatus() { return SharedDevice().status; }
+
+Status NvdecDecodeToDevice(std::span<const uint8_t> stream, const PictureShape& expected, uint32_t expected_frames,
+                           const std::function<Status(const NvdecDeviceFrame&)>& on_frame) {
+  ASSIGN_OR_RETURN(const VideoStreamView v, ParseVideoStream(stream, expected, expected_frames));
+  ASSIGN_OR_RETURN(av::CodecContextPtr ctx, OpenNvdec(v));
+  return av::DecodePacketsTo(ctx.get(), v, [&](AVFrame* decoded, uint32_t index) -> Status {
+    if (decoded->format != AV_PIX_FMT_CUDA || decoded->hw_frames_ctx == nullptr) {
+      return Unsupported("NVDEC did not decode this stream");
+    }
+    const auto* frames = reinterpret_cast<const AVHWFramesContext*>(decoded->hw_frames_ctx->data);
+    if (frames->sw_format != AV_PIX_FMT_YUV444P) {
+      return Unsupported(FormatMessage("NVDEC returned pixel format %d, not planar 8-bit 4:4:4", frames->sw_format));
+    }
+    KVC_CHECK_CORRUPT(static_cast<uint32_t>(decoded->width) == v.coded.width &&
+                          static_cast<uint32_t>(decoded->height) == v.coded.height,
+                      "video frame %u decoded as %dx%d, expected %ux%u", index, decoded->width, decoded->height,
+                      v.coded.width, v.coded.height);
+    NvdecDeviceFrame f;
+    f.index = index;
+    for (int p = 0; p < 3; ++p) {
+      f.planes[p] = reinterpret_cast<uintptr_t>(decoded->data[p]);
+      f.pitch[p] = static_cast<uint32_t>(decoded->linesize[p]);
+    }
+    f.coded_width = v.coded.width;
+    f.coded_height = v.coded.height;
+    f.picture = v.shape;
+    return on_frame(f);
+  });
+}
 
 Result<NvdecCaps> NvdecDeviceCaps() {
   RETURN_IF_ERROR(SharedDevice().status);

@@ -11,6 +11,9 @@
 // kUnsupported on "nvdec".
 #pragma once
 
+#include <functional>
+#include <span>
+
 #include "base/status.h"
 #include "video/video_decoder.h"
 #include "video/video_stream.h"
@@ -40,6 +43,22 @@ Status NvdecCanDecode(const VideoStreamView& stream);
 // device failure, is an error (kUnsupported for what it does not decode or where there is no
 // device), never a silent CPU decode; a corrupt stream is an error as on the CPU.
 const VideoDecoderBackend& NvdecVideoDecoder();
+
+// A decoded frame where NVDEC put it, for a caller that consumes frames on the GPU: valid only
+// during the callback (the surface returns to the decoder after it). Planar 8-bit 4:4:4 at the
+// coded size; the caller's picture is its top-left `picture.width` x `picture.height`.
+struct NvdecDeviceFrame {
+  uint32_t index = 0;           // frame number in the stream
+  uint64_t planes[3] = {};      // CUdeviceptr of each plane (three layers of a KV picture)
+  uint32_t pitch[3] = {};       // bytes from one row to the next
+  uint32_t coded_width = 0, coded_height = 0;
+  PictureShape picture;
+};
+// Decodes a stream on NVDEC and hands over each frame in device memory, in order: exactly
+// `expected_frames` frames or an error (the same checks as Decode; kUnsupported without a
+// device or for a stream NVDEC does not take). An error from on_frame stops the decode.
+Status NvdecDecodeToDevice(std::span<const uint8_t> stream, const PictureShape& expected, uint32_t expected_frames,
+                           const std::function<Status(const NvdecDeviceFrame&)>& on_frame);
 
 // "auto", the default: NVDEC for the streams it decodes when a device is present, the CPU for
 // the rest. A stream that fails on NVDEC and decodes on the CPU is taken as a device failure:

@@ -54,6 +54,13 @@ TEST(VideoDecoderSelection, NvdecWithoutADeviceIsAClearError) {
   const auto stream = Encode(VideoCoder::kX265, shape, 2, 3);
   std::vector<uint8_t> out(shape.frame_bytes() * 2);
   EXPECT_EQ(NvdecVideoDecoder().Decode(stream, shape, 2, out).code(), StatusCode::kUnsupported);
+  int frames = 0;
+  const auto count = [&](const NvdecDeviceFrame&) {
+    ++frames;
+    return Status::Ok();
+  };
+  EXPECT_EQ(NvdecDecodeToDevice(stream, shape, 2, count).code(), StatusCode::kUnsupported);
+  EXPECT_EQ(frames, 0);
 }
 
 // What NVDEC decodes: 3-plane HEVC within its sizes; gray HEVC, H.264, FFV1 and pictures under
@@ -160,6 +167,22 @@ TEST(NvdecVideoDecoder, BitExactAgainstTheCpu) {
       const Status s = NvdecVideoDecoder().Decode(*stream, shape, frames, gpu);
       ASSERT_TRUE(s.ok()) << s.ToString();
       EXPECT_EQ(gpu, px);
+      // Left in device memory: every frame, in order, at the coded size, three planes.
+      std::vector<uint32_t> seen;
+      const Status on_device = NvdecDecodeToDevice(*stream, shape, frames, [&](const NvdecDeviceFrame& f) {
+        seen.push_back(f.index);
+        EXPECT_EQ(f.picture, shape);
+        EXPECT_GE(f.coded_width, shape.width);
+        EXPECT_GE(f.coded_height, shape.height);
+        for (int p = 0; p < 3; ++p) {
+          EXPECT_NE(f.planes[p], 0u);
+          EXPECT_GE(f.pitch[p], f.coded_width);
+        }
+        return Status::Ok();
+      });
+      ASSERT_TRUE(on_device.ok()) << on_device.ToString();
+      EXPECT_EQ(seen.size(), frames);
+      for (uint32_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], i);
     }
   }
 }
