@@ -7,17 +7,21 @@
 namespace kvc {
 namespace {
 
-KvCache RandomCache(DType dtype, uint32_t tokens, int32_t pos_begin) {
-  auto cache = KvCache::Create({3, 2, 8, tokens}, dtype, pos_begin).value();
+KvCache RandomCache(const KvShape& shape, DType dtype, int32_t pos_begin = 0) {
+  auto cache = KvCache::Create(shape, dtype, pos_begin).value();
   std::mt19937 rng(7);
   std::normal_distribution<float> dist;
   std::vector<float> row(cache.shape().layer_elems());
   for (KvKind kind : kKvKinds)
-    for (uint32_t l = 0; l < 3; ++l) {
+    for (uint32_t l = 0; l < shape.n_layers; ++l) {
       for (float& v : row) v = dist(rng);
-      cache.WriteRowsF32(kind, l, 0, tokens, row.data());
+      cache.WriteRowsF32(kind, l, 0, shape.n_tokens, row.data());
     }
   return cache;
+}
+
+KvCache RandomCache(DType dtype, uint32_t tokens, int32_t pos_begin) {
+  return RandomCache({3, 2, 8, tokens}, dtype, pos_begin);
 }
 
 class LlamaStateTest : public ::testing::TestWithParam<std::tuple<DType, bool>> {};
@@ -71,16 +75,7 @@ TEST(LlamaState, AViewOfALongerCacheBuildsItsCopysBlob) {
 // tokens) parses back to the cache it came from.
 TEST(LlamaState, TransposedVAtEveryBlockRemainder) {
   for (const KvShape shape : {KvShape{1, 3, 7, 75}, KvShape{2, 2, 8, 64}, KvShape{1, 1, 5, 3}, KvShape{1, 4, 4, 33}}) {
-    auto kv = KvCache::Create(shape, DType::kF16).value();
-    std::mt19937 rng(11);
-    std::normal_distribution<float> dist;
-    std::vector<float> rows(shape.layer_elems());
-    for (KvKind kind : kKvKinds) {
-      for (uint32_t l = 0; l < shape.n_layers; ++l) {
-        for (float& v : rows) v = dist(rng);
-        kv.WriteRowsF32(kind, l, 0, shape.n_tokens, rows.data());
-      }
-    }
+    const KvCache kv = RandomCache(shape, DType::kF16);
     const auto blob = BuildLlamaSeqState(kv, {}).value();
     EXPECT_EQ(ParseLlamaSeqState(blob, shape.n_kv_heads).value(), kv)
         << shape.n_kv_heads << "x" << shape.head_dim << " channels, " << shape.n_tokens << " tokens";
