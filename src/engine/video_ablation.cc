@@ -245,7 +245,7 @@ Result<std::string> RunVideoAblationJson(const VideoAblationOptions& o) {
   };
   std::vector<CoderColumn> columns;
   for (VideoCoder coder : kVideoCoders) columns.push_back({VideoCoderName(coder), {{"coder", VideoCoderName(coder)}}});
-  columns.push_back({"x265-nvdec", {{"nvdec", "1"}}});
+  columns.push_back({"x265-nvdec", {{"nvdec", "1"}, {"planes", "1"}}});
   ProgressBar progress("video ablation", LayoutSteps().size() * columns.size(), o.progress);
   for (const LayoutStep& s : LayoutSteps()) {
     for (const CoderColumn& column : columns) {
@@ -253,7 +253,6 @@ Result<std::string> RunVideoAblationJson(const VideoAblationOptions& o) {
       eo.level = "8";
       eo.params = s.params;
       for (const auto& [key, value] : column.params) eo.params[key] = value;
-      if (column.params.count("nvdec") != 0) eo.params.erase("planes");  // nvdec=1 sets planes=1 itself
       eo.params["preset"] = o.preset;
       std::vector<std::vector<uint8_t>> files;
       uint64_t stored = 0;

@@ -41,10 +41,7 @@ Fetcher::Fetcher(Store& store, LinkShaper& link, const ModelFingerprint& model, 
                options_.quality_margin),
       bandwidth_(LinkShaper::GbpsToBytesPerSecond(options_.initial_gbps)) {}
 
-unsigned Fetcher::Inflight() const {
-  ThreadPool* const pool = options_.pool != nullptr && options_.pool->size() > 0 ? options_.pool : nullptr;
-  return std::max(options_.inflight, Decoders(pool) + 1);
-}
+unsigned Fetcher::Inflight() const { return std::max(options_.inflight, Decoders(options_.pool) + 1); }
 
 Result<FetchReport> Fetcher::Run(std::span<const ChunkKey> keys, std::span<const ChunkManifest> manifests,
                                  KvCache& prefix, const std::function<Status(FetchedChunk&&)>& on_chunk) {

@@ -29,10 +29,9 @@ struct CudaDevice {
 
 // What the device's NVDEC reports for 8-bit 4:4:4 HEVC (cuvidGetDecoderCaps, on libavutil's
 // CUDA context).
-Result<NvdecCaps> QueryHevcCaps(AVBufferRef* device) {
-  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+Result<NvdecCaps> QueryHevcCaps(void* cuda, AVBufferRef* device) {
   void* cuvid = dlopen("libnvcuvid.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (cuda == nullptr || cuvid == nullptr) {
+  if (cuvid == nullptr) {
     const char* why = dlerror();
     return Unsupported(std::string("no NVDEC library: ") + (why != nullptr ? why : "libnvcuvid.so.1 not found"));
   }
@@ -76,14 +75,14 @@ const CudaDevice& SharedDevice() {
       d.status = Unsupported(std::string("no NVIDIA driver: ") + (why != nullptr ? why : "libcuda.so.1 not found"));
       return d;
     }
-    dlclose(cuda);
+    // Kept open, as libavcodec keeps its own: the caps query below calls into it.
     av::QuietLogs();
     if (int rc = av_hwdevice_ctx_create(&d.ref, AV_HWDEVICE_TYPE_CUDA, nullptr, nullptr, 0); rc < 0) {
       d.ref = nullptr;
       d.status = Unsupported("no CUDA device could be opened: " + av::ErrorString(rc));
       return d;
     }
-    auto caps = QueryHevcCaps(d.ref);
+    auto caps = QueryHevcCaps(cuda, d.ref);
     if (caps.ok()) {
       d.caps = *caps;
     } else {

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 
 #include "video/av_util.h"
 #include "video/libav_decode.h"
@@ -58,21 +57,33 @@ const VideoDecoderBackend& CpuVideoDecoder() {
   return backend;
 }
 
+namespace {
+std::span<const VideoDecoderBackend* const> Backends() {
+  static const VideoDecoderBackend* const backends[] = {&AutoVideoDecoder(), &CpuVideoDecoder(), &NvdecVideoDecoder()};
+  return backends;
+}
+}  // namespace
+
 const VideoDecoderBackend* FindVideoDecoder(std::string_view name) {
-  if (name == CpuVideoDecoder().name()) return &CpuVideoDecoder();
-  if (name == NvdecVideoDecoder().name()) return &NvdecVideoDecoder();
-  if (name == AutoVideoDecoder().name()) return &AutoVideoDecoder();
+  for (const VideoDecoderBackend* backend : Backends()) {
+    if (name == backend->name()) return backend;
+  }
   return nullptr;
 }
 
 std::vector<std::string> VideoDecoderNames() {
-  return {AutoVideoDecoder().name(), CpuVideoDecoder().name(), NvdecVideoDecoder().name()};
+  std::vector<std::string> names;
+  for (const VideoDecoderBackend* backend : Backends()) names.emplace_back(backend->name());
+  return names;
 }
 
 Result<const VideoDecoderBackend*> SelectVideoDecoder(std::string_view name) {
   const VideoDecoderBackend* backend = FindVideoDecoder(name);
   if (backend == nullptr) {
-    return InvalidArgument("unknown video decoder '" + std::string(name) + "' (auto, cpu or nvdec)");
+    const std::vector<std::string> names = VideoDecoderNames();
+    std::string known;
+    for (size_t i = 0; i < names.size(); ++i) known += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+    return InvalidArgument("unknown video decoder '" + std::string(name) + "' (" + known + ")");
   }
   if (backend == &NvdecVideoDecoder()) {
     // Asked for by name: a machine that cannot run it is the caller's error, said up front,
