@@ -37,15 +37,16 @@ std::vector<uint64_t> ByteCounts(std::span<const uint8_t> data) {
 }
 
 // An entropy_rans input (layout: rans_fuzz.cc) with serialised tables; symbol i of `symbols`
-// uses tables[i % tables.size()].
-std::vector<uint8_t> RansParsedInput(const std::vector<FrequencyTable>& tables, std::span<const uint32_t> symbols) {
+// uses tables[i % tables.size()]; a wide stream if states is kRansWideStates.
+std::vector<uint8_t> RansParsedInput(const std::vector<FrequencyTable>& tables, std::span<const uint32_t> symbols,
+                                     uint32_t states = kRansStates) {
   ByteWriter w;
-  w.U8(static_cast<uint8_t>(tables.size() - 1));
+  w.U8(static_cast<uint8_t>((states == kRansWideStates ? 0x20 : 0) | (tables.size() - 1)));
   w.U16(static_cast<uint16_t>(symbols.size()));
   for (const FrequencyTable& t : tables) t.AppendTo(&w);
   RansEncoder enc;
   for (size_t i = 0; i < symbols.size(); ++i) enc.Put(tables[i % tables.size()], symbols[i]);
-  w.Bytes(enc.Finish().value());
+  w.Bytes(enc.Finish(states).value());
   return w.Take();
 }
 
@@ -105,7 +106,7 @@ TEST(EntropyFuzzCorpus, RansSeedsDecode) {
     }
     std::span<const uint8_t> stream;
     ASSERT_TRUE(r.Bytes(r.remaining(), &stream, "stream").ok());
-    auto d = RansDecoder::Open(stream);
+    auto d = RansDecoder::Open(stream, (config & 0x20) != 0 ? kRansWideStates : kRansStates);
     ASSERT_TRUE(d.ok()) << entry.path() << kRegenerate;
     for (size_t i = 0; i < n_symbols; ++i) d->Get(tables[i % tables.size()]);
     EXPECT_TRUE(d->Finish().ok()) << entry.path() << kRegenerate;
@@ -171,6 +172,9 @@ TEST(EntropyFuzzCorpus, DISABLED_Regenerate) {
     WriteFile(rans_dir / "parsed_one_byte_table.bin",
               RansParsedInput(t, std::vector<uint32_t>(data.begin(), data.end())));
     WriteFile(rans_dir / "parsed_no_symbols.bin", RansParsedInput(t, {}));
+    // The same symbols in a wide stream: enough for whole vector rounds and a tail.
+    WriteFile(rans_dir / "parsed_one_byte_table_wide.bin",
+              RansParsedInput(t, std::vector<uint32_t>(data.begin(), data.end()), kRansWideStates));
   }
   {
     // Four tables of different alphabets (up to 4096) and scales.

@@ -2,12 +2,14 @@
 // that keep one probability table per context (CacheGen: one per (layer, channel)) and by the
 // block coder (block.h) for order-0 coding of bytes.
 //
-// Coder: kRansStates interleaved 32-bit states, renormalised 16 bits at a time: at most one
-// 16-bit read per symbol, and independent dependency chains for the CPU to overlap (decoding
-// is bound by the latency of one state's lookup-multiply-refill chain). Symbol i of a stream
-// uses state i % kRansStates. Every symbol may use a different FrequencyTable, and tables may
-// have different scale_bits; the decoder must be given the same table sequence the encoder
-// used. A stream carries no table, length or checksum: the caller stores those.
+// Coder: kRansStates (4) interleaved 32-bit states, or kRansWideStates (32) in a wide stream,
+// renormalised 16 bits at a time: at most one 16-bit read per symbol, and independent
+// dependency chains for the CPU to overlap (decoding is bound by the latency of one state's
+// lookup-multiply-refill chain). Symbol i of a stream uses state i % states. A wide stream is
+// the same format with more states: 32 independent lookups per round for the CPU to overlap,
+// and refills done 8 states per AVX2 instruction. Every symbol may use a different
+// FrequencyTable, and tables may have different scale_bits; the decoder must be given the same
+// table sequence the encoder used. A stream carries no table, length or checksum: the caller stores those.
 // Byte layouts: docs/format.md.
 #pragma once
 
@@ -77,12 +79,14 @@ class FrequencyTable {
   std::vector<EncSymbol> enc_;         // per symbol
 };
 
-// Interleaved states; a power of two.
+// Interleaved states of a stream, and of a wide one; powers of two.
 inline constexpr uint32_t kRansStates = 4;
+inline constexpr uint32_t kRansWideStates = 32;
 // Lowest value of a normalised state; every state starts and must end here.
 inline constexpr uint32_t kRansStateLow = 1u << 16;
 // A stream is the initial decoder states (u32 each) then 16-bit words.
 inline constexpr size_t kRansStreamHeaderBytes = size_t{4} * kRansStates;
+constexpr size_t RansStreamHeaderBytes(uint32_t states) { return size_t{4} * states; }
 
 // Multi-context encoder: Put symbols in decoding order, each with its table; Finish codes them
 // (rANS encodes last to first, hence the buffering: 8 bytes per symbol until Finish). Put keeps
@@ -101,9 +105,10 @@ class RansEncoder {
     }
   }
   size_t size() const { return pending_.size(); }
-  // The stream, or InvalidArgument if some symbol was not codable with its table (outside the
-  // alphabet or of frequency 0). Either way the encoder is empty afterwards.
-  [[nodiscard]] Result<std::vector<uint8_t>> Finish();
+  // The stream with `states` interleaved states (kRansStates or kRansWideStates), or
+  // InvalidArgument if some symbol was not codable with its table (outside the alphabet or of
+  // frequency 0) or states is neither. Either way the encoder is empty afterwards.
+  [[nodiscard]] Result<std::vector<uint8_t>> Finish(uint32_t states = kRansStates);
 
  private:
   std::vector<const FrequencyTable::EncSymbol*> pending_;
@@ -118,8 +123,9 @@ class RansEncoder {
 // (meaningless) symbols. Get returns a symbol of non-zero frequency in `table`.
 class RansDecoder {
  public:
-  // kCorrupt if the stream is shorter than its header or a state is not normalised.
-  [[nodiscard]] static Result<RansDecoder> Open(std::span<const uint8_t> stream);
+  // kCorrupt if the stream is shorter than its header or a state is not normalised;
+  // InvalidArgument if states is neither kRansStates nor kRansWideStates.
+  [[nodiscard]] static Result<RansDecoder> Open(std::span<const uint8_t> stream, uint32_t states = kRansStates);
 
   uint32_t Get(const FrequencyTable& table) {
     uint32_t x = state_[next_];
@@ -130,7 +136,7 @@ class RansDecoder {
     x = (step & 0xffff) * (x >> scale) + (step >> 16);
     if (x < kRansStateLow) x = Refill(x);
     state_[next_] = x;
-    next_ = (next_ + 1) & (kRansStates - 1);
+    next_ = (next_ + 1) & (states_ - 1);
     return symbol;
   }
 
@@ -157,7 +163,8 @@ class RansDecoder {
     return x << 16;
   }
 
-  uint32_t state_[kRansStates] = {};
+  uint32_t state_[kRansWideStates] = {};
+  uint32_t states_ = kRansStates;
   uint32_t next_ = 0;
   const uint8_t* pos_ = nullptr;
   const uint8_t* end_ = nullptr;

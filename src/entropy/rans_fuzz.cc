@@ -5,13 +5,14 @@
 //                          u8 alphabet size - 1, then one u8 count per symbol
 //                          (FrequencyTable::FromCounts), so mutations reach the decoder with
 //                          valid tables;
+//               bit 5 = 1: the stream is a wide one (kRansWideStates states);
 //   u16 symbol count (little-endian);
 //   the tables;
 //   the rest: a rANS stream whose symbol i uses table i % table count.
 // Checks: a parsed table re-serialises to the bytes it came from; a stream that decodes
 // cleanly re-encodes to exactly the same bytes (each decode step inverts one encode step);
-// with a single byte table, the bulk byte decoder agrees with the general one symbol for
-// symbol and in its verdict.
+// with a single byte table, the bulk byte decoder (GetBytes: the vector path for a wide
+// stream) agrees with the general one symbol for symbol and in its verdict.
 // Seeds: fuzz/corpus/entropy_rans/ (see block_fuzz.cc for how to regenerate).
 #include <algorithm>
 #include <cstdint>
@@ -81,7 +82,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::span<const uint8_t> stream;
   Check(r.Bytes(r.remaining(), &stream, "stream").ok(), "cannot take the rest");
 
-  auto d = kvc::RansDecoder::Open(stream);
+  const uint32_t states = (config & 0x20) != 0 ? kvc::kRansWideStates : kvc::kRansStates;
+  auto d = kvc::RansDecoder::Open(stream, states);
   if (!d.ok()) {
     Check(d.status().code() == kvc::StatusCode::kCorrupt, "Open failed with a code other than corrupt");
     return 0;
@@ -97,7 +99,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   if (n_tables == 1 && tables[0].alphabet_size() <= 256) {
     std::vector<uint8_t> bytes(n_symbols);
-    const kvc::Status bulk = kvc::RansDecodeBytes(tables[0], stream, bytes);
+    auto bulk_decoder = kvc::RansDecoder::Open(stream, states);
+    Check(bulk_decoder.ok(), "a stream opened once does not open again");
+    Check(bulk_decoder->GetBytes(tables[0], bytes).ok(), "GetBytes refused a byte table");
+    const kvc::Status bulk = bulk_decoder->Finish();
     Check(bulk.code() == verdict.code(), "bulk and general byte decoding disagree on the verdict");
     for (size_t i = 0; i < n_symbols; ++i) Check(bytes[i] == symbols[i], "bulk and general decoding disagree");
   }
@@ -105,7 +110,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (verdict.ok()) {
     kvc::RansEncoder enc;
     for (size_t i = 0; i < n_symbols; ++i) enc.Put(tables[i % n_tables], symbols[i]);
-    auto again = enc.Finish();
+    auto again = enc.Finish(states);
     Check(again.ok(), "re-encoding decoded symbols failed");
     Check(std::equal(again->begin(), again->end(), stream.begin(), stream.end()),
           "re-encoding a cleanly decoded stream gives other bytes");

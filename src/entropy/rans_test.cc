@@ -385,21 +385,23 @@ TEST(Rans, MultiContextRoundTrip) {
 }
 
 // GetBytes is a faster spelling of Get: runs of any length and any starting state, mixed with
-// single Gets and table changes, decode the same symbols, and the stream still finishes.
+// single Gets and table changes, decode the same symbols, and the stream still finishes; in
+// streams of 4 states and wide ones (32 states, the AVX2 path where the CPU has it).
 TEST(Rans, GetBytesRunsMatchGet) {
   std::mt19937_64 rng(17);
   std::vector<FrequencyTable> tables;
-  for (uint32_t bits : {1u, 3u, 8u}) {
+  for (uint32_t bits : {1u, 3u, 8u, 4u}) {
     std::vector<uint64_t> counts(size_t{1} << bits);
     for (size_t s = 0; s < counts.size(); ++s) counts[s] = 1 + (rng() % 100) * (s % 3 == 0 ? 20 : 1);
-    tables.push_back(FrequencyTable::FromCounts(counts, bits == 8 ? 14 : 12).value());
+    tables.push_back(FrequencyTable::FromCounts(counts, bits == 8 ? 14 : bits == 4 ? 10 : 12).value());
   }
-  // Runs of lengths 0..9 and a few long ones, each with one table.
+  // Runs of lengths 0..69 (every remainder of a 32-symbol round) and a few long ones, each with one table.
   std::vector<std::pair<uint32_t, size_t>> runs;
-  for (size_t len = 0; len < 10; ++len) runs.push_back({static_cast<uint32_t>(len % 3), len});
-  for (size_t len : {1000, 4097, 3}) runs.push_back({static_cast<uint32_t>(len % 3), len});
+  for (size_t len = 0; len < 70; ++len) runs.push_back({static_cast<uint32_t>(len % tables.size()), len});
+  for (size_t len : {1000, 4097, 3, 333}) runs.push_back({static_cast<uint32_t>(len % tables.size()), len});
   std::vector<uint8_t> symbols;
   RansEncoder enc;
+  std::vector<std::pair<const FrequencyTable*, uint8_t>> puts;
   for (auto [t, len] : runs) {
     for (size_t i = 0; i < len; ++i) {
       uint8_t s;
@@ -407,31 +409,68 @@ TEST(Rans, GetBytesRunsMatchGet) {
         s = static_cast<uint8_t>(rng() % tables[t].alphabet_size());
       } while (tables[t].frequency(s) == 0);
       symbols.push_back(s);
-      enc.Put(tables[t], s);
+      puts.push_back({&tables[t], s});
     }
   }
-  auto stream = enc.Finish();
-  ASSERT_TRUE(stream.ok());
-  for (bool odd_gets : {false, true}) {
-    auto d = RansDecoder::Open(*stream);
+  for (uint32_t states : {kRansStates, kRansWideStates}) {
+    for (auto [table, s] : puts) enc.Put(*table, s);
+    auto stream = enc.Finish(states);
+    ASSERT_TRUE(stream.ok());
+    for (bool odd_gets : {false, true}) {
+      auto d = RansDecoder::Open(*stream, states);
+      ASSERT_TRUE(d.ok());
+      std::vector<uint8_t> back(symbols.size());
+      size_t at = 0;
+      for (auto [t, len] : runs) {
+        size_t done = 0;
+        if (odd_gets && len > 0) back[at + done++] = static_cast<uint8_t>(d->Get(tables[t]));  // shifts the state
+        ASSERT_TRUE(d->GetBytes(tables[t], std::span(back).subspan(at + done, len - done)).ok());
+        at += len;
+      }
+      EXPECT_EQ(back, symbols) << states << " states";
+      EXPECT_TRUE(d->Finish().ok()) << d->Finish().ToString();
+    }
+    // Over-long reads are remembered, as with Get.
+    auto d = RansDecoder::Open(*stream, states);
     ASSERT_TRUE(d.ok());
-    std::vector<uint8_t> back(symbols.size());
-    size_t at = 0;
-    for (auto [t, len] : runs) {
-      size_t done = 0;
-      if (odd_gets && len > 0) back[at + done++] = static_cast<uint8_t>(d->Get(tables[t]));  // shifts the state
-      ASSERT_TRUE(d->GetBytes(tables[t], std::span(back).subspan(at + done, len - done)).ok());
-      at += len;
-    }
-    EXPECT_EQ(back, symbols);
-    EXPECT_TRUE(d->Finish().ok()) << d->Finish().ToString();
+    std::vector<uint8_t> too_many(symbols.size() + 64);
+    ASSERT_TRUE(d->GetBytes(tables[0], too_many).ok());
+    EXPECT_EQ(d->Finish().code(), StatusCode::kCorrupt) << states << " states";
   }
-  // Over-long reads are remembered, as with Get.
-  auto d = RansDecoder::Open(*stream);
-  ASSERT_TRUE(d.ok());
-  std::vector<uint8_t> too_many(symbols.size() + 64);
-  ASSERT_TRUE(d->GetBytes(tables[0], too_many).ok());
-  EXPECT_EQ(d->Finish().code(), StatusCode::kCorrupt);
+}
+
+// On arbitrary bytes (any normalised header, any words) the wide stream's vector path and Get
+// agree symbol for symbol and on how the stream ends: hostile input takes no other path.
+TEST(Rans, WideGetBytesMatchesGetOnArbitraryBytes) {
+  std::mt19937_64 rng(99);
+  std::vector<uint64_t> counts(256);
+  for (size_t s = 0; s < counts.size(); ++s) counts[s] = 1 + rng() % 50;
+  const FrequencyTable table = FrequencyTable::FromCounts(counts, 12).value();
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<uint8_t> bytes(RansStreamHeaderBytes(kRansWideStates) + rng() % 600);
+    for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+    for (size_t k = 0; k < kRansWideStates; ++k) bytes[4 * k + 3] |= 0x01;  // every state >= 2^24: normalised
+    const size_t n = rng() % 700;
+    auto fast = RansDecoder::Open(bytes, kRansWideStates);
+    auto slow = RansDecoder::Open(bytes, kRansWideStates);
+    ASSERT_TRUE(fast.ok() && slow.ok());
+    std::vector<uint8_t> a(n), b(n);
+    ASSERT_TRUE(fast->GetBytes(table, a).ok());
+    for (size_t i = 0; i < n; ++i) b[i] = static_cast<uint8_t>(slow->Get(table));
+    ASSERT_EQ(a, b) << "trial " << trial;
+    EXPECT_EQ(fast->Finish().ToString(), slow->Finish().ToString()) << "trial " << trial;
+  }
+}
+
+TEST(Rans, OnlyFourOrThirtyTwoStates) {
+  RansEncoder enc;
+  EXPECT_EQ(enc.Finish(8).status().code(), StatusCode::kInvalidArgument);
+  const std::vector<uint8_t> header(RansStreamHeaderBytes(kRansWideStates), 0x01);
+  EXPECT_EQ(RansDecoder::Open(header, 8).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(RansDecoder::Open(header, kRansWideStates).ok());
+  // A wide stream's header is 128 bytes: the 16 bytes of a narrow one are too short for it.
+  EXPECT_EQ(RansDecoder::Open(std::span(header).first(kRansStreamHeaderBytes), kRansWideStates).status().code(),
+            StatusCode::kCorrupt);
 }
 
 TEST(Rans, MultiContextCostMatchesTheModel) {

@@ -91,8 +91,17 @@ bool DeflateCanHold(uint64_t payload_bytes, uint64_t raw_bytes) {
 // codes and 64-symbol tuples of 1-3-bit codes: those decode no faster and their larger tables
 // (stored in every file) cost 0.2-1.3% of the ratio; these cost none.
 uint32_t TupleSize(KvtcCodesMethod method, uint32_t w) {
-  if (method != KvtcCodesMethod::kRansTuples) return 1;
+  if (method != KvtcCodesMethod::kRansTuples && method != KvtcCodesMethod::kRansTuplesWide) return 1;
   return w == 1 ? 4 : w == 2 ? 2 : 1;
+}
+
+bool IsRans(KvtcCodesMethod method) {
+  return method == KvtcCodesMethod::kRans || method == KvtcCodesMethod::kRansTuples ||
+         method == KvtcCodesMethod::kRansTuplesWide;
+}
+
+uint32_t RansStatesOf(KvtcCodesMethod method) {
+  return method == KvtcCodesMethod::kRansTuplesWide ? kRansWideStates : kRansStates;
 }
 
 // A decoder looks a slot up per symbol: a 10-bit table (6 KiB) stays in L1 where a 14-bit one
@@ -150,7 +159,7 @@ Result<std::vector<uint8_t>> EncodeRans(std::span<const uint8_t> codes, std::spa
     ForEachSymbol(code, run.count, run.bits, TupleSize(method, run.bits), [&](uint32_t s) { enc.Put(table, s); });
     code += run.count;
   }
-  ASSIGN_OR_RETURN(std::vector<uint8_t> stream, enc.Finish());
+  ASSIGN_OR_RETURN(std::vector<uint8_t> stream, enc.Finish(RansStatesOf(method)));
   w.Bytes(stream);
   return w.Take();
 }
@@ -190,7 +199,7 @@ Status DecodeRans(std::span<const uint8_t> rest, std::span<const KvtcCodeRun> ru
   }
   std::span<const uint8_t> stream;
   RETURN_IF_ERROR(tr.Bytes(tr.remaining(), &stream, "code stream"));
-  ASSIGN_OR_RETURN(RansDecoder dec, RansDecoder::Open(stream));
+  ASSIGN_OR_RETURN(RansDecoder dec, RansDecoder::Open(stream, RansStatesOf(method)));
   std::vector<uint8_t> tuples(most_tuples);
   size_t at = 0;
   for (const KvtcCodeRun& run : merged) {
@@ -264,7 +273,7 @@ Result<std::vector<uint8_t>> EncodeKvtcCodes(std::span<const uint8_t> codes, std
     deflated.insert(deflated.begin(), static_cast<uint8_t>(KvtcCodesMethod::kDeflate));
     return deflated;
   }
-  if ((method == KvtcCodesMethod::kRans || method == KvtcCodesMethod::kRansTuples) && !codes.empty()) {
+  if (IsRans(method) && !codes.empty()) {
     ASSIGN_OR_RETURN(std::vector<uint8_t> section, EncodeRans(codes, runs, method));
     if (section.size() < packed_section_size) return section;
   }
@@ -298,7 +307,7 @@ Status CheckKvtcCodesSection(std::span<const uint8_t> section, uint64_t total_bi
   KVC_CHECK_CORRUPT(!section.empty(), "codes section is empty");
   const uint64_t packed = (total_bits + 7) / 8;
   const uint64_t payload = section.size() - 1;
-  KVC_CHECK_CORRUPT(section[0] <= static_cast<uint8_t>(KvtcCodesMethod::kRansTuples), "unknown codes method %u",
+  KVC_CHECK_CORRUPT(section[0] <= static_cast<uint8_t>(kLastKvtcCodesMethod), "unknown codes method %u",
                     section[0]);
   if (section[0] == static_cast<uint8_t>(KvtcCodesMethod::kPacked)) {
     KVC_CHECK_CORRUPT(payload == packed, "packed codes are %llu bytes, expected %llu",
@@ -325,7 +334,8 @@ Status DecodeKvtcCodes(std::span<const uint8_t> section, std::span<const KvtcCod
       return UnpackBits(packed, runs, total_bits, codes);
     }
     case KvtcCodesMethod::kRans:
-    case KvtcCodesMethod::kRansTuples: return DecodeRans(rest, runs, static_cast<KvtcCodesMethod>(method), codes);
+    case KvtcCodesMethod::kRansTuples:
+    case KvtcCodesMethod::kRansTuplesWide: return DecodeRans(rest, runs, static_cast<KvtcCodesMethod>(method), codes);
   }
   return Corrupt(FormatMessage("unknown codes method %u", method));
 }

@@ -16,8 +16,11 @@ namespace kvc {
 
 // kRansTuples codes k consecutive codes of a run as one symbol (k = 4 for 1-bit codes, 2 for
 // 2-bit ones, 1 above): a quarter and a half of kRans's decode steps for those codes, which
-// are the most numerous at high ratios. kRans stays decodable (and encodable, for tests).
-enum class KvtcCodesMethod : uint8_t { kPacked = 0, kDeflate = 1, kRans = 2, kRansTuples = 3 };
+// are the most numerous at high ratios. kRansTuplesWide is the same symbols in a wide rANS
+// stream (32 interleaved states, rans.h), whose refills AVX2 does 8 states at a time: what the
+// encoder writes. kRans and kRansTuples stay decodable (and encodable, for tests).
+enum class KvtcCodesMethod : uint8_t { kPacked = 0, kDeflate = 1, kRans = 2, kRansTuples = 3, kRansTuplesWide = 4 };
+inline constexpr KvtcCodesMethod kLastKvtcCodesMethod = KvtcCodesMethod::kRansTuplesWide;
 
 // `count` consecutive codes of `bits` (1..8) bits each: a component's (or group's) tokens.
 struct KvtcCodeRun {

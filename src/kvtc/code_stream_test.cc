@@ -35,7 +35,7 @@ Codes MakeCodes(bool peaked, uint64_t seed) {
 }
 
 constexpr KvtcCodesMethod kMethods[] = {KvtcCodesMethod::kPacked, KvtcCodesMethod::kDeflate, KvtcCodesMethod::kRans,
-                                        KvtcCodesMethod::kRansTuples};
+                                        KvtcCodesMethod::kRansTuples, KvtcCodesMethod::kRansTuplesWide};
 
 uint64_t TotalBits(const std::vector<KvtcCodeRun>& runs) {
   uint64_t bits = 0;
@@ -68,7 +68,8 @@ TEST(KvtcCodeStream, KeepsTheMethodOnlyWhenItIsSmallerThanPacking) {
   EXPECT_LT(rans->size(), packed_bytes * 0.9);
   // Uniform codes: nothing beats packing, which is what is written.
   const Codes uniform = MakeCodes(false, 2);
-  for (KvtcCodesMethod method : {KvtcCodesMethod::kDeflate, KvtcCodesMethod::kRans, KvtcCodesMethod::kRansTuples}) {
+  for (KvtcCodesMethod method : {KvtcCodesMethod::kDeflate, KvtcCodesMethod::kRans, KvtcCodesMethod::kRansTuples,
+                                 KvtcCodesMethod::kRansTuplesWide}) {
     auto section = EncodeKvtcCodes(uniform.codes, uniform.runs, method);
     ASSERT_TRUE(section.ok());
     EXPECT_EQ((*section)[0], static_cast<uint8_t>(KvtcCodesMethod::kPacked)) << int(method);
@@ -96,12 +97,14 @@ TEST(KvtcCodeStream, TuplesCoverRunsOfEveryLength) {
   const Codes peaked = MakeCodes(true, 4);
   c.codes.insert(c.codes.end(), peaked.codes.begin(), peaked.codes.end());
   c.runs.insert(c.runs.end(), peaked.runs.begin(), peaked.runs.end());
-  auto tuples = EncodeKvtcCodes(c.codes, c.runs, KvtcCodesMethod::kRansTuples);
-  ASSERT_TRUE(tuples.ok()) << tuples.status().ToString();
-  ASSERT_EQ((*tuples)[0], static_cast<uint8_t>(KvtcCodesMethod::kRansTuples));
-  std::vector<uint8_t> back(c.codes.size());
-  ASSERT_TRUE(DecodeKvtcCodes(*tuples, c.runs, back).ok());
-  EXPECT_EQ(back, c.codes);
+  for (KvtcCodesMethod method : {KvtcCodesMethod::kRansTuples, KvtcCodesMethod::kRansTuplesWide}) {
+    auto tuples = EncodeKvtcCodes(c.codes, c.runs, method);
+    ASSERT_TRUE(tuples.ok()) << tuples.status().ToString();
+    ASSERT_EQ((*tuples)[0], static_cast<uint8_t>(method));
+    std::vector<uint8_t> back(c.codes.size());
+    ASSERT_TRUE(DecodeKvtcCodes(*tuples, c.runs, back).ok());
+    EXPECT_EQ(back, c.codes) << int(method);
+  }
 }
 
 TEST(KvtcCodeStream, ATupleWithNonZeroPaddingIsCorrupt) {
@@ -109,19 +112,21 @@ TEST(KvtcCodeStream, ATupleWithNonZeroPaddingIsCorrupt) {
   // first run's second tuple carries three padding codes of 1.
   std::vector<uint8_t> codes(8, 1);
   // Enough copies that rANS beats bit-packing (a constant run codes in almost nothing).
-  std::vector<KvtcCodeRun> runs(64, KvtcCodeRun{1, 8});
+  std::vector<KvtcCodeRun> runs(1024, KvtcCodeRun{1, 8});
   std::vector<uint8_t> all;
   for (size_t i = 0; i < runs.size(); ++i) all.insert(all.end(), codes.begin(), codes.end());
-  auto section = EncodeKvtcCodes(all, runs, KvtcCodesMethod::kRansTuples);
-  ASSERT_TRUE(section.ok());
-  ASSERT_EQ((*section)[0], static_cast<uint8_t>(KvtcCodesMethod::kRansTuples));
-  std::vector<KvtcCodeRun> misread = runs;
-  misread[0] = {1, 5};
-  misread.insert(misread.begin() + 1, KvtcCodeRun{1, 3});
-  std::vector<uint8_t> back(all.size());
-  const Status st = DecodeKvtcCodes(*section, misread, back);
-  EXPECT_EQ(st.code(), StatusCode::kCorrupt) << st.ToString();
-  EXPECT_NE(st.message().find("padding"), std::string::npos) << st.ToString();
+  for (KvtcCodesMethod method : {KvtcCodesMethod::kRansTuples, KvtcCodesMethod::kRansTuplesWide}) {
+    auto section = EncodeKvtcCodes(all, runs, method);
+    ASSERT_TRUE(section.ok());
+    ASSERT_EQ((*section)[0], static_cast<uint8_t>(method));
+    std::vector<KvtcCodeRun> misread = runs;
+    misread[0] = {1, 5};
+    misread.insert(misread.begin() + 1, KvtcCodeRun{1, 3});
+    std::vector<uint8_t> back(all.size());
+    const Status st = DecodeKvtcCodes(*section, misread, back);
+    EXPECT_EQ(st.code(), StatusCode::kCorrupt) << st.ToString();
+    EXPECT_NE(st.message().find("padding"), std::string::npos) << st.ToString();
+  }
 }
 
 TEST(KvtcCodeStream, EncoderRejectsCodesTheRunsDoNotDescribe) {

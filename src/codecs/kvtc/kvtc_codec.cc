@@ -73,7 +73,7 @@ Result<KvtcParams> ReadParams(std::span<const uint8_t> bytes) {
   RETURN_IF_ERROR(r.U32(&p.window, "window"));
   RETURN_IF_ERROR(r.U8(&entropy, "entropy method"));
   KVC_CHECK_CORRUPT(r.empty(), "kvtc params have %zu trailing bytes", r.remaining());
-  KVC_CHECK_CORRUPT(entropy <= static_cast<uint8_t>(CodesMethod::kRansTuples), "unknown entropy method %u", entropy);
+  KVC_CHECK_CORRUPT(entropy <= static_cast<uint8_t>(kLastKvtcCodesMethod), "unknown entropy method %u", entropy);
   KVC_CHECK_CORRUPT(std::isfinite(p.target_ratio) && p.target_ratio > 0, "target ratio is not a positive number");
   p.entropy = static_cast<CodesMethod>(entropy);
   return p;
@@ -228,9 +228,9 @@ Result<EncodedKv> KvtcCodec::Encode(const KvView& kv, const EncodeOptions& optio
   // Component codes are draws of one shape per width, which rANS with a table per width codes
   // better than DEFLATE's matches (docs/results.md); over tuples of neighbouring codes it needs
   // a half to a quarter of the decode steps.
-  if (cal.quantizer == KvtcQuantizer::kComponent) p.entropy = CodesMethod::kRansTuples;
+  if (cal.quantizer == KvtcQuantizer::kComponent) p.entropy = CodesMethod::kRansTuplesWide;
   if (auto it = options.params.find("entropy"); it != options.params.end()) {
-    if (it->second == "rans") p.entropy = CodesMethod::kRansTuples;
+    if (it->second == "rans") p.entropy = CodesMethod::kRansTuplesWide;
     else if (it->second == "rans-codes") p.entropy = CodesMethod::kRans;
     else if (it->second == "deflate") p.entropy = CodesMethod::kDeflate;
     else if (it->second == "none") p.entropy = CodesMethod::kPacked;

@@ -19,6 +19,7 @@
 #include "base/thread_pool.h"
 #include "codecs/kvtc/kvtc_test_calibration.h"
 #include "kvtc/calibration_registry.h"
+#include "kvtc/code_stream.h"
 #include "kvtc/component_quantizer.h"
 #include "kvtc/kvcal.h"
 
@@ -808,6 +809,8 @@ TEST(KvtcFuzzCorpus, DISABLED_Regenerate) {
       {"layer_no_tokens", 0, DType::kF16, 0, 5, Options("4", 4, 0, "rans")},
       {"component_rans", 3, DType::kF16, 24, 0, Options("8", 4, 2, "rans")},
       {"component_deflate_pos700_f32", 3, DType::kF32, 30, 700, Options("16", 4, 0, "deflate")},
+      // Long enough that the wide rANS stream (its 128-byte header) beats bit-packing.
+      {"component_rans_wide", 3, DType::kF16, 400, 0, Options("4", 0, 0, "rans")},
   };
   std::filesystem::create_directories(kCorpus);
   for (const Seed& seed : seeds) {
@@ -828,6 +831,9 @@ TEST(KvtcFuzzCorpus, DISABLED_Regenerate) {
         .write(reinterpret_cast<const char*>(kvc->data()), static_cast<std::streamsize>(kvc->size()));
 
     const KvcFile file = ReadKvc(*kvc).value();
+    if (std::string(seed.name) == "component_rans_wide") {
+      ASSERT_EQ(file.sections.back().bytes[0], static_cast<uint8_t>(KvtcCodesMethod::kRansTuplesWide));
+    }
     std::vector<KvcSection> sections;
     for (const auto& s : file.sections) sections.push_back({s.tag, {s.bytes.begin(), s.bytes.end()}});
     const uint8_t dtype_bits = seed.dtype == DType::kF16 ? 0 : seed.dtype == DType::kF32 ? 1 : 2;
