@@ -171,9 +171,14 @@ Status DequantizeComponentBlock(const QuantizedBlock& in, uint32_t n_tokens, uin
   return DequantizeComponentBlock(in.codes, in.scales, n_tokens, n_coeffs, bits, multipliers, coeffs);
 }
 
-Status DequantizeComponentBlock(std::span<const uint8_t> in_codes, std::span<const uint16_t> in_scales,
-                                uint32_t n_tokens, uint32_t n_coeffs, std::span<const uint8_t> bits,
-                                std::span<const float> multipliers, float* coeffs) {
+namespace {
+
+// Checks a block's codes and scales as DequantizeComponentBlock promises, then calls
+// fn(c, first, step, codes) for each component with bits > 0, in order.
+template <typename Fn>
+Status ForEachCodedComponent(std::span<const uint8_t> in_codes, std::span<const uint16_t> in_scales, uint32_t n_tokens,
+                             uint32_t n_coeffs, std::span<const uint8_t> bits, std::span<const float> multipliers,
+                             Fn&& fn) {
   if (!ShapesValid(n_coeffs, bits, multipliers)) {
     return InvalidArgument(FormatMessage("kvtc allocation of %zu widths (max 8 bits) does not fit %u components",
                                          bits.size(), n_coeffs));
@@ -186,20 +191,41 @@ Status DequantizeComponentBlock(std::span<const uint8_t> in_codes, std::span<con
   const uint16_t* scales = in_scales.data();
   for (uint32_t c = 0; c < n_coeffs; ++c) {
     const uint32_t b = bits[c];
-    float* out = coeffs + size_t{c} * n_tokens;
-    if (b == 0) {
-      std::fill_n(out, n_tokens, 0.0f);
-      continue;
-    }
+    if (b == 0) continue;
     KVC_CHECK_CORRUPT(*scales < kFirstBadScale, "kvtc component %u: the scale is negative, inf or NaN", c);
     KVC_CHECK_CORRUPT((OrOfCodes(codes, n_tokens) >> b) == 0, "kvtc component %u: a code does not fit in %u bits", c,
                       b);
-    DequantizeContiguous(codes, n_tokens, FirstLevel(b),
-                         StepOf(*scales, b, multipliers[size_t{c} * kKvtcWidths + b - 1]), out);
+    fn(c, FirstLevel(b), StepOf(*scales, b, multipliers[size_t{c} * kKvtcWidths + b - 1]), codes);
     ++scales;
     codes += n_tokens;
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status DequantizeComponentBlock(std::span<const uint8_t> in_codes, std::span<const uint16_t> in_scales,
+                                uint32_t n_tokens, uint32_t n_coeffs, std::span<const uint8_t> bits,
+                                std::span<const float> multipliers, float* coeffs) {
+  RETURN_IF_ERROR(ForEachCodedComponent(in_codes, in_scales, n_tokens, n_coeffs, bits, multipliers,
+                                        [&](uint32_t c, float first, float step, const uint8_t* codes) {
+                                          DequantizeContiguous(codes, n_tokens, first, step,
+                                                               coeffs + size_t{c} * n_tokens);
+                                        }));
+  for (uint32_t c = 0; c < n_coeffs; ++c) {
+    if (bits[c] == 0) std::fill_n(coeffs + size_t{c} * n_tokens, n_tokens, 0.0f);
+  }
+  return Status::Ok();
+}
+
+Status CodedComponentBlock(std::span<const uint8_t> codes, std::span<const uint16_t> scales, uint32_t n_tokens,
+                           uint32_t n_coeffs, std::span<const uint8_t> bits, std::span<const float> multipliers,
+                           std::vector<CodedComponent>* coded) {
+  coded->clear();
+  return ForEachCodedComponent(codes, scales, n_tokens, n_coeffs, bits, multipliers,
+                               [&](uint32_t c, float first, float step, const uint8_t* component_codes) {
+                                 coded->push_back({.component = c, .first = first, .step = step, .codes = component_codes});
+                               });
 }
 
 ComponentStats MeasureComponent(const float* x, size_t stride, uint32_t n, uint32_t chunk_tokens) {

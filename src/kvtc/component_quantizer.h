@@ -23,6 +23,7 @@
 #include "base/status.h"
 #include "kvtc/calibration.h"
 #include "kvtc/quantizer.h"
+#include "kvtc/reconstruct_rows.h"
 
 namespace kvc {
 
@@ -60,6 +61,13 @@ void QuantizeComponentBlock(const float* coeffs, uint32_t n_tokens, uint32_t n_c
 [[nodiscard]] Status DequantizeComponentBlock(std::span<const uint8_t> codes, std::span<const uint16_t> scales,
                                               uint32_t n_tokens, uint32_t n_coeffs, std::span<const uint8_t> bits,
                                               std::span<const float> multipliers, float* coeffs);
+
+// The decoder's form of the same block, for ReconstructFromCodes: each component with bits > 0,
+// in order, as its codes (pointing into `codes`) and dequantisation; components with 0 bits
+// are left out (they are 0). Checks as DequantizeComponentBlock.
+[[nodiscard]] Status CodedComponentBlock(std::span<const uint8_t> codes, std::span<const uint16_t> scales,
+                                         uint32_t n_tokens, uint32_t n_coeffs, std::span<const uint8_t> bits,
+                                         std::span<const float> multipliers, std::vector<CodedComponent>* coded);
 
 // Calibration statistics of one component over held-back coefficients cut into chunks of
 // `chunk_tokens` (the last may be shorter), each chunk with its own scale as the codec does.

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kvtc/reconstruct_rows.h"
+
 namespace kvc {
 
 struct KvtcDecodeScratch {
@@ -17,7 +19,8 @@ struct KvtcDecodeScratch {
   // holds `codes` and `scales`, which tasks only read, so a caller that also runs tasks (a
   // serial decode, or a pool that uses it) never resizes what a task is reading.
   std::vector<float> rows;       // one kind and layer's fp32 rows
-  std::vector<float> coeffs;     // one basis's dequantised coefficients
+  std::vector<float> coeffs;     // one basis's dequantised coefficients (token-group quantiser)
+  std::vector<CodedComponent> coded;  // one basis's components as codes (component quantiser)
   std::vector<uint8_t> codes;    // every code of the chunk
   std::vector<uint16_t> scales;  // every scale of the chunk
 };

@@ -14,15 +14,30 @@
 namespace kvc {
 namespace {
 
-// Columns [d_begin, dim) of rows [0, n), one fused multiply-add at a time.
-void PortableBlock(const float* mean, const float* components, size_t dim, const float* coeffs, CoeffLayout layout,
-                   size_t n, size_t d_begin, uint32_t n_keep, float* x, size_t x_stride) {
-  for (size_t t = 0; t < n; ++t) {
-    const float* const c = coeffs + t * layout.token_stride;
-    float* const row = x + t * x_stride;
-    for (size_t d = d_begin; d < dim; ++d) {
-      float acc = mean[d];
-      for (uint32_t k = 0; k < n_keep; ++k) acc = std::fma(c[k * layout.component_stride], components[k * dim + d], acc);
+// What every path reads: the terms' coefficients, from a float buffer or dequantised from codes.
+struct Terms {
+  const float* mean = nullptr;
+  const float* components = nullptr;
+  size_t dim = 0;
+  uint32_t n_keep = 0;
+  const float* coeffs = nullptr;  // with `layout`; null when the terms are `coded`
+  CoeffLayout layout;
+  const CodedComponent* coded = nullptr;
+
+  const float* Component(uint32_t k) const { return components + size_t{coded != nullptr ? coded[k].component : k} * dim; }
+  float Coefficient(size_t t, uint32_t k) const {
+    if (coded != nullptr) return (static_cast<float>(coded[k].codes[t]) + coded[k].first) * coded[k].step;
+    return coeffs[t * layout.token_stride + k * layout.component_stride];
+  }
+};
+
+// Columns [d_begin, dim) of rows [t_begin, t_begin + n), one fused multiply-add at a time.
+void PortableBlock(const Terms& terms, size_t t_begin, size_t n, size_t d_begin, float* x, size_t x_stride) {
+  for (size_t t = t_begin; t < t_begin + n; ++t) {
+    float* const row = x + (t - t_begin) * x_stride;
+    for (size_t d = d_begin; d < terms.dim; ++d) {
+      float acc = terms.mean[d];
+      for (uint32_t k = 0; k < terms.n_keep; ++k) acc = std::fma(terms.Coefficient(t, k), terms.Component(k)[d], acc);
       row[d] = acc;
     }
   }
@@ -39,28 +54,38 @@ bool HasAvx2Fma() {
 // tile below then reads both operands sequentially. Unpacked, the k-th row segments lie
 // dim * 4 bytes apart (512 B at dim 128, 1 KiB for a 256-token band of coefficients), which
 // maps them onto a few L1 sets and evicts them before their reuse.
-size_t PackStrips(const float* components, size_t dim, uint32_t n_keep, float* packed) {
+size_t PackStrips(const Terms& terms, float* packed) {
   float* out = packed;
   size_t d = 0;
-  for (; d + 16 <= dim; d += 16) {
-    for (uint32_t k = 0; k < n_keep; ++k, out += 16) std::copy_n(components + k * dim + d, 16, out);
+  for (; d + 16 <= terms.dim; d += 16) {
+    for (uint32_t k = 0; k < terms.n_keep; ++k, out += 16) std::copy_n(terms.Component(k) + d, 16, out);
   }
-  if (d + 8 <= dim) {
-    for (uint32_t k = 0; k < n_keep; ++k, out += 8) std::copy_n(components + k * dim + d, 8, out);
+  if (d + 8 <= terms.dim) {
+    for (uint32_t k = 0; k < terms.n_keep; ++k, out += 8) std::copy_n(terms.Component(k) + d, 8, out);
     d += 8;
   }
   return d;  // the columns from here on are left to the portable loop
 }
 
+// Rows [t, t + kRows)'s coefficients, [n_keep][kRows].
 template <int kRows>
-void PackBand(const float* coeffs, CoeffLayout layout, uint32_t n_keep, float* packed) {
-  if (layout.token_stride == 1) {  // component-major (the component quantiser's): a copy per component
-    for (uint32_t k = 0; k < n_keep; ++k, packed += kRows) {
+void PackBand(const Terms& terms, size_t t, float* packed) {
+  if (terms.coded != nullptr) {  // dequantised here, each as Terms::Coefficient does
+    for (uint32_t k = 0; k < terms.n_keep; ++k) {
+      const CodedComponent& c = terms.coded[k];
+      for (int r = 0; r < kRows; ++r) *packed++ = (static_cast<float>(c.codes[t + r]) + c.first) * c.step;
+    }
+    return;
+  }
+  const CoeffLayout layout = terms.layout;
+  const float* const coeffs = terms.coeffs + t * layout.token_stride;
+  if (layout.token_stride == 1) {  // component-major: a copy per component
+    for (uint32_t k = 0; k < terms.n_keep; ++k, packed += kRows) {
       std::memcpy(packed, coeffs + k * layout.component_stride, sizeof(float) * kRows);
     }
     return;
   }
-  for (uint32_t k = 0; k < n_keep; ++k) {
+  for (uint32_t k = 0; k < terms.n_keep; ++k) {
     const float* const c = coeffs + k * layout.component_stride;
     for (int r = 0; r < kRows; ++r) *packed++ = c[r * layout.token_stride];
   }
@@ -102,70 +127,92 @@ __attribute__((target("avx2,fma"), always_inline)) inline void Tile(const float*
   }
 }
 
-// One band of kRows rows: its coefficients packed, then its vector columns [0, vector_columns).
+// One band of kRows rows from row t: its coefficients packed, then its vector columns [0, vector_columns).
 template <int kRows>
-__attribute__((target("avx2,fma"))) void RowBand(const float* mean, const float* strips, size_t vector_columns,
-                                                 const float* coeffs, CoeffLayout layout, uint32_t n_keep,
-                                                 float* band, float* x, size_t x_stride) {
-  PackBand<kRows>(coeffs, layout, n_keep, band);
+__attribute__((target("avx2,fma"))) void RowBand(const Terms& terms, size_t t, const float* strips,
+                                                 size_t vector_columns, float* band, float* x, size_t x_stride) {
+  PackBand<kRows>(terms, t, band);
+  const uint32_t n_keep = terms.n_keep;
   size_t d = 0;
   for (; d + 16 <= vector_columns; d += 16, strips += size_t{16} * n_keep) {
-    Tile<kRows, 2>(mean + d, strips, band, n_keep, x + d, x_stride);
+    Tile<kRows, 2>(terms.mean + d, strips, band, n_keep, x + d, x_stride);
   }
-  if (d < vector_columns) Tile<kRows, 1>(mean + d, strips, band, n_keep, x + d, x_stride);
+  if (d < vector_columns) Tile<kRows, 1>(terms.mean + d, strips, band, n_keep, x + d, x_stride);
 }
 
-__attribute__((target("avx2,fma"))) void Avx2(const float* mean, const float* components, size_t dim,
-                                              const float* coeffs, CoeffLayout layout, size_t n, uint32_t n_keep,
-                                              float* x, size_t x_stride) {
+__attribute__((target("avx2,fma"))) void Avx2(const Terms& terms, size_t n, float* x, size_t x_stride) {
   // Reused per thread as the decoder's other buffers are: a basis's strips are up to dim * n_keep
   // floats (256 KiB at dim 256), which allocated per call would come from mmap and fault in
   // again every time.
   thread_local std::vector<float> strip_scratch, band_scratch;
   constexpr size_t kBand = 6;  // 6 rows x 2 vectors: 12 accumulators, 2 strip and 1 broadcast registers
-  float* const strips = ScratchData(strip_scratch, dim * n_keep);
-  float* const band = ScratchData(band_scratch, kBand * n_keep);
-  const size_t vector_columns = PackStrips(components, dim, n_keep, strips);
+  float* const strips = ScratchData(strip_scratch, terms.dim * terms.n_keep);
+  float* const band = ScratchData(band_scratch, kBand * terms.n_keep);
+  const size_t vector_columns = PackStrips(terms, strips);
   for (size_t t = 0; t < n; t += kBand) {
     const size_t rows = std::min(kBand, n - t);
-    const float* const c = coeffs + t * layout.token_stride;
     float* const x_rows = x + t * x_stride;
     switch (rows) {
-      case 6: RowBand<6>(mean, strips, vector_columns, c, layout, n_keep, band, x_rows, x_stride); break;
-      case 5: RowBand<5>(mean, strips, vector_columns, c, layout, n_keep, band, x_rows, x_stride); break;
-      case 4: RowBand<4>(mean, strips, vector_columns, c, layout, n_keep, band, x_rows, x_stride); break;
-      case 3: RowBand<3>(mean, strips, vector_columns, c, layout, n_keep, band, x_rows, x_stride); break;
-      case 2: RowBand<2>(mean, strips, vector_columns, c, layout, n_keep, band, x_rows, x_stride); break;
-      default: RowBand<1>(mean, strips, vector_columns, c, layout, n_keep, band, x_rows, x_stride); break;
+      case 6: RowBand<6>(terms, t, strips, vector_columns, band, x_rows, x_stride); break;
+      case 5: RowBand<5>(terms, t, strips, vector_columns, band, x_rows, x_stride); break;
+      case 4: RowBand<4>(terms, t, strips, vector_columns, band, x_rows, x_stride); break;
+      case 3: RowBand<3>(terms, t, strips, vector_columns, band, x_rows, x_stride); break;
+      case 2: RowBand<2>(terms, t, strips, vector_columns, band, x_rows, x_stride); break;
+      default: RowBand<1>(terms, t, strips, vector_columns, band, x_rows, x_stride); break;
     }
-    if (vector_columns < dim) {
-      PortableBlock(mean, components, dim, c, layout, rows, vector_columns, n_keep, x_rows, x_stride);
-    }
+    if (vector_columns < terms.dim) PortableBlock(terms, t, rows, vector_columns, x_rows, x_stride);
   }
   TrimScratch(strip_scratch);
 }
 #endif
 
+void Run(const Terms& terms, size_t n, float* x, size_t x_stride, bool portable) {
+  if (terms.n_keep == 0) {  // coeffs may be null: no offset is taken from it
+    for (size_t t = 0; t < n; ++t) std::copy_n(terms.mean, terms.dim, x + t * x_stride);
+    return;
+  }
+#if defined(__x86_64__)
+  if (!portable && HasAvx2Fma()) {
+    Avx2(terms, n, x, x_stride);
+    return;
+  }
+#endif
+  PortableBlock(terms, 0, n, 0, x, x_stride);
+}
+
+Terms CoeffTerms(const float* mean, const float* components, size_t dim, const float* coeffs, CoeffLayout layout,
+                 uint32_t n_keep) {
+  return {.mean = mean, .components = components, .dim = dim, .n_keep = n_keep, .coeffs = coeffs, .layout = layout};
+}
+
+Terms CodedTerms(const float* mean, const float* components, size_t dim, std::span<const CodedComponent> coded) {
+  return {.mean = mean,
+          .components = components,
+          .dim = dim,
+          .n_keep = static_cast<uint32_t>(coded.size()),
+          .coded = coded.data()};
+}
+
 }  // namespace
 
 void ReconstructRowsPortable(const float* mean, const float* components, size_t dim, const float* coeffs,
                              CoeffLayout layout, size_t n, uint32_t n_keep, float* x, size_t x_stride) {
-  PortableBlock(mean, components, dim, coeffs, layout, n, 0, n_keep, x, x_stride);
+  Run(CoeffTerms(mean, components, dim, coeffs, layout, n_keep), n, x, x_stride, /*portable=*/true);
 }
 
 void ReconstructRows(const float* mean, const float* components, size_t dim, const float* coeffs, CoeffLayout layout,
                      size_t n, uint32_t n_keep, float* x, size_t x_stride) {
-  if (n_keep == 0) {  // coeffs may be null: no offset is taken from it
-    for (size_t t = 0; t < n; ++t) std::copy_n(mean, dim, x + t * x_stride);
-    return;
-  }
-#if defined(__x86_64__)
-  if (HasAvx2Fma()) {
-    Avx2(mean, components, dim, coeffs, layout, n, n_keep, x, x_stride);
-    return;
-  }
-#endif
-  ReconstructRowsPortable(mean, components, dim, coeffs, layout, n, n_keep, x, x_stride);
+  Run(CoeffTerms(mean, components, dim, coeffs, layout, n_keep), n, x, x_stride, /*portable=*/false);
+}
+
+void ReconstructFromCodes(const float* mean, const float* components, size_t dim,
+                          std::span<const CodedComponent> coded, size_t n, float* x, size_t x_stride) {
+  Run(CodedTerms(mean, components, dim, coded), n, x, x_stride, /*portable=*/false);
+}
+
+void ReconstructFromCodesPortable(const float* mean, const float* components, size_t dim,
+                                  std::span<const CodedComponent> coded, size_t n, float* x, size_t x_stride) {
+  Run(CodedTerms(mean, components, dim, coded), n, x, x_stride, /*portable=*/true);
 }
 
 }  // namespace kvc

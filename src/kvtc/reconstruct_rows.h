@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 namespace kvc {
 
@@ -31,5 +32,24 @@ void ReconstructRows(const float* mean, const float* components, size_t dim, con
 // The portable loop alone, for tests that compare it with the dispatched kernel.
 void ReconstructRowsPortable(const float* mean, const float* components, size_t dim, const float* coeffs,
                              CoeffLayout layout, size_t n, uint32_t n_keep, float* x, size_t x_stride);
+
+// A component whose coefficients arrive as codes: coefficient(t) = (codes[t] + first) * step,
+// each fp32 operation rounded as written (the component quantiser's dequantisation).
+struct CodedComponent {
+  uint32_t component = 0;          // its row of `components`
+  float first = 0, step = 0;
+  const uint8_t* codes = nullptr;  // n codes, one per row
+};
+
+// ReconstructRows over the given components, in their order, with each coefficient
+// dequantised where the kernel packs it: the same bits as dequantising them into a buffer and
+// calling ReconstructRows on their rows, without the buffer's write and read. The component
+// indices must be rows of `components`.
+void ReconstructFromCodes(const float* mean, const float* components, size_t dim,
+                          std::span<const CodedComponent> coded, size_t n, float* x, size_t x_stride);
+
+// The portable loop alone.
+void ReconstructFromCodesPortable(const float* mean, const float* components, size_t dim,
+                                  std::span<const CodedComponent> coded, size_t n, float* x, size_t x_stride);
 
 }  // namespace kvc

@@ -129,3 +129,65 @@ TEST(ReconstructRows, NoComponentsGiveTheMeanWithoutReadingCoefficients) {
 
 }  // namespace
 }  // namespace kvc
+
+namespace kvc {
+namespace {
+
+// Codes for components 0, 2, 3, ... of a basis (component 1 skipped, as a 0-bit one is), with
+// the widths and steps of a component quantiser.
+struct CodedProblem {
+  Problem basis;
+  std::vector<std::vector<uint8_t>> codes;
+  std::vector<CodedComponent> coded;
+  std::vector<float> coeffs;        // their dequantised values, [j][n]
+  std::vector<float> compact_rows;  // their rows of the basis, [j][dim]
+
+  CodedProblem(size_t dim, size_t n, uint32_t keep, uint32_t seed) : basis(dim, n, keep, seed) {
+    std::mt19937 rng(seed + 1);
+    for (uint32_t c = 0; c < keep; ++c) {
+      if (c == 1) continue;
+      const uint32_t bits = 1 + c % 8;
+      std::vector<uint8_t> v(n);
+      for (uint8_t& code : v) code = static_cast<uint8_t>(rng() % (1u << bits));
+      codes.push_back(std::move(v));
+      const float first = 0.5f - static_cast<float>(1u << (bits - 1));
+      const float step = 0.01f + 0.37f * static_cast<float>(c);
+      coded.push_back({.component = c, .first = first, .step = step, .codes = codes.back().data()});
+    }
+    for (size_t j = 0; j < coded.size(); ++j) {
+      coded[j].codes = codes[j].data();  // the vector of vectors may have moved them
+      for (size_t t = 0; t < n; ++t) coeffs.push_back((static_cast<float>(codes[j][t]) + coded[j].first) * coded[j].step);
+      const float* row = basis.components.data() + coded[j].component * dim;
+      compact_rows.insert(compact_rows.end(), row, row + dim);
+    }
+  }
+};
+
+TEST(ReconstructFromCodes, SameBitsAsDequantisingFirstOnEveryPath) {
+  for (const size_t dim : kDims) {
+    for (const size_t n : kRowCounts) {
+      const CodedProblem p(dim, n, 14, static_cast<uint32_t>(dim * 31 + n));
+      const auto m = static_cast<uint32_t>(p.coded.size());
+      std::vector<float> want(n * dim, kUntouched), fast(n * dim, kUntouched), portable(n * dim, kUntouched);
+      ReconstructRows(p.basis.mean.data(), p.compact_rows.data(), dim, p.coeffs.data(),
+                      {.token_stride = 1, .component_stride = n}, n, m, want.data(), dim);
+      ReconstructFromCodes(p.basis.mean.data(), p.basis.components.data(), dim, p.coded, n, fast.data(), dim);
+      ReconstructFromCodesPortable(p.basis.mean.data(), p.basis.components.data(), dim, p.coded, n, portable.data(),
+                                   dim);
+      ASSERT_EQ(std::memcmp(fast.data(), want.data(), want.size() * sizeof(float)), 0) << dim << " " << n;
+      ASSERT_EQ(std::memcmp(portable.data(), want.data(), want.size() * sizeof(float)), 0) << dim << " " << n;
+    }
+  }
+}
+
+TEST(ReconstructFromCodes, NoComponentsGiveTheMean) {
+  const Problem p(24, 5, 3, 2);
+  std::vector<float> x(5 * 30, kUntouched);
+  ReconstructFromCodes(p.mean.data(), p.components.data(), 24, {}, 5, x.data(), 30);
+  for (size_t t = 0; t < 5; ++t) {
+    for (size_t j = 0; j < 30; ++j) ASSERT_EQ(x[t * 30 + j], j < 24 ? p.mean[j] : kUntouched) << t << "," << j;
+  }
+}
+
+}  // namespace
+}  // namespace kvc

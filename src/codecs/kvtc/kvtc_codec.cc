@@ -24,6 +24,7 @@
 #include "kvtc/decode_scratch.h"
 #include "kvtc/pca.h"
 #include "kvtc/quantizer.h"
+#include "kvtc/reconstruct_rows.h"
 #include "tensor/rope.h"
 
 namespace kvc {
@@ -430,21 +431,26 @@ Status KvtcCodec::DecodeInto(const KvcFile& file, const CodecContext& context, c
   auto decode_basis = [&](size_t i, float* x, size_t x_stride, KvtcDecodeScratch& scratch) -> Status {
     const BasisPlan& plan = plans[i];
     const PcaBasis& basis = cal.bases[i];
-    // Uninitialised: both dequantisers write every coefficient (0 for a width of 0) on success.
+    const auto block_codes = codes.subspan(code_offset[i], code_offset[i + 1] - code_offset[i]);
+    const auto block_scales = scales.subspan(scale_offset[i], scale_offset[i + 1] - scale_offset[i]);
+    if (by_component) {
+      // Dequantised inside the product, where it packs each band: no coefficient buffer.
+      std::vector<CodedComponent>& coded = scratch.coded;
+      coded.clear();
+      if (plan.n_keep > 0) {
+        RETURN_IF_ERROR(CodedComponentBlock(block_codes, block_scales, n, plan.n_keep, plan.bits,
+                                            basis.step_multipliers, &coded));
+      }
+      ReconstructFromCodes(basis.mean.data(), basis.components.data(), basis.dim, coded, n, x, x_stride);
+      return Status::Ok();
+    }
+    // Uninitialised: the dequantiser writes every coefficient (0 for a width of 0) on success.
     float* const coeffs = ScratchData(scratch.coeffs, size_t{n} * plan.n_keep);
     if (plan.n_keep > 0) {
-      const auto block_codes = codes.subspan(code_offset[i], code_offset[i + 1] - code_offset[i]);
-      const auto block_scales = scales.subspan(scale_offset[i], scale_offset[i + 1] - scale_offset[i]);
-      RETURN_IF_ERROR(by_component ? DequantizeComponentBlock(block_codes, block_scales, n, plan.n_keep, plan.bits,
-                                                              basis.step_multipliers, coeffs)
-                                   : DequantizeBlock(block_codes, block_scales, n, plan.n_keep, cal.group_size,
-                                                     plan.bits, coeffs));
+      RETURN_IF_ERROR(
+          DequantizeBlock(block_codes, block_scales, n, plan.n_keep, cal.group_size, plan.bits, coeffs));
     }
-    if (by_component) {
-      ReconstructByComponent(basis, coeffs, n, plan.n_keep, x, x_stride);
-    } else {
-      Reconstruct(basis, coeffs, n, plan.n_keep, x, x_stride);
-    }
+    Reconstruct(basis, coeffs, n, plan.n_keep, x, x_stride);
     return Status::Ok();
   };
   const RopeTable rope(cal.rope, shape.head_dim, h.pos_begin + static_cast<int32_t>(ex.prefix), n);
