@@ -20,6 +20,7 @@ def model_name(r):
 evals = load("results/eval/*.json")
 ablation = [r for r in load("results/ablation/*.json") if "level" in r]
 bench = load("results/bench/*.json")
+kvtc_cost = load("results/kvtc_cost.json")
 video_ablation = load("results/video/ablation.json")
 video_groups = load("results/video/group-*.json")
 ttft = load("results/ttft/ttft.json")
@@ -426,7 +427,9 @@ if bench:
     print("A real 1024-token KV cache cut into 256-token chunks, each its own `.kvc` (container and CRCs "
           "included), decoded into its place in one buffer for the whole cache as the fetcher decodes a prefix; "
           "MB/s of fp16 KV. *all* runs the chunks in parallel, one per core. memcpy of the same "
-          "bytes in the same run is the ceiling. The video codec's ratio/speed trade per coder and setting: "
+          "bytes in the same run is the ceiling. Shared machines differ by tens of percent from one day to the next, "
+          "so compare revisions with `scripts/bench_compare.sh REV` (both builds, alternating rounds, one run), not "
+          "this table against an older one. The video codec's ratio/speed trade per coder and setting: "
           "[results-video-settings.md](results-video-settings.md).\n")
     print("| codec | level | ratio | encode 1 thread | decode 1 thread | encode all | decode all | memcpy 1 thread | memcpy all |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
@@ -434,4 +437,21 @@ if bench:
         print(f"| {r['codec']} | {r['level']} | {r['compression_ratio']:.2f} | {r['encode_mb_s_1t']:.0f} | "
               f"{r['decode_mb_s_1t']:.0f} | {r['encode_mb_s_all']:.0f} | {r['decode_mb_s_all']:.0f} | "
               f"{r['memcpy_mb_s_1t']:.0f} | {r['memcpy_mb_s_all']:.0f} |")
+    print()
+
+if kvtc_cost:
+    c = kvtc_cost[0]
+    print("### kvtc decode: the product's arithmetic per level\n")
+    print(f"`scripts/kvcal_cost.py {c['kvcal']}`: the decoder rebuilds each token from its kept PCA components, one "
+          "multiply-add per kept component and feature of its basis, so a level's decode arithmetic is fixed by "
+          "the calibration (how many components each basis keeps), whatever the code does. Per fp16 byte out, and "
+          "the kept components by bit width (summed over every K and V basis). At level 16 that product is about "
+          "60% of a decode on one core here, the rANS codes ~13%, RoPE and the fp16 store ~19% (`perf record` of "
+          "`kvcodec bench codec --codec kvtc --level 16 --threads 1`); the product's own rate is "
+          "`quantizer_bench --benchmark_filter=BM_Reconstruct` (GMAC counter).\n")
+    print("| level | multiply-adds per token | per fp16 byte | kept components by bits |")
+    print("|---|---:|---:|---|")
+    for level in c["levels"]:
+        widths = ", ".join(f"{b}: {n}" for b, n in level["components_by_bits"].items() if b != "0")
+        print(f"| {level['level']} | {level['macs_per_token']:,} | {level['macs_per_output_byte']:.1f} | {widths} |")
     print()

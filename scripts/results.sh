@@ -135,5 +135,8 @@ for spec in raw: quant:8 quant:4 kvtc:16 kvtc:20 cachegen:medium cachegen:low vi
   $kvcodec bench codec --codec "$codec" ${level:+--level "$level"} --json > "$bench/$codec-$level.json"
 done
 
+# kvtc's decode arithmetic per level (from the calibration alone).
+/usr/bin/python3 scripts/kvcal_cost.py models/kvtiny/kvtiny.kvcal > results/kvtc_cost.json
+
 /usr/bin/python3 scripts/render_results.py "$docs" "$ctx" "$cont" > docs/results.md
 echo "wrote docs/results.md" >&2

@@ -104,6 +104,9 @@ void BM_Reconstruct(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * kTokens * dim * 2);
+  // The product's own rate, to set against scripts/kvcal_cost.py's multiply-adds per byte.
+  state.counters["GMAC"] = benchmark::Counter(static_cast<double>(state.iterations()) * kTokens * dim * n_keep / 1e9,
+                                                benchmark::Counter::kIsRate);
 }
 
 void BM_DequantizeAndReconstruct(benchmark::State& state) {
@@ -136,6 +139,7 @@ void BM_ProjectAndQuantize(benchmark::State& state) {
 
 void Shapes(benchmark::internal::Benchmark* b) {
   b->Args({128, 40});    // one head (per layer-and-head basis)
+  b->Args({128, 48});    // kvtiny's layer bases at level 16 (2 heads x 64; 48 kept on average)
   b->Args({1024, 320});  // 8 KV heads x 128 (per-layer basis)
 }
 
