@@ -373,9 +373,10 @@ struct RefillShuffles {
 };
 constexpr RefillShuffles kRefill;
 
-// Rounds run while at least this many bytes remain, the most one round's loads reach: its
-// last half-vector starts at most 56 bytes in (a round takes at most 64) and loads 16.
-constexpr ptrdiff_t kWideReadBytes = 2 * kRansWideStates + 16;
+// Rounds run while at least this many bytes remain, the most one round's loads reach: the
+// vectors before the last take at most 48 bytes, the last one's high half starts at most 8
+// bytes after its low half, and each half loads 16.
+constexpr ptrdiff_t kWideReadBytes = 2 * (kRansWideStates - 8) + 8 + 16;
 
 // Refills the lanes of x below kRansStateLow in lane order from *pos, as the scalar decoder does.
 __attribute__((target("avx2"), always_inline)) inline void Refill8(__m256i& x, const uint8_t*& pos) {
