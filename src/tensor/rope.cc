@@ -64,6 +64,15 @@ std::shared_ptr<const RopeTable::Block> ComputeBlock(const RopeParams& params, u
       theta *= theta_scale;
     }
   }
+  if (params.type == RopeType::kNormal) {
+    out->cos2.resize(out->cos.size() * 2);
+    out->sin2.resize(out->sin.size() * 2);
+    for (size_t k = 0; k < out->cos.size(); ++k) {
+      out->cos2[2 * k] = out->cos2[2 * k + 1] = out->cos[k];
+      out->sin2[2 * k] = -out->sin[k];
+      out->sin2[2 * k + 1] = out->sin[k];
+    }
+  }
   return out;
 }
 
@@ -79,7 +88,7 @@ class RopeBlockCache {
       if (auto it = blocks_.find(key); it != blocks_.end()) return it->second;
     }
     std::shared_ptr<const RopeTable::Block> computed = ComputeBlock(params, half, theta_scale, block);
-    const size_t floats = computed->cos.size() * 2;
+    const size_t floats = computed->cos.size() * 2 + computed->cos2.size() * 2;
     std::lock_guard<std::mutex> lock(mu_);
     if (floats > kMaxCachedFloats) return computed;
     if (auto it = blocks_.find(key); it != blocks_.end()) return it->second;  // another thread won
@@ -138,15 +147,16 @@ bool HasAvx() {
 
 // The AVX forms of the loops below, eight floats at a time with the same operations (no FMA:
 // a fused product would round differently from the SSE and scalar paths). Return the pairs done.
-__attribute__((target("avx"))) uint32_t RotateNormalAvx(float* x, const float* c, const float* s, uint32_t half,
+// c2 and s2 are the block's interleaved cos2/sin2 at this token: (c, c) and (-s, s) per pair,
+// so sss below is s2 times the sign (exact) and the products are those of the other paths.
+__attribute__((target("avx"))) uint32_t RotateNormalAvx(float* x, const float* c2, const float* s2, uint32_t half,
                                                         float sign) {
-  const __m256 flip = _mm256_setr_ps(-sign, sign, -sign, sign, -sign, sign, -sign, sign);
+  const __m256 sign8 = _mm256_set1_ps(sign);
   uint32_t i = 0;
   for (; i + 4 <= half; i += 4) {
     const __m256 v = _mm256_loadu_ps(x + 2 * i);
-    const __m128 c4 = _mm_loadu_ps(c + i), s4 = _mm_loadu_ps(s + i);
-    const __m256 cc = _mm256_set_m128(_mm_unpackhi_ps(c4, c4), _mm_unpacklo_ps(c4, c4));
-    const __m256 sss = _mm256_mul_ps(_mm256_set_m128(_mm_unpackhi_ps(s4, s4), _mm_unpacklo_ps(s4, s4)), flip);
+    const __m256 cc = _mm256_loadu_ps(c2 + 2 * i);
+    const __m256 sss = _mm256_mul_ps(_mm256_loadu_ps(s2 + 2 * i), sign8);
     const __m256 swapped = _mm256_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1));
     _mm256_storeu_ps(x + 2 * i, _mm256_add_ps(_mm256_mul_ps(v, cc), _mm256_mul_ps(swapped, sss)));
   }
@@ -172,10 +182,11 @@ __attribute__((target("avx"))) uint32_t RotateNeoxAvx(float* x, const float* c, 
 // kNeox; `sign` -1 rotates backwards. The AVX and SSE paths do the same products in the same
 // order as the scalar tails (x0 * c - x1 * s and x0 * s + x1 * c, each rounded once per
 // operation), so results do not depend on which path ran.
-inline void RotateNormal(float* x, const float* c, const float* s, uint32_t half, float sign) {
+inline void RotateNormal(float* x, const float* c, const float* s, const float* c2, const float* s2, uint32_t half,
+                         float sign) {
   uint32_t i = 0;
 #if defined(__x86_64__)
-  if (HasAvx()) i = RotateNormalAvx(x, c, s, half, sign);
+  if (HasAvx()) i = RotateNormalAvx(x, c2, s2, half, sign);
   // Four floats hold two pairs: out = x * (c0 c0 c1 c1) + swap(x) * (-s0 s0 -s1 s1).
   const __m128 flip = _mm_setr_ps(-sign, sign, -sign, sign);
   for (; i + 2 <= half; i += 2) {
@@ -232,7 +243,7 @@ void RopeTable::RotateTokens(float* rows, uint32_t first, uint32_t count, uint32
     for (uint32_t h = 0; h < n_heads; ++h) {
       float* x = rows + (size_t{t - first} * n_heads + h) * head_dim_;
       if (normal) {
-        RotateNormal(x, c, s, half, sign);
+        RotateNormal(x, c, s, &b.cos2[2 * at], &b.sin2[2 * at], half, sign);
       } else {
         RotateNeox(x, c, s, half, sign);
       }

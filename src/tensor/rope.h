@@ -41,10 +41,14 @@ class RopeTable {
   // Rotates tokens [first, first + count) of the table's range; `rows` points at token `first`.
   void RotateTokens(float* rows, uint32_t first, uint32_t count, uint32_t n_heads, bool inverse) const;
 
-  // One block's angles: cos and sin of kBlockTokens positions, [token][pair] each.
+  // One block's angles: cos and sin of kBlockTokens positions, [token][pair] each; for
+  // kNormal also in the order its pairs lie, [token][2 * pair + j]: cos2 = (c, c) and
+  // sin2 = (-s, s) per pair, so a vector of rows multiplies by them without reshuffling.
   struct Block {
     std::vector<float> cos;
     std::vector<float> sin;
+    std::vector<float> cos2;
+    std::vector<float> sin2;
   };
 
  private:

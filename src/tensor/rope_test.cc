@@ -84,6 +84,38 @@ TEST(Rope, NormalPairsAdjacentNeoxPairsHalves) {
 namespace kvc {
 namespace {
 
+// Every path (AVX, SSE, scalar tail) rounds as x0 * c + x1 * -s and x1 * c + x0 * s, one rounding
+// per operation, so a plain scalar loop over the same angles gives the same bits: at head sizes
+// whose pairs reach each path, forwards and backwards.
+TEST(RopeTable, NormalPairsMatchAScalarLoopBitForBit) {
+  const int32_t pos_begin = 7;
+  const uint32_t tokens = 3, heads = 2;
+  for (uint32_t dim : {2u, 4u, 6u, 8u, 10u, 14u, 18u, 64u, 66u}) {
+    RopeParams p;
+    p.type = RopeType::kNormal;
+    const uint32_t half = dim / 2;
+    const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(dim));
+    for (bool inverse : {false, true}) {
+      std::vector<float> x = Random(size_t{tokens} * heads * dim, dim), want = x;
+      const float sign = inverse ? -1.0f : 1.0f;
+      for (uint32_t t = 0; t < tokens; ++t) {
+        float theta = static_cast<float>(pos_begin + static_cast<int32_t>(t)) * p.freq_scale;
+        for (uint32_t i = 0; i < half; ++i, theta *= theta_scale) {
+          const float c = std::cos(theta), si = sign * std::sin(theta);
+          for (uint32_t h = 0; h < heads; ++h) {
+            float* v = want.data() + (size_t{t} * heads + h) * dim + 2 * i;
+            const float x0 = v[0], x1 = v[1];
+            v[0] = x0 * c + x1 * -si;
+            v[1] = x1 * c + x0 * si;
+          }
+        }
+      }
+      RopeTable(p, dim, pos_begin, tokens).Rotate(x.data(), heads, inverse);
+      for (size_t k = 0; k < x.size(); ++k) ASSERT_EQ(x[k], want[k]) << "dim " << dim << " inverse " << inverse << " at " << k;
+    }
+  }
+}
+
 TEST(RopeTable, MatchesRotateRows) {
   for (RopeType type : {RopeType::kNormal, RopeType::kNeox}) {
     RopeParams p;
