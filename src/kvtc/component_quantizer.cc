@@ -166,11 +166,6 @@ void QuantizeComponentBlock(const float* coeffs, uint32_t n_tokens, uint32_t n_c
   }
 }
 
-Status DequantizeComponentBlock(const QuantizedBlock& in, uint32_t n_tokens, uint32_t n_coeffs,
-                                std::span<const uint8_t> bits, std::span<const float> multipliers, float* coeffs) {
-  return DequantizeComponentBlock(in.codes, in.scales, n_tokens, n_coeffs, bits, multipliers, coeffs);
-}
-
 namespace {
 
 // Checks a block's codes and scales as DequantizeComponentBlock promises, then calls
@@ -204,10 +199,9 @@ Status ForEachCodedComponent(std::span<const uint8_t> in_codes, std::span<const 
 
 }  // namespace
 
-Status DequantizeComponentBlock(std::span<const uint8_t> in_codes, std::span<const uint16_t> in_scales,
-                                uint32_t n_tokens, uint32_t n_coeffs, std::span<const uint8_t> bits,
-                                std::span<const float> multipliers, float* coeffs) {
-  RETURN_IF_ERROR(ForEachCodedComponent(in_codes, in_scales, n_tokens, n_coeffs, bits, multipliers,
+Status DequantizeComponentBlock(const QuantizedBlock& in, uint32_t n_tokens, uint32_t n_coeffs,
+                                std::span<const uint8_t> bits, std::span<const float> multipliers, float* coeffs) {
+  RETURN_IF_ERROR(ForEachCodedComponent(in.codes, in.scales, n_tokens, n_coeffs, bits, multipliers,
                                         [&](uint32_t c, float first, float step, const uint8_t* codes) {
                                           DequantizeContiguous(codes, n_tokens, first, step,
                                                                coeffs + size_t{c} * n_tokens);

@@ -56,15 +56,11 @@ void QuantizeComponentBlock(const float* coeffs, uint32_t n_tokens, uint32_t n_c
 [[nodiscard]] Status DequantizeComponentBlock(const QuantizedBlock& in, uint32_t n_tokens, uint32_t n_coeffs,
                                               std::span<const uint8_t> bits, std::span<const float> multipliers,
                                               float* coeffs);
-// The same from codes and scales in a caller's buffers (the decoder's spans into one chunk-wide
-// array), so that decoding copies neither into a QuantizedBlock.
-[[nodiscard]] Status DequantizeComponentBlock(std::span<const uint8_t> codes, std::span<const uint16_t> scales,
-                                              uint32_t n_tokens, uint32_t n_coeffs, std::span<const uint8_t> bits,
-                                              std::span<const float> multipliers, float* coeffs);
 
-// The decoder's form of the same block, for ReconstructFromCodes: each component with bits > 0,
-// in order, as its codes (pointing into `codes`) and dequantisation; components with 0 bits
-// are left out (they are 0). Checks as DequantizeComponentBlock.
+// The decoder's form of the same block, from codes and scales in its own buffers (spans into
+// one chunk-wide array), for ReconstructFromCodes: each component with bits > 0, in order, as
+// its codes (pointing into `codes`) and dequantisation; components with 0 bits are left out
+// (they are 0). Checks as DequantizeComponentBlock.
 [[nodiscard]] Status CodedComponentBlock(std::span<const uint8_t> codes, std::span<const uint16_t> scales,
                                          uint32_t n_tokens, uint32_t n_coeffs, std::span<const uint8_t> bits,
                                          std::span<const float> multipliers, std::vector<CodedComponent>* coded);

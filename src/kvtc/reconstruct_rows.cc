@@ -77,7 +77,7 @@ __attribute__((target("avx2,fma"))) size_t PackStrips(const Terms& terms, float*
 template <int kRows>
 __attribute__((target("avx2,fma"), always_inline)) inline void PackBand(const Terms& terms, size_t t, size_t n,
                                                                         float* packed) {
-  if (terms.coded != nullptr) {  // dequantised here, each as Terms::Coefficient does
+  if (terms.coded != nullptr) {  // dequantised here, with Terms::Coefficient's operations
     if constexpr (kRows == 6) {
       if (t + 8 <= n) {
         // 8 codes at a time (the 6 of this band and 2 more), stored 6 floats apart: each store's
@@ -93,8 +93,7 @@ __attribute__((target("avx2,fma"), always_inline)) inline void PackBand(const Te
       }
     }
     for (uint32_t k = 0; k < terms.n_keep; ++k) {
-      const CodedComponent& c = terms.coded[k];
-      for (int r = 0; r < kRows; ++r) *packed++ = (static_cast<float>(c.codes[t + r]) + c.first) * c.step;
+      for (int r = 0; r < kRows; ++r) *packed++ = terms.Coefficient(t + r, k);
     }
     return;
   }

@@ -6,8 +6,8 @@
 // both operands; this one reads the components and coefficients where they lie and keeps a
 // 6-row x 16-column tile of x in registers (AVX2 + FMA where the CPU has them).
 //
-// Every element is mean[d] followed by one fused multiply-add per component in increasing c,
-// on every path (vector tiles, edge tiles, the portable loop), so the result is the same bits
+// Every element is mean[d] followed by one fused multiply-add per component in the order given
+// (increasing c for ReconstructRows), on every path (vector tiles, edge tiles, the portable loop), so the result is the same bits
 // on any x86-64 CPU and does not depend on the row count, the tile an element falls in or x's
 // stride. Thread-safe (nothing shared but the read-only inputs).
 #pragma once
