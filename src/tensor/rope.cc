@@ -187,14 +187,12 @@ inline void RotateNormal(float* x, const float* c, const float* s, const float* 
   uint32_t i = 0;
 #if defined(__x86_64__)
   if (HasAvx()) i = RotateNormalAvx(x, c2, s2, half, sign);
-  // Four floats hold two pairs: out = x * (c0 c0 c1 c1) + swap(x) * (-s0 s0 -s1 s1).
-  const __m128 flip = _mm_setr_ps(-sign, sign, -sign, sign);
+  // Four floats hold two pairs: out = x * (c0 c0 c1 c1) + swap(x) * (-s0 s0 -s1 s1) * sign.
+  const __m128 sign4 = _mm_set1_ps(sign);
   for (; i + 2 <= half; i += 2) {
     const __m128 v = _mm_loadu_ps(x + 2 * i);
-    const __m128 cs = _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + i)));
-    const __m128 ss = _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + i)));
-    const __m128 cc = _mm_unpacklo_ps(cs, cs);
-    const __m128 sss = _mm_mul_ps(_mm_unpacklo_ps(ss, ss), flip);
+    const __m128 cc = _mm_loadu_ps(c2 + 2 * i);
+    const __m128 sss = _mm_mul_ps(_mm_loadu_ps(s2 + 2 * i), sign4);
     const __m128 swapped = _mm_shuffle_ps(v, v, _MM_SHUFFLE(2, 3, 0, 1));
     _mm_storeu_ps(x + 2 * i, _mm_add_ps(_mm_mul_ps(v, cc), _mm_mul_ps(swapped, sss)));
   }
