@@ -32,10 +32,11 @@ void Describe(benchmark::State& state, size_t coded) {
   state.counters["entropy_ratio"] = testing::Order0EntropyBytes(data) / static_cast<double>(data.size());
 }
 
-FrequencyTable ByteTable(std::span<const uint8_t> data) {
-  std::vector<uint64_t> counts(256);
+// A table of the bytes' counts over symbols 0..alphabet-1 (every byte must be below it).
+FrequencyTable ByteTable(std::span<const uint8_t> data, uint32_t alphabet = 256, uint32_t scale_bits = 14) {
+  std::vector<uint64_t> counts(alphabet);
   for (uint8_t b : data) ++counts[b];
-  return FrequencyTable::FromCounts(counts, 14).value();
+  return FrequencyTable::FromCounts(counts, scale_bits).value();
 }
 
 // The coder alone: table built once, outside the loop.
@@ -173,9 +174,7 @@ void BM_RansGetBytes(benchmark::State& state) {
   if (tuples) {
     for (uint8_t& b : data) b &= 15;
   }
-  std::vector<uint64_t> counts(tuples ? 16 : 256);
-  for (uint8_t b : data) ++counts[b];
-  const FrequencyTable table = FrequencyTable::FromCounts(counts, tuples ? 10 : 12).value();
+  const FrequencyTable table = tuples ? ByteTable(data, 16, 10) : ByteTable(data, 256, 12);
   RansEncoder enc;
   for (uint8_t b : data) enc.Put(table, b);
   const std::vector<uint8_t> stream = enc.Finish(states).value();
