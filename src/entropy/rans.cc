@@ -38,8 +38,6 @@ inline uint32_t GetU32(const uint8_t* p) {
          (static_cast<uint32_t>(p[3]) << 24);
 }
 
-inline uint32_t GetU16(const uint8_t* p) { return p[0] | (static_cast<uint32_t>(p[1]) << 8); }
-
 // Four consecutive 16-bit words, the first in the low bits (the stream is little-endian).
 inline uint64_t GetU64(const uint8_t* p) {
   uint64_t v;
