@@ -13,6 +13,7 @@
 #include "kvtc/bit_allocation.h"
 #include "kvtc/pca.h"
 #include "kvtc/quantizer.h"
+#include "kvtc/reconstruct_rows.h"
 
 namespace kvc {
 namespace {
@@ -94,13 +95,22 @@ void BM_DequantizeBlock(benchmark::State& state) {
   SetFp16Bytes(state, dim, n_keep);
 }
 
+// Third arg: the VectorIsa (skipped where this CPU lacks it), so one run compares the paths.
 void BM_Reconstruct(benchmark::State& state) {
   const auto dim = static_cast<uint32_t>(state.range(0));
   const auto n_keep = static_cast<uint32_t>(state.range(1));
+  const auto isa = static_cast<VectorIsa>(state.range(2));
+  if (!VectorIsaSupported(isa)) {
+    state.SkipWithError("this CPU lacks the instruction set");
+    return;
+  }
+  state.SetLabel(VectorIsaName(ResolveVectorIsa(isa)));
   const Block b = MakeBlock(dim, n_keep);
+  const PcaBasis& basis = Basis(dim);
   std::vector<float> out(b.x.size());
   for (auto _ : state) {  // NOLINT(clang-analyzer-deadcode.DeadStores)
-    Reconstruct(Basis(dim), b.coeffs.data(), kTokens, n_keep, out.data());
+    ReconstructRows(basis.mean.data(), basis.components.data(), dim, b.coeffs.data(),
+                    {.token_stride = n_keep, .component_stride = 1}, kTokens, n_keep, out.data(), dim, isa);
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * kTokens * dim * 2);
@@ -137,14 +147,25 @@ void BM_ProjectAndQuantize(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * kTokens * dim * 2);
 }
 
+// (dim, kept components)
+constexpr std::pair<int64_t, int64_t> kShapes[] = {
+    {128, 40},    // one head (per layer-and-head basis)
+    {128, 48},    // kvtiny's layer bases at level 16 (2 heads x 64; 48 kept on average)
+    {1024, 320},  // 8 KV heads x 128 (per-layer basis)
+};
+
 void Shapes(benchmark::internal::Benchmark* b) {
-  b->Args({128, 40});    // one head (per layer-and-head basis)
-  b->Args({128, 48});    // kvtiny's layer bases at level 16 (2 heads x 64; 48 kept on average)
-  b->Args({1024, 320});  // 8 KV heads x 128 (per-layer basis)
+  for (const auto& [dim, n_keep] : kShapes) b->Args({dim, n_keep});
 }
 
 BENCHMARK(BM_DequantizeBlock)->Apply(Shapes);
-BENCHMARK(BM_Reconstruct)->Apply(Shapes);
+BENCHMARK(BM_Reconstruct)->Apply([](benchmark::internal::Benchmark* b) {
+  for (const VectorIsa k : {VectorIsa::kAuto, VectorIsa::kPortable, VectorIsa::kAvx2, VectorIsa::kAvx512}) {
+    for (const auto& [dim, n_keep] : kShapes) {
+      b->Args({dim, n_keep, static_cast<int64_t>(k)});
+    }
+  }
+});
 BENCHMARK(BM_DequantizeAndReconstruct)->Apply(Shapes);
 BENCHMARK(BM_ProjectAndQuantize)->Apply(Shapes);
 

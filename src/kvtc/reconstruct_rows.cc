@@ -1,8 +1,10 @@
 #include "kvtc/reconstruct_rows.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "kvtc/decode_scratch.h"
@@ -44,11 +46,6 @@ void PortableBlock(const Terms& terms, size_t t_begin, size_t n, size_t d_begin,
 }
 
 #if defined(__x86_64__)
-bool HasAvx2Fma() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
-}
-
 // The components' columns in strips of 16 (then one of 8 where dim % 16 >= 8), each strip
 // [n_keep][width] contiguous, and one row band's coefficients [n_keep][rows] contiguous: the
 // tile below then reads both operands sequentially. Unpacked, the k-th row segments lie
@@ -73,25 +70,10 @@ __attribute__((target("avx2,fma"))) size_t PackStrips(const Terms& terms, float*
   return d;  // the columns from here on are left to the portable loop
 }
 
-// Rows [t, t + kRows)'s coefficients, [n_keep][kRows]; packed has room for 2 floats more.
+// Rows [t, t + kRows)'s coefficients, [n_keep][kRows], one at a time (the vector paths' edges).
 template <int kRows>
-__attribute__((target("avx2,fma"), always_inline)) inline void PackBand(const Terms& terms, size_t t, size_t n,
-                                                                        float* packed) {
-  if (terms.coded != nullptr) {  // dequantised here, with Terms::Coefficient's operations
-    if constexpr (kRows == 6) {
-      if (t + 8 <= n) {
-        // 8 codes at a time (the 6 of this band and 2 more), stored 6 floats apart: each store's
-        // last 2 lanes land where the next component's first 2 go, or in the padding.
-        for (uint32_t k = 0; k < terms.n_keep; ++k, packed += kRows) {
-          const CodedComponent& c = terms.coded[k];
-          const __m128i codes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(c.codes + t));
-          const __m256 values = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(codes));
-          _mm256_storeu_ps(packed, _mm256_mul_ps(_mm256_add_ps(values, _mm256_set1_ps(c.first)),
-                                                 _mm256_set1_ps(c.step)));
-        }
-        return;
-      }
-    }
+inline void PackBandScalar(const Terms& terms, size_t t, float* packed) {
+  if (terms.coded != nullptr) {
     for (uint32_t k = 0; k < terms.n_keep; ++k) {
       for (int r = 0; r < kRows; ++r) *packed++ = terms.Coefficient(t + r, k);
     }
@@ -109,6 +91,28 @@ __attribute__((target("avx2,fma"), always_inline)) inline void PackBand(const Te
     const float* const c = coeffs + k * layout.component_stride;
     for (int r = 0; r < kRows; ++r) *packed++ = c[r * layout.token_stride];
   }
+}
+
+// Rows [t, t + kRows)'s coefficients, [n_keep][kRows]; packed has room for 2 floats more.
+template <int kRows>
+__attribute__((target("avx2,fma"), always_inline)) inline void PackBand(const Terms& terms, size_t t, size_t n,
+                                                                        float* packed) {
+  if constexpr (kRows == 6) {
+    if (terms.coded != nullptr && t + 8 <= n) {
+      // Dequantised with Terms::Coefficient's operations, 8 codes at a time (the 6 of this band
+      // and 2 more), stored 6 floats apart: each store's last 2 lanes land where the next
+      // component's first 2 go, or in the padding.
+      for (uint32_t k = 0; k < terms.n_keep; ++k, packed += kRows) {
+        const CodedComponent& c = terms.coded[k];
+        const __m128i codes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(c.codes + t));
+        const __m256 values = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(codes));
+        _mm256_storeu_ps(packed, _mm256_mul_ps(_mm256_add_ps(values, _mm256_set1_ps(c.first)),
+                                               _mm256_set1_ps(c.step)));
+      }
+      return;
+    }
+  }
+  PackBandScalar<kRows>(terms, t, packed);
 }
 
 // A kRows x (8 * kVecs) tile of x held in registers through every component: per component,
@@ -185,20 +189,134 @@ __attribute__((target("avx2,fma"))) void Avx2(const Terms& terms, size_t n, floa
   }
   TrimScratch(strip_scratch);
 }
+
+// (GCC 12's avx512fintrin.h warns about its own _mm512_undefined_* in the intrinsics.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// The same product with 512-bit vectors: a 12-row x 32-column tile (24 accumulators of the 32
+// registers), and the columns past the last multiple of 16 done by masked loads and stores
+// rather than the portable loop, so no column is left to a scalar loop.
+
+constexpr size_t kBand512 = 12;
+
+// Strips of 32 columns, then one of 16, then one of the last dim % 16 columns zero-padded to 16.
+__attribute__((target("avx512f"))) void PackStrips512(const Terms& terms, float* packed) {
+  float* out = packed;
+  size_t d = 0;
+  for (; d + 32 <= terms.dim; d += 32) {
+    for (uint32_t k = 0; k < terms.n_keep; ++k, out += 32) {
+      const float* const from = terms.Component(k) + d;
+      _mm512_storeu_ps(out, _mm512_loadu_ps(from));
+      _mm512_storeu_ps(out + 16, _mm512_loadu_ps(from + 16));
+    }
+  }
+  for (; d < terms.dim; d += 16) {
+    const auto mask = static_cast<__mmask16>(terms.dim - d >= 16 ? 0xffff : (1u << (terms.dim - d)) - 1);
+    for (uint32_t k = 0; k < terms.n_keep; ++k, out += 16) {
+      _mm512_storeu_ps(out, _mm512_maskz_loadu_ps(mask, terms.Component(k) + d));
+    }
+  }
+}
+
+// Rows [t, t + kRows)'s coefficients, [n_keep][kRows]; packed has room for 4 floats more.
+template <int kRows>
+__attribute__((target("avx512f"), always_inline)) inline void PackBand512(const Terms& terms, size_t t, size_t n,
+                                                                          float* packed) {
+  if constexpr (kRows == kBand512) {
+    if (terms.coded != nullptr && t + 16 <= n) {  // as PackBand: 16 codes per store, 12 apart
+      for (uint32_t k = 0; k < terms.n_keep; ++k, packed += kRows) {
+        const CodedComponent& c = terms.coded[k];
+        const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(c.codes + t));
+        const __m512 values = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(codes));
+        _mm512_storeu_ps(packed, _mm512_mul_ps(_mm512_add_ps(values, _mm512_set1_ps(c.first)),
+                                               _mm512_set1_ps(c.step)));
+      }
+      return;
+    }
+  }
+  PackBandScalar<kRows>(terms, t, packed);
+}
+
+// A kRows x (16 * kVecs) tile; the last vector's columns are `last` (all 16 but at the edge).
+template <int kRows, int kVecs>
+__attribute__((target("avx512f"), always_inline)) inline void Tile512(const float* mean, const float* strip,
+                                                                      const float* band, uint32_t n_keep,
+                                                                      __mmask16 last, float* x, size_t x_stride) {
+  __m512 acc[kRows][kVecs];
+#pragma GCC unroll 2
+  for (int v = 0; v < kVecs; ++v) {
+    const __m512 m = _mm512_maskz_loadu_ps(v + 1 == kVecs ? last : __mmask16{0xffff}, mean + 16 * v);
+#pragma GCC unroll 12
+    for (int r = 0; r < kRows; ++r) acc[r][v] = m;
+  }
+#pragma GCC unroll 2
+  for (uint32_t k = 0; k < n_keep; ++k, strip += 16 * kVecs, band += kRows) {
+    __m512 b[kVecs];
+#pragma GCC unroll 2
+    for (int v = 0; v < kVecs; ++v) b[v] = _mm512_loadu_ps(strip + 16 * v);
+#pragma GCC unroll 12
+    for (int r = 0; r < kRows; ++r) {
+      const __m512 a = _mm512_set1_ps(band[r]);
+#pragma GCC unroll 2
+      for (int v = 0; v < kVecs; ++v) acc[r][v] = _mm512_fmadd_ps(a, b[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 12
+  for (int r = 0; r < kRows; ++r) {
+#pragma GCC unroll 2
+    for (int v = 0; v < kVecs; ++v) {
+      _mm512_mask_storeu_ps(x + r * x_stride + 16 * v, v + 1 == kVecs ? last : __mmask16{0xffff}, acc[r][v]);
+    }
+  }
+}
+
+template <int kRows>
+__attribute__((target("avx512f"))) void RowBand512(const Terms& terms, size_t t, size_t n, const float* strips,
+                                                   float* band, float* x, size_t x_stride) {
+  PackBand512<kRows>(terms, t, n, band);
+  const uint32_t n_keep = terms.n_keep;
+  size_t d = 0;
+  for (; d + 32 <= terms.dim; d += 32, strips += size_t{32} * n_keep) {
+    Tile512<kRows, 2>(terms.mean + d, strips, band, n_keep, 0xffff, x + d, x_stride);
+  }
+  for (; d < terms.dim; d += 16, strips += size_t{16} * n_keep) {
+    const auto last = static_cast<__mmask16>(terms.dim - d >= 16 ? 0xffff : (1u << (terms.dim - d)) - 1);
+    Tile512<kRows, 1>(terms.mean + d, strips, band, n_keep, last, x + d, x_stride);
+  }
+}
+
+template <size_t... kRowsMinus1>
+constexpr auto RowBands512(std::index_sequence<kRowsMinus1...>) {
+  return std::array{&RowBand512<static_cast<int>(kRowsMinus1) + 1>...};
+}
+
+__attribute__((target("avx512f"))) void Avx512(const Terms& terms, size_t n, float* x, size_t x_stride) {
+  thread_local std::vector<float> strip_scratch, band_scratch;  // as in Avx2
+  static constexpr auto kRowBands = RowBands512(std::make_index_sequence<kBand512>());
+  float* const strips = ScratchData(strip_scratch, (terms.dim + 15) / 16 * 16 * terms.n_keep);
+  float* const band = ScratchData(band_scratch, kBand512 * terms.n_keep + 4);
+  PackStrips512(terms, strips);
+  for (size_t t = 0; t < n; t += kBand512) {
+    const size_t rows = std::min(kBand512, n - t);
+    kRowBands[rows - 1](terms, t, n, strips, band, x + t * x_stride, x_stride);
+  }
+  TrimScratch(strip_scratch);
+}
+#pragma GCC diagnostic pop
 #endif
 
-void Run(const Terms& terms, size_t n, float* x, size_t x_stride, bool portable) {
+void Run(const Terms& terms, size_t n, float* x, size_t x_stride, VectorIsa isa) {
   if (terms.n_keep == 0) {  // coeffs may be null: no offset is taken from it
     for (size_t t = 0; t < n; ++t) std::copy_n(terms.mean, terms.dim, x + t * x_stride);
     return;
   }
+  switch (ResolveVectorIsa(isa)) {
 #if defined(__x86_64__)
-  if (!portable && HasAvx2Fma()) {
-    Avx2(terms, n, x, x_stride);
-    return;
-  }
+    case VectorIsa::kAvx512: Avx512(terms, n, x, x_stride); return;
+    case VectorIsa::kAvx2: Avx2(terms, n, x, x_stride); return;
 #endif
-  PortableBlock(terms, 0, n, 0, x, x_stride);
+    default: PortableBlock(terms, 0, n, 0, x, x_stride); return;
+  }
 }
 
 Terms CoeffTerms(const float* mean, const float* components, size_t dim, const float* coeffs, CoeffLayout layout,
@@ -216,24 +334,15 @@ Terms CodedTerms(const float* mean, const float* components, size_t dim, std::sp
 
 }  // namespace
 
-void ReconstructRowsPortable(const float* mean, const float* components, size_t dim, const float* coeffs,
-                             CoeffLayout layout, size_t n, uint32_t n_keep, float* x, size_t x_stride) {
-  Run(CoeffTerms(mean, components, dim, coeffs, layout, n_keep), n, x, x_stride, /*portable=*/true);
-}
-
 void ReconstructRows(const float* mean, const float* components, size_t dim, const float* coeffs, CoeffLayout layout,
-                     size_t n, uint32_t n_keep, float* x, size_t x_stride) {
-  Run(CoeffTerms(mean, components, dim, coeffs, layout, n_keep), n, x, x_stride, /*portable=*/false);
+                     size_t n, uint32_t n_keep, float* x, size_t x_stride, VectorIsa isa) {
+  Run(CoeffTerms(mean, components, dim, coeffs, layout, n_keep), n, x, x_stride, isa);
 }
 
 void ReconstructFromCodes(const float* mean, const float* components, size_t dim,
-                          std::span<const CodedComponent> coded, size_t n, float* x, size_t x_stride) {
-  Run(CodedTerms(mean, components, dim, coded), n, x, x_stride, /*portable=*/false);
-}
-
-void ReconstructFromCodesPortable(const float* mean, const float* components, size_t dim,
-                                  std::span<const CodedComponent> coded, size_t n, float* x, size_t x_stride) {
-  Run(CodedTerms(mean, components, dim, coded), n, x, x_stride, /*portable=*/true);
+                          std::span<const CodedComponent> coded, size_t n, float* x, size_t x_stride,
+                          VectorIsa isa) {
+  Run(CodedTerms(mean, components, dim, coded), n, x, x_stride, isa);
 }
 
 }  // namespace kvc

@@ -4,17 +4,20 @@
 // A dedicated kernel rather than sgemm: a 256-token chunk's product is small (a few hundred
 // rows, dim 64-256, tens of components), and a BLAS call spends a large share of it packing
 // both operands; this one reads the components and coefficients where they lie and keeps a
-// 6-row x 16-column tile of x in registers (AVX2 + FMA where the CPU has them).
+// tile of x in registers: 12 rows x 32 columns with AVX-512 where the CPU has it, 6 x 16 with
+// AVX2 + FMA, a plain loop otherwise.
 //
 // Every element is mean[d] followed by one fused multiply-add per component in the order given
-// (increasing c for ReconstructRows), on every path (vector tiles, edge tiles, the portable loop), so the result is the same bits
-// on any x86-64 CPU and does not depend on the row count, the tile an element falls in or x's
-// stride. Thread-safe (nothing shared but the read-only inputs).
+// (increasing c for ReconstructRows), on every path (vector tiles, edge tiles, the portable
+// loop), so the result is the same bits on any x86-64 CPU and does not depend on the row count,
+// the tile an element falls in or x's stride. Thread-safe (nothing shared but the read-only inputs).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
+
+#include "base/vector_isa.h"
 
 namespace kvc {
 
@@ -24,14 +27,11 @@ struct CoeffLayout {
   size_t component_stride = 0;
 };
 
-// x rows are x_stride floats apart (>= dim); only x[t][0 .. dim) is written. components is
+// x rows are x_stride floats apart (>= dim); only x[t][0 .. dim) is written. `isa` picks the
+// path (tests and benchmarks compare them). components is
 // [n_keep][dim] row-major. n_keep may be 0 (every row becomes the mean).
 void ReconstructRows(const float* mean, const float* components, size_t dim, const float* coeffs, CoeffLayout layout,
-                     size_t n, uint32_t n_keep, float* x, size_t x_stride);
-
-// The portable loop alone, for tests that compare it with the dispatched kernel.
-void ReconstructRowsPortable(const float* mean, const float* components, size_t dim, const float* coeffs,
-                             CoeffLayout layout, size_t n, uint32_t n_keep, float* x, size_t x_stride);
+                     size_t n, uint32_t n_keep, float* x, size_t x_stride, VectorIsa isa = VectorIsa::kAuto);
 
 // A component whose coefficients arrive as codes: coefficient(t) = (codes[t] + first) * step,
 // each fp32 operation rounded as written (the component quantiser's dequantisation).
@@ -46,10 +46,7 @@ struct CodedComponent {
 // calling ReconstructRows on their rows, without the buffer's write and read. The component
 // indices must be rows of `components`.
 void ReconstructFromCodes(const float* mean, const float* components, size_t dim,
-                          std::span<const CodedComponent> coded, size_t n, float* x, size_t x_stride);
-
-// The portable loop alone.
-void ReconstructFromCodesPortable(const float* mean, const float* components, size_t dim,
-                                  std::span<const CodedComponent> coded, size_t n, float* x, size_t x_stride);
+                          std::span<const CodedComponent> coded, size_t n, float* x, size_t x_stride,
+                          VectorIsa isa = VectorIsa::kAuto);
 
 }  // namespace kvc

@@ -39,26 +39,34 @@ struct Problem {
     for (uint32_t c = 0; c < n_keep; ++c) sum += double{coeffs[c * n + t]} * components[c * dim + d];
     return sum;
   }
-  // Rows `stride` apart, `offset` into each, through the dispatched kernel or the portable loop.
-  std::vector<float> Run(size_t stride, size_t offset, bool portable) const {
+  // Rows `stride` apart, `offset` into each.
+  std::vector<float> Run(size_t stride, size_t offset, VectorIsa isa = VectorIsa::kAuto) const {
     std::vector<float> x(n * stride, kUntouched);
-    auto* const run = portable ? &ReconstructRowsPortable : &ReconstructRows;
-    run(mean.data(), components.data(), dim, coeffs.data(), {.token_stride = 1, .component_stride = n}, n, n_keep,
-        x.data() + offset, stride);
+    ReconstructRows(mean.data(), components.data(), dim, coeffs.data(), {.token_stride = 1, .component_stride = n}, n,
+                    n_keep, x.data() + offset, stride, isa);
     return x;
   }
 };
 
-// Row counts and widths that reach every tile shape: full 6-row bands and each tail of 1-5 rows;
-// 16-wide, 8-wide and element-wise columns.
-const size_t kDims[] = {1, 7, 8, 16, 24, 64, 100, 128, 136};
-const size_t kRowCounts[] = {1, 2, 3, 4, 5, 6, 7, 11, 13, 256};
+// Row counts and widths that reach every tile shape of every kernel: full 6- and 12-row bands
+// and each tail of 1-11 rows, with and without 8 or 16 rows of codes past the band; 32-, 16-
+// and 8-wide columns, masked and element-wise ones.
+const size_t kDims[] = {1, 7, 8, 16, 24, 48, 64, 100, 128, 136};
+const size_t kRowCounts[] = {1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 17, 23, 24, 25, 29, 256};
+
+// The vector paths this CPU runs, each to be compared with the portable loop.
+std::vector<VectorIsa> VectorPaths() {
+  std::vector<VectorIsa> out = SupportedVectorIsas();
+  out.erase(out.begin());  // kPortable
+  ::testing::Test::RecordProperty("widest_path", VectorIsaName(BestVectorIsa()));
+  return out;
+}
 
 TEST(ReconstructRows, MatchesADoublePrecisionReference) {
   for (const size_t dim : kDims) {
     for (const size_t n : kRowCounts) {
       const Problem p(dim, n, 19, static_cast<uint32_t>(dim * 1000 + n));
-      const std::vector<float> x = p.Run(dim, 0, false);
+      const std::vector<float> x = p.Run(dim, 0);
       for (size_t t = 0; t < n; ++t) {
         for (size_t d = 0; d < dim; ++d) {
           const double want = p.Reference(t, d);
@@ -69,38 +77,45 @@ TEST(ReconstructRows, MatchesADoublePrecisionReference) {
   }
 }
 
-TEST(ReconstructRows, DispatchedKernelAndPortableLoopGiveTheSameBits) {
+TEST(ReconstructRows, EveryVectorPathAndThePortableLoopGiveTheSameBits) {
+  const std::vector<VectorIsa> paths = VectorPaths();
   for (const size_t dim : kDims) {
     for (const size_t n : kRowCounts) {
       const Problem p(dim, n, 23, static_cast<uint32_t>(dim * 7 + n));
-      const std::vector<float> fast = p.Run(dim, 0, false), portable = p.Run(dim, 0, true);
-      ASSERT_EQ(std::memcmp(fast.data(), portable.data(), fast.size() * sizeof(float)), 0) << dim << " " << n;
+      const std::vector<float> portable = p.Run(dim, 0, VectorIsa::kPortable);
+      for (const VectorIsa k : paths) {
+        const std::vector<float> fast = p.Run(dim, 0, k);
+        ASSERT_EQ(std::memcmp(fast.data(), portable.data(), fast.size() * sizeof(float)), 0)
+            << VectorIsaName(k) << " " << dim << " " << n;
+      }
     }
   }
 }
 
 TEST(ReconstructRows, WritesOnlyItsColumnsOfAWiderRowWithTheSameBits) {
   const Problem p(40, 29, 12, 5);
-  const std::vector<float> tight = p.Run(40, 0, false);
   constexpr size_t kStride = 57, kOffset = 9;
-  const std::vector<float> wide = p.Run(kStride, kOffset, false);
-  for (size_t t = 0; t < p.n; ++t) {
-    for (size_t j = 0; j < kStride; ++j) {
-      const float got = wide[t * kStride + j];
-      if (j < kOffset || j >= kOffset + p.dim) {
-        ASSERT_EQ(got, kUntouched) << "wrote outside its columns at " << t << "," << j;
-      } else {
-        ASSERT_EQ(got, tight[t * p.dim + j - kOffset]) << t << "," << j;
+  for (const VectorIsa k : SupportedVectorIsas()) {
+    const std::vector<float> tight = p.Run(40, 0, k);
+    const std::vector<float> wide = p.Run(kStride, kOffset, k);
+    for (size_t t = 0; t < p.n; ++t) {
+      for (size_t j = 0; j < kStride; ++j) {
+        const float got = wide[t * kStride + j];
+        if (j < kOffset || j >= kOffset + p.dim) {
+          ASSERT_EQ(got, kUntouched) << VectorIsaName(k) << " wrote outside its columns at " << t << "," << j;
+        } else {
+          ASSERT_EQ(got, tight[t * p.dim + j - kOffset]) << VectorIsaName(k) << " " << t << "," << j;
+        }
       }
     }
   }
 }
 
 TEST(ReconstructRows, ARowHasTheSameBitsWhateverTileItFallsIn) {
-  // Row t of a 256-row call against the same row decoded alone: the tile (a 6-row band or a
-  // tail) must not change its bits.
+  // Row t of a 256-row call against the same row decoded alone: the tile (a band or a tail)
+  // must not change its bits.
   const Problem p(72, 256, 31, 9);
-  const std::vector<float> all = p.Run(p.dim, 0, false);
+  const std::vector<float> all = p.Run(p.dim, 0);
   for (const size_t t : {size_t{0}, size_t{5}, size_t{100}, size_t{253}, size_t{255}}) {
     std::vector<float> one(p.dim, kUntouched);
     ReconstructRows(p.mean.data(), p.components.data(), p.dim, p.coeffs.data() + t,
@@ -111,7 +126,7 @@ TEST(ReconstructRows, ARowHasTheSameBitsWhateverTileItFallsIn) {
 
 TEST(ReconstructRows, TokenMajorCoefficientsGiveTheSameBits) {
   const Problem p(64, 50, 17, 11);
-  const std::vector<float> by_component = p.Run(p.dim, 0, false);
+  const std::vector<float> by_component = p.Run(p.dim, 0);
   const std::vector<float> token_major = p.TokenMajor();
   std::vector<float> by_token(p.n * p.dim, kUntouched);
   ReconstructRows(p.mean.data(), p.components.data(), p.dim, token_major.data(),
@@ -164,18 +179,21 @@ struct CodedProblem {
 };
 
 TEST(ReconstructFromCodes, SameBitsAsDequantisingFirstOnEveryPath) {
+  std::vector<VectorIsa> paths = VectorPaths();
+  paths.push_back(VectorIsa::kPortable);
   for (const size_t dim : kDims) {
     for (const size_t n : kRowCounts) {
       const CodedProblem p(dim, n, 14, static_cast<uint32_t>(dim * 31 + n));
       const auto m = static_cast<uint32_t>(p.coded.size());
-      std::vector<float> want(n * dim, kUntouched), fast(n * dim, kUntouched), portable(n * dim, kUntouched);
+      std::vector<float> want(n * dim, kUntouched);
       ReconstructRows(p.basis.mean.data(), p.compact_rows.data(), dim, p.coeffs.data(),
-                      {.token_stride = 1, .component_stride = n}, n, m, want.data(), dim);
-      ReconstructFromCodes(p.basis.mean.data(), p.basis.components.data(), dim, p.coded, n, fast.data(), dim);
-      ReconstructFromCodesPortable(p.basis.mean.data(), p.basis.components.data(), dim, p.coded, n, portable.data(),
-                                   dim);
-      ASSERT_EQ(std::memcmp(fast.data(), want.data(), want.size() * sizeof(float)), 0) << dim << " " << n;
-      ASSERT_EQ(std::memcmp(portable.data(), want.data(), want.size() * sizeof(float)), 0) << dim << " " << n;
+                      {.token_stride = 1, .component_stride = n}, n, m, want.data(), dim, VectorIsa::kPortable);
+      for (const VectorIsa k : paths) {
+        std::vector<float> got(n * dim, kUntouched);
+        ReconstructFromCodes(p.basis.mean.data(), p.basis.components.data(), dim, p.coded, n, got.data(), dim, k);
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
+            << VectorIsaName(k) << " " << dim << " " << n;
+      }
     }
   }
 }
