@@ -166,10 +166,16 @@ void BM_RansMultiContextDecode(benchmark::State& state) {
 
 // GetBytes with one table, as kvtc's codes decode (a 16-symbol table at scale 10 for tuples of
 // 1-2 bit codes, a 256-symbol one at 12 for the Laplacian bytes), in a stream of 4 states and
-// a wide one (32). Args: states, 1 for 16-symbol tuples.
+// a wide one (32). Args: states, 1 for 16-symbol tuples, the VectorIsa (skipped where this CPU
+// lacks it).
 void BM_RansGetBytes(benchmark::State& state) {
   const auto states = static_cast<uint32_t>(state.range(0));
   const bool tuples = state.range(1) == 1;
+  const auto isa = static_cast<VectorIsa>(state.range(2));
+  if (!VectorIsaSupported(isa)) {
+    state.SkipWithError("this CPU lacks the instruction set");
+    return;
+  }
   std::vector<uint8_t> data = Input(0);
   if (tuples) {
     for (uint8_t& b : data) b &= 15;
@@ -181,15 +187,20 @@ void BM_RansGetBytes(benchmark::State& state) {
   std::vector<uint8_t> out(data.size());
   for (auto _ : state) {  // NOLINT(clang-analyzer-deadcode.DeadStores)
     auto d = RansDecoder::Open(stream, states);
-    if (!d->GetBytes(table, out).ok() || !d->Finish().ok()) state.SkipWithError("decode failed");
+    if (!d->GetBytes(table, out, isa).ok() || !d->Finish().ok()) state.SkipWithError("decode failed");
     benchmark::DoNotOptimize(out.data());
   }
-  state.SetLabel(tuples ? "16 symbols" : "256 symbols");
+  state.SetLabel(std::string(tuples ? "16 symbols, " : "256 symbols, ") + VectorIsaName(ResolveVectorIsa(isa)));
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * data.size()));
 }
 
 BENCHMARK(BM_RansEncode)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_RansGetBytes)->ArgsProduct({{kRansStates, kRansWideStates}, {0, 1}})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RansGetBytes)
+    ->ArgsProduct({{kRansStates, kRansWideStates},
+                   {0, 1},
+                   {static_cast<int64_t>(VectorIsa::kAuto), static_cast<int64_t>(VectorIsa::kAvx2),
+                    static_cast<int64_t>(VectorIsa::kAvx512)}})
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RansDecode)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_BlockEncodeRans)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_BlockDecodeRans)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);

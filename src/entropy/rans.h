@@ -20,6 +20,7 @@
 
 #include "base/byte_io.h"
 #include "base/status.h"
+#include "base/vector_isa.h"
 
 namespace kvc {
 
@@ -142,8 +143,9 @@ class RansDecoder {
 
   // Decodes out.size() symbols that all use `table`: the same as that many Get calls, several
   // times faster (the states live in registers and refills are branch-free while enough input
-  // remains). InvalidArgument if the table's alphabet exceeds 256.
-  [[nodiscard]] Status GetBytes(const FrequencyTable& table, std::span<uint8_t> out);
+  // remains). InvalidArgument if the table's alphabet exceeds 256. `isa` picks the wide stream's
+  // vector path (tests and benchmarks compare them; every path decodes the same symbols).
+  [[nodiscard]] Status GetBytes(const FrequencyTable& table, std::span<uint8_t> out, VectorIsa isa = VectorIsa::kAuto);
 
   // OK only if the stream was consumed exactly and every state is back at its initial
   // value: a truncated, extended or corrupted stream (or a wrong table sequence) almost

@@ -386,8 +386,9 @@ TEST(Rans, MultiContextRoundTrip) {
 
 // GetBytes is a faster spelling of Get: runs of any length and any starting state, mixed with
 // single Gets and table changes, decode the same symbols, and the stream still finishes; in
-// streams of 4 states and wide ones (32 states, the AVX2 path where the CPU has it).
+// streams of 4 states and wide ones (32 states), on every vector path this CPU runs.
 TEST(Rans, GetBytesRunsMatchGet) {
+  RecordProperty("widest_path", VectorIsaName(BestVectorIsa()));
   std::mt19937_64 rng(17);
   std::vector<FrequencyTable> tables;
   for (uint32_t bits : {1u, 3u, 8u, 4u}) {
@@ -416,19 +417,21 @@ TEST(Rans, GetBytesRunsMatchGet) {
     for (auto [table, s] : puts) enc.Put(*table, s);
     auto stream = enc.Finish(states);
     ASSERT_TRUE(stream.ok());
-    for (bool odd_gets : {false, true}) {
-      auto d = RansDecoder::Open(*stream, states);
-      ASSERT_TRUE(d.ok());
-      std::vector<uint8_t> back(symbols.size());
-      size_t at = 0;
-      for (auto [t, len] : runs) {
-        size_t done = 0;
-        if (odd_gets && len > 0) back[at + done++] = static_cast<uint8_t>(d->Get(tables[t]));  // shifts the state
-        ASSERT_TRUE(d->GetBytes(tables[t], std::span(back).subspan(at + done, len - done)).ok());
-        at += len;
+    for (const VectorIsa isa : SupportedVectorIsas()) {
+      for (bool odd_gets : {false, true}) {
+        auto d = RansDecoder::Open(*stream, states);
+        ASSERT_TRUE(d.ok());
+        std::vector<uint8_t> back(symbols.size());
+        size_t at = 0;
+        for (auto [t, len] : runs) {
+          size_t done = 0;
+          if (odd_gets && len > 0) back[at + done++] = static_cast<uint8_t>(d->Get(tables[t]));  // shifts the state
+          ASSERT_TRUE(d->GetBytes(tables[t], std::span(back).subspan(at + done, len - done), isa).ok());
+          at += len;
+        }
+        EXPECT_EQ(back, symbols) << states << " states, " << VectorIsaName(isa);
+        EXPECT_TRUE(d->Finish().ok()) << d->Finish().ToString();
       }
-      EXPECT_EQ(back, symbols) << states << " states";
-      EXPECT_TRUE(d->Finish().ok()) << d->Finish().ToString();
     }
     // Over-long reads are remembered, as with Get.
     auto d = RansDecoder::Open(*stream, states);
@@ -451,14 +454,18 @@ TEST(Rans, WideGetBytesMatchesGetOnArbitraryBytes) {
     for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
     for (size_t k = 0; k < kRansWideStates; ++k) bytes[4 * k + 3] |= 0x01;  // every state >= 2^24: normalised
     const size_t n = rng() % 700;
-    auto fast = RansDecoder::Open(bytes, kRansWideStates);
     auto slow = RansDecoder::Open(bytes, kRansWideStates);
-    ASSERT_TRUE(fast.ok() && slow.ok());
-    std::vector<uint8_t> a(n), b(n);
-    ASSERT_TRUE(fast->GetBytes(table, a).ok());
+    ASSERT_TRUE(slow.ok());
+    std::vector<uint8_t> b(n);
     for (size_t i = 0; i < n; ++i) b[i] = static_cast<uint8_t>(slow->Get(table));
-    ASSERT_EQ(a, b) << "trial " << trial;
-    EXPECT_EQ(fast->Finish().ToString(), slow->Finish().ToString()) << "trial " << trial;
+    for (const VectorIsa isa : SupportedVectorIsas()) {
+      auto fast = RansDecoder::Open(bytes, kRansWideStates);
+      ASSERT_TRUE(fast.ok());
+      std::vector<uint8_t> a(n);
+      ASSERT_TRUE(fast->GetBytes(table, a, isa).ok());
+      ASSERT_EQ(a, b) << "trial " << trial << ", " << VectorIsaName(isa);
+      EXPECT_EQ(fast->Finish().ToString(), slow->Finish().ToString()) << "trial " << trial << ", " << VectorIsaName(isa);
+    }
   }
 }
 
