@@ -238,6 +238,8 @@ __attribute__((target("avx512f"), always_inline)) inline void PackBand512(const 
 }
 
 // A kRows x (16 * kVecs) tile; the last vector's columns are `last` (all 16 but at the edge).
+// Tile's loop again, not a template over both: a function's target set cannot depend on a
+// template argument, and AVX2 code built with AVX-512 enabled may use registers AVX2 CPUs lack.
 template <int kRows, int kVecs>
 __attribute__((target("avx512f"), always_inline)) inline void Tile512(const float* mean, const float* strip,
                                                                       const float* band, uint32_t n_keep,
