@@ -438,8 +438,8 @@ __attribute__((target("avx512f,avx2"))) size_t DecodeWideAvx512(uint32_t* states
   const __m512i low16 = _mm512_set1_epi32(0xffff);
   const __m512i state_low = _mm512_set1_epi32(static_cast<int>(kRansStateLow));
   const __m128i shift = _mm_cvtsi32_si128(static_cast<int>(scale));
-  // The symbol table is read as 32-bit pairs (slot / 2), never past its end: it has 2^scale
-  // entries, an even count.
+  // The symbol table is read as 32-bit pairs (slot / 2), never past its end: every table has
+  // 2^scale entries with scale >= kMinScaleBits, an even count.
   const auto* const symbol_pairs = reinterpret_cast<const int*>(symbols);
   const uint8_t* p = pos;
   size_t i = 0;
