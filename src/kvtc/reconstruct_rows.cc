@@ -190,14 +190,19 @@ __attribute__((target("avx2,fma"))) void Avx2(const Terms& terms, size_t n, floa
   TrimScratch(strip_scratch);
 }
 
-// (GCC 12's avx512fintrin.h warns about its own _mm512_undefined_* in the intrinsics.)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // The same product with 512-bit vectors: a 12-row x 32-column tile (24 accumulators of the 32
 // registers), and the columns past the last multiple of 16 done by masked loads and stores
 // rather than the portable loop, so no column is left to a scalar loop.
+// (GCC 12's avx512fintrin.h warns about its own _mm512_undefined_* in the intrinsics.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 constexpr size_t kBand512 = 12;
+
+// The lanes of the 16 columns from d on that lie within dim.
+__mmask16 ColumnMask(size_t dim, size_t d) {
+  return static_cast<__mmask16>(dim - d >= 16 ? 0xffff : (1u << (dim - d)) - 1);
+}
 
 // Strips of 32 columns, then one of 16, then one of the last dim % 16 columns zero-padded to 16.
 __attribute__((target("avx512f"))) void PackStrips512(const Terms& terms, float* packed) {
@@ -211,7 +216,7 @@ __attribute__((target("avx512f"))) void PackStrips512(const Terms& terms, float*
     }
   }
   for (; d < terms.dim; d += 16) {
-    const auto mask = static_cast<__mmask16>(terms.dim - d >= 16 ? 0xffff : (1u << (terms.dim - d)) - 1);
+    const __mmask16 mask = ColumnMask(terms.dim, d);
     for (uint32_t k = 0; k < terms.n_keep; ++k, out += 16) {
       _mm512_storeu_ps(out, _mm512_maskz_loadu_ps(mask, terms.Component(k) + d));
     }
@@ -282,8 +287,7 @@ __attribute__((target("avx512f"))) void RowBand512(const Terms& terms, size_t t,
     Tile512<kRows, 2>(terms.mean + d, strips, band, n_keep, 0xffff, x + d, x_stride);
   }
   for (; d < terms.dim; d += 16, strips += size_t{16} * n_keep) {
-    const auto last = static_cast<__mmask16>(terms.dim - d >= 16 ? 0xffff : (1u << (terms.dim - d)) - 1);
-    Tile512<kRows, 1>(terms.mean + d, strips, band, n_keep, last, x + d, x_stride);
+    Tile512<kRows, 1>(terms.mean + d, strips, band, n_keep, ColumnMask(terms.dim, d), x + d, x_stride);
   }
 }
 

@@ -27,9 +27,9 @@ struct CoeffLayout {
   size_t component_stride = 0;
 };
 
-// x rows are x_stride floats apart (>= dim); only x[t][0 .. dim) is written. `isa` picks the
-// path (tests and benchmarks compare them). components is
-// [n_keep][dim] row-major. n_keep may be 0 (every row becomes the mean).
+// x rows are x_stride floats apart (>= dim); only x[t][0 .. dim) is written. components is
+// [n_keep][dim] row-major. n_keep may be 0 (every row becomes the mean). `isa` picks the path
+// (tests and benchmarks compare them).
 void ReconstructRows(const float* mean, const float* components, size_t dim, const float* coeffs, CoeffLayout layout,
                      size_t n, uint32_t n_keep, float* x, size_t x_stride, VectorIsa isa = VectorIsa::kAuto);
 
