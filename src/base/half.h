@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "base/vector_isa.h"
+
 namespace kvc {
 
 inline float Fp16ToFp32(uint16_t h) {
@@ -40,9 +42,9 @@ inline uint16_t Fp32ToFp16(float f) {
   std::memcpy(&x, &f, 4);
   const uint32_t sign = (x >> 16) & 0x8000;
   const uint32_t abs = x & 0x7fffffff;
-  if (abs > 0x7f800000) return static_cast<uint16_t>(sign | 0x7e00);  // NaN
+  if (abs > 0x7f800000) return static_cast<uint16_t>(sign | 0x7e00);   // NaN
   if (abs >= 0x477ff000) return static_cast<uint16_t>(sign | 0x7c00);  // overflow -> inf
-  if (abs < 0x38800000) {  // result is subnormal or zero
+  if (abs < 0x38800000) {                                              // result is subnormal or zero
     if (abs < 0x33000000) return static_cast<uint16_t>(sign);
     const uint32_t exp = abs >> 23;
     const uint32_t mant = (abs & 0x7fffff) | 0x800000;
@@ -120,8 +122,9 @@ inline bool AllFinite(const float* x, size_t n) {
 // everything they reconstruct so that no overshoot becomes an fp16 infinity.
 void ClampToFp16Range(float* x, size_t n);
 // ClampToFp16Range then Fp32ToFp16 in one pass, leaving `in` as it is: the same bits as the two
-// calls (a decoder's last step from its fp32 rows to the fp16 cache).
-void Fp32ToFp16Clamped(const float* in, uint16_t* out, size_t n);
+// calls (a decoder's last step from its fp32 rows to the fp16 cache). `isa` picks the path
+// (tests compare them).
+void Fp32ToFp16Clamped(const float* in, uint16_t* out, size_t n, VectorIsa isa = VectorIsa::kAuto);
 
 void Fp16ToFp32(const uint16_t* in, float* out, size_t n);
 void Fp32ToFp16(const float* in, uint16_t* out, size_t n);

@@ -27,8 +27,8 @@ TEST(Half, KnownValues) {
   EXPECT_EQ(Fp32ToFp16(1.0f), 0x3c00);
   EXPECT_EQ(Fp32ToFp16(-2.0f), 0xc000);
   EXPECT_EQ(Fp32ToFp16(65504.0f), 0x7bff);
-  EXPECT_EQ(Fp32ToFp16(1e6f), 0x7c00);               // overflow to inf
-  EXPECT_EQ(Fp32ToFp16(5.960464477539063e-08f), 1);  // smallest subnormal
+  EXPECT_EQ(Fp32ToFp16(1e6f), 0x7c00);                // overflow to inf
+  EXPECT_EQ(Fp32ToFp16(5.960464477539063e-08f), 1);   // smallest subnormal
   EXPECT_EQ(Fp32ToFp16(1.0f + 1.0f / 2048), 0x3c00);  // tie rounds to even
   EXPECT_EQ(Fp32ToFp16(1.0f + 3.0f / 2048), 0x3c02);
   EXPECT_FLOAT_EQ(Fp16ToFp32(0x3555), 0.333251953125f);
@@ -112,24 +112,27 @@ TEST(Half, ClampToFp16RangeAndAllFinite) {
 }
 
 // The fused pass gives the bits of ClampToFp16Range then Fp32ToFp16, at every length (both
-// vector widths and the scalar tail), NaN, infinities and overshoots included.
+// vector widths and the scalar tail) on every path this CPU runs, NaN, infinities and overshoots included.
 TEST(Half, Fp32ToFp16ClampedMatchesClampThenConvert) {
   const float inf = std::numeric_limits<float>::infinity();
-  const float values[] = {0.0f,     -0.0f,  1.5f, -3.25f, 65504.0f, -65504.0f, 65505.0f, -70000.0f, 65519.0f,
-                          65520.0f, 1e-8f, 3e-5f, 1e30f,  inf,      -inf,      std::numeric_limits<float>::quiet_NaN()};
-  for (size_t n = 0; n <= 41; ++n) {
-    std::vector<float> x(n);
-    for (size_t i = 0; i < n; ++i) x[i] = values[(i * 7 + n) % std::size(values)] * (1.0f + 0.001f * i);
-    const std::vector<float> original = x;
-    std::vector<uint16_t> fused(n), expected(n);
-    Fp32ToFp16Clamped(x.data(), fused.data(), n);
-    // Input untouched, bit for bit (NaN included); an empty vector may hold no buffer at all.
-    if (n > 0) {
-      EXPECT_EQ(0, std::memcmp(x.data(), original.data(), n * sizeof(float))) << n;
+  const float values[] = {
+      0.0f,     -0.0f,    1.5f,  -3.25f, 65504.0f, -65504.0f, 65505.0f, -70000.0f,
+      65519.0f, 65520.0f, 1e-8f, 3e-5f,  1e30f,    inf,       -inf,     std::numeric_limits<float>::quiet_NaN()};
+  for (VectorIsa isa : SupportedVectorIsas()) {
+    for (size_t n = 0; n <= 41; ++n) {
+      std::vector<float> x(n);
+      for (size_t i = 0; i < n; ++i) x[i] = values[(i * 7 + n) % std::size(values)] * (1.0f + 0.001f * i);
+      const std::vector<float> original = x;
+      std::vector<uint16_t> fused(n), expected(n);
+      Fp32ToFp16Clamped(x.data(), fused.data(), n, isa);
+      // Input untouched, bit for bit (NaN included); an empty vector may hold no buffer at all.
+      if (n > 0) {
+        EXPECT_EQ(0, std::memcmp(x.data(), original.data(), n * sizeof(float))) << n;
+      }
+      ClampToFp16Range(x.data(), n);
+      Fp32ToFp16(x.data(), expected.data(), n);
+      EXPECT_EQ(fused, expected) << VectorIsaName(isa) << " " << n;
     }
-    ClampToFp16Range(x.data(), n);
-    Fp32ToFp16(x.data(), expected.data(), n);
-    EXPECT_EQ(fused, expected) << n;
   }
 }
 

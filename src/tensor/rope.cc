@@ -9,6 +9,8 @@
 #include <tuple>
 #include <vector>
 
+#include "base/half.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -224,7 +226,71 @@ inline void RotateNeox(float* x, const float* c, const float* s, uint32_t half, 
   }
 }
 
+inline uint16_t ClampedFp16(float v) { return Fp32ToFp16(std::clamp(v, -65504.0f, 65504.0f)); }
+
+#if defined(__x86_64__)
+// RotateNormalAvx and RotateNeoxAvx 16 floats at a time, each result clamped to fp16's range
+// and converted on the way out (Fp32ToFp16Clamped's operations). The products and sums are the
+// _round forms: GCC contracts a plain _mm512_mul_ps + _mm512_add_ps into a fused multiply-add
+// where the target has FMA (every AVX-512 one), which would round differently from the other
+// paths. Return the pairs done.
+// (GCC 12's avx512fintrin.h warns about its own _mm512_undefined_* in the intrinsics.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f"), always_inline)) inline __m512 Mul512(__m512 a, __m512 b) {
+  return _mm512_mul_round_ps(a, b, _MM_FROUND_CUR_DIRECTION);
+}
+__attribute__((target("avx512f"), always_inline)) inline __m512 Add512(__m512 a, __m512 b) {
+  return _mm512_add_round_ps(a, b, _MM_FROUND_CUR_DIRECTION);
+}
+__attribute__((target("avx512f"), always_inline)) inline void StoreClampedFp16(uint16_t* out, __m512 v) {
+  const __m512 clamped = _mm512_min_ps(_mm512_set1_ps(65504.0f), _mm512_max_ps(_mm512_set1_ps(-65504.0f), v));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtps_ph(clamped, _MM_FROUND_TO_NEAREST_INT));
+}
+
+__attribute__((target("avx512f"))) uint32_t RotateNormalToFp16Avx512(const float* x, uint16_t* out, const float* c2,
+                                                                     const float* s2, uint32_t half, float sign) {
+  const __m512 sign16 = _mm512_set1_ps(sign);
+  uint32_t i = 0;
+  for (; i + 8 <= half; i += 8) {
+    const __m512 v = _mm512_loadu_ps(x + 2 * i);
+    const __m512 cc = _mm512_loadu_ps(c2 + 2 * i);
+    const __m512 sss = Mul512(_mm512_loadu_ps(s2 + 2 * i), sign16);
+    const __m512 swapped = _mm512_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1));
+    StoreClampedFp16(out + 2 * i, Add512(Mul512(v, cc), Mul512(swapped, sss)));
+  }
+  return i;
+}
+
+__attribute__((target("avx512f"))) uint32_t RotateNeoxToFp16Avx512(const float* x, uint16_t* out, const float* c,
+                                                                   const float* s, uint32_t half, float sign) {
+  const __m512 sign16 = _mm512_set1_ps(sign);
+  uint32_t i = 0;
+  for (; i + 16 <= half; i += 16) {
+    const __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + half);
+    const __m512 c16 = _mm512_loadu_ps(c + i), s16 = Mul512(sign16, _mm512_loadu_ps(s + i));
+    const __m512 neg_s16 = _mm512_sub_round_ps(_mm512_setzero_ps(), s16, _MM_FROUND_CUR_DIRECTION);
+    StoreClampedFp16(out + i, Add512(Mul512(x0, c16), Mul512(x1, neg_s16)));
+    StoreClampedFp16(out + i + half, Add512(Mul512(x1, c16), Mul512(x0, s16)));
+  }
+  return i;
+}
+#pragma GCC diagnostic pop
+#endif
+
 }  // namespace
+
+RopeTable::Angles RopeTable::AnglesAt(uint32_t t) const {
+  const int64_t pos = int64_t{pos_begin_} + t;
+  const int64_t block = FloorDiv(pos, kBlockTokens);
+  const Block& b = *blocks_[static_cast<size_t>(block - first_block_)];
+  const size_t at = static_cast<size_t>(pos - block * kBlockTokens) * (n_rot_ / 2);
+  const bool normal = params_.type == RopeType::kNormal;
+  return {.cos = &b.cos[at],
+          .sin = &b.sin[at],
+          .cos2 = normal ? &b.cos2[2 * at] : nullptr,
+          .sin2 = normal ? &b.sin2[2 * at] : nullptr};
+}
 
 void RopeTable::RotateTokens(float* rows, uint32_t first, uint32_t count, uint32_t n_heads, bool inverse) const {
   const uint32_t half = n_rot_ / 2;
@@ -232,20 +298,57 @@ void RopeTable::RotateTokens(float* rows, uint32_t first, uint32_t count, uint32
   const float sign = inverse ? -1.0f : 1.0f;
   const bool normal = params_.type == RopeType::kNormal;
   for (uint32_t t = first; t < first + count; ++t) {
-    const int64_t pos = int64_t{pos_begin_} + t;
-    const int64_t block = FloorDiv(pos, kBlockTokens);
-    const Block& b = *blocks_[static_cast<size_t>(block - first_block_)];
-    const size_t at = static_cast<size_t>(pos - block * kBlockTokens) * half;
-    const float* c = &b.cos[at];
-    const float* s = &b.sin[at];
+    const Angles a = AnglesAt(t);
     for (uint32_t h = 0; h < n_heads; ++h) {
       float* x = rows + (size_t{t - first} * n_heads + h) * head_dim_;
       if (normal) {
-        RotateNormal(x, c, s, &b.cos2[2 * at], &b.sin2[2 * at], half, sign);
+        RotateNormal(x, a.cos, a.sin, a.cos2, a.sin2, half, sign);
       } else {
-        RotateNeox(x, c, s, half, sign);
+        RotateNeox(x, a.cos, a.sin, half, sign);
       }
     }
+  }
+}
+
+void RopeTable::RotateTokensToFp16(const float* rows, uint32_t first, uint32_t count, uint32_t n_heads, bool inverse,
+                                   uint16_t* out, VectorIsa isa) const {
+  const size_t row = size_t{n_heads} * head_dim_;
+  const uint32_t half = n_rot_ / 2;
+  if (half == 0) {
+    Fp32ToFp16Clamped(rows, out, row * count, isa);
+    return;
+  }
+#if defined(__x86_64__)
+  if (ResolveVectorIsa(isa) == VectorIsa::kAvx512) {
+    const float sign = inverse ? -1.0f : 1.0f;
+    const bool normal = params_.type == RopeType::kNormal;
+    for (uint32_t t = first; t < first + count; ++t) {
+      const Angles a = AnglesAt(t);
+      for (uint32_t h = 0; h < n_heads; ++h) {
+        const size_t at = size_t{t - first} * row + size_t{h} * head_dim_;
+        const float* const x = rows + at;
+        uint16_t* const o = out + at;
+        uint32_t i = normal ? RotateNormalToFp16Avx512(x, o, a.cos2, a.sin2, half, sign)
+                            : RotateNeoxToFp16Avx512(x, o, a.cos, a.sin, half, sign);
+        for (; i < half; ++i) {  // the pairs past the last full vector, as RotateNormal/RotateNeox do them
+          const uint32_t i0 = normal ? 2 * i : i, i1 = normal ? 2 * i + 1 : i + half;
+          const float x0 = x[i0], x1 = x[i1], si = sign * a.sin[i];
+          o[i0] = ClampedFp16(x0 * a.cos[i] + x1 * -si);
+          o[i1] = ClampedFp16(x1 * a.cos[i] + x0 * si);
+        }
+        if (2 * half < head_dim_) Fp32ToFp16Clamped(x + 2 * half, o + 2 * half, head_dim_ - 2 * half, isa);
+      }
+    }
+    return;
+  }
+#endif
+  // Other CPUs rotate a copy of each token and convert it: the same operations in two passes.
+  thread_local std::vector<float> token;
+  token.resize(row);
+  for (uint32_t t = first; t < first + count; ++t) {
+    std::copy_n(rows + (t - first) * row, row, token.data());
+    RotateTokens(token.data(), t, 1, n_heads, inverse);
+    Fp32ToFp16Clamped(token.data(), out + (t - first) * row, row, isa);
   }
 }
 

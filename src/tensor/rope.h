@@ -6,6 +6,8 @@
 #include <memory>
 #include <vector>
 
+#include "base/vector_isa.h"
+
 namespace kvc {
 
 // llama.cpp's LLAMA_ROPE_TYPE_NORM rotates adjacent channel pairs (2i, 2i+1);
@@ -40,6 +42,12 @@ class RopeTable {
   void Rotate(float* rows, uint32_t n_heads, bool inverse) const { RotateTokens(rows, 0, n_tokens_, n_heads, inverse); }
   // Rotates tokens [first, first + count) of the table's range; `rows` points at token `first`.
   void RotateTokens(float* rows, uint32_t first, uint32_t count, uint32_t n_heads, bool inverse) const;
+  // RotateTokens, then each value clamped to fp16's range and stored as fp16 in `out` (the same
+  // [token][head][channel] layout), leaving `rows` as it is: the bits of RotateTokens followed by
+  // Fp32ToFp16Clamped in one pass over the rows (a decoder's last step into an fp16 cache).
+  // `isa` picks the path (tests compare them).
+  void RotateTokensToFp16(const float* rows, uint32_t first, uint32_t count, uint32_t n_heads, bool inverse,
+                          uint16_t* out, VectorIsa isa = VectorIsa::kAuto) const;
 
   // One block's angles: cos and sin of kBlockTokens positions, [token][pair] each; for
   // kNormal also in the order its pairs lie, [token][2 * pair + j]: cos2 = (c, c) and
@@ -52,6 +60,15 @@ class RopeTable {
   };
 
  private:
+  // Token t's angles: cos and sin per pair, and cos2/sin2 (kNormal only, else null).
+  struct Angles {
+    const float* cos;
+    const float* sin;
+    const float* cos2;
+    const float* sin2;
+  };
+  Angles AnglesAt(uint32_t t) const;
+
   RopeParams params_;
   uint32_t head_dim_;
   uint32_t n_rot_;

@@ -4,8 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
+
+#include "base/half.h"
 
 namespace kvc {
 namespace {
@@ -111,7 +115,8 @@ TEST(RopeTable, NormalPairsMatchAScalarLoopBitForBit) {
         }
       }
       RopeTable(p, dim, pos_begin, tokens).Rotate(x.data(), heads, inverse);
-      for (size_t k = 0; k < x.size(); ++k) ASSERT_EQ(x[k], want[k]) << "dim " << dim << " inverse " << inverse << " at " << k;
+      for (size_t k = 0; k < x.size(); ++k)
+        ASSERT_EQ(x[k], want[k]) << "dim " << dim << " inverse " << inverse << " at " << k;
     }
   }
 }
@@ -157,6 +162,45 @@ TEST(RopeTable, CachedBlocksMatchRotateRowsEverywhere) {
             table.RotateTokens(c.data() + size_t{t} * heads * dim, t, count, heads, false);
           }
           EXPECT_EQ(a, c) << pos << " " << tokens;
+        }
+      }
+    }
+  }
+}
+
+// The fused pass stores the bits of RotateTokens then Fp32ToFp16Clamped on every path this CPU
+// runs: head sizes whose pairs end on each vector width and the scalar tail, partial rotation,
+// both pair layouts and directions, sub-ranges that start mid-table, and values past fp16's range.
+TEST(RopeTable, RotateTokensToFp16MatchesRotateThenConvert) {
+  const int32_t pos_begin = 250;
+  const uint32_t tokens = 9, heads = 3;
+  for (RopeType type : {RopeType::kNormal, RopeType::kNeox}) {
+    for (uint32_t dim : {2u, 6u, 16u, 18u, 32u, 34u, 64u, 96u, 128u}) {
+      for (uint32_t n_rot : {0u, dim / 2, 1u}) {
+        RopeParams p;
+        p.type = type;
+        p.n_rot = n_rot;
+        const RopeTable table(p, dim, pos_begin, tokens);
+        std::vector<float> x = Random(size_t{tokens} * heads * dim, dim + n_rot);
+        for (size_t i = 0; i < x.size(); i += 7) x[i] *= 70000.0f;  // some rotate past 65504
+        x[3] = std::numeric_limits<float>::quiet_NaN();
+        for (bool inverse : {false, true}) {
+          for (uint32_t first : {0u, 4u}) {
+            const uint32_t count = tokens - first;
+            const float* const from = x.data() + size_t{first} * heads * dim;
+            std::vector<float> rotated(from, from + size_t{count} * heads * dim);
+            table.RotateTokens(rotated.data(), first, count, heads, inverse);
+            std::vector<uint16_t> want(rotated.size());
+            Fp32ToFp16Clamped(rotated.data(), want.data(), rotated.size());
+            for (VectorIsa isa : SupportedVectorIsas()) {
+              const std::vector<float> before = x;
+              std::vector<uint16_t> got(rotated.size());
+              table.RotateTokensToFp16(from, first, count, heads, inverse, got.data(), isa);
+              ASSERT_EQ(got, want) << VectorIsaName(isa) << " type " << static_cast<int>(type) << " dim " << dim
+                                   << " n_rot " << n_rot << " inverse " << inverse << " first " << first;
+              ASSERT_EQ(0, std::memcmp(before.data(), x.data(), x.size() * sizeof(float)));  // rows untouched
+            }
+          }
         }
       }
     }
