@@ -463,15 +463,13 @@ Status KvtcCodec::DecodeInto(const KvcFile& file, const CodecContext& context, c
       out.WriteRowsF32(kind, l, ex.prefix, n, layer);
       return;
     }
-    // An fp16 cache (the usual one) takes a few tokens at a time: rotated, clamped and stored
-    // while they are still in L1, with the same bits as the passes above.
+    // An fp16 cache (the usual one) is rotated, clamped and stored in one pass over the rows,
+    // with the same bits as the passes above.
     auto* const dst = reinterpret_cast<uint16_t*>(out.RowBytes(kind, l, ex.prefix, n).data());
-    const uint32_t block = static_cast<uint32_t>(std::max<size_t>(1, 4096 / row));
-    for (uint32_t t = 0; t < n; t += block) {
-      const uint32_t count = std::min(block, n - t);
-      float* const rows = layer + size_t{t} * row;
-      if (rotate) rope.RotateTokens(rows, t, count, shape.n_kv_heads, false);
-      Fp32ToFp16Clamped(rows, dst + size_t{t} * row, size_t{count} * row);
+    if (rotate) {
+      rope.RotateTokensToFp16(layer, 0, n, shape.n_kv_heads, false, dst);
+    } else {
+      Fp32ToFp16Clamped(layer, dst, row * n);
     }
   };
 
