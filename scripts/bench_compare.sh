@@ -40,7 +40,7 @@ trap 'rm -rf "$results" "$work"' EXIT
 model=models/kvtiny/kvtiny.gguf cal=models/kvtiny/kvtiny.kvcal
 encode_cal=()
 [[ $codec == kvtc ]] && encode_cal=(--calibration "$cal")
-build/dev/tools/kvcodec/kvcodec encode --model "$model" --text models/kvtiny/eval.txt --token-begin 100 \
+build/dev/tools/kvcodec/kvcodec encode --model "$model" --text models/kvtiny/eval.txt --tokens 356 --token-begin 100 \
   --n-tokens 256 --codec "$codec" --level "$level" "${encode_cal[@]}" -o "$work/chunk.kvc" >&2
 identical=false
 for side in old new; do
