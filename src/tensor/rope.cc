@@ -248,30 +248,37 @@ __attribute__((target("avx512f"), always_inline)) inline void StoreClampedFp16(u
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtps_ph(clamped, _MM_FROUND_TO_NEAREST_INT));
 }
 
+// One token's heads (head_dim floats apart); each vector of angles is loaded once for them all.
 __attribute__((target("avx512f"))) uint32_t RotateNormalToFp16Avx512(const float* x, uint16_t* out, const float* c2,
-                                                                     const float* s2, uint32_t half, float sign) {
+                                                                     const float* s2, uint32_t half, uint32_t n_heads,
+                                                                     uint32_t head_dim, float sign) {
   const __m512 sign16 = _mm512_set1_ps(sign);
   uint32_t i = 0;
   for (; i + 8 <= half; i += 8) {
-    const __m512 v = _mm512_loadu_ps(x + 2 * i);
     const __m512 cc = _mm512_loadu_ps(c2 + 2 * i);
     const __m512 sss = Mul512(_mm512_loadu_ps(s2 + 2 * i), sign16);
-    const __m512 swapped = _mm512_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1));
-    StoreClampedFp16(out + 2 * i, Add512(Mul512(v, cc), Mul512(swapped, sss)));
+    for (size_t at = 2 * i; at < size_t{n_heads} * head_dim; at += head_dim) {
+      const __m512 v = _mm512_loadu_ps(x + at);
+      const __m512 swapped = _mm512_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1));
+      StoreClampedFp16(out + at, Add512(Mul512(v, cc), Mul512(swapped, sss)));
+    }
   }
   return i;
 }
 
 __attribute__((target("avx512f"))) uint32_t RotateNeoxToFp16Avx512(const float* x, uint16_t* out, const float* c,
-                                                                   const float* s, uint32_t half, float sign) {
+                                                                   const float* s, uint32_t half, uint32_t n_heads,
+                                                                   uint32_t head_dim, float sign) {
   const __m512 sign16 = _mm512_set1_ps(sign);
   uint32_t i = 0;
   for (; i + 16 <= half; i += 16) {
-    const __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + half);
     const __m512 c16 = _mm512_loadu_ps(c + i), s16 = Mul512(sign16, _mm512_loadu_ps(s + i));
     const __m512 neg_s16 = _mm512_sub_round_ps(_mm512_setzero_ps(), s16, _MM_FROUND_CUR_DIRECTION);
-    StoreClampedFp16(out + i, Add512(Mul512(x0, c16), Mul512(x1, neg_s16)));
-    StoreClampedFp16(out + i + half, Add512(Mul512(x1, c16), Mul512(x0, s16)));
+    for (size_t at = i; at < size_t{n_heads} * head_dim; at += head_dim) {
+      const __m512 x0 = _mm512_loadu_ps(x + at), x1 = _mm512_loadu_ps(x + at + half);
+      StoreClampedFp16(out + at, Add512(Mul512(x0, c16), Mul512(x1, neg_s16)));
+      StoreClampedFp16(out + at + half, Add512(Mul512(x1, c16), Mul512(x0, s16)));
+    }
   }
   return i;
 }
@@ -324,13 +331,16 @@ void RopeTable::RotateTokensToFp16(const float* rows, uint32_t first, uint32_t c
     const bool normal = params_.type == RopeType::kNormal;
     for (uint32_t t = first; t < first + count; ++t) {
       const Angles a = AnglesAt(t);
+      const float* const token = rows + size_t{t - first} * row;
+      uint16_t* const token_out = out + size_t{t - first} * row;
+      const uint32_t vector_pairs =
+          normal ? RotateNormalToFp16Avx512(token, token_out, a.cos2, a.sin2, half, n_heads, head_dim_, sign)
+                 : RotateNeoxToFp16Avx512(token, token_out, a.cos, a.sin, half, n_heads, head_dim_, sign);
+      if (vector_pairs == half && 2 * half == head_dim_) continue;
       for (uint32_t h = 0; h < n_heads; ++h) {
-        const size_t at = size_t{t - first} * row + size_t{h} * head_dim_;
-        const float* const x = rows + at;
-        uint16_t* const o = out + at;
-        uint32_t i = normal ? RotateNormalToFp16Avx512(x, o, a.cos2, a.sin2, half, sign)
-                            : RotateNeoxToFp16Avx512(x, o, a.cos, a.sin, half, sign);
-        for (; i < half; ++i) {  // the pairs past the last full vector, as RotateNormal/RotateNeox do them
+        const float* const x = token + size_t{h} * head_dim_;
+        uint16_t* const o = token_out + size_t{h} * head_dim_;
+        for (uint32_t i = vector_pairs; i < half; ++i) {  // past the last full vector, as RotateNormal/RotateNeox
           const uint32_t i0 = normal ? 2 * i : i, i1 = normal ? 2 * i + 1 : i + half;
           const float x0 = x[i0], x1 = x[i1], si = sign * a.sin[i];
           o[i0] = ClampedFp16(x0 * a.cos[i] + x1 * -si);
