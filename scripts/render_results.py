@@ -446,7 +446,8 @@ if kvtc_cost:
           "multiply-add per kept component and feature of its basis, so a level's decode arithmetic is fixed by "
           "the calibration (how many components each basis keeps), whatever the code does. Per fp16 byte out, and "
           "the kept components by bit width (summed over every K and V basis). At level 16 that product is about "
-          "60% of a decode on one core here, the rANS codes ~14%, RoPE and the fp16 store ~20% (`perf record` of "
+          "55% of a decode on one core here (AVX-512), the rANS codes and their unpacking ~19%, the one pass that "
+          "puts RoPE back and stores fp16 ~18% (`perf record` of "
           "`kvcodec bench codec --codec kvtc --level 16 --threads 1`); the product's own rate is "
           "`quantizer_bench --benchmark_filter=BM_Reconstruct` (GMAC counter).\n")
     print("| level | multiply-adds per token | per fp16 byte | kept components by bits |")
