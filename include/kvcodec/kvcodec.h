@@ -36,35 +36,35 @@ typedef struct kvc_shape {
 } kvc_shape;
 
 typedef struct kvc_session_params {
-  uint32_t n_ctx;     /* 0: 2048 */
-  uint32_t n_batch;   /* 0: 512 */
-  int32_t n_threads;  /* 0: all cores */
+  uint32_t n_ctx;    /* 0: 2048 */
+  uint32_t n_batch;  /* 0: 512 */
+  int32_t n_threads; /* 0: all cores */
   kvc_dtype cache_type;
   int flash_attn;
 } kvc_session_params;
 
 typedef struct kvc_eval_params {
   const char* model_path;
-  const char* text_path;   /* NULL: eval.txt beside the model */
-  const char* codec;       /* NULL: "raw" */
-  const char* level;       /* NULL: the codec's default */
-  const char* codec_params; /* "key=value,key=value" or NULL */
+  const char* text_path;      /* NULL: eval.txt beside the model */
+  const char* codec;          /* NULL: "raw" */
+  const char* level;          /* NULL: the codec's default */
+  const char* codec_params;   /* "key=value,key=value" or NULL */
   uint32_t n_docs, ctx, cont; /* 0: 8, 1024, 128 */
   int32_t n_threads;
   kvc_dtype cache_type;
-  int progress; /* non-zero: a progress line on stderr */
+  int progress;            /* non-zero: a progress line on stderr */
   const char* calibration; /* .kvcal for kvtc; NULL: <model>.kvcal beside the model, if present */
   const char* token_path;  /* instead of text: one document per line of space-separated token ids */
 } kvc_eval_params;
 
 typedef struct kvc_calibrate_params {
   const char* model_path;
-  const char* text_path;  /* NULL: calib.txt beside the model */
-  const char* out_path;   /* NULL: <model>.kvcal beside the model */
-  const char* grouping;   /* "layer", "layer-head", "all"; NULL or "auto": the better of layer and layer-head */
-  uint32_t group_size;    /* token-group components per scale; 0: the best of 8, 16, 32 */
-  uint32_t max_tokens;    /* 0: the whole text */
-  uint32_t window;        /* 0: min(1024, the model's training context) */
+  const char* text_path; /* NULL: calib.txt beside the model */
+  const char* out_path;  /* NULL: <model>.kvcal beside the model */
+  const char* grouping;  /* "layer", "layer-head", "all"; NULL or "auto": the better of layer and layer-head */
+  uint32_t group_size;   /* token-group components per scale; 0: the best of 8, 16, 32 */
+  uint32_t max_tokens;   /* 0: the whole text */
+  uint32_t window;       /* 0: min(1024, the model's training context) */
   int32_t n_threads;
   int progress;
   const char* quantizer;  /* "token-group", "component"; NULL or "auto": the better one */
@@ -74,12 +74,12 @@ typedef struct kvc_calibrate_params {
 
 typedef struct kvc_profile_params {
   const char* model_path;
-  const char* text_path;    /* NULL: calib.txt beside the model (its last windows: what calibrate held back) */
-  const char* calibration;  /* NULL: <model>.kvcal beside the model, if present (else kvtc is not profiled) */
-  const char* out_path;     /* NULL: <model>.kvprof.json beside the model */
-  uint32_t docs;            /* 0: enough for 1024 scored positions, at least 8 */
-  uint32_t ctx;             /* 0: min(1024, training context) - cont - 1 */
-  uint32_t cont;            /* 0: min(128, training context / 4) */
+  const char* text_path;   /* NULL: calib.txt beside the model (its last windows: what calibrate held back) */
+  const char* calibration; /* NULL: <model>.kvcal beside the model, if present (else kvtc is not profiled) */
+  const char* out_path;    /* NULL: <model>.kvprof.json beside the model */
+  uint32_t docs;           /* 0: enough for 1024 scored positions, at least 8 */
+  uint32_t ctx;            /* 0: min(1024, training context) - cont - 1 */
+  uint32_t cont;           /* 0: min(128, training context / 4) */
   int32_t n_threads;
   int progress;
 } kvc_profile_params;
@@ -144,15 +144,15 @@ kvc_status kvc_calibrate_json(const kvc_calibrate_params* params, char** out_jso
 
 typedef struct kvc_bench_codec_params {
   const char* model_path;
-  const char* text_path;    /* NULL: eval.txt beside the model */
-  const char* calibration;  /* NULL: <model>.kvcal beside the model, if present */
-  const char* codec;        /* NULL: "kvtc" */
+  const char* text_path;   /* NULL: eval.txt beside the model */
+  const char* calibration; /* NULL: <model>.kvcal beside the model, if present */
+  const char* codec;       /* NULL: "kvtc" */
   const char* level;
   const char* codec_params;
-  uint32_t ctx;             /* 0: 1024 */
-  uint32_t chunk;           /* 0: 256 */
-  int32_t n_threads;        /* 0: every core */
-  double min_seconds;       /* 0: 1.0 */
+  uint32_t ctx;       /* 0: 1024 */
+  uint32_t chunk;     /* 0: 256 */
+  int32_t n_threads;  /* 0: every core */
+  double min_seconds; /* 0: 1.0 */
 } kvc_bench_codec_params;
 
 /* Codec encode/decode MB/s on a real KV cache, one thread and all cores, beside memcpy (JSON). */
@@ -160,12 +160,12 @@ kvc_status kvc_bench_codec_json(const kvc_bench_codec_params* params, char** out
 
 typedef struct kvc_bench_video_params {
   const char* model_path;
-  const char* text_path;  /* NULL: eval.txt beside the model */
-  const char* preset;     /* NULL: "medium" (x265/x264) */
-  uint32_t ctx;           /* 0: 1024 */
-  uint32_t chunk;         /* 0: 256 */
-  double min_seconds;     /* 0: 0.3, per decode-speed measurement */
-  int32_t quiet;          /* non-zero: no progress line on stderr */
+  const char* text_path; /* NULL: eval.txt beside the model */
+  const char* preset;    /* NULL: "medium" (x265/x264) */
+  uint32_t ctx;          /* 0: 1024 */
+  uint32_t chunk;        /* 0: 256 */
+  double min_seconds;    /* 0: 0.3, per decode-speed measurement */
+  int32_t quiet;         /* non-zero: no progress line on stderr */
 } kvc_bench_video_params;
 
 /* The video codec's layout ablation on a real KV cache: 8-bit codes alone, general-purpose
@@ -175,33 +175,33 @@ kvc_status kvc_bench_video_json(const kvc_bench_video_params* params, char** out
 
 typedef struct kvc_run_params {
   const char* model_path;
-  const char* prompt;        /* the prompt text (not a path) */
-  const char* store_url;     /* NULL: the embedded default dir:// store */
-  const char* codec;         /* how new chunks are stored; NULL: "kvtc" */
-  const char* levels;        /* "l1,l2,..." to store; NULL: the codec's ladder */
-  const char* calibration;   /* kvtc; NULL: <model>.kvcal beside the model */
-  double link_gbps;          /* in-process link cap for fetches; 0: none */
-  uint32_t chunk_tokens;     /* 0: 256 */
-  uint32_t n_generate;       /* tokens to generate; 0: none */
+  const char* prompt;      /* the prompt text (not a path) */
+  const char* store_url;   /* NULL: the embedded default dir:// store */
+  const char* codec;       /* how new chunks are stored; NULL: "kvtc" */
+  const char* levels;      /* "l1,l2,..." to store; NULL: the codec's ladder */
+  const char* calibration; /* kvtc; NULL: <model>.kvcal beside the model */
+  double link_gbps;        /* in-process link cap for fetches; 0: none */
+  uint32_t chunk_tokens;   /* 0: 256 */
+  uint32_t n_generate;     /* tokens to generate; 0: none */
   int32_t n_threads;
-  int32_t no_store;          /* non-zero: do not store the prompt's new chunks */
-  int32_t no_reuse;          /* non-zero: ignore stored chunks (recompute everything) */
-  const char* store_secret;  /* non-NULL, non-empty: seal and check every stored object with HMAC-SHA256 keyed
-                                with it (for stores others can write to); NULL: a CRC32C seal */
-  const char* profile;       /* quality profile; NULL: <model>.kvprof.json beside the model, if any (without
-                                one only raw and quant 8 are stored and fetched) */
-  double max_ppl_delta;      /* largest profiled perplexity change a rung may have, percent; <= 0: 1.0 */
-  double min_top1;           /* smallest profiled top-1 agreement; <= 0: 0.97 */
+  int32_t no_store;         /* non-zero: do not store the prompt's new chunks */
+  int32_t no_reuse;         /* non-zero: ignore stored chunks (recompute everything) */
+  const char* store_secret; /* non-NULL, non-empty: seal and check every stored object with HMAC-SHA256 keyed
+                               with it (for stores others can write to); NULL: a CRC32C seal */
+  const char* profile;      /* quality profile; NULL: <model>.kvprof.json beside the model, if any (without
+                               one only raw and quant 8 are stored and fetched) */
+  double max_ppl_delta;     /* largest profiled perplexity change a rung may have, percent; <= 0: 1.0 */
+  double min_top1;          /* smallest profiled top-1 agreement; <= 0: 0.97 */
   /* Sampling through llama.cpp's sampler chain; all zero: greedy decoding. */
-  double temperature;        /* 0: greedy (the rest ignored); at most 2 */
-  double top_p;              /* (0, 1]; 0: 1 (off) */
-  int32_t top_k;             /* 0: off */
-  double min_p;              /* 0..1; 0: off */
-  double presence_penalty;   /* -2..2 */
-  double frequency_penalty;  /* -2..2 */
-  int32_t has_seed;          /* non-zero: draw with `seed` (same seed and prompt, same text); else at random */
+  double temperature;       /* 0: greedy (the rest ignored); at most 2 */
+  double top_p;             /* (0, 1]; 0: 1 (off) */
+  int32_t top_k;            /* 0: off */
+  double min_p;             /* 0..1; 0: off */
+  double presence_penalty;  /* -2..2 */
+  double frequency_penalty; /* -2..2 */
+  int32_t has_seed;         /* non-zero: draw with `seed` (same seed and prompt, same text); else at random */
   uint64_t seed;
-  int32_t n_fetch_threads;   /* workers fetched chunks decode on (and new chunks encode on); 0: one per core */
+  int32_t n_fetch_threads; /* workers fetched chunks decode on (and new chunks encode on); 0: one per core */
 } kvc_run_params;
 
 /* The main job: reuse the prompt's longest stored prefix, prefill the rest, generate, store the
@@ -210,13 +210,13 @@ kvc_status kvc_run_json(const kvc_run_params* params, char** out_json);
 
 typedef struct kvc_bench_ttft_params {
   const char* model_path;
-  const char* text_path;    /* NULL: eval.txt beside the model */
-  const char* calibration;  /* NULL: <model>.kvcal beside the model */
-  const char* codecs;       /* "a,b,..."; NULL: every codec */
-  const char* link_gbps;    /* "0.01,0.1,..."; NULL: 0.01 0.03 0.1 0.3 1 3 10 */
-  uint32_t prompt_tokens;   /* 0: 4096 */
-  uint32_t chunk_tokens;    /* 0: 256 */
-  uint32_t repeats;         /* 0: 3 (median reported) */
+  const char* text_path;   /* NULL: eval.txt beside the model */
+  const char* calibration; /* NULL: <model>.kvcal beside the model */
+  const char* codecs;      /* "a,b,..."; NULL: every codec */
+  const char* link_gbps;   /* "0.01,0.1,..."; NULL: 0.01 0.03 0.1 0.3 1 3 10 */
+  uint32_t prompt_tokens;  /* 0: 4096 */
+  uint32_t chunk_tokens;   /* 0: 256 */
+  uint32_t repeats;        /* 0: 3 (median reported) */
   int32_t n_threads;
   int32_t quiet;
   const char* profile;       /* quality profile; NULL: <model>.kvprof.json beside the model, if any (without
@@ -234,34 +234,34 @@ kvc_status kvc_bench_ttft_json(const kvc_bench_ttft_params* params, char** out_j
 typedef struct kvc_server kvc_server;
 typedef struct kvc_serve_params {
   const char* model_path;
-  const char* store_url;    /* NULL: the embedded default dir:// store */
-  const char* codec;        /* how new chunks are stored; NULL: "kvtc" */
-  const char* calibration;  /* NULL: <model>.kvcal beside the model */
-  const char* host;         /* NULL: "127.0.0.1" */
-  int32_t port;             /* 0: any free port (kvc_server_port tells which) */
-  double link_gbps;         /* in-process link cap for fetches; 0: none */
-  uint32_t n_ctx;           /* 0: 4096 */
+  const char* store_url;       /* NULL: the embedded default dir:// store */
+  const char* codec;           /* how new chunks are stored; NULL: "kvtc" */
+  const char* calibration;     /* NULL: <model>.kvcal beside the model */
+  const char* host;            /* NULL: "127.0.0.1" */
+  int32_t port;                /* 0: any free port (kvc_server_port tells which) */
+  double link_gbps;            /* in-process link cap for fetches; 0: none */
+  uint32_t n_ctx;              /* 0: 4096 */
   uint32_t default_max_tokens; /* 0: 64 */
-  int32_t n_threads;        /* llama.cpp threads; 0: the cores the fetch threads leave */
-  int32_t n_parallel;       /* sequences decoded together; 0: 4 */
-  int32_t n_fetch_threads;  /* pool workers fetched chunks decode on and new chunks encode on; 0: 1 */
-  const char* scheduler;    /* "kv-aware" (NULL) or "fifo" */
-  int32_t no_reuse;         /* nonzero: never look up, fetch or store chunks */
-  const char* store_secret; /* as in kvc_run_params */
-  uint64_t max_body_bytes;  /* a larger request body is a 413; 0: 1 MiB */
-  double request_timeout_s; /* a request must arrive whole within this, else 408; 0: 30 */
-  int32_t max_connections;  /* connections served at once (a thread each); 0: 512 */
-  const char* profile;       /* quality profile; NULL: <model>.kvprof.json beside the model, if any (without
-                                one only raw and quant 8 are stored and fetched) */
-  double max_ppl_delta;      /* largest profiled perplexity change a rung may have, percent; <= 0: 1.0 */
-  double min_top1;           /* smallest profiled top-1 agreement; <= 0: 0.97 */
-  const char* alias;         /* model id clients see (/v1/models, responses); NULL: the model's file name
-                                without .gguf */
-  const char* chat_template; /* a llama.cpp built-in template's name ("chatml", ...) or a template's text;
-                                NULL: the model's own, or "role: content" lines without one */
-  const char* api_key;       /* non-NULL: every endpoint but /health and /metrics needs
-                                "Authorization: Bearer <api_key>" (else 401) */
-  const char* metrics_key;   /* non-NULL: /metrics needs "Authorization: Bearer <metrics_key>" */
+  int32_t n_threads;           /* llama.cpp threads; 0: the cores the fetch threads leave */
+  int32_t n_parallel;          /* sequences decoded together; 0: 4 */
+  int32_t n_fetch_threads;     /* pool workers fetched chunks decode on and new chunks encode on; 0: 1 */
+  const char* scheduler;       /* "kv-aware" (NULL) or "fifo" */
+  int32_t no_reuse;            /* nonzero: never look up, fetch or store chunks */
+  const char* store_secret;    /* as in kvc_run_params */
+  uint64_t max_body_bytes;     /* a larger request body is a 413; 0: 1 MiB */
+  double request_timeout_s;    /* a request must arrive whole within this, else 408; 0: 30 */
+  int32_t max_connections;     /* connections served at once (a thread each); 0: 512 */
+  const char* profile;         /* quality profile; NULL: <model>.kvprof.json beside the model, if any (without
+                                  one only raw and quant 8 are stored and fetched) */
+  double max_ppl_delta;        /* largest profiled perplexity change a rung may have, percent; <= 0: 1.0 */
+  double min_top1;             /* smallest profiled top-1 agreement; <= 0: 0.97 */
+  const char* alias;           /* model id clients see (/v1/models, responses); NULL: the model's file name
+                                  without .gguf */
+  const char* chat_template;   /* a llama.cpp built-in template's name ("chatml", ...) or a template's text;
+                                  NULL: the model's own, or "role: content" lines without one */
+  const char* api_key;         /* non-NULL: every endpoint but /health and /metrics needs
+                                  "Authorization: Bearer <api_key>" (else 401) */
+  const char* metrics_key;     /* non-NULL: /metrics needs "Authorization: Bearer <metrics_key>" */
 } kvc_serve_params;
 
 /* The OpenAI-compatible completion server with KV reuse: create (loads the model), start
@@ -277,25 +277,25 @@ kvc_status kvc_eval_json(const kvc_eval_params* params, char** out_json);
 
 typedef struct kvc_bench_serve_params {
   const char* model_path;
-  const char* text_path;    /* prompts are cut from it; NULL: eval.txt beside the model */
-  const char* calibration;  /* NULL: <model>.kvcal beside the model */
-  const char* codec;        /* how the servers store chunks; NULL: "kvtc" */
-  const char* configs;      /* "none,fifo,kv-aware" (NULL) or a subset, in the order given */
-  const char* url;          /* non-NULL: one configuration against the server at http://host:port instead */
-  double link_gbps;         /* the in-process servers' fetch link cap; 0: uncapped (the CLI's default is 0.003) */
-  double rate;              /* requests per second, Poisson arrivals; 0: 0.75 */
-  double shared_fraction;   /* of the requests, those sharing a long prefix, in (0, 1]; 0: 0.5 */
-  uint32_t requests;        /* per configuration; 0: 60 */
-  uint32_t prefixes;        /* distinct shared documents; 0: 4 */
-  uint32_t prefix_tokens;   /* 0: 3072 */
-  uint32_t suffix_tokens;   /* each shared-prefix request's own text after it; 0: 24 */
-  uint32_t unique_tokens;   /* no-prefix prompts, 0.8x to 1.2x this; 0: 160 */
-  uint32_t max_tokens;      /* completion tokens per request; 0: 16 */
-  int32_t n_parallel;       /* the servers' sequences decoded together; 0: 8 */
-  int32_t n_fetch_threads;  /* 0: 1 */
-  int32_t n_threads;        /* llama.cpp threads of the servers; 0: the cores the fetch threads leave */
-  uint64_t seed;            /* the trace's; 0: 1 */
-  int32_t plan_recompute;   /* nonzero: the planner may recompute chunks instead of fetching them */
+  const char* text_path;   /* prompts are cut from it; NULL: eval.txt beside the model */
+  const char* calibration; /* NULL: <model>.kvcal beside the model */
+  const char* codec;       /* how the servers store chunks; NULL: "kvtc" */
+  const char* configs;     /* "none,fifo,kv-aware" (NULL) or a subset, in the order given */
+  const char* url;         /* non-NULL: one configuration against the server at http://host:port instead */
+  double link_gbps;        /* the in-process servers' fetch link cap; 0: uncapped (the CLI's default is 0.003) */
+  double rate;             /* requests per second, Poisson arrivals; 0: 0.75 */
+  double shared_fraction;  /* of the requests, those sharing a long prefix, in (0, 1]; 0: 0.5 */
+  uint32_t requests;       /* per configuration; 0: 60 */
+  uint32_t prefixes;       /* distinct shared documents; 0: 4 */
+  uint32_t prefix_tokens;  /* 0: 3072 */
+  uint32_t suffix_tokens;  /* each shared-prefix request's own text after it; 0: 24 */
+  uint32_t unique_tokens;  /* no-prefix prompts, 0.8x to 1.2x this; 0: 160 */
+  uint32_t max_tokens;     /* completion tokens per request; 0: 16 */
+  int32_t n_parallel;      /* the servers' sequences decoded together; 0: 8 */
+  int32_t n_fetch_threads; /* 0: 1 */
+  int32_t n_threads;       /* llama.cpp threads of the servers; 0: the cores the fetch threads leave */
+  uint64_t seed;           /* the trace's; 0: 1 */
+  int32_t plan_recompute;  /* nonzero: the planner may recompute chunks instead of fetching them */
   int32_t quiet;
 } kvc_bench_serve_params;
 

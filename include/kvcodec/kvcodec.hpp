@@ -24,7 +24,7 @@ struct Error {
 template <typename T>
 class Outcome {
  public:
-  Outcome(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Outcome(T value) : v_(std::move(value)) {}      // NOLINT(google-explicit-constructor)
   Outcome(Error error) : v_(std::move(error)) {}  // NOLINT(google-explicit-constructor)
   bool ok() const { return std::holds_alternative<T>(v_); }
   T& value() { return std::get<T>(v_); }
@@ -141,10 +141,9 @@ inline Outcome<std::vector<uint8_t>> Encode(const Kv& kv, const std::string& cod
 
 inline Outcome<Kv> Decode(const std::vector<uint8_t>& bytes, const std::vector<uint8_t>* expected_fingerprint) {
   kvc_kv* kv = nullptr;
-  kvc_status s = kvc_decode(bytes.data(), bytes.size(),
-                            expected_fingerprint && expected_fingerprint->size() == 16 ? expected_fingerprint->data()
-                                                                                        : nullptr,
-                            &kv);
+  kvc_status s = kvc_decode(
+      bytes.data(), bytes.size(),
+      expected_fingerprint && expected_fingerprint->size() == 16 ? expected_fingerprint->data() : nullptr, &kv);
   if (s != KVC_OK) return LastError(s);
   return Kv(kv);
 }
@@ -195,9 +194,9 @@ inline Outcome<std::string> ProfileJson(const kvc_profile_params& params) {
 inline Outcome<std::string> QualityFloorJson(const std::string& model, const std::string& profile,
                                              const std::string& calibration, double max_ppl_delta, double min_top1) {
   char* json = nullptr;
-  if (kvc_status s = kvc_quality_floor_json(model.c_str(), profile.empty() ? nullptr : profile.c_str(),
-                                            calibration.empty() ? nullptr : calibration.c_str(), max_ppl_delta,
-                                            min_top1, &json);
+  if (kvc_status s =
+          kvc_quality_floor_json(model.c_str(), profile.empty() ? nullptr : profile.c_str(),
+                                 calibration.empty() ? nullptr : calibration.c_str(), max_ppl_delta, min_top1, &json);
       s != KVC_OK) {
     return LastError(s);
   }

@@ -21,9 +21,11 @@ TEST(ReplaceFileAtomically, ReplacesAndLeavesNoTemporary) {
   std::filesystem::create_directories(dir);
   const auto path = dir / "f";
   const std::string a = "first", b = "second, longer";
-  ASSERT_TRUE(ReplaceFileAtomically(path.string(), std::span(reinterpret_cast<const uint8_t*>(a.data()), a.size())).ok());
+  ASSERT_TRUE(
+      ReplaceFileAtomically(path.string(), std::span(reinterpret_cast<const uint8_t*>(a.data()), a.size())).ok());
   EXPECT_EQ(Read(path), a);
-  ASSERT_TRUE(ReplaceFileAtomically(path.string(), std::span(reinterpret_cast<const uint8_t*>(b.data()), b.size())).ok());
+  ASSERT_TRUE(
+      ReplaceFileAtomically(path.string(), std::span(reinterpret_cast<const uint8_t*>(b.data()), b.size())).ok());
   EXPECT_EQ(Read(path), b);
   // The target is a directory: the rename fails, the temporary is removed, the error names it.
   std::filesystem::create_directories(dir / "d");

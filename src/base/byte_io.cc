@@ -6,8 +6,8 @@ namespace kvc {
 
 Status ByteReader::Need(size_t n, const char* field) const {
   if (n > remaining()) {
-    return Corrupt(FormatMessage("truncated reading %s at offset %zu (need %zu bytes, have %zu)", field, offset_, n,
-                                 remaining()));
+    return Corrupt(
+        FormatMessage("truncated reading %s at offset %zu (need %zu bytes, have %zu)", field, offset_, n, remaining()));
   }
   return Status::Ok();
 }
@@ -83,7 +83,8 @@ Status ByteReader::Skip(size_t n, const char* field) {
 Status ExpectMagicAndVersion(ByteReader& r, std::span<const uint8_t> magic, uint32_t version, const char* format) {
   std::span<const uint8_t> got;
   RETURN_IF_ERROR(r.Bytes(magic.size(), &got, "magic"));
-  if (!std::equal(got.begin(), got.end(), magic.begin())) return Corrupt(FormatMessage("not a %s file (bad magic)", format));
+  if (!std::equal(got.begin(), got.end(), magic.begin()))
+    return Corrupt(FormatMessage("not a %s file (bad magic)", format));
   uint32_t got_version;
   RETURN_IF_ERROR(r.U32(&got_version, "format_version"));
   if (got_version != version) {

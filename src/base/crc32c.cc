@@ -72,9 +72,8 @@ uint32_t Crc32cExtendPortable(uint32_t crc, const void* data, size_t n) {
   while (n >= 8) {
     const uint32_t lo = LoadLe32(p) ^ c;
     const uint32_t hi = LoadLe32(p + 4);
-    c = kTables[7][lo & 0xFFu] ^ kTables[6][(lo >> 8) & 0xFFu] ^ kTables[5][(lo >> 16) & 0xFFu] ^
-        kTables[4][lo >> 24] ^ kTables[3][hi & 0xFFu] ^ kTables[2][(hi >> 8) & 0xFFu] ^
-        kTables[1][(hi >> 16) & 0xFFu] ^ kTables[0][hi >> 24];
+    c = kTables[7][lo & 0xFFu] ^ kTables[6][(lo >> 8) & 0xFFu] ^ kTables[5][(lo >> 16) & 0xFFu] ^ kTables[4][lo >> 24] ^
+        kTables[3][hi & 0xFFu] ^ kTables[2][(hi >> 8) & 0xFFu] ^ kTables[1][(hi >> 16) & 0xFFu] ^ kTables[0][hi >> 24];
     p += 8;
     n -= 8;
   }

@@ -18,7 +18,9 @@ Hash128 Xxh3_128(const void* data, size_t n) { return Canonical(XXH3_128bits(dat
 
 Xxh3Hasher::Xxh3Hasher() : state_(XXH3_createState()) { XXH3_128bits_reset(static_cast<XXH3_state_t*>(state_)); }
 Xxh3Hasher::~Xxh3Hasher() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
-void Xxh3Hasher::Update(const void* data, size_t n) { XXH3_128bits_update(static_cast<XXH3_state_t*>(state_), data, n); }
+void Xxh3Hasher::Update(const void* data, size_t n) {
+  XXH3_128bits_update(static_cast<XXH3_state_t*>(state_), data, n);
+}
 Hash128 Xxh3Hasher::Digest() const { return Canonical(XXH3_128bits_digest(static_cast<XXH3_state_t*>(state_))); }
 
 std::string HexString(const uint8_t* data, size_t n) {

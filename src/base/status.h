@@ -55,7 +55,7 @@ Status Internal(std::string message);
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : data_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : data_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : data_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     if (std::get<Status>(data_).ok()) data_ = Status(StatusCode::kInternal, "Result built from an OK Status");
   }
@@ -80,9 +80,9 @@ class [[nodiscard]] Result {
 #define KVC_CONCAT_INNER(a, b) a##b
 #define KVC_CONCAT(a, b) KVC_CONCAT_INNER(a, b)
 
-#define RETURN_IF_ERROR(expr)                 \
-  do {                                        \
-    ::kvc::Status kvc_status_ = (expr);       \
+#define RETURN_IF_ERROR(expr)                  \
+  do {                                         \
+    ::kvc::Status kvc_status_ = (expr);        \
     if (!kvc_status_.ok()) return kvc_status_; \
   } while (0)
 
@@ -94,8 +94,8 @@ class [[nodiscard]] Result {
 #define ASSIGN_OR_RETURN(lhs, expr) KVC_ASSIGN_OR_RETURN_IMPL(KVC_CONCAT(kvc_result_, __LINE__), lhs, expr)
 
 // The one bounds check every decoder uses: fails with kCorrupt naming what was violated.
-#define KVC_CHECK_CORRUPT(cond, ...)                                     \
-  do {                                                                   \
+#define KVC_CHECK_CORRUPT(cond, ...)                                       \
+  do {                                                                     \
     if (!(cond)) return ::kvc::Corrupt(::kvc::FormatMessage(__VA_ARGS__)); \
   } while (0)
 

@@ -19,7 +19,7 @@ Scan ScanOne(const uint8_t* p, size_t n, size_t* len) {
     *len = 1;
     return Scan::kValid;
   }
-  size_t need;      // continuation bytes after b0
+  size_t need;                   // continuation bytes after b0
   uint8_t lo = 0x80, hi = 0xBF;  // the range of the first continuation byte (the others: 80..BF)
   if (b0 >= 0xC2 && b0 <= 0xDF) {
     need = 1;

@@ -15,22 +15,26 @@ const std::string kFffd = "\xEF\xBF\xBD";
 TEST(Utf8, ValidAndInvalid) {
   EXPECT_TRUE(IsValidUtf8(""));
   EXPECT_TRUE(IsValidUtf8("plain ASCII"));
-  EXPECT_TRUE(IsValidUtf8("\xE4\xB8\xAD"));          // 中
-  EXPECT_TRUE(IsValidUtf8("\xF0\x9F\x98\x80"));      // 😀
-  EXPECT_TRUE(IsValidUtf8("\xF4\x8F\xBF\xBF"));      // U+10FFFF
-  EXPECT_FALSE(IsValidUtf8("\xE4"));                 // truncated
-  EXPECT_FALSE(IsValidUtf8("\xC0\xAF"));             // overlong '/'
-  EXPECT_FALSE(IsValidUtf8("\xE0\x80\xAF"));         // overlong
-  EXPECT_FALSE(IsValidUtf8("\xED\xA0\x80"));         // surrogate U+D800
-  EXPECT_FALSE(IsValidUtf8("\xF4\x90\x80\x80"));     // past U+10FFFF
+  EXPECT_TRUE(IsValidUtf8("\xE4\xB8\xAD"));       // 中
+  EXPECT_TRUE(IsValidUtf8("\xF0\x9F\x98\x80"));   // 😀
+  EXPECT_TRUE(IsValidUtf8("\xF4\x8F\xBF\xBF"));   // U+10FFFF
+  EXPECT_FALSE(IsValidUtf8("\xE4"));              // truncated
+  EXPECT_FALSE(IsValidUtf8("\xC0\xAF"));          // overlong '/'
+  EXPECT_FALSE(IsValidUtf8("\xE0\x80\xAF"));      // overlong
+  EXPECT_FALSE(IsValidUtf8("\xED\xA0\x80"));      // surrogate U+D800
+  EXPECT_FALSE(IsValidUtf8("\xF4\x90\x80\x80"));  // past U+10FFFF
   EXPECT_FALSE(IsValidUtf8("\xFF"));
   EXPECT_FALSE(IsValidUtf8("\x80"));
 }
 
 TEST(Utf8, ReplacesMaximalSubparts) {
-  EXPECT_EQ(ToValidUtf8("a\xE4" "b"), "a" + kFffd + "b");
-  EXPECT_EQ(ToValidUtf8("\xF0\x9F\x98" "x"), kFffd + "x");  // one U+FFFD for a truncated character
-  EXPECT_EQ(ToValidUtf8("\xC0\xAF"), kFffd + kFffd);        // C0 is never valid, then a lone continuation
+  EXPECT_EQ(ToValidUtf8("a\xE4"
+                        "b"),
+            "a" + kFffd + "b");
+  EXPECT_EQ(ToValidUtf8("\xF0\x9F\x98"
+                        "x"),
+            kFffd + "x");                             // one U+FFFD for a truncated character
+  EXPECT_EQ(ToValidUtf8("\xC0\xAF"), kFffd + kFffd);  // C0 is never valid, then a lone continuation
   EXPECT_EQ(ToValidUtf8("\xED\xA0\x80"), kFffd + kFffd + kFffd);
   EXPECT_EQ(ToValidUtf8("\xE4\xB8\xAD"), "\xE4\xB8\xAD");
   EXPECT_EQ(ToValidUtf8("\xE4\xB8"), kFffd);  // ends inside a character
@@ -62,7 +66,7 @@ TEST(Utf8, StreamOfRandomPiecesEqualsWholeConversion) {
     const int n = static_cast<int>(rng() % 40);
     for (int i = 0; i < n; ++i) {
       // Mostly bytes that matter to UTF-8: leads, continuations, ASCII.
-      static const uint8_t kPool[] = {'a', ' ', 0x80, 0x9F, 0xA0, 0xBF, 0xC2, 0xDF, 0xE0, 0xE4, 0xED,
+      static const uint8_t kPool[] = {'a',  ' ',  0x80, 0x9F, 0xA0, 0xBF, 0xC2, 0xDF, 0xE0, 0xE4, 0xED,
                                       0xEF, 0xF0, 0xF4, 0xF5, 0xFF, 0xC0, 0x8F, 0x90, 0xB8, 0xAD};
       bytes += static_cast<char>(kPool[rng() % sizeof kPool]);
     }
@@ -85,7 +89,9 @@ TEST(Utf8, PrintableOneLineEscapesControls) {
   EXPECT_EQ(PrintableOneLine("a\nkvcodec: error: forged"), "a\\x0Akvcodec: error: forged");
   EXPECT_EQ(PrintableOneLine(std::string("x\0y", 3)), "x\\x00y");
   EXPECT_EQ(PrintableOneLine("\x1B[31mred"), "\\x1B[31mred");
-  EXPECT_EQ(PrintableOneLine("\xC2\x9B" "31m"), "\\x9B31m");  // C1 CSI
+  EXPECT_EQ(PrintableOneLine("\xC2\x9B"
+                             "31m"),
+            "\\x9B31m");  // C1 CSI
   EXPECT_EQ(PrintableOneLine("\xE4"), kFffd);
   EXPECT_EQ(PrintableOneLine("\xE4\xB8\xAD"), "\xE4\xB8\xAD");
 }

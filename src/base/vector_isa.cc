@@ -11,10 +11,13 @@ bool VectorIsaSupported(VectorIsa isa) {
   constexpr bool avx2 = false, avx512 = false;
 #endif
   switch (isa) {
-    case VectorIsa::kAvx2: return avx2;
-    case VectorIsa::kAvx512: return avx512;
+    case VectorIsa::kAvx2:
+      return avx2;
+    case VectorIsa::kAvx512:
+      return avx512;
     case VectorIsa::kAuto:
-    case VectorIsa::kPortable: return true;
+    case VectorIsa::kPortable:
+      return true;
   }
   return false;
 }
@@ -40,10 +43,14 @@ std::vector<VectorIsa> SupportedVectorIsas() {
 
 const char* VectorIsaName(VectorIsa isa) {
   switch (isa) {
-    case VectorIsa::kAuto: return "auto";
-    case VectorIsa::kPortable: return "portable";
-    case VectorIsa::kAvx2: return "avx2";
-    case VectorIsa::kAvx512: return "avx512";
+    case VectorIsa::kAuto:
+      return "auto";
+    case VectorIsa::kPortable:
+      return "portable";
+    case VectorIsa::kAvx2:
+      return "avx2";
+    case VectorIsa::kAvx512:
+      return "avx512";
   }
   return "?";
 }

@@ -110,9 +110,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // A NULL pointer with size 0 is how an empty file arrives: exercise it too.
   const uint8_t* rest = size > 1 ? data + 1 : nullptr;
   switch (mode) {
-    case 0: Inspect(rest, size - 1); break;
-    case 1: DecodeToState(rest, size - 1); break;
-    default: EncodeFromState(rest, size - 1); break;
+    case 0:
+      Inspect(rest, size - 1);
+      break;
+    case 1:
+      DecodeToState(rest, size - 1);
+      break;
+    default:
+      EncodeFromState(rest, size - 1);
+      break;
   }
   return 0;
 }

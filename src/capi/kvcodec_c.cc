@@ -1,14 +1,12 @@
 // The C API over the C++ library. Converts Status to kvc_status + a thread-local message and
 // copies results into malloc'd buffers the caller frees with kvc_free().
-#include "kvcodec/kvcodec.h"
-
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
 #include <new>
-#include <span>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <sstream>
 #include <string>
 
@@ -17,15 +15,16 @@
 #include "engine/calibrate.h"
 #include "engine/codec_bench.h"
 #include "engine/completion_server.h"
-#include "engine/run_job.h"
-#include "engine/serve_bench.h"
-#include "engine/ttft_bench.h"
-#include "engine/video_ablation.h"
 #include "engine/evaluator.h"
 #include "engine/llama_engine.h"
 #include "engine/llama_state.h"
 #include "engine/model_files.h"
 #include "engine/model_profile.h"
+#include "engine/run_job.h"
+#include "engine/serve_bench.h"
+#include "engine/ttft_bench.h"
+#include "engine/video_ablation.h"
+#include "kvcodec/kvcodec.h"
 #include "kvtc/calibration_registry.h"
 #include "kvtc/kvcal.h"
 #include "video/video_decoder.h"
@@ -57,13 +56,20 @@ kvc::CalibrationRegistry& Calibrations() {
 kvc_status Fail(const kvc::Status& status) {
   g_last_error = status.ToString();
   switch (status.code()) {
-    case kvc::StatusCode::kOk: return KVC_OK;
-    case kvc::StatusCode::kInvalidArgument: return KVC_INVALID_ARGUMENT;
-    case kvc::StatusCode::kCorrupt: return KVC_CORRUPT;
-    case kvc::StatusCode::kUnsupported: return KVC_UNSUPPORTED;
-    case kvc::StatusCode::kNotFound: return KVC_NOT_FOUND;
-    case kvc::StatusCode::kIoError: return KVC_IO_ERROR;
-    case kvc::StatusCode::kInternal: return KVC_INTERNAL;
+    case kvc::StatusCode::kOk:
+      return KVC_OK;
+    case kvc::StatusCode::kInvalidArgument:
+      return KVC_INVALID_ARGUMENT;
+    case kvc::StatusCode::kCorrupt:
+      return KVC_CORRUPT;
+    case kvc::StatusCode::kUnsupported:
+      return KVC_UNSUPPORTED;
+    case kvc::StatusCode::kNotFound:
+      return KVC_NOT_FOUND;
+    case kvc::StatusCode::kIoError:
+      return KVC_IO_ERROR;
+    case kvc::StatusCode::kInternal:
+      return KVC_INTERNAL;
   }
   return KVC_INTERNAL;
 }
@@ -246,10 +252,12 @@ kvc_status kvc_model_info_json(const kvc_model* model, char** out_json) {
 kvc_status kvc_model_tokenize(const kvc_model* model, const char* text, size_t len, int add_bos, int32_t** out_tokens,
                               size_t* out_n) {
   return Guard([&]() -> kvc_status {
-    if (model == nullptr || text == nullptr || out_tokens == nullptr || out_n == nullptr) return NullArgument("argument");
+    if (model == nullptr || text == nullptr || out_tokens == nullptr || out_n == nullptr)
+      return NullArgument("argument");
     auto tokens = model->model->Tokenize(std::string_view(text, len), add_bos != 0);
     if (!tokens.ok()) return Fail(tokens.status());
-    *out_tokens = reinterpret_cast<int32_t*>(CopyBytes(std::span(reinterpret_cast<const uint8_t*>(tokens->data()), tokens->size() * sizeof(int32_t))));
+    *out_tokens = reinterpret_cast<int32_t*>(
+        CopyBytes(std::span(reinterpret_cast<const uint8_t*>(tokens->data()), tokens->size() * sizeof(int32_t))));
     *out_n = tokens->size();
     return KVC_OK;
   });
@@ -314,8 +322,9 @@ void kvc_kv_shape(const kvc_kv* kv, kvc_shape* out) {
     return;
   }
   const kvc::KvShape& s = kv->cache.shape();
-  *out = kvc_shape{s.n_layers, s.n_kv_heads, s.head_dim, s.n_tokens, static_cast<kvc_dtype>(kv->cache.dtype()),
-                   kv->cache.pos_begin()};
+  *out =
+      kvc_shape{s.n_layers,           s.n_kv_heads, s.head_dim, s.n_tokens, static_cast<kvc_dtype>(kv->cache.dtype()),
+                kv->cache.pos_begin()};
 }
 
 kvc_status kvc_kv_from_llama_state(const uint8_t* data, size_t size, uint32_t n_kv_heads, kvc_kv** out) {
@@ -489,8 +498,8 @@ kvc_status kvc_calibrate_json(const kvc_calibrate_params* p, char** out_json) {
     kvc::KvtcCalibration calibration;
     auto report = kvc::RunCalibrate(o, &calibration);
     if (!report.ok()) return Fail(report.status());
-    const std::string out = p->out_path ? p->out_path
-                                        : std::filesystem::path(o.model_path).replace_extension(".kvcal").string();
+    const std::string out =
+        p->out_path ? p->out_path : std::filesystem::path(o.model_path).replace_extension(".kvcal").string();
     kvc::Status saved = kvc::SaveKvcal(calibration, out);
     if (!saved.ok()) return Fail(saved);
     auto json = nlohmann::ordered_json::parse(kvc::CalibrateReportJson(*report));
@@ -547,8 +556,8 @@ kvc_status kvc_quality_floor_json(const char* model_path, const char* profile_pa
     j["note"] = floor->note;
     j["allowed"] = nlohmann::ordered_json::array();
     for (const auto& [codec, level] : floor->allowed) j["allowed"].push_back(codec + "/" + level);
-    j["profile"] = floor->profile ? nlohmann::ordered_json::parse(kvc::WriteProfile(*floor->profile))
-                                  : nlohmann::ordered_json();
+    j["profile"] =
+        floor->profile ? nlohmann::ordered_json::parse(kvc::WriteProfile(*floor->profile)) : nlohmann::ordered_json();
     *out_json = CopyString(DumpJson(j));
     return KVC_OK;
   });
@@ -606,7 +615,8 @@ kvc_status kvc_run_json(const kvc_run_params* p, char** out_json) {
     o.sampling.frequency_penalty = static_cast<float>(p->frequency_penalty);
     if (p->has_seed) o.sampling.seed = p->seed;
     if (kvc::Status s = kvc::CheckSamplingParams(o.sampling); !s.ok()) return Fail(s);
-    if (p->n_fetch_threads < 0 || p->n_fetch_threads > 64) return Fail(kvc::InvalidArgument("fetch threads must be in 0..64"));
+    if (p->n_fetch_threads < 0 || p->n_fetch_threads > 64)
+      return Fail(kvc::InvalidArgument("fetch threads must be in 0..64"));
     o.fetch_threads = p->n_fetch_threads;
     auto report = kvc::RunJob(o);
     if (!report.ok()) return Fail(report.status());
@@ -631,7 +641,8 @@ kvc_status kvc_server_create(const kvc_serve_params* p, kvc_server** out) {
     if (p->n_ctx) o.n_ctx = p->n_ctx;
     if (p->default_max_tokens) o.default_max_tokens = p->default_max_tokens;
     o.threads = p->n_threads;
-    if (p->n_parallel < 0 || p->n_fetch_threads < 0) return Fail(kvc::InvalidArgument("parallel and fetch threads must not be negative"));
+    if (p->n_parallel < 0 || p->n_fetch_threads < 0)
+      return Fail(kvc::InvalidArgument("parallel and fetch threads must not be negative"));
     if (p->n_parallel) o.parallel = p->n_parallel;
     if (p->n_fetch_threads) o.fetch_threads = p->n_fetch_threads;
     if (p->scheduler) {
@@ -710,7 +721,8 @@ kvc_status kvc_bench_ttft_json(const kvc_bench_ttft_params* p, char** out_json) 
       }
       o.prefix_tokens.push_back(static_cast<uint32_t>(v));
     }
-    if (p->n_fetch_threads < 0 || p->n_fetch_threads > 64) return Fail(kvc::InvalidArgument("fetch threads must be in 0..64"));
+    if (p->n_fetch_threads < 0 || p->n_fetch_threads > 64)
+      return Fail(kvc::InvalidArgument("fetch threads must be in 0..64"));
     o.fetch_threads = p->n_fetch_threads;
     o.threads = p->n_threads;
     SetQuality(p, &o.profile, &o.quality);
@@ -753,7 +765,8 @@ kvc_status kvc_bench_serve_json(const kvc_bench_serve_params* p, char** out_json
     if (p->link_gbps < 0 || p->rate < 0 || p->shared_fraction < 0 || p->shared_fraction > 1) {
       return Fail(kvc::InvalidArgument("link rate and request rate must not be negative, shared fraction in 0..1"));
     }
-    if (p->n_parallel < 0 || p->n_fetch_threads < 0) return Fail(kvc::InvalidArgument("parallel and fetch threads must not be negative"));
+    if (p->n_parallel < 0 || p->n_fetch_threads < 0)
+      return Fail(kvc::InvalidArgument("parallel and fetch threads must not be negative"));
     o.link_gbps = p->link_gbps;
     if (p->rate > 0) o.rate = p->rate;
     if (p->shared_fraction > 0) o.shared_fraction = p->shared_fraction;

@@ -37,13 +37,13 @@ std::vector<uint8_t> KvcWithLevel(const std::string& level) {
   U16(body, 1);  // codec version
   U32(body, static_cast<uint32_t>(level.size()));
   body.insert(body.end(), level.begin(), level.end());
-  U32(body, 0);  // codec params
+  U32(body, 0);                                      // codec params
   for (uint32_t v : {1u, 1u, 8u, 1u}) U32(body, v);  // layers, kv heads, head_dim, tokens
-  body.push_back(1);  // f16
-  body.insert(body.end(), 16, 0);  // model fingerprint
-  U32(body, 0);  // token_begin
-  U32(body, 0);  // pos_begin
-  U32(body, 0);  // sections
+  body.push_back(1);                                 // f16
+  body.insert(body.end(), 16, 0);                    // model fingerprint
+  U32(body, 0);                                      // token_begin
+  U32(body, 0);                                      // pos_begin
+  U32(body, 0);                                      // sections
   std::vector<uint8_t> file = {'K', 'V', 'C', '1'};
   U32(file, 1);
   U32(file, static_cast<uint32_t>(body.size()));

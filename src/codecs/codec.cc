@@ -61,9 +61,10 @@ Status CheckFinite(const KvView& kv) {
       for (size_t i = 0; i < values.size(); ++i) {
         // The negated test is also true for NaN.
         if (!(std::fabs(values[i]) <= kMaxEncodableMagnitude)) {
-          return InvalidArgument(FormatMessage("%s layer %u token %zu holds %g, outside the fp16 range every lossy "
-                                               "codec takes (only the raw codec stores it)",
-                                               KvKindName(kind), layer, i / row, static_cast<double>(values[i])));
+          return InvalidArgument(
+              FormatMessage("%s layer %u token %zu holds %g, outside the fp16 range every lossy "
+                            "codec takes (only the raw codec stores it)",
+                            KvKindName(kind), layer, i / row, static_cast<double>(values[i])));
         }
       }
     }
@@ -121,7 +122,8 @@ Status CheckDecodeExpect(const KvcHeader& h, size_t file_bytes, const DecodeExpe
     }
   }
   if (expect.pos_begin && *expect.pos_begin != h.pos_begin) {
-    return InvalidArgument(FormatMessage("the file starts at position %d, expected %d", h.pos_begin, *expect.pos_begin));
+    return InvalidArgument(
+        FormatMessage("the file starts at position %d, expected %d", h.pos_begin, *expect.pos_begin));
   }
   // ReadKvc has run ValidateShape, so every factor is bounded and the product fits 64 bits.
   const uint64_t output = uint64_t{2} * h.shape.elems() * DTypeSize(h.dtype);

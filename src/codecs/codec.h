@@ -17,14 +17,14 @@
 namespace kvc {
 
 struct CodecInfo {
-  std::string name;         // "raw", "quant", ...
-  uint16_t id = 0;          // stored in .kvc headers; never reused
-  uint16_t version = 1;     // bumped when the codec's bytes change meaning
+  std::string name;                 // "raw", "quant", ...
+  uint16_t id = 0;                  // stored in .kvc headers; never reused
+  uint16_t version = 1;             // bumped when the codec's bytes change meaning
   std::vector<std::string> levels;  // quality levels, best quality first
   std::string default_level;
   std::string description;
   std::vector<std::string> params;  // names of accepted key=value parameters, with their defaults
-  bool needs_calibration = false;    // encodes and decodes only with a calibration in the CodecContext
+  bool needs_calibration = false;   // encodes and decodes only with a calibration in the CodecContext
   // Stores NaN, infinities and values past the fp16 range as they are (raw). The others quantise by
   // ranges and scales that such a value would overflow, so EncodeKvc refuses it (CheckFinite).
   bool keeps_non_finite = false;

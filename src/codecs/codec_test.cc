@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -172,8 +171,8 @@ TEST(EncodeKvc, IsDeterministic) {
 
 // A lossy codec fed NaN, infinity or a value past the fp16 range used to write a file its own
 // decoder rejects (cachegen: "an anchor min/scale or delta step is inf, NaN or negative", found
-// by the capi fuzzer): the data was lost at encode time without an error. Now every codec but raw refuses such input, naming
-// where it is; raw keeps NaN and infinities.
+// by the capi fuzzer): the data was lost at encode time without an error. Now every codec but raw refuses such input,
+// naming where it is; raw keeps NaN and infinities.
 TEST(EncodeKvc, OutOfRangeInputIsRefusedByLossyCodecsAndNaNAndInfinityKeptByRaw) {
   for (DType dtype : {DType::kF16, DType::kBF16, DType::kF32}) {
     for (const float bad : {std::nanf(""), INFINITY, -INFINITY, 1e30f, -70000.0f}) {
@@ -456,7 +455,12 @@ TEST(FuzzCorpus, DISABLED_Regenerate) {
       {"quant8_big_group", "quant", {.level = "8"}, DType::kF32, 1, 3},
       {"cachegen_medium", "cachegen", {.level = "medium", .params = {{"group", "2"}}}, DType::kF16, 3, 3},
       {"video8_ffv1", "video", {.level = "8"}, DType::kF16, 4, 1},
-      {"video6_x264_planes", "video", {.level = "6", .params = {{"coder", "x264"}, {"planes", "1"}}}, DType::kF32, 4, 3},
+      {"video6_x264_planes",
+       "video",
+       {.level = "6", .params = {{"coder", "x264"}, {"planes", "1"}}},
+       DType::kF32,
+       4,
+       3},
       {"video4_x265_frames",
        "video",
        {.level = "4", .params = {{"coder", "x265"}, {"layout", "frames"}, {"preset", "ultrafast"}}},

@@ -132,9 +132,8 @@ TEST(HostileKvc, SectionByteFlipsUnderFreshCrcsFailCleanly) {
       const size_t size = file.sections[s].bytes.size();
       const size_t stride = std::max<size_t>(1, size / 256);
       for (size_t i = 0; i < size; i += i < 64 ? 1 : stride) {
-        const auto bad = Rewrite(sample.bytes, [&](KvcHeader&, std::vector<KvcSection>& sections) {
-          sections[s].bytes[i] ^= 0xFF;
-        });
+        const auto bad =
+            Rewrite(sample.bytes, [&](KvcHeader&, std::vector<KvcSection>& sections) { sections[s].bytes[i] ^= 0xFF; });
         const auto r = DecodeKvc(bad, &kFp, Env().context());
         if (r.ok()) {
           EXPECT_EQ(r->shape(), file.header.shape);
@@ -211,7 +210,8 @@ std::vector<uint8_t> VideoFramesClaiming(std::span<const uint8_t> real, uint32_t
     for (KvcSection& s : sections) {
       size_t at = 2 * 4;
       while (at + 4 <= s.bytes.size()) {
-        const uint32_t len = s.bytes[at] | s.bytes[at + 1] << 8 | s.bytes[at + 2] << 16 | uint32_t{s.bytes[at + 3]} << 24;
+        const uint32_t len =
+            s.bytes[at] | s.bytes[at + 1] << 8 | s.bytes[at + 2] << 16 | uint32_t{s.bytes[at + 3]} << 24;
         for (int b = 0; b < 4; ++b) s.bytes[at + 4 + 19 + b] = static_cast<uint8_t>(frames >> (8 * b));
         at += 4 + len;
       }
@@ -250,7 +250,8 @@ std::vector<Hostile> HugeClaims() {
       out.push_back({"video_frames_streams_claim_2^22_frames", VideoFramesClaiming(s.bytes, kMaxTokens), true});
     }
   }
-  out.push_back({"cachegen_packed_claims_2^22_tokens", CachegenFile(kMaxTokens, [] { return PackedSection(20); }), true});
+  out.push_back(
+      {"cachegen_packed_claims_2^22_tokens", CachegenFile(kMaxTokens, [] { return PackedSection(20); }), true});
   // Valid: a constant cache of 2^22 tokens really is this small in rANS.
   out.push_back({"cachegen_constant_rans_2^22_tokens", CachegenFile(kMaxTokens, ConstantRansSection), false});
   return out;
@@ -262,7 +263,7 @@ std::vector<Hostile> HugeClaims() {
 // reported) instead of taking the machine's memory. ASan reserves terabytes of address space
 // up front, so there only the child's peak RSS growth is returned, for the caller to bound.
 struct ChildOutcome {
-  std::string text;        // fn's result, or "died: ..."
+  std::string text;  // fn's result, or "died: ..."
   long peak_rss_growth_kb = 0;
 };
 
@@ -350,13 +351,14 @@ TEST(HostileKvc, HugeTokenClaimsFailBeforeAllocating) {
         };
         std::string report;
         for (const Hostile& h : hostile) {
-          report += h.name + " (" + std::to_string(h.bytes.size()) + " bytes): " +
-                    outcome([&] { return DecodeKvc(h.bytes, &kFp, Env().context()).status(); }) + "\n";
+          report += h.name + " (" + std::to_string(h.bytes.size()) +
+                    " bytes): " + outcome([&] { return DecodeKvc(h.bytes, &kFp, Env().context()).status(); }) + "\n";
           if (h.codec_catches) {
             const KvcFile file = ReadKvc(h.bytes).value();
             report += h.name + " direct: " + outcome([&] {
-              return FindCodecById(file.header.codec_id)->Decode(file, Env().context()).status();
-            }) + "\n";
+                        return FindCodecById(file.header.codec_id)->Decode(file, Env().context()).status();
+                      }) +
+                      "\n";
           }
         }
         return report;

@@ -3,8 +3,8 @@
 
 #include <cmath>
 #include <functional>
-#include <span>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "format/container.h"

@@ -44,10 +44,10 @@ struct BatchScheduler::Slot {
   int32_t seq = 0;
   std::shared_ptr<ServeRequest> request;  // null: free
   uint32_t choice = 0;
-  uint32_t evaluated = 0;                 // prompt and generated tokens in the sequence
+  uint32_t evaluated = 0;  // prompt and generated tokens in the sequence
   uint32_t restored_chunks = 0;
-  bool waiting_for_prompt = false;        // a choice after the first, before the fork
-  bool generating = false;                // prompt done; `next` is the token to evaluate
+  bool waiting_for_prompt = false;  // a choice after the first, before the fork
+  bool generating = false;          // prompt done; `next` is the token to evaluate
   int32_t next = 0;
   SteadyClock::time_point prefill_start;
 };
@@ -169,7 +169,9 @@ void BatchScheduler::Fetch(ServeRequest& request) {
 void BatchScheduler::EngineLoop() {
   slots_.resize(o_.parallel);
   for (size_t i = 0; i < slots_.size(); ++i) slots_[i].seq = static_cast<int32_t>(i);
-  auto busy = [&] { return std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.request != nullptr; }); };
+  auto busy = [&] {
+    return std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.request != nullptr; });
+  };
   auto free_slots = [&] {
     std::vector<Slot*> out;
     for (Slot& s : slots_) {
@@ -178,14 +180,13 @@ void BatchScheduler::EngineLoop() {
     return out;
   };
   for (;;) {
-    std::vector<Slot*> admitted;  // leads
-    std::vector<std::shared_ptr<ServeRequest>> gone;  // cancelled before they got a sequence
+    std::vector<Slot*> admitted;                          // leads
+    std::vector<std::shared_ptr<ServeRequest>> gone;      // cancelled before they got a sequence
     std::vector<std::shared_ptr<ServeRequest>> too_wide;  // more choices than sequences
     {
       std::unique_lock lock(mu_);
-      engine_cv_.wait(lock, [&] {
-        return busy() || !ready_.empty() || (stop_engine_ && to_fetch_.empty() && fetching_ == 0);
-      });
+      engine_cv_.wait(
+          lock, [&] { return busy() || !ready_.empty() || (stop_engine_ && to_fetch_.empty() && fetching_ == 0); });
       if (!busy() && ready_.empty()) return;  // stopping, and nothing is left anywhere
       // In arrival order: a request of n choices waits for n free sequences at once, and the
       // ones behind it wait with it.
@@ -223,8 +224,8 @@ void BatchScheduler::EngineLoop() {
       request->Finish();
     }
     for (const auto& request : too_wide) {
-      request->status_ = InvalidArgument(FormatMessage("n = %u is more than the server's %zu sequences",
-                                                       request->options_.n, slots_.size()));
+      request->status_ = InvalidArgument(
+          FormatMessage("n = %u is more than the server's %zu sequences", request->options_.n, slots_.size()));
       request->Finish();
     }
     // Nothing thrown may end this thread (std::terminate would take every request in flight
@@ -495,10 +496,10 @@ void BatchScheduler::StoreLoop() {
     }
     Result<StoredChunks> stored = Internal("not stored");
     try {
-      stored = StoreChunks(*reuse_.store, job.kv, job.keys, job.first, o_.chunk_tokens,
-                           o_.rungs.empty() ? std::vector<StoredRung>{{reuse_.codec, reuse_.codec->info().default_level}}
-                                            : o_.rungs,
-                           *reuse_.model, context);
+      stored = StoreChunks(
+          *reuse_.store, job.kv, job.keys, job.first, o_.chunk_tokens,
+          o_.rungs.empty() ? std::vector<StoredRung>{{reuse_.codec, reuse_.codec->info().default_level}} : o_.rungs,
+          *reuse_.model, context);
     } catch (...) {
       stored = Internal(ExceptionText(std::current_exception()));
     }

@@ -27,8 +27,8 @@
 #include <thread>
 #include <vector>
 
-#include "base/utf8.h"
 #include "base/thread_pool.h"
+#include "base/utf8.h"
 #include "engine/prefix_cache.h"
 #include "engine/serve_metrics.h"
 #include "engine/stop_filter.h"
@@ -38,11 +38,11 @@ namespace kvc {
 
 // What a request asks of its generation besides the prompt.
 struct GenerationOptions {
-  uint32_t max_tokens = 64;    // per choice
-  uint32_t n = 1;              // choices: sequences that share the prompt's prefill
-  SamplingParams sampling;     // greedy by default
+  uint32_t max_tokens = 64;  // per choice
+  uint32_t n = 1;            // choices: sequences that share the prompt's prefill
+  SamplingParams sampling;   // greedy by default
   std::vector<std::string> stop;
-  int32_t logprobs = -1;       // alternatives per token to report; -1: no log-probabilities
+  int32_t logprobs = -1;  // alternatives per token to report; -1: no log-probabilities
 };
 
 // A generated token's log-probability and its most likely alternatives, as a response reports
@@ -65,8 +65,8 @@ struct Piece {
 // What one request's generation did, for the response's usage block.
 struct Generation {
   uint32_t prompt_tokens = 0, cached_tokens = 0;
-  uint32_t completion_tokens = 0;          // all choices together, as OpenAI counts them
-  std::vector<std::string> finish_reasons; // per choice: "stop", "length" or "cancelled"
+  uint32_t completion_tokens = 0;           // all choices together, as OpenAI counts them
+  std::vector<std::string> finish_reasons;  // per choice: "stop", "length" or "cancelled"
   uint64_t fetched_bytes = 0;
   double ttft_s = 0;
 };
@@ -99,7 +99,7 @@ class ServeRequest {
 
   // One choice's state on the engine thread.
   struct Choice {
-    Utf8Stream utf8;    // token bytes in, whole characters out
+    Utf8Stream utf8;  // token bytes in, whole characters out
     StopFilter stop;
     std::unique_ptr<TokenSampler> sampler;
     uint32_t tokens = 0;
@@ -135,9 +135,9 @@ struct SchedulerOptions {
   bool reuse = true;
   uint32_t chunk_tokens = 256;
   double link_gbps = 0;
-  double recompute_s = 0;      // per chunk, prices "recompute" for the level planner (0: never)
-  std::vector<StoredRung> rungs;    // stored per new chunk (empty: the context's codec at its default level)
-  QualityFloor floor;               // what may be fetched, and each rung's measured loss
+  double recompute_s = 0;         // per chunk, prices "recompute" for the level planner (0: never)
+  std::vector<StoredRung> rungs;  // stored per new chunk (empty: the context's codec at its default level)
+  QualityFloor floor;             // what may be fetched, and each rung's measured loss
 };
 
 // What reuse needs: where chunks live, how new ones are encoded, what decodes them.
@@ -189,7 +189,7 @@ class BatchScheduler {
   const ReuseContext reuse_;
   const SchedulerOptions o_;
   ServeMetrics& metrics_;
-  LinkShaper link_;  // one emulated link every fetch shares, as concurrent fetches share a network
+  LinkShaper link_;          // one emulated link every fetch shares, as concurrent fetches share a network
   std::vector<Slot> slots_;  // the engine thread's: one per sequence
 
   std::mutex mu_;  // guards the queues and flags below

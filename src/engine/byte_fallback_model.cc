@@ -148,7 +148,8 @@ Result<ByteFallbackPlan> PlanByteFallback(const LlamaModel& model, const std::st
       }
       return i + len;
     }
-    return NotFound(FormatMessage("no run of %zu distinct new tokens in %zu generated ones", len, plan.generated.size()));
+    return NotFound(
+        FormatMessage("no run of %zu distinct new tokens in %zu generated ones", len, plan.generated.size()));
   };
   ASSIGN_OR_RETURN(const size_t after_cjk, place(kByteFallbackCjk, 0));
   RETURN_IF_ERROR(place(kByteFallbackEmoji, after_cjk).status());

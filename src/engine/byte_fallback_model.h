@@ -38,8 +38,8 @@ struct ByteFallbackPlan {
 // Generates `n_tokens` greedily for `prompt` with `model` (fewer if it ends first) and picks
 // eight distinct generated tokens to become bytes: three consecutive ones spell kByteFallbackCjk,
 // four consecutive ones later spell kByteFallbackEmoji, one more is kByteFallbackNever;
-// wherever else the first seven occur, they are stray bytes that are not UTF-8 either. Only ordinary tokens that are not in the prompt are
-// chosen, so the modified model reads the prompt as the same tokens and, with the same weights,
+// wherever else the first seven occur, they are stray bytes that are not UTF-8 either. Only ordinary tokens that are
+// not in the prompt are chosen, so the modified model reads the prompt as the same tokens and, with the same weights,
 // generates the same ones. Fails when the generation has no such runs (try a longer one).
 Result<ByteFallbackPlan> PlanByteFallback(const LlamaModel& model, const std::string& prompt, uint32_t n_tokens);
 

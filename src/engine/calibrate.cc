@@ -43,9 +43,12 @@ uint32_t TensorOf(const KvtcCalibration& c, uint32_t basis_index) {
   const uint32_t n_bases = c.n_bases();
   const uint32_t kind = basis_index / n_bases, basis = basis_index % n_bases;
   switch (c.grouping) {
-    case KvtcGrouping::kLayerHead: return kind * c.n_layers + basis / c.n_kv_heads;
-    case KvtcGrouping::kLayer: return kind * c.n_layers + basis;
-    case KvtcGrouping::kAll: return kind;
+    case KvtcGrouping::kLayerHead:
+      return kind * c.n_layers + basis / c.n_kv_heads;
+    case KvtcGrouping::kLayer:
+      return kind * c.n_layers + basis;
+    case KvtcGrouping::kAll:
+      return kind;
   }
   return 0;
 }
@@ -60,8 +63,8 @@ std::string RatioName(float ratio) {
 
 // Bases fitted for one grouping, and the held-back tokens projected onto them.
 struct GroupingFit {
-  KvtcCalibration skeleton;                 // header and bases; no allocations, no multipliers
-  std::vector<std::vector<float>> coeffs;   // per basis: [n_stat][dim]
+  KvtcCalibration skeleton;                // header and bases; no allocations, no multipliers
+  std::vector<std::vector<float>> coeffs;  // per basis: [n_stat][dim]
   uint32_t n_stat = 0;
 };
 
@@ -93,7 +96,8 @@ class CandidateModel {
         basis.step_multipliers.assign(size_t{basis.n_components} * kKvtcWidths, 1.0f);
         for (uint32_t c = 0; c < basis.n_components; ++c) {
           const ComponentStats s = MeasureComponent(x + c, dim, fit.n_stat, chunk_tokens);
-          std::copy(s.multipliers.begin(), s.multipliers.end(), basis.step_multipliers.begin() + size_t{c} * kKvtcWidths);
+          std::copy(s.multipliers.begin(), s.multipliers.end(),
+                    basis.step_multipliers.begin() + size_t{c} * kKvtcWidths);
           per_basis[i].push_back({static_cast<uint32_t>(i), 1, s.error, {}});
           std::array<double, 9> rate{};
           for (uint32_t b = 1; b <= 8; ++b) rate[b] = s.entropy_bits[b] + 16.0 / chunk_tokens;
@@ -218,8 +222,8 @@ Result<double> CodedBitsPerValue(const KvtcCalibration& base, float ratio, const
   uint64_t total = 0;
   for (uint64_t b : bytes) total += b;
   const KvShape shape = set.windows.front().shape();
-  const double values = static_cast<double>(set.chunks.size()) * set.chunk_tokens * 2.0 * shape.n_layers * shape.n_kv_heads *
-                        shape.head_dim;
+  const double values = static_cast<double>(set.chunks.size()) * set.chunk_tokens * 2.0 * shape.n_layers *
+                        shape.n_kv_heads * shape.head_dim;
   return 8.0 * static_cast<double>(total) / values;
 }
 
@@ -279,12 +283,13 @@ Result<CalibrateReport> RunCalibrate(const CalibrateOptions& options, KvtcCalibr
   const auto t_start = Clock::now();
   if (options.group_size > 4096) return InvalidArgument("--group-size must be in 1..4096");
   if (options.chunk_tokens < 16) return InvalidArgument("--chunk must be 16 tokens or more");
-  if (!(options.heldout_fraction > 0 && options.heldout_fraction < 1)) return InvalidArgument("held-out fraction must be in (0, 1)");
+  if (!(options.heldout_fraction > 0 && options.heldout_fraction < 1))
+    return InvalidArgument("held-out fraction must be in (0, 1)");
   if (options.ratios.empty()) return InvalidArgument("no target ratios");
   ASSIGN_OR_RETURN(auto model, LlamaModel::Load(options.model_path));
   const ModelInfo& info = model->info();
-  const uint32_t window = options.window != 0 ? options.window
-                                              : std::min<uint32_t>(1024, info.n_ctx_train > 0 ? info.n_ctx_train : 1024);
+  const uint32_t window =
+      options.window != 0 ? options.window : std::min<uint32_t>(1024, info.n_ctx_train > 0 ? info.n_ctx_train : 1024);
   if (window < options.sinks + 16) return InvalidArgument("--window must exceed the sink tokens by 16 or more");
 
   std::vector<int32_t> stream;
@@ -299,23 +304,32 @@ Result<CalibrateReport> RunCalibrate(const CalibrateOptions& options, KvtcCalibr
   const size_t body = window - 1;
   const size_t n_windows = stream.size() / body;
   if (n_windows < 2) {
-    return InvalidArgument(FormatMessage("calibration text has %zu tokens: need at least two windows of %u", stream.size(), window));
+    return InvalidArgument(
+        FormatMessage("calibration text has %zu tokens: need at least two windows of %u", stream.size(), window));
   }
-  const size_t n_heldout_windows = std::max<size_t>(1, static_cast<size_t>(std::lround(n_windows * options.heldout_fraction)));
+  const size_t n_heldout_windows =
+      std::max<size_t>(1, static_cast<size_t>(std::lround(n_windows * options.heldout_fraction)));
   const size_t n_fit_windows = n_windows - n_heldout_windows;
   const uint32_t kept = window - options.sinks;
   const uint32_t chunk_tokens = std::min(options.chunk_tokens, kept);
 
   std::vector<KvtcGrouping> groupings;
-  if (options.grouping) groupings = {*options.grouping};
-  else if (info.n_kv_heads == 1) groupings = {KvtcGrouping::kLayer};  // layer-head would be the same bases
-  else groupings = {KvtcGrouping::kLayer, KvtcGrouping::kLayerHead};
+  if (options.grouping)
+    groupings = {*options.grouping};
+  else if (info.n_kv_heads == 1)
+    groupings = {KvtcGrouping::kLayer};  // layer-head would be the same bases
+  else
+    groupings = {KvtcGrouping::kLayer, KvtcGrouping::kLayerHead};
   std::vector<KvtcQuantizer> quantizers;
-  if (options.quantizer) quantizers = {*options.quantizer};
-  else quantizers = {KvtcQuantizer::kTokenGroup, KvtcQuantizer::kComponent};
+  if (options.quantizer)
+    quantizers = {*options.quantizer};
+  else
+    quantizers = {KvtcQuantizer::kTokenGroup, KvtcQuantizer::kComponent};
   std::vector<uint32_t> group_sizes;
-  if (options.group_size != 0) group_sizes = {options.group_size};
-  else group_sizes.assign(std::begin(kTokenGroupSizes), std::end(kTokenGroupSizes));
+  if (options.group_size != 0)
+    group_sizes = {options.group_size};
+  else
+    group_sizes.assign(std::begin(kTokenGroupSizes), std::end(kTokenGroupSizes));
 
   KvtcCalibration header;
   header.format_version = 2;
@@ -379,7 +393,8 @@ Result<CalibrateReport> RunCalibrate(const CalibrateOptions& options, KvtcCalibr
   }
   progress.Finish();
   for (uint32_t w = 0; w < set.windows.size(); ++w) {
-    for (uint32_t t = options.sinks; t + chunk_tokens <= window && set.chunks.size() < kMaxMeasureChunks; t += chunk_tokens) {
+    for (uint32_t t = options.sinks; t + chunk_tokens <= window && set.chunks.size() < kMaxMeasureChunks;
+         t += chunk_tokens) {
       set.chunks.emplace_back(w, t);
     }
   }
@@ -432,7 +447,8 @@ Result<CalibrateReport> RunCalibrate(const CalibrateOptions& options, KvtcCalibr
   };
   std::vector<Tried> tried;
   size_t n_candidates = 0;
-  for (KvtcQuantizer q : quantizers) n_candidates += groupings.size() * (q == KvtcQuantizer::kComponent ? 1 : group_sizes.size());
+  for (KvtcQuantizer q : quantizers)
+    n_candidates += groupings.size() * (q == KvtcQuantizer::kComponent ? 1 : group_sizes.size());
   ProgressBar choosing("calibrate: choosing", n_candidates, options.progress);
   for (size_t gi = 0; gi < groupings.size(); ++gi) {
     for (KvtcQuantizer q : quantizers) {
@@ -466,7 +482,8 @@ Result<CalibrateReport> RunCalibrate(const CalibrateOptions& options, KvtcCalibr
   choice += "x)";
   for (const Tried& t : tried) {
     choice += "; " + t.model->Name() + " ";
-    for (size_t p = 0; p < t.summary.probe_rel_mse.size(); ++p) choice += (p ? "/" : "") + Percent(t.summary.probe_rel_mse[p]);
+    for (size_t p = 0; p < t.summary.probe_rel_mse.size(); ++p)
+      choice += (p ? "/" : "") + Percent(t.summary.probe_rel_mse[p]);
   }
   if (choice.size() > kMaxKvtcChoiceBytes) choice.resize(kMaxKvtcChoiceBytes);
   for (const Tried& t : tried) report.candidates.push_back(t.summary);

@@ -75,7 +75,7 @@ struct CalibrateReport {
   uint32_t heldout_tokens = 0;
   double key_variance_top8 = 0;  // share of key variance in the 8 largest components (mean over bases)
   double value_variance_top8 = 0;
-  std::string choice;            // what was chosen and why (also in the .kvcal)
+  std::string choice;  // what was chosen and why (also in the .kvcal)
   std::vector<CalibrationCandidate> candidates;
   std::vector<CalibrationRung> rungs;
   double seconds = 0;

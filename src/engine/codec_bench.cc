@@ -1,8 +1,8 @@
 #include "engine/codec_bench.h"
 
 #include <chrono>
-#include <ctime>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>

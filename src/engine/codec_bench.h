@@ -17,10 +17,10 @@ struct CodecBenchOptions {
   std::string calibration;  // empty: <model>.kvcal beside the model, if present
   std::string codec = "kvtc";
   EncodeOptions encode;
-  uint32_t ctx = 1024;    // tokens prefilled
-  uint32_t chunk = 256;   // tokens per encoded chunk (each chunk is one .kvc)
+  uint32_t ctx = 1024;       // tokens prefilled
+  uint32_t chunk = 256;      // tokens per encoded chunk (each chunk is one .kvc)
   double min_seconds = 1.0;  // per measurement
-  int threads = 0;        // for the all-cores figures; 0: every core
+  int threads = 0;           // for the all-cores figures; 0: every core
 };
 
 struct CodecBenchReport {

@@ -73,7 +73,7 @@ void BM_Decode(benchmark::State& state, const std::string& codec_name, const std
   state.counters["ratio"] = static_cast<double>(chunk.shape().fp16_bytes()) / static_cast<double>(bytes.size());
 }
 
-#define KVC_CODEC_BENCH(codec, level)                                 \
+#define KVC_CODEC_BENCH(codec, level)                                                           \
   BENCHMARK_CAPTURE(BM_Encode, codec##_##level, #codec, #level)->Unit(benchmark::kMicrosecond); \
   BENCHMARK_CAPTURE(BM_Decode, codec##_##level, #codec, #level)->Unit(benchmark::kMicrosecond)
 

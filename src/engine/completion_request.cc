@@ -34,7 +34,8 @@ Result<std::string> ContentText(const Json& content) {
     if (type != "text") {
       return InvalidArgument("content parts of type '" + type + "' are not supported (only 'text')");
     }
-    if (!part.contains("text") || !part.at("text").is_string()) return InvalidArgument("a text part needs a string 'text'");
+    if (!part.contains("text") || !part.at("text").is_string())
+      return InvalidArgument("a text part needs a string 'text'");
     text += part.at("text").get_ref<const std::string&>();
   }
   return text;
@@ -42,8 +43,8 @@ Result<std::string> ContentText(const Json& content) {
 
 // Fields this server does not implement: refused by name.
 Status RefuseUnsupported(const Json& body, bool chat) {
-  static constexpr const char* kUnsupported[] = {"tools", "tool_choice", "functions", "function_call", "suffix",
-                                                 "logit_bias"};
+  static constexpr const char* kUnsupported[] = {"tools",         "tool_choice", "functions",
+                                                 "function_call", "suffix",      "logit_bias"};
   for (const char* field : kUnsupported) {
     const Json* value = Field(body, field);
     if (value == nullptr || (value->is_boolean() && !value->get<bool>())) continue;
@@ -51,7 +52,8 @@ Status RefuseUnsupported(const Json& body, bool chat) {
     if (value->is_string() && *value == "none") continue;  // tool_choice "none": no tools
     return InvalidArgument(std::string("'") + field + "' is not supported by this server");
   }
-  if (const Json* best_of = Field(body, "best_of"); best_of != nullptr && !(best_of->is_number_unsigned() && *best_of == 1)) {
+  if (const Json* best_of = Field(body, "best_of");
+      best_of != nullptr && !(best_of->is_number_unsigned() && *best_of == 1)) {
     return InvalidArgument("'best_of' other than 1 is not supported by this server");
   }
   if (const Json* format = Field(body, "response_format"); format != nullptr) {
@@ -94,9 +96,9 @@ Result<int64_t> IntegerField(const Json& body, const char* name, int64_t lo, int
   const bool integer = value->is_number_integer();
   // Compared as unsigned when it is one (it may exceed int64's range); lo and hi are >= 0 there.
   const bool in_range =
-      integer && (value->is_number_unsigned()
-                      ? (lo <= 0 || value->get<uint64_t>() >= static_cast<uint64_t>(lo)) && value->get<uint64_t>() <= static_cast<uint64_t>(hi)
-                      : value->get<int64_t>() >= lo && value->get<int64_t>() <= hi);
+      integer && (value->is_number_unsigned() ? (lo <= 0 || value->get<uint64_t>() >= static_cast<uint64_t>(lo)) &&
+                                                    value->get<uint64_t>() <= static_cast<uint64_t>(hi)
+                                              : value->get<int64_t>() >= lo && value->get<int64_t>() <= hi);
   if (!in_range) {
     return InvalidArgument(FormatMessage("'%s' must be an integer in %lld..%lld", name, static_cast<long long>(lo),
                                          static_cast<long long>(hi)));
@@ -111,7 +113,7 @@ Status NumberField(const Json& body, const char* name, float* out) {
   if (!value->is_number()) return InvalidArgument(std::string("'") + name + "' must be a number");
   const double v = value->get<double>();
   // Outside float's range it is out of every field's range: keep it so, rather than as inf.
-  *out = v > std::numeric_limits<float>::max() ? std::numeric_limits<float>::max()
+  *out = v > std::numeric_limits<float>::max()    ? std::numeric_limits<float>::max()
          : v < -std::numeric_limits<float>::max() ? -std::numeric_limits<float>::max()
                                                   : static_cast<float>(v);
   return Status::Ok();
@@ -263,8 +265,9 @@ Status CheckPromptCanFit(size_t prompt_bytes, uint32_t max_tokens, uint32_t n_ct
   if (max_token_bytes == 0) return Status::Ok();
   const uint64_t at_least = prompt_bytes / max_token_bytes + (prompt_bytes % max_token_bytes != 0 ? 1 : 0);
   if (at_least + max_tokens <= n_ctx) return Status::Ok();
-  return InvalidArgument(FormatMessage("the prompt (%zu bytes, so at least %llu tokens) plus max_tokens (%u) exceed the context of %u tokens",
-                                       prompt_bytes, static_cast<unsigned long long>(at_least), max_tokens, n_ctx));
+  return InvalidArgument(FormatMessage(
+      "the prompt (%zu bytes, so at least %llu tokens) plus max_tokens (%u) exceed the context of %u tokens",
+      prompt_bytes, static_cast<unsigned long long>(at_least), max_tokens, n_ctx));
 }
 
 }  // namespace kvc

@@ -28,7 +28,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (!kvc::IsValidUtf8(m.role) || !kvc::IsValidUtf8(m.content)) std::abort();
     }
     if (!kvc::IsValidUtf8(r->prompt) || !kvc::CheckSamplingParams(r->sampling).ok()) std::abort();
-    if (r->stop.size() > kvc::kMaxStopStrings || r->logprobs < -1 || r->logprobs > int32_t{kvc::kMaxTopLogprobs}) std::abort();
+    if (r->stop.size() > kvc::kMaxStopStrings || r->logprobs < -1 || r->logprobs > int32_t{kvc::kMaxTopLogprobs})
+      std::abort();
     for (const std::string& s : r->stop) {
       if (s.empty() || !kvc::IsValidUtf8(s)) std::abort();
     }

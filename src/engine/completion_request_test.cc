@@ -99,7 +99,8 @@ TEST(CompletionRequest, ReadsSamplingStopNLogprobsEchoAndUsage) {
 }
 
 TEST(CompletionRequest, PlainChatPromptIsRoleLinesThenAssistant) {
-  auto r = Parse(R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Who?"}]})", true);
+  auto r =
+      Parse(R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Who?"}]})", true);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(PlainChatPrompt(r->messages), "system: Be brief.\nuser: Who?\nassistant:");
   // A chat body is read as chat only: its `prompt` means nothing there.
@@ -152,8 +153,10 @@ TEST(CompletionRequest, MalformedBodiesAreInvalidArgumentsThatSayWhy) {
       {R"({"prompt": "x", "suffix": "end"})", false, "'suffix' is not supported"},
       {R"({"prompt": "x", "best_of": 2})", false, "'best_of'"},
       {R"({"prompt": "x", "logit_bias": {"5": 1}})", false, "'logit_bias' is not supported"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", true, "'tools' is not supported"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "auto"})", true, "'tool_choice' is not supported"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", true,
+       "'tools' is not supported"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "auto"})", true,
+       "'tool_choice' is not supported"},
       {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})", true,
        "'response_format'"},
       {R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})", true,

@@ -110,8 +110,8 @@ struct CompletionServer::Impl {
   std::unique_ptr<Store> store;
   std::unique_ptr<LlamaSession> session;
   std::string model_name;
-  std::string chat_template;  // empty: "role: content" lines (PlainChatPrompt)
-  int64_t created = 0;  // when the model was loaded (Unix seconds), /v1/models' "created"
+  std::string chat_template;             // empty: "role: content" lines (PlainChatPrompt)
+  int64_t created = 0;                   // when the model was loaded (Unix seconds), /v1/models' "created"
   std::vector<StoredRung> stored_rungs;  // what new chunks are stored as
   ServeMetrics metrics;
   std::unique_ptr<BatchScheduler> scheduler;
@@ -242,7 +242,8 @@ struct CompletionServer::Impl {
     if (read) return true;
     if (c != nullptr) c->close = true;
     if (too_large || res.status == 413) {
-      Reply(res, endpoint, 413, FormatMessage("the request body is larger than the server's limit of %zu bytes", o.max_body_bytes));
+      Reply(res, endpoint, 413,
+            FormatMessage("the request body is larger than the server's limit of %zu bytes", o.max_body_bytes));
     } else if (c != nullptr && c->deadline_passed) {
       Reply(res, endpoint, 408, FormatMessage("the request did not arrive within %g s", o.request_timeout_s));
     } else {
@@ -254,7 +255,8 @@ struct CompletionServer::Impl {
   // A Content-Length over the body limit. (One that is not a number is httplib's to refuse.)
   bool ContentLengthOverLimit(const httplib::Request& req) const {
     const std::string length = req.get_header_value("Content-Length");
-    const bool digits = !length.empty() && std::all_of(length.begin(), length.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+    const bool digits =
+        !length.empty() && std::all_of(length.begin(), length.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
     return digits && (length.size() > 19 || std::strtoull(length.c_str(), nullptr, 10) > o.max_body_bytes);
   }
 
@@ -272,7 +274,8 @@ struct CompletionServer::Impl {
                with_pieces = flag("with_pieces", false);
     if (body.is_discarded() || !body.is_object() || !body.contains("content") || !body["content"].is_string() ||
         !add_special || !parse_special || !with_pieces) {
-      Reply(res, "tokenize", 400, "the body must be {\"content\": string} with optional boolean add_special, parse_special, with_pieces");
+      Reply(res, "tokenize", 400,
+            "the body must be {\"content\": string} with optional boolean add_special, parse_special, with_pieces");
       return;
     }
     auto tokens = model->Tokenize(body["content"].get_ref<const std::string&>(), *add_special, *parse_special);
@@ -296,7 +299,8 @@ struct CompletionServer::Impl {
   // POST /detokenize: {"tokens": [ids]} -> {"content": their text, as valid UTF-8}.
   void HandleDetokenize(const httplib::Request& req, httplib::Response& res) {
     const Json body = Json::parse(req.body, nullptr, false);
-    const bool shaped = !body.is_discarded() && body.is_object() && body.contains("tokens") && body["tokens"].is_array();
+    const bool shaped =
+        !body.is_discarded() && body.is_object() && body.contains("tokens") && body["tokens"].is_array();
     std::vector<int32_t> tokens;
     bool valid = shaped;
     if (shaped) {
@@ -306,7 +310,8 @@ struct CompletionServer::Impl {
       }
     }
     if (!valid) {
-      Reply(res, "detokenize", 400, FormatMessage("the body must be {\"tokens\": [ids in 0..%u]}", model->info().n_vocab - 1));
+      Reply(res, "detokenize", 400,
+            FormatMessage("the body must be {\"tokens\": [ids in 0..%u]}", model->info().n_vocab - 1));
       return;
     }
     res.set_content(Dump(Json{{"content", DetokenizedText(tokens)}}), "application/json");
@@ -339,8 +344,9 @@ struct CompletionServer::Impl {
     res.set_header("WWW-Authenticate", "Bearer");
     const char* message = header.empty() ? "this server needs an API key: send \"Authorization: Bearer <key>\""
                                          : "the API key is not valid";
-    res.set_content(Dump(Json{{"error", {{"message", message}, {"type", "invalid_request_error"}, {"code", "invalid_api_key"}}}}),
-                    "application/json");
+    res.set_content(
+        Dump(Json{{"error", {{"message", message}, {"type", "invalid_request_error"}, {"code", "invalid_api_key"}}}}),
+        "application/json");
     if (const std::string endpoint = Endpoint(req.path); !endpoint.empty()) metrics.CountRequest(endpoint, "401");
     return true;
   }
@@ -376,7 +382,8 @@ struct CompletionServer::Impl {
     const CompletionRequest& r = read->request;
     static std::atomic<uint64_t> next_id{1};
     a.id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
-    a.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    a.created =
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     a.echo = std::move(read->prompt_text);
     a.logprobs = r.logprobs >= 0;
     a.include_usage = r.include_usage;
@@ -425,10 +432,14 @@ struct CompletionServer::Impl {
         choice["logprobs"] = a.logprobs ? LogprobsJson(a, logprobs[i]) : Json(nullptr);
         choices.push_back(std::move(choice));
       }
-      Json out = {{"id", a.id}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", a.created},
-                  {"model", model_name}, {"choices", std::move(choices)}, {"usage", Usage(gen)}};
+      Json out = {{"id", a.id},
+                  {"object", chat ? "chat.completion" : "text_completion"},
+                  {"created", a.created},
+                  {"model", model_name},
+                  {"choices", std::move(choices)},
+                  {"usage", Usage(gen)}};
       res.set_content(Dump(out) + "\n", "application/json");  // a newline for terminals (curl)
-      metrics.CountRequest(a.endpoint, "200");  // counted once the answer exists
+      metrics.CountRequest(a.endpoint, "200");                // counted once the answer exists
       return;
     }
 
@@ -468,8 +479,11 @@ struct CompletionServer::Impl {
       return sink.is_writable() && sink.write(line.data(), line.size());
     };
     auto chunk = [&](Json choices) {
-      return Json{{"id", a.id}, {"object", a.chat ? "chat.completion.chunk" : "text_completion"}, {"created", a.created},
-                  {"model", model_name}, {"choices", std::move(choices)}};
+      return Json{{"id", a.id},
+                  {"object", a.chat ? "chat.completion.chunk" : "text_completion"},
+                  {"created", a.created},
+                  {"model", model_name},
+                  {"choices", std::move(choices)}};
     };
     // Each choice's first chat delta names the role, as OpenAI's do (the SDK's stream helpers
     // need it); it rides on the first piece, so a client's first event is still its first token.
@@ -563,8 +577,10 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
   if (o.parallel < 1 || o.parallel > 64) return InvalidArgument("parallel must be in 1..64");
   if (o.fetch_threads < 1 || o.fetch_threads > 64) return InvalidArgument("fetch threads must be in 1..64");
   if (o.n_ctx < 2 || o.chunk_tokens == 0) return InvalidArgument("the context and chunk size must be positive");
-  if (o.max_body_bytes == 0 || o.max_body_bytes > (uint64_t{1} << 40)) return InvalidArgument("the body limit must be in 1..2^40 bytes");
-  if (!(o.request_timeout_s > 0 && o.request_timeout_s <= 86400)) return InvalidArgument("the request timeout must be in (0, 86400] s");
+  if (o.max_body_bytes == 0 || o.max_body_bytes > (uint64_t{1} << 40))
+    return InvalidArgument("the body limit must be in 1..2^40 bytes");
+  if (!(o.request_timeout_s > 0 && o.request_timeout_s <= 86400))
+    return InvalidArgument("the request timeout must be in (0, 86400] s");
   if (o.max_connections < 1 || o.max_connections > 65536) return InvalidArgument("max connections must be in 1..65536");
   auto impl = std::make_unique<Impl>();
   impl->o = o;
@@ -575,17 +591,19 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
   RETURN_IF_ERROR(LoadModelCalibration(impl->calibrations, o.model_path, o.calibration));
   if (o.reuse && codec->info().needs_calibration &&
       impl->calibrations.FindForModel(impl->model->fingerprint()) == nullptr) {
-    return InvalidArgument("codec '" + o.codec + "' needs a calibration: run `kvcodec calibrate` or pass --calibration");
+    return InvalidArgument("codec '" + o.codec +
+                           "' needs a calibration: run `kvcodec calibrate` or pass --calibration");
   }
   if (o.reuse) {
-    ASSIGN_OR_RETURN(floor, LoadQualityFloor(o.model_path, o.profile, impl->model->fingerprint(), impl->calibrations,
-                                             o.quality));
+    ASSIGN_OR_RETURN(
+        floor, LoadQualityFloor(o.model_path, o.profile, impl->model->fingerprint(), impl->calibrations, o.quality));
     KVC_LOG_INFO("quality floor: %s", PrintableOneLine(floor.note).c_str());
     ASSIGN_OR_RETURN(StorePlan plan, PlanStoredRungs(floor, o.codec));
     if (!plan.note.empty()) KVC_LOG_WARN("%s", plan.note.c_str());
     impl->stored_rungs = plan.rungs;
   }
-  ASSIGN_OR_RETURN(impl->store, OpenStore(o.store_url.empty() ? DefaultStoreUrl() : o.store_url, StoreOptions{.secret = o.store_secret}));
+  ASSIGN_OR_RETURN(impl->store, OpenStore(o.store_url.empty() ? DefaultStoreUrl() : o.store_url,
+                                          StoreOptions{.secret = o.store_secret}));
   SessionOptions so;
   so.n_ctx = o.n_ctx;
   so.n_seq = static_cast<uint32_t>(o.parallel);
@@ -601,9 +619,10 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
   } else {
     KVC_LOG_WARN("%s; chat prompts are \"role: content\" lines instead", tmpl.status().message().c_str());
   }
-  KVC_LOG_INFO("chat prompts: %s", impl->chat_template.empty() ? "\"role: content\" lines (the model has no chat template)"
-                                                                : o.chat_template.empty() ? "the model's chat template"
-                                                                                          : "the --chat-template given");
+  KVC_LOG_INFO("chat prompts: %s", impl->chat_template.empty()
+                                       ? "\"role: content\" lines (the model has no chat template)"
+                                   : o.chat_template.empty() ? "the model's chat template"
+                                                             : "the --chat-template given");
   impl->created =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   SchedulerOptions so2;
@@ -643,14 +662,17 @@ Status CompletionServer::Start() {
   http.Post("/tokenize", [&s](const httplib::Request& req, httplib::Response& res) { s.HandleTokenize(req, res); });
   http.Post("/detokenize", [&s](const httplib::Request& req, httplib::Response& res) { s.HandleDetokenize(req, res); });
   http.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
-    return s.Unauthorized(req, res) ? httplib::Server::HandlerResponse::Handled : httplib::Server::HandlerResponse::Unhandled;
+    return s.Unauthorized(req, res) ? httplib::Server::HandlerResponse::Handled
+                                    : httplib::Server::HandlerResponse::Unhandled;
   });
-  http.Post("/v1/completions", [&s](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
-    s.HandleCompletion(req, res, reader, false);
-  });
-  http.Post("/v1/chat/completions", [&s](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
-    s.HandleCompletion(req, res, reader, true);
-  });
+  http.Post("/v1/completions",
+            [&s](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+              s.HandleCompletion(req, res, reader, false);
+            });
+  http.Post("/v1/chat/completions",
+            [&s](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+              s.HandleCompletion(req, res, reader, true);
+            });
   // Connection threads as needed, up to the limit (see ConnectionThreads): with a fixed pool,
   // clients would queue inside the HTTP library behind slow ones, unseen by the scheduler.
   const size_t connection_threads = static_cast<size_t>(s.o.max_connections);
@@ -679,10 +701,18 @@ Status CompletionServer::Start() {
     if (c != nullptr && c->deadline_passed) res.status = 408;
     std::string message;
     switch (res.status) {
-      case 404: message = "no such endpoint: " + PrintableOneLine(req.path); break;
-      case 408: message = FormatMessage("the request did not arrive within %g s", s.o.request_timeout_s); break;
-      case 413: message = FormatMessage("the request body is larger than the server's limit of %zu bytes", s.o.max_body_bytes); break;
-      default: message = FormatMessage("HTTP %d", res.status); break;
+      case 404:
+        message = "no such endpoint: " + PrintableOneLine(req.path);
+        break;
+      case 408:
+        message = FormatMessage("the request did not arrive within %g s", s.o.request_timeout_s);
+        break;
+      case 413:
+        message = FormatMessage("the request body is larger than the server's limit of %zu bytes", s.o.max_body_bytes);
+        break;
+      default:
+        message = FormatMessage("HTTP %d", res.status);
+        break;
     }
     // The request's bytes may not all have been read: the connection cannot carry another.
     if (c != nullptr && (res.status == 400 || res.status == 408 || res.status == 413)) c->close = true;
@@ -703,7 +733,8 @@ Status CompletionServer::Start() {
     s.bound_port = http.bind_to_port(s.o.host, s.o.port) ? s.o.port : -1;
   }
   if (s.bound_port <= 0) {
-    return IoError(FormatMessage("cannot listen on %s:%d: %s", s.o.host.c_str(), s.o.port, BindError(s.o.host, s.o.port).c_str()));
+    return IoError(
+        FormatMessage("cannot listen on %s:%d: %s", s.o.host.c_str(), s.o.port, BindError(s.o.host, s.o.port).c_str()));
   }
   s.http->RaiseBacklog();
   s.listener = std::thread([&http] {

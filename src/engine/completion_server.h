@@ -32,12 +32,12 @@ namespace kvc {
 
 struct ServerOptions {
   std::string model_path;
-  std::string store_url;   // empty: DefaultStoreUrl()
-  std::string store_secret;  // non-empty: objects sealed and checked with HMAC-SHA256 (StoreOptions)
-  std::string codec = "kvtc";     // stored within the quality floor (PlanStoredRungs)
+  std::string store_url;       // empty: DefaultStoreUrl()
+  std::string store_secret;    // non-empty: objects sealed and checked with HMAC-SHA256 (StoreOptions)
+  std::string codec = "kvtc";  // stored within the quality floor (PlanStoredRungs)
   std::string calibration;
-  std::string profile;            // quality profile; empty: <model>.kvprof.json beside the model, if any
-  QualityLimits quality;          // which profiled rungs may be stored and fetched
+  std::string profile;    // quality profile; empty: <model>.kvprof.json beside the model, if any
+  QualityLimits quality;  // which profiled rungs may be stored and fetched
   // The model id clients see (GET /v1/models and the "model" of every response); empty: the
   // model's file name without .gguf.
   std::string alias;
@@ -50,21 +50,21 @@ struct ServerOptions {
   std::string api_key;
   std::string metrics_key;
   std::string host = "127.0.0.1";
-  int port = 8080;         // 0: any free port (see CompletionServer::port)
-  double link_gbps = 0;    // in-process link cap for fetches; 0: none
-  uint32_t n_ctx = 4096;   // tokens per request, prompt and completion together
+  int port = 8080;        // 0: any free port (see CompletionServer::port)
+  double link_gbps = 0;   // in-process link cap for fetches; 0: none
+  uint32_t n_ctx = 4096;  // tokens per request, prompt and completion together
   uint32_t chunk_tokens = 256;
   uint32_t default_max_tokens = 64;
   // false: always fetch stored chunks, never plan a recompute (benchmarks and tests that need
   // fetches to happen whatever this machine's prefill speed).
   bool plan_recompute = true;
-  int threads = 0;         // llama.cpp threads; 0: the cores the fetch threads leave (at least 1)
-  int parallel = 4;        // sequences decoded together (continuous batching)
-  int fetch_threads = 1;   // threads fetching and decoding stored prefixes, and encoding new chunks
-                           // (the share of the cores that reuse may take from generation)
+  int threads = 0;        // llama.cpp threads; 0: the cores the fetch threads leave (at least 1)
+  int parallel = 4;       // sequences decoded together (continuous batching)
+  int fetch_threads = 1;  // threads fetching and decoding stored prefixes, and encoding new chunks
+                          // (the share of the cores that reuse may take from generation)
   enum class Scheduler { kKvAware, kFifo };
   Scheduler scheduler = Scheduler::kKvAware;
-  bool reuse = true;       // false: never look up, fetch or store chunks (the no-reuse baseline)
+  bool reuse = true;  // false: never look up, fetch or store chunks (the no-reuse baseline)
 
   // Limits for clients that send too much or too slowly (the server reads hostile input).
   // A request body over this many bytes is refused with a 413 (a JSON error) before it is read.

@@ -1,9 +1,8 @@
 #include "engine/completion_server.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
-
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -38,7 +37,7 @@ using Json = nlohmann::json;
 struct Events {
   std::vector<Json> events;
   bool done = false;
-  std::string text;  // the concatenated text deltas of choice 0
+  std::string text;           // the concatenated text deltas of choice 0
   std::optional<Json> usage;  // from the last chunk, which has no choices (stream_options.include_usage)
 };
 
@@ -185,10 +184,11 @@ TEST_F(ServerTest, HealthAndMetrics) {
   Post("/v1/completions", {{"prompt", "And it came to pass"}, {"max_tokens", 3}});
   auto metrics = Client().Get("/metrics");
   ASSERT_TRUE(metrics);
-  for (const char* series : {"kvcodec_requests_total{endpoint=\"completions\",status=\"200\"}", "kvcodec_ttft_seconds_bucket",
-                             "kvcodec_stage_seconds_count{stage=\"prefill\"}", "kvcodec_cached_prompt_tokens_total",
-                             "kvcodec_fetched_bytes_total", "kvcodec_queue_length{queue=\"waiting\"}",
-                             "kvcodec_queue_length{queue=\"store\"}", "kvcodec_store_bytes"}) {
+  for (const char* series :
+       {"kvcodec_requests_total{endpoint=\"completions\",status=\"200\"}", "kvcodec_ttft_seconds_bucket",
+        "kvcodec_stage_seconds_count{stage=\"prefill\"}", "kvcodec_cached_prompt_tokens_total",
+        "kvcodec_fetched_bytes_total", "kvcodec_queue_length{queue=\"waiting\"}",
+        "kvcodec_queue_length{queue=\"store\"}", "kvcodec_store_bytes"}) {
     EXPECT_NE(metrics->body.find(series), std::string::npos) << series;
   }
   // Every family has its # HELP then its # TYPE line, and every series belongs to a family
@@ -243,8 +243,9 @@ TEST_F(ServerTest, CompletionAndChatShapes) {
   EXPECT_EQ(c["usage"]["completion_tokens"], 5);
   EXPECT_EQ(c["usage"]["total_tokens"], c["usage"]["prompt_tokens"].get<int>() + 5);
   EXPECT_TRUE(c["usage"]["prompt_tokens_details"].contains("cached_tokens"));
-  const Json chat = Post("/v1/chat/completions",
-                         {{"messages", {{{"role", "user"}, {"content", "Who went up to Jerusalem?"}}}}, {"max_tokens", 4}});
+  const Json chat =
+      Post("/v1/chat/completions",
+           {{"messages", {{{"role", "user"}, {"content", "Who went up to Jerusalem?"}}}}, {"max_tokens", 4}});
   EXPECT_EQ(chat["object"], "chat.completion");
   EXPECT_EQ(chat["choices"][0]["message"]["role"], "assistant");
   EXPECT_TRUE(chat["choices"][0]["message"]["content"].is_string());
@@ -254,7 +255,9 @@ TEST_F(ServerTest, CompletionAndChatShapes) {
 // with stream_options.include_usage, as OpenAI has it) one with usage and no choices, then [DONE].
 TEST_F(ServerTest, StreamingSendsEventsThenDone) {
   auto res = Client().Post("/v1/completions",
-                           Json{{"prompt", "In the beginning"}, {"max_tokens", 6}, {"stream", true},
+                           Json{{"prompt", "In the beginning"},
+                                {"max_tokens", 6},
+                                {"stream", true},
                                 {"stream_options", {{"include_usage", true}}}}
                                .dump(),
                            "application/json");
@@ -282,8 +285,9 @@ TEST_F(ServerTest, StreamingSendsEventsThenDone) {
   EXPECT_TRUE(events.back()["choices"].empty());
   EXPECT_EQ(events.back()["usage"]["completion_tokens"], 6);
   // Without include_usage no chunk carries usage.
-  auto plain = Client().Post("/v1/completions", Json{{"prompt", "In the beginning"}, {"max_tokens", 3}, {"stream", true}}.dump(),
-                             "application/json");
+  auto plain =
+      Client().Post("/v1/completions", Json{{"prompt", "In the beginning"}, {"max_tokens", 3}, {"stream", true}}.dump(),
+                    "application/json");
   ASSERT_TRUE(plain);
   const Events e = ParseEvents(plain->body);
   EXPECT_TRUE(e.done);
@@ -294,7 +298,8 @@ TEST_F(ServerTest, StreamingSendsEventsThenDone) {
 // A chat stream as OpenAI's: the first delta carries the role (and the first text), no other
 // does, and the deltas add up to the non-streaming answer.
 TEST_F(ServerTest, ChatStreamNamesTheRoleFirst) {
-  const Json body = {{"messages", Json::array({{{"role", "user"}, {"content", "Who is the LORD?"}}})}, {"max_tokens", 5}};
+  const Json body = {{"messages", Json::array({{{"role", "user"}, {"content", "Who is the LORD?"}}})},
+                     {"max_tokens", 5}};
   const Json whole = Post("/v1/chat/completions", body);
   Json streaming = body;
   streaming["stream"] = true;
@@ -442,7 +447,9 @@ TEST_F(ServerTest, LogprobsInTheCompletionsAndChatForms) {
   }
   EXPECT_EQ(joined, c["choices"][0]["text"]);  // the tokens spell the text (no byte-fallback pieces here)
   const Json chat = Post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "Who?"}}}},
-                                                  {"max_tokens", 4}, {"logprobs", true}, {"top_logprobs", 2}});
+                                                  {"max_tokens", 4},
+                                                  {"logprobs", true},
+                                                  {"top_logprobs", 2}});
   const Json& content = chat["choices"][0]["logprobs"]["content"];
   ASSERT_EQ(content.size(), chat["usage"]["completion_tokens"].get<size_t>()) << chat.dump();
   for (const Json& t : content) {
@@ -516,7 +523,8 @@ TEST_F(ServerTest, OversizedBodyIs413WithAJsonError) {
   auto chunked = Client().Post(
       "/v1/chat/completions",
       [&](size_t, httplib::DataSink& sink) {
-        const std::string piece = sent == 0 ? R"({"messages": [{"role": "user", "content": ")" : std::string(64 << 10, 'b');
+        const std::string piece =
+            sent == 0 ? R"({"messages": [{"role": "user", "content": ")" : std::string(64 << 10, 'b');
         sent += piece.size();
         if (sent > (4u << 20)) {
           sink.done();
@@ -560,7 +568,8 @@ TEST_F(ServerTest, NonStreamingClientThatLeavesFreesItsSequence) {
   const double disconnects_before = Metric("kvcodec_client_disconnects_total");
   httplib::Client c("127.0.0.1", server_->port());
   c.set_read_timeout(0, 500000);  // gives up after half a second of silence, closing the connection
-  auto res = c.Post("/v1/completions", Json{{"prompt", "And God said"}, {"max_tokens", 1900}}.dump(), "application/json");
+  auto res =
+      c.Post("/v1/completions", Json{{"prompt", "And God said"}, {"max_tokens", 1900}}.dump(), "application/json");
   EXPECT_FALSE(res);
   c.stop();
   EXPECT_EQ(MetricAfterChange("kvcodec_client_disconnects_total", disconnects_before), disconnects_before + 1);
@@ -621,7 +630,8 @@ TEST_F(ServerTest, SlowClientsDoNotStarveOthers) {
   }
   httplib::Client c("127.0.0.1", server_->port());
   c.set_read_timeout(30, 0);
-  auto res = c.Post("/v1/completions", Json{{"prompt", "And it came to pass"}, {"max_tokens", 2}}.dump(), "application/json");
+  auto res =
+      c.Post("/v1/completions", Json{{"prompt", "And it came to pass"}, {"max_tokens", 2}}.dump(), "application/json");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200);
 }
@@ -636,7 +646,8 @@ TEST_F(ServerTest, KeepAliveConnectionServesSeveralRequests) {
     auto health = c.Get("/health");
     ASSERT_TRUE(health);
     EXPECT_EQ(health->status, 200);
-    auto res = c.Post("/v1/completions", Json{{"prompt", "In the beginning"}, {"max_tokens", 2}}.dump(), "application/json");
+    auto res =
+        c.Post("/v1/completions", Json{{"prompt", "In the beginning"}, {"max_tokens", 2}}.dump(), "application/json");
     ASSERT_TRUE(res);
     EXPECT_EQ(Json::parse(res->body)["usage"]["completion_tokens"], 2);
   }
@@ -649,11 +660,11 @@ TEST_F(ServerTest, ConcurrentRequestsAreAllServed) {
   for (int i = 0; i < 6; ++i) {
     threads.emplace_back([&, i] {
       const bool stream = i % 2 == 1;
-      auto res = Client().Post("/v1/completions",
-                               Json{{"prompt", "And the LORD spake unto Moses " + std::to_string(i)}, {"max_tokens", 4},
-                                    {"stream", stream}}
-                                   .dump(),
-                               "application/json");
+      auto res = Client().Post(
+          "/v1/completions",
+          Json{{"prompt", "And the LORD spake unto Moses " + std::to_string(i)}, {"max_tokens", 4}, {"stream", stream}}
+              .dump(),
+          "application/json");
       if (!res || res->status != 200) return;
       if (stream) {
         if (res->body.find("data: [DONE]") != std::string::npos) ++ok;
@@ -674,7 +685,8 @@ TEST_F(ServerTest, ConcurrentGenerationsShareBatches) {
   for (int i = 0; i < 4; ++i) {
     threads.emplace_back([&, i] {
       const Json r = Post("/v1/completions", {{"prompt", "Blessed are they " + std::to_string(i)}, {"max_tokens", 48}});
-      if (r.contains("usage") && (r["usage"]["completion_tokens"] == 48 || r["choices"][0]["finish_reason"] == "stop")) {
+      if (r.contains("usage") &&
+          (r["usage"]["completion_tokens"] == 48 || r["choices"][0]["finish_reason"] == "stop")) {
         ++complete;
       }
     });
@@ -810,7 +822,9 @@ TEST_P(ServerScheduling, ARequestWithoutStoredKvAndAFetchInFlight) {
 
 INSTANTIATE_TEST_SUITE_P(Schedulers, ServerScheduling,
                          ::testing::Values(ServerOptions::Scheduler::kKvAware, ServerOptions::Scheduler::kFifo),
-                         [](const auto& info) { return std::string(info.param == ServerOptions::Scheduler::kFifo ? "Fifo" : "KvAware"); });
+                         [](const auto& info) {
+                           return std::string(info.param == ServerOptions::Scheduler::kFifo ? "Fifo" : "KvAware");
+                         });
 
 }  // namespace
 }  // namespace kvc
@@ -859,7 +873,8 @@ TEST(ServerAuth, ApiKeyAndMetricsKey) {
   EXPECT_EQ(c.Get("/health")->status, 200);
   auto metrics = c.Get("/metrics");
   EXPECT_EQ(metrics->status, 200);
-  EXPECT_EQ(Series(metrics->body, "kvcodec_requests_total{endpoint=\"completions\",status=\"401\"}"), 5) << metrics->body;
+  EXPECT_EQ(Series(metrics->body, "kvcodec_requests_total{endpoint=\"completions\",status=\"401\"}"), 5)
+      << metrics->body;
   (*server)->Stop();
 
   o.metrics_key = "metrics-secret";
@@ -893,9 +908,10 @@ TEST(ServerChatTemplate, ChatUsesTheTemplate) {
     EXPECT_TRUE(res && res->status == 200) << (res ? res->body : "no answer");
     return res ? Json::parse(res->body, nullptr, false) : Json();
   };
-  const Json chat = post("/v1/chat/completions", {{"messages", {{{"role", "system"}, {"content", "Be brief."}},
-                                                                {{"role", "user"}, {"content", "Who?"}}}},
-                                                  {"max_tokens", 3}});
+  const Json chat =
+      post("/v1/chat/completions",
+           {{"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Who?"}}}},
+            {"max_tokens", 3}});
   const std::string templated =
       "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWho?<|im_end|>\n<|im_start|>assistant\n";
   const Json tokens = post("/tokenize", {{"content", templated}, {"add_special", true}});
@@ -925,9 +941,10 @@ TEST(ServerAlias, TheAliasIsTheModelId) {
   auto models = c.Get("/v1/models");
   ASSERT_TRUE(models);
   EXPECT_EQ(Json::parse(models->body)["data"][0]["id"], "bible-small");
-  auto chat = c.Post("/v1/chat/completions",
-                     Json{{"messages", Json::array({{{"role", "user"}, {"content", "Who?"}}})}, {"max_tokens", 1}}.dump(),
-                     "application/json");
+  auto chat =
+      c.Post("/v1/chat/completions",
+             Json{{"messages", Json::array({{{"role", "user"}, {"content", "Who?"}}})}, {"max_tokens", 1}}.dump(),
+             "application/json");
   ASSERT_TRUE(chat);
   EXPECT_EQ(Json::parse(chat->body)["model"], "bible-small");
   (*server)->Stop();
@@ -1004,7 +1021,8 @@ TEST(ServerByteFallback, StreamsCjkAndEmojiAsValidUtf8) {
   httplib::Client c("127.0.0.1", port);
   auto metrics = c.Get("/metrics");
   ASSERT_TRUE(metrics);
-  EXPECT_EQ(Series(metrics->body, "kvcodec_requests_total{endpoint=\"completions\",status=\"200\"}"), 3) << metrics->body;
+  EXPECT_EQ(Series(metrics->body, "kvcodec_requests_total{endpoint=\"completions\",status=\"200\"}"), 3)
+      << metrics->body;
   EXPECT_EQ(metrics->body.find("status=\"500\""), std::string::npos) << metrics->body;
   (*server)->Stop();
   std::filesystem::remove_all(dir);
@@ -1028,14 +1046,16 @@ TEST_F(ServerLimits, RequestThatDoesNotArriveInTimeIs408) {
   o.request_timeout_s = 2;
   auto server = CompletionServer::Create(o).value();
   ASSERT_TRUE(server->Start().ok());
-  const std::string headers = "Host: 127.0.0.1\r\nContent-Type: application/json\r\nX-Padding: " + std::string(80, 'a') + "\r\n";
+  const std::string headers =
+      "Host: 127.0.0.1\r\nContent-Type: application/json\r\nX-Padding: " + std::string(80, 'a') + "\r\n";
   const std::string body = R"({"prompt": "In the beginning", "max_tokens": 2})" + std::string(60, ' ');
   struct Case {
     std::string sent_at_once, trickled;
   };
   const Case cases[] = {
       {"POST /v1/completions HTTP/1.1\r\n", headers},
-      {"POST /v1/completions HTTP/1.1\r\n" + headers + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n", body},
+      {"POST /v1/completions HTTP/1.1\r\n" + headers + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n",
+       body},
   };
   for (const Case& c : cases) {
     const int sock = Connect(server->port());

@@ -54,8 +54,9 @@ Result<std::vector<std::vector<int32_t>>> MakeDocuments(const std::vector<int32_
   const size_t body = doc_tokens - 1;
   const size_t available = stream.size() / body;
   if (available < n_docs) {
-    return InvalidArgument(FormatMessage("evaluation text has %zu tokens: enough for %zu documents of %u tokens, not %u",
-                                         stream.size(), available, doc_tokens, n_docs));
+    return InvalidArgument(
+        FormatMessage("evaluation text has %zu tokens: enough for %zu documents of %u tokens, not %u", stream.size(),
+                      available, doc_tokens, n_docs));
   }
   std::vector<std::vector<int32_t>> docs(n_docs);
   for (uint32_t d = 0; d < n_docs; ++d) {
@@ -79,9 +80,10 @@ Result<std::vector<std::vector<int32_t>>> DocumentsFromTokenLines(const std::vec
     if (doc.size() == doc_tokens) docs.push_back(std::move(doc));
   }
   if (docs.size() < n_docs) {
-    return InvalidArgument(FormatMessage("the token file has %zu documents of at least %u tokens (ctx + cont + 1, BOS "
-                                         "included); --docs asks for %u",
-                                         docs.size(), doc_tokens, n_docs));
+    return InvalidArgument(
+        FormatMessage("the token file has %zu documents of at least %u tokens (ctx + cont + 1, BOS "
+                      "included); --docs asks for %u",
+                      docs.size(), doc_tokens, n_docs));
   }
   return docs;
 }

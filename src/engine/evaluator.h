@@ -23,8 +23,8 @@ struct EvalOptions {
   EncodeOptions encode;
   std::string calibration;  // .kvcal for kvtc; empty: <model>.kvcal beside the model, if present
   uint32_t n_docs = 8;
-  uint32_t ctx = 1024;   // context tokens per document (BOS included) whose KV is compressed
-  uint32_t cont = 128;   // teacher-forced continuation tokens scored after the context
+  uint32_t ctx = 1024;         // context tokens per document (BOS included) whose KV is compressed
+  uint32_t cont = 128;         // teacher-forced continuation tokens scored after the context
   bool docs_from_end = false;  // text: the last n_docs windows instead of the first
   SessionOptions session;
   bool progress = true;

@@ -79,9 +79,9 @@ TEST(Evaluator, JsonHasTheContractFields) {
   EvalReport r;
   r.codec = "raw";
   const auto j = nlohmann::json::parse(EvalReportJson(r));
-  for (const char* key : {"codec", "level", "n_docs", "ctx", "cont", "bytes_fp16", "bytes_stored", "compression_ratio",
-                          "ppl_base", "ppl_codec", "ppl_delta_pct", "top1_agreement", "kl_mean", "encode_mb_s",
-                          "decode_mb_s"}) {
+  for (const char* key :
+       {"codec", "level", "n_docs", "ctx", "cont", "bytes_fp16", "bytes_stored", "compression_ratio", "ppl_base",
+        "ppl_codec", "ppl_delta_pct", "top1_agreement", "kl_mean", "encode_mb_s", "decode_mb_s"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
 }

@@ -103,9 +103,12 @@ Result<ModelFingerprint> FingerprintGguf(const std::string& path) {
 
 ggml_type GgmlType(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return GGML_TYPE_F32;
-    case DType::kF16: return GGML_TYPE_F16;
-    case DType::kBF16: return GGML_TYPE_BF16;
+    case DType::kF32:
+      return GGML_TYPE_F32;
+    case DType::kF16:
+      return GGML_TYPE_F16;
+    case DType::kBF16:
+      return GGML_TYPE_BF16;
   }
   return GGML_TYPE_F16;
 }
@@ -141,8 +144,12 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& path) {
   info.head_dim = key_length.empty() ? static_cast<uint32_t>(llama_model_n_embd(m->model_)) / std::max(1u, info.n_heads)
                                      : static_cast<uint32_t>(std::atoi(key_length.c_str()));
   switch (llama_model_rope_type(m->model_)) {
-    case LLAMA_ROPE_TYPE_NORM: info.rope.type = RopeType::kNormal; break;
-    case LLAMA_ROPE_TYPE_NEOX: info.rope.type = RopeType::kNeox; break;
+    case LLAMA_ROPE_TYPE_NORM:
+      info.rope.type = RopeType::kNormal;
+      break;
+    case LLAMA_ROPE_TYPE_NEOX:
+      info.rope.type = RopeType::kNeox;
+      break;
     default:
       return Unsupported("model " + path + " uses a RoPE variant kvcodec does not handle (only normal and neox)");
   }
@@ -171,10 +178,12 @@ Result<std::vector<int32_t>> LlamaModel::Tokenize(std::string_view text, bool ad
 
 std::string LlamaModel::TokenText(int32_t token) const {
   std::string piece(256, '\0');
-  int32_t n = llama_token_to_piece(llama_model_get_vocab(model_), token, piece.data(), static_cast<int32_t>(piece.size()), 0, false);
+  int32_t n = llama_token_to_piece(llama_model_get_vocab(model_), token, piece.data(),
+                                   static_cast<int32_t>(piece.size()), 0, false);
   if (n < 0) {  // a longer piece (long runs of spaces in code vocabularies): -n bytes
     piece.resize(static_cast<size_t>(-static_cast<int64_t>(n)));
-    n = llama_token_to_piece(llama_model_get_vocab(model_), token, piece.data(), static_cast<int32_t>(piece.size()), 0, false);
+    n = llama_token_to_piece(llama_model_get_vocab(model_), token, piece.data(), static_cast<int32_t>(piece.size()), 0,
+                             false);
   }
   piece.resize(n < 0 ? 0 : static_cast<size_t>(n));
   return piece;
@@ -198,7 +207,9 @@ std::string LlamaModel::Detokenize(std::span<const int32_t> tokens) const {
 
 int32_t LlamaModel::bos_token() const { return llama_vocab_bos(llama_model_get_vocab(model_)); }
 
-bool LlamaModel::IsEndOfGeneration(int32_t token) const { return llama_vocab_is_eog(llama_model_get_vocab(model_), token); }
+bool LlamaModel::IsEndOfGeneration(int32_t token) const {
+  return llama_vocab_is_eog(llama_model_get_vocab(model_), token);
+}
 
 Result<std::string> LlamaModel::ChatTemplate(const std::string& name_or_template) const {
   std::string chosen = name_or_template;
@@ -211,9 +222,10 @@ Result<std::string> LlamaModel::ChatTemplate(const std::string& name_or_template
   // one it cannot apply is found now, not on the first request.
   if (auto probe = ApplyChatTemplate(chosen, {{"user", "hello"}}); !probe.ok()) {
     const std::string which = name_or_template.empty() ? "in " + path_ : PrintableOneLine(chosen.substr(0, 80));
-    return Unsupported(FormatMessage("llama.cpp cannot apply the chat template %s (pass --chat-template with a built-in "
-                                     "name such as chatml, llama3, mistral-v7)",
-                                     which.c_str()));
+    return Unsupported(
+        FormatMessage("llama.cpp cannot apply the chat template %s (pass --chat-template with a built-in "
+                      "name such as chatml, llama3, mistral-v7)",
+                      which.c_str()));
   }
   return chosen;
 }
@@ -303,7 +315,8 @@ Status LlamaSession::Eval(std::span<const int32_t> tokens, bool all_logits) {
   }
   // llama.cpp keeps only the last decode call's logits, so "all logits" must fit one call.
   if (all_logits && tokens.size() > options_.n_batch) {
-    return InvalidArgument(FormatMessage("all logits for %zu tokens needs n_batch >= %zu", tokens.size(), tokens.size()));
+    return InvalidArgument(
+        FormatMessage("all logits for %zu tokens needs n_batch >= %zu", tokens.size(), tokens.size()));
   }
   last_logit_rows_.assign(tokens.size(), -1);
   llama_batch batch = llama_batch_init(static_cast<int32_t>(options_.n_batch), 0, 1);
@@ -388,8 +401,8 @@ Status LlamaSession::RestoreKv(const KvView& kv) {
 Status LlamaSession::AppendKv(const KvView& chunk) {
   if (options_.n_seq != 1) return InvalidArgument("appending KV needs a single-sequence session");
   if (chunk.pos_begin() != next_pos_) {
-    return InvalidArgument(FormatMessage("the chunk starts at position %d, the sequence continues at %d",
-                                         chunk.pos_begin(), next_pos_));
+    return InvalidArgument(
+        FormatMessage("the chunk starts at position %d, the sequence continues at %d", chunk.pos_begin(), next_pos_));
   }
   if (chunk.n_tokens() > options_.n_ctx - n_cached_) {
     return InvalidArgument(FormatMessage("%u more tokens do not fit the context (%u used of %u)", chunk.n_tokens(),
@@ -415,9 +428,9 @@ Status LlamaSession::WriteSeqState(int32_t seq, const KvView& kv) {
   const ModelInfo& info = model_->info();
   const KvShape shape = kv.shape();
   if (shape.n_layers != info.n_layers || shape.n_kv_heads != info.n_kv_heads || shape.head_dim != info.head_dim) {
-    return InvalidArgument(FormatMessage("KV shape (%u layers, %u heads, head_dim %u) does not fit this model (%u, %u, %u)",
-                                         shape.n_layers, shape.n_kv_heads, shape.head_dim, info.n_layers,
-                                         info.n_kv_heads, info.head_dim));
+    return InvalidArgument(
+        FormatMessage("KV shape (%u layers, %u heads, head_dim %u) does not fit this model (%u, %u, %u)",
+                      shape.n_layers, shape.n_kv_heads, shape.head_dim, info.n_layers, info.n_kv_heads, info.head_dim));
   }
   if (kv.pos_begin() < 0) return InvalidArgument("restore needs non-negative positions");
   if (shape.n_tokens > options_.n_ctx) return InvalidArgument("KV cache is longer than the context");
@@ -484,7 +497,8 @@ Status LlamaSession::DecodeBatch(std::span<const SeqTokens> entries) {
   }
   if (total == 0) return InvalidArgument("nothing to evaluate");
   // llama.cpp keeps only the last decode call's logits, so one call must take the whole batch.
-  if (total > options_.n_batch) return InvalidArgument(FormatMessage("%zu tokens exceed n_batch %u", total, options_.n_batch));
+  if (total > options_.n_batch)
+    return InvalidArgument(FormatMessage("%zu tokens exceed n_batch %u", total, options_.n_batch));
   llama_batch batch = llama_batch_init(static_cast<int32_t>(total), 0, 1);
   last_logit_rows_.assign(entries.size(), -1);
   int32_t n = 0;
@@ -504,7 +518,8 @@ Status LlamaSession::DecodeBatch(std::span<const SeqTokens> entries) {
   llama_batch_free(batch);
   if (rc != 0) {
     last_logit_rows_.clear();
-    return Internal(FormatMessage("llama_decode failed with code %d%s", rc, rc == 1 ? " (the shared KV cache is full)" : ""));
+    return Internal(
+        FormatMessage("llama_decode failed with code %d%s", rc, rc == 1 ? " (the shared KV cache is full)" : ""));
   }
   return Status::Ok();
 }

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "base/status.h"
-#include "format/container.h"
-#include "tensor/kv_cache.h"
 #include "engine/chat_message.h"
 #include "engine/token_sampler.h"
+#include "format/container.h"
+#include "tensor/kv_cache.h"
 #include "tensor/rope.h"
 
 struct llama_model;
@@ -71,7 +71,8 @@ class LlamaModel {
   Result<std::string> ChatTemplate(const std::string& name_or_template) const;
   // The prompt `messages` make under `chat_template` (from ChatTemplate), ending with the
   // assistant's turn opened.
-  static Result<std::string> ApplyChatTemplate(const std::string& chat_template, const std::vector<ChatMessage>& messages);
+  static Result<std::string> ApplyChatTemplate(const std::string& chat_template,
+                                               const std::vector<ChatMessage>& messages);
 
   llama_model* raw() const { return model_; }
 
@@ -85,15 +86,15 @@ class LlamaModel {
 };
 
 struct SessionOptions {
-  uint32_t n_ctx = 2048;       // tokens per sequence
-  uint32_t n_seq = 1;          // sequences in the context (continuous batching), each its own stream
+  uint32_t n_ctx = 2048;  // tokens per sequence
+  uint32_t n_seq = 1;     // sequences in the context (continuous batching), each its own stream
   uint32_t n_batch = 512;
   // Tokens llama.cpp computes per step (its n_ubatch; 0: n_batch); see BoundedUbatch. On the
   // CPU the KV and logits come out bit for bit the same whatever it is (llama_engine_test).
   uint32_t n_ubatch = 0;
-  int n_threads = 0;           // 0: all cores
+  int n_threads = 0;               // 0: all cores
   DType cache_type = DType::kF16;  // K and V cache type: f16, bf16 or f32
-  bool flash_attn = false;     // on: V is stored untransposed
+  bool flash_attn = false;         // on: V is stored untransposed
 };
 
 // The n_ubatch for a long prompt's prefill. Without flash attention llama.cpp holds each step's

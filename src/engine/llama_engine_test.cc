@@ -7,8 +7,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "base/thread_pool.h"
 #include "engine/llama_state.h"
@@ -303,7 +303,7 @@ TEST(RoundTrip, RangeExtractionTakesPositions) {
 // The attention scratch of a step without flash attention within the cache's size, in powers of
 // two from 16 to n_batch.
 TEST(BoundedUbatch, KeepsTheAttentionScratchWithinTheCache) {
-  SessionOptions options;  // n_batch 512, f16
+  SessionOptions options;                                  // n_batch 512, f16
   EXPECT_EQ(BoundedUbatch(Model().info(), options), 64u);  // 4 heads (28 B), 3072 KV bytes a token
   ModelInfo gqa{.n_layers = 8, .n_heads = 8, .n_kv_heads = 1, .head_dim = 32};
   EXPECT_EQ(BoundedUbatch(gqa, options), 16u);  // 52 B against 1024: the floor

@@ -16,20 +16,26 @@ namespace {
 
 Result<DType> DTypeFromGgml(int32_t type) {
   switch (type) {
-    case kGgmlTypeF32: return DType::kF32;
-    case kGgmlTypeF16: return DType::kF16;
-    case kGgmlTypeBF16: return DType::kBF16;
+    case kGgmlTypeF32:
+      return DType::kF32;
+    case kGgmlTypeF16:
+      return DType::kF16;
+    case kGgmlTypeBF16:
+      return DType::kBF16;
     default:
-      return Unsupported(FormatMessage("KV cache type %d (ggml_type) is not supported; use an f16, bf16 or f32 cache",
-                                       type));
+      return Unsupported(
+          FormatMessage("KV cache type %d (ggml_type) is not supported; use an f16, bf16 or f32 cache", type));
   }
 }
 
 int32_t GgmlFromDType(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return kGgmlTypeF32;
-    case DType::kF16: return kGgmlTypeF16;
-    case DType::kBF16: return kGgmlTypeBF16;
+    case DType::kF32:
+      return kGgmlTypeF32;
+    case DType::kF16:
+      return kGgmlTypeF16;
+    case DType::kBF16:
+      return kGgmlTypeBF16;
   }
   return -1;
 }

@@ -25,9 +25,9 @@ inline constexpr int32_t kGgmlTypeF16 = 1;
 inline constexpr int32_t kGgmlTypeBF16 = 30;
 
 struct LlamaStateLayout {
-  uint32_t n_stream = 1;  // streams in the target context (1 unless kv_unified is off with several sequences)
-  uint32_t stream = 0;    // the stream the sequence lives in
-  bool v_trans = true;    // V stored transposed (llama.cpp does so unless flash attention is on)
+  uint32_t n_stream = 1;      // streams in the target context (1 unless kv_unified is off with several sequences)
+  uint32_t stream = 0;        // the stream the sequence lives in
+  bool v_trans = true;        // V stored transposed (llama.cpp does so unless flash attention is on)
   DType dtype = DType::kF16;  // the context's K and V cache type
   int32_t seq_id = 0;
 };

@@ -15,7 +15,8 @@ Result<std::string> ReadTextFile(const std::string& path, uint64_t max_bytes) {
   if (ec) return NotFound("cannot read " + path + ": " + ec.message());
   if (size > max_bytes) {
     return InvalidArgument(FormatMessage("%s is %llu bytes, more than %llu", path.c_str(),
-                                         static_cast<unsigned long long>(size), static_cast<unsigned long long>(max_bytes)));
+                                         static_cast<unsigned long long>(size),
+                                         static_cast<unsigned long long>(max_bytes)));
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFound("cannot read " + path);

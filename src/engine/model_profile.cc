@@ -112,7 +112,8 @@ Result<ModelProfile> ParseProfile(std::string_view text) {
   double version;
   RETURN_IF_ERROR(GetNumber(j, "version", 0, 1e9, &version));
   if (version != kProfileVersion) {
-    return Unsupported(FormatMessage("profile: version %g not supported (this build reads %u)", version, kProfileVersion));
+    return Unsupported(
+        FormatMessage("profile: version %g not supported (this build reads %u)", version, kProfileVersion));
   }
   ModelProfile p;
   RETURN_IF_ERROR(GetString(j, "model_fingerprint", 64, &fingerprint));
@@ -200,7 +201,8 @@ QualityFloor FloorFromProfile(const ModelProfile& profile, const QualityLimits& 
     if (FindCodec(r.codec) == nullptr) continue;
     if (r.ppl_delta_pct <= limits.max_ppl_delta && r.top1_agreement >= limits.min_top1) ok.push_back(&r);
   }
-  std::stable_sort(ok.begin(), ok.end(), [](const ProfileRung* a, const ProfileRung* b) { return a->kl_mean < b->kl_mean; });
+  std::stable_sort(ok.begin(), ok.end(),
+                   [](const ProfileRung* a, const ProfileRung* b) { return a->kl_mean < b->kl_mean; });
   bool has_raw = false;
   for (const ProfileRung* r : ok) {
     f.allowed.emplace_back(r->codec, r->level);

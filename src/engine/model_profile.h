@@ -59,10 +59,10 @@ struct QualityLimits {
 };
 
 struct QualityFloor {
-  std::vector<std::pair<std::string, std::string>> allowed;  // (codec, level), most accurate first
+  std::vector<std::pair<std::string, std::string>> allowed;    // (codec, level), most accurate first
   std::map<std::pair<std::string, std::string>, double> loss;  // kl_mean of each allowed rung
-  std::optional<ModelProfile> profile;  // the profile it was decided from, if any
-  std::string note;  // how the floor was decided, one line
+  std::optional<ModelProfile> profile;                         // the profile it was decided from, if any
+  std::string note;                                            // how the floor was decided, one line
 
   bool from_profile() const { return profile.has_value(); }
   bool Allows(const std::string& codec, const std::string& level) const;
@@ -91,9 +91,9 @@ struct ProfileOptions {
   std::string model_path;
   std::string text_path;    // empty: calib.txt beside the model
   std::string calibration;  // empty: <model>.kvcal beside the model, if present
-  uint32_t docs = 0;  // 0: enough for 1024 scored positions, at least 8 (top-1 then moves in steps of 0.001)
-  uint32_t ctx = 0;   // 0: min(1024, training context) - cont
-  uint32_t cont = 0;  // 0: min(128, training context / 4)
+  uint32_t docs = 0;        // 0: enough for 1024 scored positions, at least 8 (top-1 then moves in steps of 0.001)
+  uint32_t ctx = 0;         // 0: min(1024, training context) - cont
+  uint32_t cont = 0;        // 0: min(128, training context / 4)
   SessionOptions session;
   bool progress = true;
 };

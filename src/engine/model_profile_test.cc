@@ -19,12 +19,9 @@ ModelProfile Sample() {
   p.ctx = 895;
   p.cont = 128;
   p.rungs = {
-      {"raw", "fp16", 1.0, 0.0, 1.0, 0.0},
-      {"quant", "8", 1.9, 0.01, 0.999, 0.00001},
-      {"kvtc", "16", 15.6, 0.2, 0.99, 0.0003},
-      {"kvtc", "32", 29.0, 0.6, 0.975, 0.001},
-      {"kvtc", "64", 55.0, 2.5, 0.93, 0.02},
-      {"cachegen", "low", 9.0, 1.4, 0.97, 0.004},
+      {"raw", "fp16", 1.0, 0.0, 1.0, 0.0},     {"quant", "8", 1.9, 0.01, 0.999, 0.00001},
+      {"kvtc", "16", 15.6, 0.2, 0.99, 0.0003}, {"kvtc", "32", 29.0, 0.6, 0.975, 0.001},
+      {"kvtc", "64", 55.0, 2.5, 0.93, 0.02},   {"cachegen", "low", 9.0, 1.4, 0.97, 0.004},
       {"video", "4", 6.0, 0.3, 0.96, 0.002},
   };
   return p;
@@ -103,7 +100,8 @@ TEST(QualityFloor, OnlyRungsWithinTheLimitsMostAccurateFirst) {
 }
 
 TEST(QualityFloor, WithoutAProfileOnlyNearLosslessRungsAndANote) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("kvc_profile_" + std::to_string(getpid()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("kvc_profile_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   const std::string model = (dir / "m.gguf").string();
   CalibrationRegistry none;

@@ -52,7 +52,8 @@ FetchOptions ReuseFetchOptions(double link_gbps, double recompute_s, const Model
   return fo;
 }
 
-Result<double> MeasureChunkPrefillSeconds(LlamaSession& session, std::span<const int32_t> probe, uint32_t chunk_tokens) {
+Result<double> MeasureChunkPrefillSeconds(LlamaSession& session, std::span<const int32_t> probe,
+                                          uint32_t chunk_tokens) {
   if (probe.empty()) return InvalidArgument("an empty prefill probe");
   session.Clear();
   const auto t = SteadyClock::now();
@@ -177,8 +178,9 @@ Result<PrefixRestore> RestoreStoredPrefix(Store& store, LlamaSession& session, c
   if (session.n_cached() != 0) return InvalidArgument("restoring a prefix needs an empty session");
   // Each chunk goes into llama.cpp as it arrives, so none needs a place of its own for the run.
   ASSIGN_OR_RETURN(FetchedPrefix fetched,
-                   FetchPrefix(store, model, keys, LookupStoredPrefix(store, keys, chunk_tokens), codec_context, link,
-                               options, [&](const KvView& chunk) { return session.AppendKv(chunk); }, true));
+                   FetchPrefix(
+                       store, model, keys, LookupStoredPrefix(store, keys, chunk_tokens), codec_context, link, options,
+                       [&](const KvView& chunk) { return session.AppendKv(chunk); }, true));
   return fetched.stats;
 }
 

@@ -8,8 +8,8 @@
 
 #include "base/clock.h"
 #include "base/log.h"
-#include "base/utf8.h"
 #include "base/thread_pool.h"
+#include "base/utf8.h"
 #include "engine/llama_engine.h"
 #include "engine/model_files.h"
 #include "engine/prefix_cache.h"
@@ -42,8 +42,8 @@ Result<RunReport> RunJob(const RunOptions& o) {
   CalibrationRegistry calibrations;
   RETURN_IF_ERROR(LoadModelCalibration(calibrations, o.model_path, o.calibration));
   if (FindCodec(o.codec)->info().needs_calibration && calibrations.FindForModel(model->fingerprint()) == nullptr) {
-    return InvalidArgument("codec '" + o.codec + "' needs a calibration: run `kvcodec calibrate --model " + o.model_path +
-                           "` or pass --calibration");
+    return InvalidArgument("codec '" + o.codec + "' needs a calibration: run `kvcodec calibrate --model " +
+                           o.model_path + "` or pass --calibration");
   }
   ASSIGN_OR_RETURN(const QualityFloor floor,
                    LoadQualityFloor(o.model_path, o.profile, model->fingerprint(), calibrations, o.quality));

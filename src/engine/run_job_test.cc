@@ -114,14 +114,15 @@ std::string ProfileWithHighRungsOverTheFloor(const std::string& tag) {
   auto model = LlamaModel::Load(KVCODEC_TEST_MODEL);
   EXPECT_TRUE(model.ok());
   Hash128 kvcal_hash{};
-  EXPECT_TRUE(LoadKvcal(std::filesystem::path(KVCODEC_TEST_MODEL).replace_extension(".kvcal").string(), &kvcal_hash).ok());
+  EXPECT_TRUE(
+      LoadKvcal(std::filesystem::path(KVCODEC_TEST_MODEL).replace_extension(".kvcal").string(), &kvcal_hash).ok());
   ModelProfile p;
   p.model = (*model)->fingerprint();
   p.calibration = HexString(kvcal_hash);
   p.text = "test";
-  p.rungs = {{"raw", "fp16", 1, 0, 1, 0},          {"quant", "8", 1.9, 0.01, 0.999, 1e-5},
-             {"kvtc", "8", 8, 0.05, 0.995, 1e-4},  {"kvtc", "16", 16, 0.3, 0.985, 5e-4},
-             {"kvtc", "24", 24, 1.5, 0.97, 2e-3},  {"kvtc", "32", 32, 3.0, 0.95, 5e-3},
+  p.rungs = {{"raw", "fp16", 1, 0, 1, 0},         {"quant", "8", 1.9, 0.01, 0.999, 1e-5},
+             {"kvtc", "8", 8, 0.05, 0.995, 1e-4}, {"kvtc", "16", 16, 0.3, 0.985, 5e-4},
+             {"kvtc", "24", 24, 1.5, 0.97, 2e-3}, {"kvtc", "32", 32, 3.0, 0.95, 5e-3},
              {"kvtc", "64", 60, 9.0, 0.90, 2e-2}};
   const std::string path = FreshStore(tag) + ".kvprof.json";
   EXPECT_TRUE(SaveProfile(p, path).ok());
@@ -359,7 +360,8 @@ TEST(RunJob, AnotherPromptsChunkInThisChunksPlaceIsNeverRestored) {
   RunOptions a = Options(store, "quant");
   a.levels = {"8"};
   RunOptions b = a;
-  b.prompt = ReadTextFile(std::filesystem::path(KVCODEC_TEST_MODEL).parent_path() / "eval.txt").value().substr(5000, 2600);
+  b.prompt =
+      ReadTextFile(std::filesystem::path(KVCODEC_TEST_MODEL).parent_path() / "eval.txt").value().substr(5000, 2600);
   const auto first = RunJob(a);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   ASSERT_TRUE(RunJob(b).ok());

@@ -26,7 +26,7 @@ using Clock = std::chrono::steady_clock;
 using Json = nlohmann::ordered_json;
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-constexpr int kReadTimeoutS = 300;        // one request, start to [DONE]
+constexpr int kReadTimeoutS = 300;  // one request, start to [DONE]
 constexpr double kStoreDrainTimeoutS = 300;
 constexpr const char* kStoreQueueSeries = "kvcodec_queue_length{queue=\"store\"} ";
 
@@ -115,7 +115,8 @@ class EventStream {
     out_->completion_tokens = static_cast<uint32_t>(*completion);
     // Servers that do not reuse KV (an external one) may leave the cached count out: none cached.
     if (usage.contains("prompt_tokens_details")) {
-      out_->cached_tokens = static_cast<uint32_t>(UintMember(usage["prompt_tokens_details"], "cached_tokens").value_or(0));
+      out_->cached_tokens =
+          static_cast<uint32_t>(UintMember(usage["prompt_tokens_details"], "cached_tokens").value_or(0));
     }
     usage_ = true;
   }
@@ -180,8 +181,8 @@ Outcome SendStreaming(const std::string& url, const std::string& prompt, uint32_
 // Sends the prompt once, not streaming, and waits for the answer: the warm-up that stores a
 // shared document's chunks before the replay.
 Status SendOnce(const std::string& url, const std::string& prompt) {
-  auto res = MakeClient(url).Post("/v1/completions", Json{{"prompt", prompt}, {"max_tokens", 1}}.dump(),
-                                  "application/json");
+  auto res =
+      MakeClient(url).Post("/v1/completions", Json{{"prompt", prompt}, {"max_tokens", 1}}.dump(), "application/json");
   if (!res) return IoError("warm-up request: " + httplib::to_string(res.error()));
   if (res->status != 200) return IoError(FormatMessage("warm-up request: HTTP %d: %s", res->status, res->body.c_str()));
   return Status::Ok();
@@ -198,7 +199,8 @@ class TextCutter {
   Result<std::string> Next(uint32_t n) {
     while (at_ < tokens_.size() && model_.TokenText(tokens_[at_]).rfind(' ', 0) != 0) ++at_;
     if (at_ + n > tokens_.size()) {
-      return InvalidArgument(FormatMessage("the text has %zu tokens, too few for the prompts asked for", tokens_.size()));
+      return InvalidArgument(
+          FormatMessage("the text has %zu tokens, too few for the prompts asked for", tokens_.size()));
     }
     std::string text;
     for (uint32_t i = 0; i < n; ++i) text += model_.TokenText(tokens_[at_ + i]);
@@ -282,8 +284,8 @@ Status WaitForServerStores(const std::string& url, double timeout_s) {
 
 std::vector<ServeTraceRequest> MakeServeTrace(const ServeBenchOptions& o) {
   std::mt19937_64 rng(o.seed);
-  const auto n_shared = static_cast<uint32_t>(
-      std::lround(std::clamp(o.shared_fraction, 0.0, 1.0) * static_cast<double>(o.requests)));
+  const auto n_shared =
+      static_cast<uint32_t>(std::lround(std::clamp(o.shared_fraction, 0.0, 1.0) * static_cast<double>(o.requests)));
   std::vector<bool> shared(o.requests, false);
   std::fill_n(shared.begin(), n_shared, true);
   std::shuffle(shared.begin(), shared.end(), rng);
@@ -312,7 +314,8 @@ Result<std::string> RunServeBenchJson(const ServeBenchOptions& o) {
   if (o.requests == 0 || !(o.rate > 0)) return InvalidArgument("need at least one request and a positive rate");
   if (o.shared_fraction < 0 || o.shared_fraction > 1) return InvalidArgument("shared fraction must be in 0..1");
   if (o.prefixes == 0 || o.prefix_tokens == 0 || o.suffix_tokens == 0 || o.unique_tokens < 5 || o.max_tokens == 0) {
-    return InvalidArgument("prefixes, prefix and suffix tokens and max tokens must be positive, unique tokens at least 5");
+    return InvalidArgument(
+        "prefixes, prefix and suffix tokens and max tokens must be positive, unique tokens at least 5");
   }
   if (o.link_gbps < 0) return InvalidArgument("link rate must not be negative");
   std::vector<Config> configs;
@@ -424,8 +427,8 @@ Result<std::string> RunServeBenchJson(const ServeBenchOptions& o) {
     std::vector<std::thread> clients;
     for (size_t i = 0; i < trace.size(); ++i) {
       clients.emplace_back([&, i] {
-        std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
-                                               std::chrono::duration<double>(trace[i].arrival_s)));
+        std::this_thread::sleep_until(
+            t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(trace[i].arrival_s)));
         outcomes[i] = SendStreaming(url, prompts[i], o.max_tokens, t0);
       });
     }
@@ -554,7 +557,8 @@ Result<std::string> RunServeBenchJson(const ServeBenchOptions& o) {
   Json j;
   j["options"] = std::move(opts);
   // The best hit rate the shared class can have: its whole chunks of the document, over its prompts.
-  j["shared_reusable_fraction"] = prompt_shared ? static_cast<double>(reusable_shared) / static_cast<double>(prompt_shared) : 0.0;
+  j["shared_reusable_fraction"] =
+      prompt_shared ? static_cast<double>(reusable_shared) / static_cast<double>(prompt_shared) : 0.0;
   j["configs"] = std::move(configs_json);
   j["criteria"] = std::move(criteria);
   return j.dump(2);

@@ -39,7 +39,7 @@ struct ServeBenchOptions {
   double shared_fraction = 0.5;  // of the requests, how many share a long prefix
   uint32_t prefixes = 4;         // distinct shared documents
   uint32_t prefix_tokens = 3072;
-  uint32_t suffix_tokens = 24;   // each shared-prefix request's own question after the prefix
+  uint32_t suffix_tokens = 24;  // each shared-prefix request's own question after the prefix
   // No-prefix prompts are 0.8x to 1.2x this long (drawn from the seed): under one chunk, so
   // there is never anything to reuse for them.
   uint32_t unique_tokens = 160;

@@ -9,12 +9,12 @@ namespace {
 
 TEST(ServeBenchPercentile, IsTheSmallestValueWithPPercentAtOrBelowIt) {
   const std::vector<double> ten = {10, 1, 9, 2, 8, 3, 7, 4, 6, 5};  // unsorted on purpose
-  EXPECT_EQ(PercentileNearestRank(ten, 50), 5);   // rank ceil(5) = 5
-  EXPECT_EQ(PercentileNearestRank(ten, 90), 9);   // rank 9
-  EXPECT_EQ(PercentileNearestRank(ten, 99), 10);  // rank ceil(9.9) = 10
+  EXPECT_EQ(PercentileNearestRank(ten, 50), 5);                     // rank ceil(5) = 5
+  EXPECT_EQ(PercentileNearestRank(ten, 90), 9);                     // rank 9
+  EXPECT_EQ(PercentileNearestRank(ten, 99), 10);                    // rank ceil(9.9) = 10
   EXPECT_EQ(PercentileNearestRank(ten, 100), 10);
-  EXPECT_EQ(PercentileNearestRank(ten, 0), 1);    // clamped to the first rank
-  EXPECT_EQ(PercentileNearestRank(ten, 51), 6);   // rank ceil(5.1) = 6
+  EXPECT_EQ(PercentileNearestRank(ten, 0), 1);   // clamped to the first rank
+  EXPECT_EQ(PercentileNearestRank(ten, 51), 6);  // rank ceil(5.1) = 6
   // Always one of the values: no interpolation between 1 and 2.
   EXPECT_EQ(PercentileNearestRank({2, 1}, 50), 1);
   EXPECT_EQ(PercentileNearestRank({2, 1}, 51), 2);

@@ -56,7 +56,8 @@ std::string ServeMetrics::Text() {
   counter("kvcodec_fetched_bytes_total", fetched_bytes, "Bytes of stored KV chunks fetched.");
   counter("kvcodec_stored_bytes_total", stored_bytes, "Bytes of KV chunks stored.");
   counter("kvcodec_store_failures_total", store_failures, "Chunks that could not be stored.");
-  counter("kvcodec_reuse_failures_total", reuse_failures, "Reuses abandoned for recomputation (missing or bad chunks).");
+  counter("kvcodec_reuse_failures_total", reuse_failures,
+          "Reuses abandoned for recomputation (missing or bad chunks).");
   counter("kvcodec_damaged_chunks_total", damaged_chunks, "Stored chunks that failed their checks when fetched.");
   counter("kvcodec_client_disconnects_total", disconnects, "Requests cancelled because the client went away.");
   counter("kvcodec_batches_total", batches, "llama.cpp batches decoded.");
@@ -65,8 +66,9 @@ std::string ServeMetrics::Text() {
   out += FormatMessage("kvcodec_batch_sequences_peak %llu\n", static_cast<unsigned long long>(peak_batch_sequences));
   WriteMetricFamily(out, "kvcodec_ttft_seconds", "histogram", "Time from a request's arrival to its first token.");
   ttft.Write(out, "kvcodec_ttft_seconds", "");
-  WriteMetricFamily(out, "kvcodec_stage_seconds", "histogram",
-                    "Time a request spent in each stage before its first token (queue, lookup, fetch, restore, prefill).");
+  WriteMetricFamily(
+      out, "kvcodec_stage_seconds", "histogram",
+      "Time a request spent in each stage before its first token (queue, lookup, fetch, restore, prefill).");
   queue.Write(out, "kvcodec_stage_seconds", "stage=\"queue\"");
   lookup.Write(out, "kvcodec_stage_seconds", "stage=\"lookup\"");
   fetch.Write(out, "kvcodec_stage_seconds", "stage=\"fetch\"");

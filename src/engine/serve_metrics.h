@@ -29,7 +29,7 @@ class LatencyHistogram {
 };
 
 struct ServeMetrics {
-  std::mutex mu;  // guards everything below
+  std::mutex mu;                             // guards everything below
   std::map<std::string, uint64_t> requests;  // "endpoint,status" -> count
   uint64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0, fetched_bytes = 0, stored_bytes = 0;
   uint64_t store_failures = 0, reuse_failures = 0, damaged_chunks = 0, disconnects = 0;

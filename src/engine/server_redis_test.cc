@@ -26,7 +26,8 @@ std::string Malformed(const httplib::Result& res, bool stream, uint32_t max_toke
   if (res->status != 200) return "status " + std::to_string(res->status) + ": " + res->body;
   if (!stream) {
     const Json j = Json::parse(res->body, nullptr, false);
-    if (j.is_discarded() || !j.contains("choices") || !j["choices"][0]["text"].is_string()) return "bad body: " + res->body;
+    if (j.is_discarded() || !j.contains("choices") || !j["choices"][0]["text"].is_string())
+      return "bad body: " + res->body;
     if (j["usage"]["completion_tokens"].get<uint32_t>() > max_tokens) return "too many tokens: " + res->body;
     return "";
   }
@@ -43,7 +44,8 @@ std::string Malformed(const httplib::Result& res, bool stream, uint32_t max_toke
       continue;
     }
     const Json j = Json::parse(data, nullptr, false);
-    if (j.is_discarded() || j.contains("error") || !j.contains("choices") || !j["choices"].is_array()) return "bad event: " + data;
+    if (j.is_discarded() || j.contains("error") || !j.contains("choices") || !j["choices"].is_array())
+      return "bad event: " + data;
     if (usage) return "an event after the usage: " + data;
     if (j["choices"].empty()) {
       usage = j.contains("usage") && j["usage"]["completion_tokens"].is_number_unsigned();
@@ -85,7 +87,9 @@ TEST(ServerWithRedis, KeepsServingWellFormedAnswersWhenRedisStopsMidRun) {
     httplib::Client c("127.0.0.1", port);
     c.set_read_timeout(120, 0);
     return c.Post("/v1/completions",
-                  Json{{"prompt", prompt}, {"max_tokens", max_tokens}, {"stream", stream},
+                  Json{{"prompt", prompt},
+                       {"max_tokens", max_tokens},
+                       {"stream", stream},
                        {"stream_options", {{"include_usage", true}}}}
                       .dump(),
                   "application/json");
@@ -113,11 +117,12 @@ TEST(ServerWithRedis, KeepsServingWellFormedAnswersWhenRedisStopsMidRun) {
       for (int r = 0; r < kRequests; ++r) {
         const bool stream = (c + r) % 2 == 0;
         const uint32_t max_tokens = 4 + static_cast<uint32_t>(c);
-        const std::string prompt =
-            (c + r) % 3 == 0 ? shared + " " + std::to_string(c * 10 + r)
-                             : text.substr(static_cast<size_t>(3000 + 1300 * (c * kRequests + r)), 1200);
+        const std::string prompt = (c + r) % 3 == 0
+                                       ? shared + " " + std::to_string(c * 10 + r)
+                                       : text.substr(static_cast<size_t>(3000 + 1300 * (c * kRequests + r)), 1200);
         ++sent;
-        problems[static_cast<size_t>(c * kRequests + r)] = Malformed(post(prompt, stream, max_tokens), stream, max_tokens);
+        problems[static_cast<size_t>(c * kRequests + r)] =
+            Malformed(post(prompt, stream, max_tokens), stream, max_tokens);
       }
     });
   }

@@ -61,7 +61,7 @@ TEST(StopFilter, StopAtTheVeryStartAndNoStopsAtAll) {
 TEST(StopFilter, MultiByteCharactersAreNeverSplit) {
   StopFilter f({"é!"});
   const auto out = Feed(f, {"caf", "é", "s"});
-  EXPECT_EQ(out[1], "");       // "é" may begin "é!": held whole
+  EXPECT_EQ(out[1], "");  // "é" may begin "é!": held whole
   EXPECT_EQ(out[2], "és");
   EXPECT_EQ(Joined(out), "cafés");
 }

@@ -44,7 +44,8 @@ TEST(TokenFile, HostileInputNamesTheLineAndColumn) {
 }
 
 TEST(TokenFile, ReadsFilesAndRefusesWhatIsNotOne) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("kvc_token_file_" + std::to_string(getpid()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("kvc_token_file_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "ok.txt") << "1 2 3\n4 5\n";
   auto docs = ReadTokenFile((dir / "ok.txt").string(), 100);

@@ -15,8 +15,10 @@ Status CheckSamplingParams(const SamplingParams& p) {
   if (!(p.top_p > 0 && p.top_p <= 1)) return InvalidArgument("'top_p' must be in (0, 1]");
   if (p.top_k < 0) return InvalidArgument("'top_k' must be 0 (off) or positive");
   if (!(p.min_p >= 0 && p.min_p <= 1)) return InvalidArgument("'min_p' must be in 0..1");
-  if (!(p.presence_penalty >= -2 && p.presence_penalty <= 2)) return InvalidArgument("'presence_penalty' must be in -2..2");
-  if (!(p.frequency_penalty >= -2 && p.frequency_penalty <= 2)) return InvalidArgument("'frequency_penalty' must be in -2..2");
+  if (!(p.presence_penalty >= -2 && p.presence_penalty <= 2))
+    return InvalidArgument("'presence_penalty' must be in -2..2");
+  if (!(p.frequency_penalty >= -2 && p.frequency_penalty <= 2))
+    return InvalidArgument("'frequency_penalty' must be in -2..2");
   return Status::Ok();
 }
 
@@ -45,9 +47,9 @@ Result<std::unique_ptr<TokenSampler>> TokenSampler::Create(const SamplingParams&
   s->chain_ = llama_sampler_chain_init(llama_sampler_chain_default_params());
   if (s->chain_ == nullptr) return Internal("llama.cpp could not create a sampler chain");
   if (p.presence_penalty != 0 || p.frequency_penalty != 0) {
-    llama_sampler_chain_add(s->chain_,
-                            llama_sampler_init_penalties(static_cast<int32_t>(n_vocab), static_cast<int32_t>(penalty_window),
-                                                         1.0f, p.frequency_penalty, p.presence_penalty));
+    llama_sampler_chain_add(
+        s->chain_, llama_sampler_init_penalties(static_cast<int32_t>(n_vocab), static_cast<int32_t>(penalty_window),
+                                                1.0f, p.frequency_penalty, p.presence_penalty));
   }
   if (p.top_k > 0) llama_sampler_chain_add(s->chain_, llama_sampler_init_top_k(p.top_k));
   if (p.top_p < 1) llama_sampler_chain_add(s->chain_, llama_sampler_init_top_p(p.top_p, 1));
@@ -97,8 +99,9 @@ TokenLogprobs ComputeLogprobs(std::span<const float> logits, int32_t token, uint
   std::vector<int32_t> ids(logits.size());
   std::iota(ids.begin(), ids.end(), 0);
   std::partial_sort(ids.begin(), ids.begin() + static_cast<ptrdiff_t>(k), ids.end(), [&](int32_t a, int32_t b) {
-    return logits[static_cast<size_t>(a)] != logits[static_cast<size_t>(b)] ? logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)]
-                                                                              : a < b;
+    return logits[static_cast<size_t>(a)] != logits[static_cast<size_t>(b)]
+               ? logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)]
+               : a < b;
   });
   for (size_t i = 0; i < k; ++i) out.top.emplace_back(ids[i], logprob(ids[i]));
   return out;

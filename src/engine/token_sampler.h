@@ -19,13 +19,13 @@ namespace kvc {
 // OpenAI's sampling fields (top_k and min_p as llama.cpp's server has them). The defaults are
 // greedy decoding: what a request that sends none of them gets.
 struct SamplingParams {
-  float temperature = 0;        // 0: greedy (the rest is then ignored); at most 2
-  float top_p = 1;              // nucleus: the smallest set holding this much probability (0, 1]
-  int32_t top_k = 0;            // the k most likely tokens only; 0: all
-  float min_p = 0;              // tokens at least this fraction of the best one's probability
-  float presence_penalty = 0;   // -2..2, subtracted once from a token already generated
-  float frequency_penalty = 0;  // -2..2, subtracted per time a token was generated
-  std::optional<uint64_t> seed; // same seed and request -> same text; none: a random draw
+  float temperature = 0;         // 0: greedy (the rest is then ignored); at most 2
+  float top_p = 1;               // nucleus: the smallest set holding this much probability (0, 1]
+  int32_t top_k = 0;             // the k most likely tokens only; 0: all
+  float min_p = 0;               // tokens at least this fraction of the best one's probability
+  float presence_penalty = 0;    // -2..2, subtracted once from a token already generated
+  float frequency_penalty = 0;   // -2..2, subtracted per time a token was generated
+  std::optional<uint64_t> seed;  // same seed and request -> same text; none: a random draw
   bool greedy() const { return temperature <= 0; }
 };
 

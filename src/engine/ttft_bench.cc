@@ -1,12 +1,12 @@
 #include "engine/ttft_bench.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <map>
-
-#include <malloc.h>
 #include <nlohmann/json.hpp>
 
 #include "base/clock.h"
@@ -81,13 +81,14 @@ std::vector<int32_t> PromptTokens(const std::vector<int32_t>& text_tokens, size_
 }  // namespace
 
 Result<std::string> RunTtftBenchJson(const TtftBenchOptions& o) {
-  if (o.chunk_tokens == 0 || o.prompt_tokens <= o.chunk_tokens) return InvalidArgument("need prompt > chunk > 0 tokens");
+  if (o.chunk_tokens == 0 || o.prompt_tokens <= o.chunk_tokens)
+    return InvalidArgument("need prompt > chunk > 0 tokens");
   std::vector<uint32_t> prefixes = o.prefix_tokens;
   if (prefixes.empty()) prefixes.push_back((o.prompt_tokens - 1) / o.chunk_tokens * o.chunk_tokens);
   for (uint32_t p : prefixes) {
     if (p == 0 || p % o.chunk_tokens != 0 || p > kMaxTokens - o.chunk_tokens) {
-      return InvalidArgument(FormatMessage("prefix length %u is not a whole number of %u-token chunks", p,
-                                           o.chunk_tokens));
+      return InvalidArgument(
+          FormatMessage("prefix length %u is not a whole number of %u-token chunks", p, o.chunk_tokens));
     }
   }
   ASSIGN_OR_RETURN(auto model, LlamaModel::Load(o.model_path));
@@ -170,7 +171,8 @@ Result<std::string> RunTtftBenchJson(const TtftBenchOptions& o) {
       progress.Advance();
 
       for (double gbps : o.link_gbps) {
-        std::vector<double> ttft, lookup, fetch, decode, restore, prefill, bound, pipeline_bound, max_decode, peak_growth;
+        std::vector<double> ttft, lookup, fetch, decode, restore, prefill, bound, pipeline_bound, max_decode,
+            peak_growth;
         uint64_t bytes = 0, peak_rss = 0;
         std::vector<std::string> chosen;
         for (uint32_t rep = 0; rep < std::max(1u, o.repeats); ++rep) {
@@ -187,8 +189,8 @@ Result<std::string> RunTtftBenchJson(const TtftBenchOptions& o) {
           ResetPeakRss();
           const uint64_t rss_before = ProcStatusBytes("VmRSS:");
           const auto t0 = SteadyClock::now();
-          ASSIGN_OR_RETURN(const PrefixRestore p, RestoreStoredPrefix(*store, *session, fp, keys, o.chunk_tokens,
-                                                                      context, link, fo));
+          ASSIGN_OR_RETURN(const PrefixRestore p,
+                           RestoreStoredPrefix(*store, *session, fp, keys, o.chunk_tokens, context, link, fo));
           if (p.chunks_fetched != keys.size()) return Internal(name + ": reuse stopped early: " + p.fallback);
           const auto t_prefill = SteadyClock::now();
           RETURN_IF_ERROR(session->Eval(std::span(tokens).subspan(reused), false));
@@ -206,8 +208,9 @@ Result<std::string> RunTtftBenchJson(const TtftBenchOptions& o) {
           const double link_s = static_cast<double>(p.bytes) / LinkShaper::GbpsToBytesPerSecond(gbps);
           bound.push_back(link_s + p.max_chunk_decode_s + prefill_s);
           // What this machine's cores allow as well: all chunks' decode spread over the pool.
-          pipeline_bound.push_back(std::max(link_s, p.decode_s / static_cast<double>(std::max<size_t>(1, pool.size()))) +
-                                   p.max_chunk_decode_s + prefill_s);
+          pipeline_bound.push_back(
+              std::max(link_s, p.decode_s / static_cast<double>(std::max<size_t>(1, pool.size()))) +
+              p.max_chunk_decode_s + prefill_s);
           bytes = p.bytes;
           chosen = p.variants;
         }
@@ -245,8 +248,8 @@ Result<std::string> RunTtftBenchJson(const TtftBenchOptions& o) {
   // projection adds the last chunk's restore, the one no transfer hides.
   std::vector<double> restore_s_per_byte;
   for (const auto& row : rows) {
-    const double kv = row["prefix_tokens"].get<double>() * (first["kv_fp16_bytes"].get<double>() /
-                                                            first["prefix_tokens"].get<double>());
+    const double kv = row["prefix_tokens"].get<double>() *
+                      (first["kv_fp16_bytes"].get<double>() / first["prefix_tokens"].get<double>());
     restore_s_per_byte.push_back(row["restore_s"].get<double>() / kv);
   }
   const double restore_per_byte = Median(restore_s_per_byte);

@@ -109,12 +109,16 @@ const std::vector<LayoutStep>& LayoutSteps() {
        {{"layout", "frames"}, {"order", "1"}, {"token_order", "1"}, {"planes", "1"}, {"center", "0"}}},
       {"tokens along x, channels along y",
        {{"layout", "axis"}, {"order", "0"}, {"token_order", "0"}, {"planes", "0"}, {"center", "0"}}},
-      {"+ channel ordering", {{"layout", "axis"}, {"order", "1"}, {"token_order", "0"}, {"planes", "0"}, {"center", "0"}}},
-      {"+ layers as planes", {{"layout", "axis"}, {"order", "1"}, {"token_order", "0"}, {"planes", "1"}, {"center", "0"}}},
-      {"+ token ordering", {{"layout", "axis"}, {"order", "1"}, {"token_order", "1"}, {"planes", "1"}, {"center", "0"}}},
+      {"+ channel ordering",
+       {{"layout", "axis"}, {"order", "1"}, {"token_order", "0"}, {"planes", "0"}, {"center", "0"}}},
+      {"+ layers as planes",
+       {{"layout", "axis"}, {"order", "1"}, {"token_order", "0"}, {"planes", "1"}, {"center", "0"}}},
+      {"+ token ordering",
+       {{"layout", "axis"}, {"order", "1"}, {"token_order", "1"}, {"planes", "1"}, {"center", "0"}}},
       {"token ordering without planes",
        {{"layout", "axis"}, {"order", "1"}, {"token_order", "1"}, {"planes", "0"}, {"center", "0"}}},
-      {"+ per-channel centring", {{"layout", "axis"}, {"order", "1"}, {"token_order", "1"}, {"planes", "1"}, {"center", "1"}}},
+      {"+ per-channel centring",
+       {{"layout", "axis"}, {"order", "1"}, {"token_order", "1"}, {"planes", "1"}, {"center", "1"}}},
   };
   return steps;
 }

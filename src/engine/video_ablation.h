@@ -12,10 +12,10 @@ namespace kvc {
 
 struct VideoAblationOptions {
   std::string model_path;
-  std::string text_path;  // empty: eval.txt beside the model
-  uint32_t ctx = 1024;    // tokens prefilled
-  uint32_t chunk = 256;   // tokens per encoded chunk
-  double min_seconds = 0.3;  // per decode-speed measurement
+  std::string text_path;          // empty: eval.txt beside the model
+  uint32_t ctx = 1024;            // tokens prefilled
+  uint32_t chunk = 256;           // tokens per encoded chunk
+  double min_seconds = 0.3;       // per decode-speed measurement
   std::string preset = "medium";  // x265/x264 preset
   bool progress = true;
 };

@@ -285,8 +285,8 @@ Result<std::vector<uint8_t>> RansEncoder::Finish(uint32_t states) {
   auto at = [&](size_t i) -> const FrequencyTable::EncSymbol& { return *pending[i]; };
   if (states == kRansStates) return EncodeCore<kRansStates>(pending.size(), at);
   if (states == kRansWideStates) return EncodeCore<kRansWideStates>(pending.size(), at);
-  return InvalidArgument(FormatMessage("rANS: %u interleaved states (expected %u or %u)", states, kRansStates,
-                                       kRansWideStates));
+  return InvalidArgument(
+      FormatMessage("rANS: %u interleaved states (expected %u or %u)", states, kRansStates, kRansWideStates));
 }
 
 Result<std::vector<uint8_t>> RansEncodeBytes(const FrequencyTable& table, std::span<const uint8_t> symbols) {
@@ -316,8 +316,8 @@ Result<std::vector<uint8_t>> RansEncodeBytes(const FrequencyTable& table, std::s
 
 Result<RansDecoder> RansDecoder::Open(std::span<const uint8_t> stream, uint32_t states) {
   if (states != kRansStates && states != kRansWideStates) {
-    return InvalidArgument(FormatMessage("rANS: %u interleaved states (expected %u or %u)", states, kRansStates,
-                                         kRansWideStates));
+    return InvalidArgument(
+        FormatMessage("rANS: %u interleaved states (expected %u or %u)", states, kRansStates, kRansWideStates));
   }
   const size_t header = RansStreamHeaderBytes(states);
   KVC_CHECK_CORRUPT(stream.size() >= header, "rANS stream of %zu bytes is shorter than its header", stream.size());
@@ -450,7 +450,8 @@ __attribute__((target("avx512f,avx2"))) size_t DecodeWideAvx512(uint32_t* states
       const __m512i slot = _mm512_and_si512(x[v], mask);
       const __m512i step = _mm512_i32gather_epi32(slot, reinterpret_cast<const int*>(steps), 4);
       const __m512i pair = _mm512_i32gather_epi32(_mm512_srli_epi32(slot, 1), symbol_pairs, 4);
-      const __m512i symbol = _mm512_srlv_epi32(pair, _mm512_slli_epi32(_mm512_and_si512(slot, _mm512_set1_epi32(1)), 4));
+      const __m512i symbol =
+          _mm512_srlv_epi32(pair, _mm512_slli_epi32(_mm512_and_si512(slot, _mm512_set1_epi32(1)), 4));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i + 16 * v), _mm512_cvtepi32_epi8(symbol));
       __m512i next = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(step, low16), _mm512_srl_epi32(x[v], shift)),
                                       _mm512_srli_epi32(step, 16));
@@ -486,14 +487,15 @@ Status RansDecoder::GetBytes(const FrequencyTable& table, std::span<uint8_t> out
 #if defined(__x86_64__)
     switch (ResolveVectorIsa(isa)) {
       case VectorIsa::kAvx512:
-        i += DecodeWideAvx512(state_, pos_, end_, table.slot_step_.data(), table.slot_symbol_.data(),
-                              table.scale_bits_, dst + i, n - i);
+        i += DecodeWideAvx512(state_, pos_, end_, table.slot_step_.data(), table.slot_symbol_.data(), table.scale_bits_,
+                              dst + i, n - i);
         break;
       case VectorIsa::kAvx2:
         i += DecodeWideAvx2(state_, pos_, end_, table.slot_step_.data(), table.slot_symbol_.data(), table.scale_bits_,
                             dst + i, n - i);
         break;
-      default: break;
+      default:
+        break;
     }
 #endif
     for (; i < n; ++i) dst[i] = static_cast<uint8_t>(Get(table));

@@ -77,7 +77,7 @@ class FrequencyTable {
   // is one lookup, x' = freq * (x >> n) + (slot - start), with the symbol's lookup beside it
   // rather than before it: the state's dependency chain has one load, not two.
   std::vector<uint32_t> slot_step_;
-  std::vector<EncSymbol> enc_;         // per symbol
+  std::vector<EncSymbol> enc_;  // per symbol
 };
 
 // Interleaved states of a stream, and of a wide one; powers of two.

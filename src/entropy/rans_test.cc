@@ -464,7 +464,8 @@ TEST(Rans, WideGetBytesMatchesGetOnArbitraryBytes) {
       std::vector<uint8_t> a(n);
       ASSERT_TRUE(fast->GetBytes(table, a, isa).ok());
       ASSERT_EQ(a, b) << "trial " << trial << ", " << VectorIsaName(isa);
-      EXPECT_EQ(fast->Finish().ToString(), slow->Finish().ToString()) << "trial " << trial << ", " << VectorIsaName(isa);
+      EXPECT_EQ(fast->Finish().ToString(), slow->Finish().ToString())
+          << "trial " << trial << ", " << VectorIsaName(isa);
     }
   }
 }

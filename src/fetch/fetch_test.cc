@@ -4,8 +4,8 @@
 #include <random>
 #include <thread>
 
-#include "fetch/fetcher.h"
 #include "base/thread_pool.h"
+#include "fetch/fetcher.h"
 #include "store/memory_store.h"
 #include "video/video_decoder.h"
 
@@ -14,7 +14,6 @@ namespace {
 
 constexpr ModelFingerprint kFp{9, 9, 9};
 const KvShape kChunkShape{.n_layers = 2, .n_kv_heads = 2, .head_dim = 32, .n_tokens = 64};
-
 
 TEST(LinkShaper, CapsConcurrentTransfersToTheRate) {
   LinkShaper link(1e6);  // 1 MB/s
@@ -45,7 +44,9 @@ TEST(BandwidthEstimator, CountsTheTimeTheLinkWasBusy) {
   EXPECT_NEAR(est.BytesPerSecond(), 6000 / 0.15, 1e-6);
 }
 
-ChunkManifest Manifest(std::vector<ChunkVariant> v) { return {.chunk_tokens = 64, .chunk_index = 0, .variants = std::move(v)}; }
+ChunkManifest Manifest(std::vector<ChunkVariant> v) {
+  return {.chunk_tokens = 64, .chunk_index = 0, .variants = std::move(v)};
+}
 
 TEST(LevelPlanner, TradesTransferAgainstDecode) {
   const ChunkManifest m = Manifest({{"raw", "fp16", 100'000}, {"kvtc", "16", 5'000}});
@@ -74,8 +75,8 @@ TEST(LevelPlanner, RespectsTheQualityFloorAndRecomputes) {
 
 TEST(LevelPlanner, QualityFirstWithinTheMarginBandwidthFirstBeyondIt) {
   using Rung = LevelPlanner::Rung;
-  const std::map<Rung, double> loss = {{{"quant", "8"}, 1e-6}, {{"kvtc", "8"}, 1e-4}, {{"kvtc", "16"}, 3e-4},
-                                       {{"kvtc", "32"}, 1e-3}};
+  const std::map<Rung, double> loss = {
+      {{"quant", "8"}, 1e-6}, {{"kvtc", "8"}, 1e-4}, {{"kvtc", "16"}, 3e-4}, {{"kvtc", "32"}, 1e-3}};
   // 64 tokens of 1000 bytes of fp16 KV each: raw is 64 kB.
   const ChunkManifest m = Manifest({{"raw", "fp16", 64'000},
                                     {"quant", "8", 33'000},
@@ -226,7 +227,8 @@ TEST(Fetcher, ThroughSlotsDeliversEachChunkBeforeItsSlotIsReused) {
   std::vector<KvCache> wrong{KvCache::Create(longer, DType::kF16).value()};
   LinkShaper link;
   Fetcher fetcher(*run.store, link, kFp, {}, {});
-  EXPECT_FALSE(fetcher.RunThroughSlots(run.keys, run.manifests, wrong, [](FetchedChunk&&) { return Status::Ok(); }).ok());
+  EXPECT_FALSE(
+      fetcher.RunThroughSlots(run.keys, run.manifests, wrong, [](FetchedChunk&&) { return Status::Ok(); }).ok());
   EXPECT_FALSE(fetcher.RunThroughSlots(run.keys, run.manifests, {}, [](FetchedChunk&&) { return Status::Ok(); }).ok());
 }
 

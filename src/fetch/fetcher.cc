@@ -54,12 +54,13 @@ Result<FetchReport> Fetcher::Run(std::span<const ChunkKey> keys, std::span<const
     const int64_t pos = int64_t{i} * tokens;
     const int64_t at = pos - prefix.pos_begin();
     if (pos > std::numeric_limits<int32_t>::max() || at < 0 || at > std::numeric_limits<uint32_t>::max()) {
-      return InvalidArgument(FormatMessage("chunk %u (position %lld) is outside the prefix buffer", i,
-                                           static_cast<long long>(pos)));
+      return InvalidArgument(
+          FormatMessage("chunk %u (position %lld) is outside the prefix buffer", i, static_cast<long long>(pos)));
     }
     ASSIGN_OR_RETURN(places[i], prefix.Slice(static_cast<uint32_t>(at), tokens));
   }
-  return RunWithPlaces(keys, manifests, [&](uint32_t i) { return places[i]; }, 0, on_chunk);
+  return RunWithPlaces(
+      keys, manifests, [&](uint32_t i) { return places[i]; }, 0, on_chunk);
 }
 
 Result<FetchReport> Fetcher::RunThroughSlots(std::span<const ChunkKey> keys, std::span<const ChunkManifest> manifests,
@@ -132,8 +133,7 @@ Result<FetchReport> Fetcher::RunWithPlaces(std::span<const ChunkKey> keys, std::
       out.damaged = IsDamage(decoded);
     } else {
       planner_.ObserveDecode(choice.variant, Seconds(t_end, t2));
-      out.chunk = FetchedChunk{i, choice.variant, transfer_s, Seconds(t_end, t2), choice.predicted_s,
-                               out_place.View()};
+      out.chunk = FetchedChunk{i, choice.variant, transfer_s, Seconds(t_end, t2), choice.predicted_s, out_place.View()};
     }
     finish(i, std::move(out));
   };

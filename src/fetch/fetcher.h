@@ -36,8 +36,8 @@ struct FetchOptions {
   // Chunks transferred but not yet delivered (at least one more than the pool's workers, so
   // every worker has a chunk to decode while the next is on the link).
   unsigned inflight = 2;
-  double initial_gbps = 1.0;     // bandwidth assumed before the first transfer completes
-  double recompute_s = 0;        // seconds to prefill one chunk here; 0: never plan a recompute
+  double initial_gbps = 1.0;  // bandwidth assumed before the first transfer completes
+  double recompute_s = 0;     // seconds to prefill one chunk here; 0: never plan a recompute
   std::vector<std::pair<std::string, std::string>> allowed;  // (codec, level); empty: any
   // Measured quality loss of each allowed rung (the model's profile, lower is better): the
   // planner fetches the most accurate rung whose predicted time is within quality_margin of
@@ -62,13 +62,13 @@ struct FetchedChunk {
 };
 
 struct FetchReport {
-  uint32_t chunks = 0;          // delivered, from chunk 0 on without a gap
-  uint64_t bytes = 0;           // fetched (compressed)
-  double wall_s = 0;            // first request to last chunk delivered
-  double decode_s = 0;          // summed over chunks
-  double transfer_s = 0;        // summed over chunks
+  uint32_t chunks = 0;                 // delivered, from chunk 0 on without a gap
+  uint64_t bytes = 0;                  // fetched (compressed)
+  double wall_s = 0;                   // first request to last chunk delivered
+  double decode_s = 0;                 // summed over chunks
+  double transfer_s = 0;               // summed over chunks
   std::vector<ChunkVariant> variants;  // per delivered chunk
-  std::string stop_reason;      // empty when every chunk was delivered
+  std::string stop_reason;             // empty when every chunk was delivered
   // The run stopped on a damaged chunk: its object was there but unusable (the store found it
   // corrupt, or it failed to decode, or was made for another model, shape or place). False
   // when it stopped on a missing object, a store error, no allowed variant or a planned

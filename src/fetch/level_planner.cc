@@ -12,8 +12,8 @@ constexpr double kDecodeWeight = 0.5;
 
 }  // namespace
 
-LevelPlanner::LevelPlanner(std::vector<Rung> allowed, unsigned decoders, double recompute_s, std::map<Rung, double> loss,
-                           double output_bytes_per_token, double margin)
+LevelPlanner::LevelPlanner(std::vector<Rung> allowed, unsigned decoders, double recompute_s,
+                           std::map<Rung, double> loss, double output_bytes_per_token, double margin)
     : allowed_(std::move(allowed)),
       decoders_(std::max(1u, decoders)),
       recompute_s_(recompute_s),

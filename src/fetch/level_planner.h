@@ -7,7 +7,8 @@
 // max(bytes / bandwidth, decode seconds / decoders). Decode times are learned from the chunks
 // decoded so far; until a variant is seen its decode is priced at kPriorDecodeBytesPerSecond of
 // output, the same for every codec, and it is tried only when that guess beats every measured
-// variant by kUnseenAdvantage, so that an unseen variant neither looks free nor wins on a guess. The quality floor is the set of variants a request allows.
+// variant by kUnseenAdvantage, so that an unseen variant neither looks free nor wins on a guess. The quality floor is
+// the set of variants a request allows.
 #pragma once
 
 #include <map>
@@ -23,8 +24,8 @@ namespace kvc {
 
 struct LevelChoice {
   bool recompute = false;
-  ChunkVariant variant;     // when not recomputing
-  double predicted_s = 0;   // per chunk, at the bandwidth it was chosen for
+  ChunkVariant variant;    // when not recomputing
+  double predicted_s = 0;  // per chunk, at the bandwidth it was chosen for
 };
 
 // Slower than any codec decodes here, so an unseen lossy variant is not preferred on a guess.

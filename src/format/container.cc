@@ -28,20 +28,18 @@ constexpr size_t kSectionPrefixBytes = 4 + 8 + 4;
 Status CheckHeaderFields(const KvcHeader& h, size_t n_sections) {
   RETURN_IF_ERROR(CheckName(h.level, "level"));
   if (h.codec_params.size() > kMaxCodecParamsBytes) {
-    return InvalidArgument(FormatMessage("codec params length %zu exceeds the limit %zu", h.codec_params.size(),
-                                         kMaxCodecParamsBytes));
+    return InvalidArgument(
+        FormatMessage("codec params length %zu exceeds the limit %zu", h.codec_params.size(), kMaxCodecParamsBytes));
   }
   const auto dtype_value = static_cast<uint8_t>(h.dtype);
   if (!IsValidDType(dtype_value)) return InvalidArgument(FormatMessage("unknown dtype %u", dtype_value));
   if (Status s = ValidateShape(h.shape, h.dtype); !s.ok()) return InvalidArgument("shape: " + s.message());
   // Tokens occupy consecutive indices and positions, so the last one must be representable.
   if (uint64_t{h.token_begin} + h.shape.n_tokens > std::numeric_limits<uint32_t>::max()) {
-    return InvalidArgument(FormatMessage("token range [%u, +%u) overflows 32 bits", h.token_begin,
-                                         h.shape.n_tokens));
+    return InvalidArgument(FormatMessage("token range [%u, +%u) overflows 32 bits", h.token_begin, h.shape.n_tokens));
   }
   if (int64_t{h.pos_begin} + h.shape.n_tokens > std::numeric_limits<int32_t>::max()) {
-    return InvalidArgument(FormatMessage("position range [%d, +%u) overflows int32", h.pos_begin,
-                                         h.shape.n_tokens));
+    return InvalidArgument(FormatMessage("position range [%d, +%u) overflows int32", h.pos_begin, h.shape.n_tokens));
   }
   if (n_sections > kMaxSections) {
     return InvalidArgument(FormatMessage("%zu sections exceed the limit %u", n_sections, kMaxSections));
@@ -89,8 +87,8 @@ bool IsNameChar(char c) {
 
 Status CheckName(std::string_view name, const char* what) {
   if (name.size() > kMaxLevelNameBytes) {
-    return InvalidArgument(FormatMessage("%s name length %zu exceeds the limit %zu", what, name.size(),
-                                         kMaxLevelNameBytes));
+    return InvalidArgument(
+        FormatMessage("%s name length %zu exceeds the limit %zu", what, name.size(), kMaxLevelNameBytes));
   }
   for (size_t i = 0; i < name.size(); ++i) {
     if (!IsNameChar(name[i])) {
@@ -112,8 +110,8 @@ uint32_t SectionCrc(uint32_t tag, uint64_t length, std::span<const uint8_t> data
 }
 
 Result<std::span<const uint8_t>> ReadCheckedHeader(ByteReader& r, std::span<const uint8_t> file,
-                                                   std::span<const uint8_t> magic, uint32_t version,
-                                                   const char* format, size_t min_body, size_t max_body) {
+                                                   std::span<const uint8_t> magic, uint32_t version, const char* format,
+                                                   size_t min_body, size_t max_body) {
   RETURN_IF_ERROR(ExpectMagicAndVersion(r, magic, version, format));
   const size_t preamble = r.offset() + 4;  // magic, version, header_length
   uint32_t header_length;
@@ -207,8 +205,7 @@ Result<KvcFile> ReadKvc(std::span<const uint8_t> bytes) {
                       SectionName(i, tag).c_str());
     file.sections.push_back(view);
   }
-  KVC_CHECK_CORRUPT(r.empty(), "%zu trailing bytes after the last section (at offset %zu)", r.remaining(),
-                    r.offset());
+  KVC_CHECK_CORRUPT(r.empty(), "%zu trailing bytes after the last section (at offset %zu)", r.remaining(), r.offset());
   return file;
 }
 

@@ -68,8 +68,8 @@ uint32_t SectionCrc(uint32_t tag, uint64_t length, std::span<const uint8_t> data
 // which is verified before any field is trusted. Returns the body, a view into `file`; `r`
 // must be positioned at the start of `file`.
 Result<std::span<const uint8_t>> ReadCheckedHeader(ByteReader& r, std::span<const uint8_t> file,
-                                                   std::span<const uint8_t> magic, uint32_t version,
-                                                   const char* format, size_t min_body, size_t max_body);
+                                                   std::span<const uint8_t> magic, uint32_t version, const char* format,
+                                                   size_t min_body, size_t max_body);
 
 // Serialises header and sections; fails (kInvalidArgument) on values the format cannot hold,
 // and on every value ReadKvc would reject (a level outside the name charset included).

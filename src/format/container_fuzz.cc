@@ -49,8 +49,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (reread->sections.size() != sections.size()) Fail("section count changed across rewrite");
   for (size_t i = 0; i < sections.size(); ++i) {
     const auto& got = reread->sections[i];
-    if (got.tag != sections[i].tag || !std::equal(got.bytes.begin(), got.bytes.end(), sections[i].bytes.begin(),
-                                                  sections[i].bytes.end())) {
+    if (got.tag != sections[i].tag ||
+        !std::equal(got.bytes.begin(), got.bytes.end(), sections[i].bytes.begin(), sections[i].bytes.end())) {
       Fail("section changed across rewrite");
     }
   }

@@ -393,9 +393,13 @@ TEST(ContainerTest, LevelOutsideTheNameCharsetIsRejected) {
   const std::string hostile[] = {
       "\xe4",                                   // not UTF-8 (made `inspect` abort in JSON)
       "8\nkvcodec: error: forged second line",  // a newline forging a second error line
-      std::string("8\0hidden", 8),             // a NUL cutting a C string short
+      std::string("8\0hidden", 8),              // a NUL cutting a C string short
       "\x1b[2J\x1b[31mred",                     // terminal escape sequences
-      "a b", "a/b", "\"8\"", "\xc3\xa9", "\x7f",
+      "a b",
+      "a/b",
+      "\"8\"",
+      "\xc3\xa9",
+      "\x7f",
   };
   for (const std::string& level : hostile) {
     SCOPED_TRACE(PrintableOneLine(level));

@@ -6,9 +6,12 @@ namespace kvc {
 
 BasisSlice SliceOf(const KvtcCalibration& c, uint32_t basis) {
   switch (c.grouping) {
-    case KvtcGrouping::kLayerHead: return {basis / c.n_kv_heads, 1, basis % c.n_kv_heads, 1};
-    case KvtcGrouping::kLayer: return {basis, 1, 0, c.n_kv_heads};
-    case KvtcGrouping::kAll: return {0, c.n_layers, 0, c.n_kv_heads};
+    case KvtcGrouping::kLayerHead:
+      return {basis / c.n_kv_heads, 1, basis % c.n_kv_heads, 1};
+    case KvtcGrouping::kLayer:
+      return {basis, 1, 0, c.n_kv_heads};
+    case KvtcGrouping::kAll:
+      return {0, c.n_layers, 0, c.n_kv_heads};
   }
   return {};
 }

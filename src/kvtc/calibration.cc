@@ -206,7 +206,8 @@ Status ValidateCalibrationHeader(const KvtcCalibration& c) {
   if (static_cast<uint8_t>(c.quantizer) > static_cast<uint8_t>(KvtcQuantizer::kComponent)) {
     return InvalidArgument(FormatMessage("unknown quantizer %u", static_cast<unsigned>(c.quantizer)));
   }
-  if (c.format_version == 1 && (c.quantizer != KvtcQuantizer::kTokenGroup || c.chunk_tokens != 0 || !c.choice.empty())) {
+  if (c.format_version == 1 &&
+      (c.quantizer != KvtcQuantizer::kTokenGroup || c.chunk_tokens != 0 || !c.choice.empty())) {
     return InvalidArgument("format version 1 holds only token-group calibrations without chunk_tokens or choice");
   }
   if (c.quantizer == KvtcQuantizer::kComponent && c.group_size != 1) {
@@ -299,8 +300,9 @@ Status ValidateCalibration(const KvtcCalibration& c) {
     }
     if (!std::isfinite(a.coded_bits_per_value) || a.coded_bits_per_value < 0 ||
         (c.format_version == 1 && a.coded_bits_per_value != 0)) {
-      return InvalidArgument(FormatMessage("%s: coded_bits_per_value %g is not finite and non-negative (0 in version 1)",
-                                           where.c_str(), a.coded_bits_per_value));
+      return InvalidArgument(
+          FormatMessage("%s: coded_bits_per_value %g is not finite and non-negative (0 in version 1)", where.c_str(),
+                        a.coded_bits_per_value));
     }
     if (a.bits.size() != total_groups) {
       return InvalidArgument(FormatMessage("%s: %zu bit widths, expected %" PRIu64 " (one per component group)",

@@ -41,11 +41,11 @@ Result<KvtcQuantizer> ParseKvtcQuantizer(std::string_view name);
 inline constexpr uint32_t kKvtcWidths = 8;  // code widths 1..8 bits
 
 struct PcaBasis {
-  uint32_t dim = 0;           // features per vector
-  uint32_t n_components = 0;  // stored components, by decreasing variance (<= dim)
-  std::vector<float> mean;        // [dim]
-  std::vector<float> components;  // [n_components][dim], orthonormal rows
-  std::vector<float> eigenvalues; // [n_components], variance of each coefficient on the fit data
+  uint32_t dim = 0;                // features per vector
+  uint32_t n_components = 0;       // stored components, by decreasing variance (<= dim)
+  std::vector<float> mean;         // [dim]
+  std::vector<float> components;   // [n_components][dim], orthonormal rows
+  std::vector<float> eigenvalues;  // [n_components], variance of each coefficient on the fit data
   // kComponent only: [n_components][kKvtcWidths], the step of component c at b bits is
   // rms * GaussianStep(b) * step_multipliers[c * 8 + b - 1]; empty for kTokenGroup.
   std::vector<float> step_multipliers;
@@ -61,14 +61,14 @@ struct BitAllocation {
   // Bits (0..8) per component group: every basis's groups one after another, K bases first,
   // then V; basis i has n_groups(i) = ceil(n_components / group_size) of them.
   std::vector<uint8_t> bits;
-  double heldout_rel_mse = 0;  // mean over tensors of (squared error / variance) on held-back tokens
+  double heldout_rel_mse = 0;       // mean over tensors of (squared error / variance) on held-back tokens
   double coded_bits_per_value = 0;  // version 2: codes + scales after entropy coding, held-back chunks
 
   bool operator==(const BitAllocation&) const = default;
 };
 
 struct KvtcCalibration {
-  uint32_t format_version = 2;   // .kvcal layout it is written in (docs/format.md); 1: token-group only
+  uint32_t format_version = 2;  // .kvcal layout it is written in (docs/format.md); 1: token-group only
   ModelFingerprint model_fingerprint{};
   uint32_t n_layers = 0;
   uint32_t n_kv_heads = 0;
@@ -76,17 +76,17 @@ struct KvtcCalibration {
   RopeParams rope;
   bool keys_rope_undone = true;  // K was rotated back to position 0 before fitting
   KvtcGrouping grouping = KvtcGrouping::kLayer;
-  uint32_t group_size = 16;      // consecutive components sharing one scale and width
+  uint32_t group_size = 16;  // consecutive components sharing one scale and width
   KvtcQuantizer quantizer = KvtcQuantizer::kTokenGroup;
-  uint32_t chunk_tokens = 0;     // kComponent: tokens per chunk the allocations were measured at
-  std::string choice;            // why calibrate chose this quantiser, grouping and group size
-  uint32_t fit_tokens = 0;       // tokens the bases were fitted on
-  uint32_t heldout_tokens = 0;   // tokens the allocations were measured on
-  std::vector<PcaBasis> bases;   // K bases then V bases (n_bases() each)
+  uint32_t chunk_tokens = 0;               // kComponent: tokens per chunk the allocations were measured at
+  std::string choice;                      // why calibrate chose this quantiser, grouping and group size
+  uint32_t fit_tokens = 0;                 // tokens the bases were fitted on
+  uint32_t heldout_tokens = 0;             // tokens the allocations were measured on
+  std::vector<PcaBasis> bases;             // K bases then V bases (n_bases() each)
   std::vector<BitAllocation> allocations;  // by increasing target_ratio
 
-  uint32_t n_bases() const;      // bases per kind (K or V) for the grouping
-  uint32_t basis_dim() const;    // features per vector for the grouping
+  uint32_t n_bases() const;    // bases per kind (K or V) for the grouping
+  uint32_t basis_dim() const;  // features per vector for the grouping
   uint32_t n_groups(uint32_t basis_index) const;
   bool operator==(const KvtcCalibration&) const = default;
 };

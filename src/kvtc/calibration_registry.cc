@@ -21,8 +21,8 @@ Result<std::shared_ptr<const LoadedCalibration>> CalibrationRegistry::Load(const
 Result<std::shared_ptr<const LoadedCalibration>> CalibrationRegistry::Add(KvtcCalibration calibration,
                                                                           std::string path) {
   ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, WriteKvcal(calibration));
-  auto entry = std::make_shared<LoadedCalibration>(
-      LoadedCalibration{std::move(calibration), KvcalHash(bytes), std::move(path)});
+  auto entry =
+      std::make_shared<LoadedCalibration>(LoadedCalibration{std::move(calibration), KvcalHash(bytes), std::move(path)});
   std::lock_guard<std::mutex> lock(mu_);
   entries_.push_back(entry);
   return std::shared_ptr<const LoadedCalibration>(entry);

@@ -185,8 +185,7 @@ Status DecodeRans(std::span<const uint8_t> rest, std::span<const KvtcCodeRun> ru
   std::vector<KvtcCodeRun> merged;
   for (const KvtcCodeRun& run : runs) {
     if (run.count == 0) continue;
-    if (!merged.empty() && merged.back().bits == run.bits &&
-        merged.back().count % TupleSize(method, run.bits) == 0) {
+    if (!merged.empty() && merged.back().bits == run.bits && merged.back().count % TupleSize(method, run.bits) == 0) {
       merged.back().count += run.count;
     } else {
       merged.push_back(run);
@@ -307,8 +306,7 @@ Status CheckKvtcCodesSection(std::span<const uint8_t> section, uint64_t total_bi
   KVC_CHECK_CORRUPT(!section.empty(), "codes section is empty");
   const uint64_t packed = (total_bits + 7) / 8;
   const uint64_t payload = section.size() - 1;
-  KVC_CHECK_CORRUPT(section[0] <= static_cast<uint8_t>(kLastKvtcCodesMethod), "unknown codes method %u",
-                    section[0]);
+  KVC_CHECK_CORRUPT(section[0] <= static_cast<uint8_t>(kLastKvtcCodesMethod), "unknown codes method %u", section[0]);
   if (section[0] == static_cast<uint8_t>(KvtcCodesMethod::kPacked)) {
     KVC_CHECK_CORRUPT(payload == packed, "packed codes are %llu bytes, expected %llu",
                       static_cast<unsigned long long>(payload), static_cast<unsigned long long>(packed));
@@ -327,7 +325,8 @@ Status DecodeKvtcCodes(std::span<const uint8_t> section, std::span<const KvtcCod
   std::span<const uint8_t> rest;
   RETURN_IF_ERROR(r.Bytes(r.remaining(), &rest, "codes"));
   switch (static_cast<KvtcCodesMethod>(method)) {
-    case KvtcCodesMethod::kPacked: return UnpackBits(rest, runs, total_bits, codes);
+    case KvtcCodesMethod::kPacked:
+      return UnpackBits(rest, runs, total_bits, codes);
     case KvtcCodesMethod::kDeflate: {
       std::vector<uint8_t> packed((total_bits + 7) / 8);
       RETURN_IF_ERROR(DeflateDecompress(rest, packed));
@@ -335,7 +334,8 @@ Status DecodeKvtcCodes(std::span<const uint8_t> section, std::span<const KvtcCod
     }
     case KvtcCodesMethod::kRans:
     case KvtcCodesMethod::kRansTuples:
-    case KvtcCodesMethod::kRansTuplesWide: return DecodeRans(rest, runs, static_cast<KvtcCodesMethod>(method), codes);
+    case KvtcCodesMethod::kRansTuplesWide:
+      return DecodeRans(rest, runs, static_cast<KvtcCodesMethod>(method), codes);
   }
   return Corrupt(FormatMessage("unknown codes method %u", method));
 }

@@ -26,7 +26,8 @@ Codes MakeCodes(bool peaked, uint64_t seed) {
       std::normal_distribution<double> normal(0.0, std::max(1.0, (1 << bits) / 8.0));
       for (size_t i = 0; i < count; ++i) {
         const int top = (1 << bits) - 1;
-        int code = peaked ? static_cast<int>(std::lround((1 << (bits - 1)) + normal(rng))) : static_cast<int>(rng() % (top + 1));
+        int code = peaked ? static_cast<int>(std::lround((1 << (bits - 1)) + normal(rng)))
+                          : static_cast<int>(rng() % (top + 1));
         c.codes.push_back(static_cast<uint8_t>(std::clamp(code, 0, top)));
       }
     }
@@ -84,7 +85,8 @@ TEST(KvtcCodeStream, TuplesCoverRunsOfEveryLength) {
   for (size_t count = 1; count <= 9; ++count) {
     for (uint8_t bits : {1, 2, 3}) {
       c.runs.push_back({bits, count});
-      for (size_t i = 0; i < count; ++i) c.codes.push_back(static_cast<uint8_t>(rng() % 3 == 0 ? rng() % (1u << bits) : 0));
+      for (size_t i = 0; i < count; ++i)
+        c.codes.push_back(static_cast<uint8_t>(rng() % 3 == 0 ? rng() % (1u << bits) : 0));
     }
   }
   // Neighbouring runs of one width, whole and partial tuples: the decoder joins those that

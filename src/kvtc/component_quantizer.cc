@@ -117,8 +117,8 @@ uint16_t ComponentScale(const float* x, size_t stride, uint32_t n) {
   return Fp32ToFp16(static_cast<float>(rms));
 }
 
-void QuantizeComponent(const float* x, size_t stride, uint32_t n, uint32_t bits, uint16_t scale_fp16,
-                       float multiplier, uint8_t* codes) {
+void QuantizeComponent(const float* x, size_t stride, uint32_t n, uint32_t bits, uint16_t scale_fp16, float multiplier,
+                       uint8_t* codes) {
   assert(bits >= 1 && bits <= kMaxQuantBits);
   const float step = StepOf(scale_fp16, bits, multiplier);
   if (!(step > 0.0f)) {
@@ -175,8 +175,8 @@ Status ForEachCodedComponent(std::span<const uint8_t> in_codes, std::span<const 
                              uint32_t n_coeffs, std::span<const uint8_t> bits, std::span<const float> multipliers,
                              Fn&& fn) {
   if (!ShapesValid(n_coeffs, bits, multipliers)) {
-    return InvalidArgument(FormatMessage("kvtc allocation of %zu widths (max 8 bits) does not fit %u components",
-                                         bits.size(), n_coeffs));
+    return InvalidArgument(
+        FormatMessage("kvtc allocation of %zu widths (max 8 bits) does not fit %u components", bits.size(), n_coeffs));
   }
   const size_t kept = static_cast<size_t>(std::count_if(bits.begin(), bits.end(), [](uint8_t b) { return b > 0; }));
   KVC_CHECK_CORRUPT(in_codes.size() == kept * n_tokens, "kvtc block holds %zu codes, expected %zu", in_codes.size(),
@@ -216,10 +216,11 @@ Status CodedComponentBlock(std::span<const uint8_t> codes, std::span<const uint1
                            uint32_t n_coeffs, std::span<const uint8_t> bits, std::span<const float> multipliers,
                            std::vector<CodedComponent>* coded) {
   coded->clear();
-  return ForEachCodedComponent(codes, scales, n_tokens, n_coeffs, bits, multipliers,
-                               [&](uint32_t c, float first, float step, const uint8_t* component_codes) {
-                                 coded->push_back({.component = c, .first = first, .step = step, .codes = component_codes});
-                               });
+  return ForEachCodedComponent(
+      codes, scales, n_tokens, n_coeffs, bits, multipliers,
+      [&](uint32_t c, float first, float step, const uint8_t* component_codes) {
+        coded->push_back({.component = c, .first = first, .step = step, .codes = component_codes});
+      });
 }
 
 ComponentStats MeasureComponent(const float* x, size_t stride, uint32_t n, uint32_t chunk_tokens) {

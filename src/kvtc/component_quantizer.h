@@ -35,8 +35,8 @@ float GaussianStep(uint32_t bits);
 uint16_t ComponentScale(const float* x, size_t stride, uint32_t n);
 
 // Codes of n values (read with `stride`) at `bits` (1..8) against scale and multiplier.
-void QuantizeComponent(const float* x, size_t stride, uint32_t n, uint32_t bits, uint16_t scale_fp16,
-                       float multiplier, uint8_t* codes);
+void QuantizeComponent(const float* x, size_t stride, uint32_t n, uint32_t bits, uint16_t scale_fp16, float multiplier,
+                       uint8_t* codes);
 // out[t * stride] = x^ of codes[t]. The scale is trusted here (DequantizeComponentBlock validates).
 void DequantizeComponent(const uint8_t* codes, uint32_t n, uint32_t bits, uint16_t scale_fp16, float multiplier,
                          float* out, size_t stride);
@@ -68,9 +68,9 @@ void QuantizeComponentBlock(const float* coeffs, uint32_t n_tokens, uint32_t n_c
 // Calibration statistics of one component over held-back coefficients cut into chunks of
 // `chunk_tokens` (the last may be shorter), each chunk with its own scale as the codec does.
 struct ComponentStats {
-  std::array<float, 8> multipliers{};      // chosen per width: least squared error on the sample
-  std::array<double, 9> error{};           // squared error per token at b = 0..8 (b = 0: the energy)
-  std::array<double, 9> entropy_bits{};    // order-0 entropy of the codes, bits per token (b = 0: 0)
+  std::array<float, 8> multipliers{};    // chosen per width: least squared error on the sample
+  std::array<double, 9> error{};         // squared error per token at b = 0..8 (b = 0: the energy)
+  std::array<double, 9> entropy_bits{};  // order-0 entropy of the codes, bits per token (b = 0: 0)
 };
 
 // x: one component's values over n tokens, read with `stride`. The multiplier of each width is

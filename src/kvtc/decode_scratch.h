@@ -18,11 +18,11 @@ struct KvtcDecodeScratch {
   // Each decode task (one kind and layer) fills `rows` and `coeffs`; the calling thread alone
   // holds `codes` and `scales`, which tasks only read, so a caller that also runs tasks (a
   // serial decode, or a pool that uses it) never resizes what a task is reading.
-  std::vector<float> rows;       // one kind and layer's fp32 rows
-  std::vector<float> coeffs;     // one basis's dequantised coefficients (token-group quantiser)
+  std::vector<float> rows;            // one kind and layer's fp32 rows
+  std::vector<float> coeffs;          // one basis's dequantised coefficients (token-group quantiser)
   std::vector<CodedComponent> coded;  // one basis's components as codes (component quantiser)
-  std::vector<uint8_t> codes;    // every code of the chunk
-  std::vector<uint16_t> scales;  // every scale of the chunk
+  std::vector<uint8_t> codes;         // every code of the chunk
+  std::vector<uint16_t> scales;       // every scale of the chunk
 };
 
 // This thread's scratch.

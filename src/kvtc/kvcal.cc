@@ -190,8 +190,8 @@ Status ParseHeaderBody(ByteReader& h, KvtcCalibration* c, uint32_t* n_bases, uin
 
 // Parses one basis section's data. Sizes are checked against the grouping, the float budget
 // left and the section length before anything is allocated.
-Status ParseBasis(std::span<const uint8_t> data, uint32_t expected_index, uint32_t expected_dim, KvtcQuantizer quantizer,
-                  uint64_t* floats_left, PcaBasis* b) {
+Status ParseBasis(std::span<const uint8_t> data, uint32_t expected_index, uint32_t expected_dim,
+                  KvtcQuantizer quantizer, uint64_t* floats_left, PcaBasis* b) {
   ByteReader r(data);
   uint32_t index;
   RETURN_IF_ERROR(r.U32(&index, "index"));
@@ -303,9 +303,9 @@ Result<std::vector<uint8_t>> WriteKvcal(const KvtcCalibration& c) {
     total_groups += c.n_groups(static_cast<uint32_t>(i));
   }
 
-  const OpenSection allocations =
-      BeginSection(w, kTagAllocations,
-                   kAllocationsFieldsBytes + c.allocations.size() * (AllocationRecordFixedBytes(version) + total_groups));
+  const OpenSection allocations = BeginSection(
+      w, kTagAllocations,
+      kAllocationsFieldsBytes + c.allocations.size() * (AllocationRecordFixedBytes(version) + total_groups));
   w.U32(static_cast<uint32_t>(total_groups));
   for (const BitAllocation& a : c.allocations) {
     w.F32(a.target_ratio);
@@ -327,11 +327,11 @@ Result<KvtcCalibration> ReadKvcal(std::span<const uint8_t> bytes) {
   // Peeked before the checked read so each version is parsed with its own header length.
   uint32_t version = kKvcalFormatVersion;
   if (bytes.size() >= 8 && std::equal(kMagic, kMagic + 4, bytes.begin())) {
-    const uint32_t found = uint32_t{bytes[4]} | uint32_t{bytes[5]} << 8 | uint32_t{bytes[6]} << 16 |
-                           uint32_t{bytes[7]} << 24;
+    const uint32_t found =
+        uint32_t{bytes[4]} | uint32_t{bytes[5]} << 8 | uint32_t{bytes[6]} << 16 | uint32_t{bytes[7]} << 24;
     if (found < 1 || found > kKvcalFormatVersion) {
-      return Unsupported(FormatMessage("format version %u not supported (this build reads 1 and %u)", found,
-                                       kKvcalFormatVersion));
+      return Unsupported(
+          FormatMessage("format version %u not supported (this build reads 1 and %u)", found, kKvcalFormatVersion));
     }
     version = found;
   }

@@ -116,7 +116,7 @@ void BM_Reconstruct(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * kTokens * dim * 2);
   // The product's own rate, to set against scripts/kvcal_cost.py's multiply-adds per byte.
   state.counters["GMAC"] = benchmark::Counter(static_cast<double>(state.iterations()) * kTokens * dim * n_keep / 1e9,
-                                                benchmark::Counter::kIsRate);
+                                              benchmark::Counter::kIsRate);
 }
 
 void BM_DequantizeAndReconstruct(benchmark::State& state) {

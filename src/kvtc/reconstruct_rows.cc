@@ -26,7 +26,9 @@ struct Terms {
   CoeffLayout layout;
   const CodedComponent* coded = nullptr;
 
-  const float* Component(uint32_t k) const { return components + size_t{coded != nullptr ? coded[k].component : k} * dim; }
+  const float* Component(uint32_t k) const {
+    return components + size_t{coded != nullptr ? coded[k].component : k} * dim;
+  }
   float Coefficient(size_t t, uint32_t k) const {
     if (coded != nullptr) return (static_cast<float>(coded[k].codes[t]) + coded[k].first) * coded[k].step;
     return coeffs[t * layout.token_stride + k * layout.component_stride];
@@ -64,7 +66,8 @@ __attribute__((target("avx2,fma"))) size_t PackStrips(const Terms& terms, float*
     }
   }
   if (d + 8 <= terms.dim) {
-    for (uint32_t k = 0; k < terms.n_keep; ++k, out += 8) _mm256_storeu_ps(out, _mm256_loadu_ps(terms.Component(k) + d));
+    for (uint32_t k = 0; k < terms.n_keep; ++k, out += 8)
+      _mm256_storeu_ps(out, _mm256_loadu_ps(terms.Component(k) + d));
     d += 8;
   }
   return d;  // the columns from here on are left to the portable loop
@@ -106,8 +109,7 @@ __attribute__((target("avx2,fma"), always_inline)) inline void PackBand(const Te
         const CodedComponent& c = terms.coded[k];
         const __m128i codes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(c.codes + t));
         const __m256 values = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(codes));
-        _mm256_storeu_ps(packed, _mm256_mul_ps(_mm256_add_ps(values, _mm256_set1_ps(c.first)),
-                                               _mm256_set1_ps(c.step)));
+        _mm256_storeu_ps(packed, _mm256_mul_ps(_mm256_add_ps(values, _mm256_set1_ps(c.first)), _mm256_set1_ps(c.step)));
       }
       return;
     }
@@ -178,12 +180,24 @@ __attribute__((target("avx2,fma"))) void Avx2(const Terms& terms, size_t n, floa
     const size_t rows = std::min(kBand, n - t);
     float* const x_rows = x + t * x_stride;
     switch (rows) {
-      case 6: RowBand<6>(terms, t, n, strips, vector_columns, band, x_rows, x_stride); break;
-      case 5: RowBand<5>(terms, t, n, strips, vector_columns, band, x_rows, x_stride); break;
-      case 4: RowBand<4>(terms, t, n, strips, vector_columns, band, x_rows, x_stride); break;
-      case 3: RowBand<3>(terms, t, n, strips, vector_columns, band, x_rows, x_stride); break;
-      case 2: RowBand<2>(terms, t, n, strips, vector_columns, band, x_rows, x_stride); break;
-      default: RowBand<1>(terms, t, n, strips, vector_columns, band, x_rows, x_stride); break;
+      case 6:
+        RowBand<6>(terms, t, n, strips, vector_columns, band, x_rows, x_stride);
+        break;
+      case 5:
+        RowBand<5>(terms, t, n, strips, vector_columns, band, x_rows, x_stride);
+        break;
+      case 4:
+        RowBand<4>(terms, t, n, strips, vector_columns, band, x_rows, x_stride);
+        break;
+      case 3:
+        RowBand<3>(terms, t, n, strips, vector_columns, band, x_rows, x_stride);
+        break;
+      case 2:
+        RowBand<2>(terms, t, n, strips, vector_columns, band, x_rows, x_stride);
+        break;
+      default:
+        RowBand<1>(terms, t, n, strips, vector_columns, band, x_rows, x_stride);
+        break;
     }
     if (vector_columns < terms.dim) PortableBlock(terms, t, rows, vector_columns, x_rows, x_stride);
   }
@@ -233,8 +247,7 @@ __attribute__((target("avx512f"), always_inline)) inline void PackBand512(const 
         const CodedComponent& c = terms.coded[k];
         const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(c.codes + t));
         const __m512 values = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(codes));
-        _mm512_storeu_ps(packed, _mm512_mul_ps(_mm512_add_ps(values, _mm512_set1_ps(c.first)),
-                                               _mm512_set1_ps(c.step)));
+        _mm512_storeu_ps(packed, _mm512_mul_ps(_mm512_add_ps(values, _mm512_set1_ps(c.first)), _mm512_set1_ps(c.step)));
       }
       return;
     }
@@ -318,10 +331,16 @@ void Run(const Terms& terms, size_t n, float* x, size_t x_stride, VectorIsa isa)
   }
   switch (ResolveVectorIsa(isa)) {
 #if defined(__x86_64__)
-    case VectorIsa::kAvx512: Avx512(terms, n, x, x_stride); return;
-    case VectorIsa::kAvx2: Avx2(terms, n, x, x_stride); return;
+    case VectorIsa::kAvx512:
+      Avx512(terms, n, x, x_stride);
+      return;
+    case VectorIsa::kAvx2:
+      Avx2(terms, n, x, x_stride);
+      return;
 #endif
-    default: PortableBlock(terms, 0, n, 0, x, x_stride); return;
+    default:
+      PortableBlock(terms, 0, n, 0, x, x_stride);
+      return;
   }
 }
 
@@ -345,9 +364,8 @@ void ReconstructRows(const float* mean, const float* components, size_t dim, con
   Run(CoeffTerms(mean, components, dim, coeffs, layout, n_keep), n, x, x_stride, isa);
 }
 
-void ReconstructFromCodes(const float* mean, const float* components, size_t dim,
-                          std::span<const CodedComponent> coded, size_t n, float* x, size_t x_stride,
-                          VectorIsa isa) {
+void ReconstructFromCodes(const float* mean, const float* components, size_t dim, std::span<const CodedComponent> coded,
+                          size_t n, float* x, size_t x_stride, VectorIsa isa) {
   Run(CodedTerms(mean, components, dim, coded), n, x, x_stride, isa);
 }
 

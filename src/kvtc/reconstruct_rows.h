@@ -36,7 +36,7 @@ void ReconstructRows(const float* mean, const float* components, size_t dim, con
 // A component whose coefficients arrive as codes: coefficient(t) = (codes[t] + first) * step,
 // each fp32 operation rounded as written (the component quantiser's dequantisation).
 struct CodedComponent {
-  uint32_t component = 0;          // its row of `components`
+  uint32_t component = 0;  // its row of `components`
   float first = 0, step = 0;
   const uint8_t* codes = nullptr;  // n codes, one per row
 };
@@ -45,8 +45,7 @@ struct CodedComponent {
 // dequantised where the kernel packs it: the same bits as dequantising them into a buffer and
 // calling ReconstructRows on their rows, without the buffer's write and read. The component
 // indices must be rows of `components`.
-void ReconstructFromCodes(const float* mean, const float* components, size_t dim,
-                          std::span<const CodedComponent> coded, size_t n, float* x, size_t x_stride,
-                          VectorIsa isa = VectorIsa::kAuto);
+void ReconstructFromCodes(const float* mean, const float* components, size_t dim, std::span<const CodedComponent> coded,
+                          size_t n, float* x, size_t x_stride, VectorIsa isa = VectorIsa::kAuto);
 
 }  // namespace kvc

@@ -137,8 +137,8 @@ TEST(ReconstructRows, TokenMajorCoefficientsGiveTheSameBits) {
 TEST(ReconstructRows, NoComponentsGiveTheMeanWithoutReadingCoefficients) {
   const Problem p(20, 9, 0, 13);
   std::vector<float> x(p.n * p.dim, kUntouched);
-  ReconstructRows(p.mean.data(), p.components.data(), p.dim, nullptr, {.token_stride = 1, .component_stride = p.n},
-                  p.n, 0, x.data(), p.dim);
+  ReconstructRows(p.mean.data(), p.components.data(), p.dim, nullptr, {.token_stride = 1, .component_stride = p.n}, p.n,
+                  0, x.data(), p.dim);
   for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], p.mean[i % p.dim]) << i;
 }
 
@@ -171,7 +171,8 @@ struct CodedProblem {
     }
     for (size_t j = 0; j < coded.size(); ++j) {
       coded[j].codes = codes[j].data();  // the vector of vectors may have moved them
-      for (size_t t = 0; t < n; ++t) coeffs.push_back((static_cast<float>(codes[j][t]) + coded[j].first) * coded[j].step);
+      for (size_t t = 0; t < n; ++t)
+        coeffs.push_back((static_cast<float>(codes[j][t]) + coded[j].first) * coded[j].step);
       const float* row = basis.components.data() + coded[j].component * dim;
       compact_rows.insert(compact_rows.end(), row, row + dim);
     }

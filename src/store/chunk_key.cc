@@ -13,8 +13,7 @@ void PutU32(Xxh3Hasher& h, uint32_t v) {
 
 }  // namespace
 
-std::vector<ChunkKey> ChunkKeys(const ModelFingerprint& model, std::span<const int32_t> tokens,
-                                uint32_t chunk_tokens) {
+std::vector<ChunkKey> ChunkKeys(const ModelFingerprint& model, std::span<const int32_t> tokens, uint32_t chunk_tokens) {
   std::vector<ChunkKey> keys;
   if (chunk_tokens == 0) return keys;
   const size_t n = tokens.size() / chunk_tokens;

@@ -33,7 +33,8 @@ TEST(ChunkManifest, EveryDamageIsCorrupt) {
 // A manifest with a valid CRC whose names are outside the .kvc name charset (they become parts
 // of object names and of messages) is corrupt, with one escaped line.
 TEST(ChunkManifest, NamesOutsideTheCharsetAreCorrupt) {
-  for (const std::string& level : {std::string("8\nkvcodec: error: forged"), std::string("\xFF"), std::string("../x")}) {
+  for (const std::string& level :
+       {std::string("8\nkvcodec: error: forged"), std::string("\xFF"), std::string("../x")}) {
     const ChunkManifest m{.chunk_tokens = 256, .chunk_index = 0, .variants = {{"quant", level, 100}}};
     const auto read = ReadChunkManifest(WriteChunkManifest(m));
     ASSERT_EQ(read.status().code(), StatusCode::kCorrupt) << level;

@@ -144,7 +144,8 @@ class DiskStore final : public Store {
       done += static_cast<size_t>(n);
     }
     // Files are replaced by rename, never rewritten: a short read means a broken file system.
-    if (done != bytes.size()) return IoError(FormatMessage("%s: read %zu of %zu bytes", path.c_str(), done, bytes.size()));
+    if (done != bytes.size())
+      return IoError(FormatMessage("%s: read %zu of %zu bytes", path.c_str(), done, bytes.size()));
     // Marks the object used for LRU eviction; a failure only makes it look older.
     (void)::futimens(fd, nullptr);
     return bytes;
@@ -166,8 +167,8 @@ class DiskStore final : public Store {
 
   Result<StoreStats> Stats() override {
     ASSIGN_OR_RETURN(const Scan scan, ScanObjects());
-    return StoreStats{.objects = scan.files.size(), .bytes = scan.bytes, .capacity_bytes = capacity_,
-                      .evictions = evictions_.load()};
+    return StoreStats{
+        .objects = scan.files.size(), .bytes = scan.bytes, .capacity_bytes = capacity_, .evictions = evictions_.load()};
   }
 
  private:
@@ -222,9 +223,8 @@ class DiskStore final : public Store {
     if (::flock(fd, LOCK_EX) != 0) return Errno("flock " + (root_ / "lock").string());
     ASSIGN_OR_RETURN(Scan scan, ScanObjects());
     if (scan.bytes > capacity_) {
-      std::sort(scan.files.begin(), scan.files.end(), [](const File& a, const File& b) {
-        return a.used != b.used ? a.used < b.used : a.path < b.path;
-      });
+      std::sort(scan.files.begin(), scan.files.end(),
+                [](const File& a, const File& b) { return a.used != b.used ? a.used < b.used : a.path < b.path; });
       const auto target = static_cast<uint64_t>(static_cast<double>(capacity_) * kEvictTo);
       for (const File& f : scan.files) {
         if (scan.bytes <= target) break;
@@ -251,8 +251,8 @@ class DiskStore final : public Store {
 }  // namespace
 
 Result<std::unique_ptr<Store>> OpenDiskStore(const std::string& root, const StoreOptions& options) {
-  auto store = std::make_unique<DiskStore>(fs::path(root).lexically_normal(),
-                                           options.capacity_bytes != 0 ? options.capacity_bytes : kDefaultDiskStoreBytes);
+  auto store = std::make_unique<DiskStore>(
+      fs::path(root).lexically_normal(), options.capacity_bytes != 0 ? options.capacity_bytes : kDefaultDiskStoreBytes);
   RETURN_IF_ERROR(store->Init());
   return std::unique_ptr<Store>(std::move(store));
 }

@@ -33,8 +33,8 @@ Status CheckObjectName(std::string_view name) {
     return InvalidArgument(FormatMessage("object name of %zu characters (1..%zu)", name.size(), kMaxObjectNameBytes));
   }
   for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-                    c == '_' || c == '-';
+    const bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
     if (!ok) return InvalidArgument("object name '" + std::string(name) + "' has a character outside [A-Za-z0-9._-]");
   }
   if (name[0] == '.') return InvalidArgument("object name '" + std::string(name) + "' starts with '.'");

@@ -1,8 +1,8 @@
+#include "store/store_contract.h"
+
 #include <atomic>
 #include <random>
 #include <thread>
-
-#include "store/store_contract.h"
 
 namespace kvc {
 namespace {

@@ -10,9 +10,12 @@ size_t DTypeSize(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
 
 const char* DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "f32";
-    case DType::kF16: return "f16";
-    case DType::kBF16: return "bf16";
+    case DType::kF32:
+      return "f32";
+    case DType::kF16:
+      return "f16";
+    case DType::kBF16:
+      return "bf16";
   }
   return "?";
 }
@@ -29,13 +32,19 @@ bool IsValidDType(uint8_t value) { return value <= static_cast<uint8_t>(DType::k
 const char* KvKindName(KvKind kind) { return kind == KvKind::kKey ? "K" : "V"; }
 
 Status ValidateShape(const KvShape& s, DType dtype) {
-  if (s.n_layers == 0 || s.n_layers > kMaxLayers) return InvalidArgument(FormatMessage("n_layers %u outside 1..%u", s.n_layers, kMaxLayers));
-  if (s.n_kv_heads == 0 || s.n_kv_heads > kMaxKvHeads) return InvalidArgument(FormatMessage("n_kv_heads %u outside 1..%u", s.n_kv_heads, kMaxKvHeads));
-  if (s.head_dim == 0 || s.head_dim > kMaxHeadDim) return InvalidArgument(FormatMessage("head_dim %u outside 1..%u", s.head_dim, kMaxHeadDim));
+  if (s.n_layers == 0 || s.n_layers > kMaxLayers)
+    return InvalidArgument(FormatMessage("n_layers %u outside 1..%u", s.n_layers, kMaxLayers));
+  if (s.n_kv_heads == 0 || s.n_kv_heads > kMaxKvHeads)
+    return InvalidArgument(FormatMessage("n_kv_heads %u outside 1..%u", s.n_kv_heads, kMaxKvHeads));
+  if (s.head_dim == 0 || s.head_dim > kMaxHeadDim)
+    return InvalidArgument(FormatMessage("head_dim %u outside 1..%u", s.head_dim, kMaxHeadDim));
   if (s.n_tokens > kMaxTokens) return InvalidArgument(FormatMessage("n_tokens %u exceeds %u", s.n_tokens, kMaxTokens));
   // Each factor is bounded above, so the product cannot overflow 64 bits.
   const uint64_t bytes = uint64_t{2} * s.n_layers * s.n_kv_heads * s.head_dim * s.n_tokens * DTypeSize(dtype);
-  if (bytes > kMaxKvBytes) return InvalidArgument(FormatMessage("KV cache of %llu bytes exceeds the %llu-byte limit", static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(kMaxKvBytes)));
+  if (bytes > kMaxKvBytes)
+    return InvalidArgument(FormatMessage("KV cache of %llu bytes exceeds the %llu-byte limit",
+                                         static_cast<unsigned long long>(bytes),
+                                         static_cast<unsigned long long>(kMaxKvBytes)));
   return Status::Ok();
 }
 
@@ -82,9 +91,15 @@ void KvCache::ReadRowsF32(KvKind kind, uint32_t layer, uint32_t token, uint32_t 
   const size_t n = size_t{n_tokens} * shape_.row_elems();
   if (n == 0) return;  // empty spans may hold null pointers, which memcpy must not see
   switch (dtype_) {
-    case DType::kF32: std::memcpy(out, bytes.data(), n * 4); break;
-    case DType::kF16: Fp16ToFp32(reinterpret_cast<const uint16_t*>(bytes.data()), out, n); break;
-    case DType::kBF16: Bf16ToFp32(reinterpret_cast<const uint16_t*>(bytes.data()), out, n); break;
+    case DType::kF32:
+      std::memcpy(out, bytes.data(), n * 4);
+      break;
+    case DType::kF16:
+      Fp16ToFp32(reinterpret_cast<const uint16_t*>(bytes.data()), out, n);
+      break;
+    case DType::kBF16:
+      Bf16ToFp32(reinterpret_cast<const uint16_t*>(bytes.data()), out, n);
+      break;
   }
 }
 
@@ -93,9 +108,15 @@ void KvCache::WriteRowsF32(KvKind kind, uint32_t layer, uint32_t token, uint32_t
   const size_t n = size_t{n_tokens} * shape_.row_elems();
   if (n == 0) return;
   switch (dtype_) {
-    case DType::kF32: std::memcpy(bytes.data(), in, n * 4); break;
-    case DType::kF16: Fp32ToFp16(in, reinterpret_cast<uint16_t*>(bytes.data()), n); break;
-    case DType::kBF16: Fp32ToBf16(in, reinterpret_cast<uint16_t*>(bytes.data()), n); break;
+    case DType::kF32:
+      std::memcpy(bytes.data(), in, n * 4);
+      break;
+    case DType::kF16:
+      Fp32ToFp16(in, reinterpret_cast<uint16_t*>(bytes.data()), n);
+      break;
+    case DType::kBF16:
+      Fp32ToBf16(in, reinterpret_cast<uint16_t*>(bytes.data()), n);
+      break;
   }
 }
 

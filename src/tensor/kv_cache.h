@@ -139,9 +139,7 @@ class KvView {
   std::span<const uint8_t> RowBytes(KvKind kind, uint32_t layer, uint32_t token, uint32_t n) const {
     return cache_->RowBytes(kind, layer, token_begin_ + token, n);
   }
-  std::span<const uint8_t> LayerBytes(KvKind kind, uint32_t layer) const {
-    return RowBytes(kind, layer, 0, n_tokens_);
-  }
+  std::span<const uint8_t> LayerBytes(KvKind kind, uint32_t layer) const { return RowBytes(kind, layer, 0, n_tokens_); }
   void ReadRowsF32(KvKind kind, uint32_t layer, uint32_t token, uint32_t n, float* out) const {
     cache_->ReadRowsF32(kind, layer, token_begin_ + token, n, out);
   }

@@ -13,9 +13,9 @@ Status TakeFrame(const AVFrame* f, const VideoStreamView& v, uint32_t index, std
   KVC_CHECK_CORRUPT(index < v.n_frames, "video decodes to more than %u frames", v.n_frames);
   KVC_CHECK_CORRUPT(f->format == want || gray_as_420, "video frame %u decoded as pixel format %d, expected %d", index,
                     f->format, static_cast<int>(want));
-  KVC_CHECK_CORRUPT(static_cast<uint32_t>(f->width) == v.coded.width && static_cast<uint32_t>(f->height) == v.coded.height,
-                    "video frame %u decoded as %dx%d, expected %ux%u", index, f->width, f->height, v.coded.width,
-                    v.coded.height);
+  KVC_CHECK_CORRUPT(
+      static_cast<uint32_t>(f->width) == v.coded.width && static_cast<uint32_t>(f->height) == v.coded.height,
+      "video frame %u decoded as %dx%d, expected %ux%u", index, f->width, f->height, v.coded.width, v.coded.height);
   uint8_t* dst = out.data() + index * v.shape.frame_bytes();
   for (uint32_t p = 0; p < v.shape.planes; ++p) {
     for (uint32_t y = 0; y < v.shape.height; ++y) {
@@ -104,7 +104,8 @@ Status DecodePacketsTo(AVCodecContext* ctx, const VideoStreamView& v, const Fram
     std::memcpy(pkt->data, v.packets[i].data(), v.packets[i].size());
     const int rc = avcodec_send_packet(ctx, pkt.get());
     av_packet_unref(pkt.get());
-    if (rc < 0 && rc != AVERROR(EAGAIN)) return Corrupt(FormatMessage("video packet %zu: %s", i, ErrorString(rc).c_str()));
+    if (rc < 0 && rc != AVERROR(EAGAIN))
+      return Corrupt(FormatMessage("video packet %zu: %s", i, ErrorString(rc).c_str()));
     RETURN_IF_ERROR(ReceiveFrames(ctx, frame.get(), v, &n_decoded, sink));
   }
   if (int rc = avcodec_send_packet(ctx, nullptr); rc < 0) return Corrupt("video flush: " + ErrorString(rc));

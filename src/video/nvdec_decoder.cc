@@ -52,7 +52,8 @@ Result<NvdecCaps> QueryHevcCaps(void* cuda, AVBufferRef* device) {
   const CUresult rc = get_caps(&c);
   CUcontext popped = nullptr;
   pop(&popped);
-  if (rc != CUDA_SUCCESS) return Unsupported(FormatMessage("cuvidGetDecoderCaps failed (CUresult %d)", static_cast<int>(rc)));
+  if (rc != CUDA_SUCCESS)
+    return Unsupported(FormatMessage("cuvidGetDecoderCaps failed (CUresult %d)", static_cast<int>(rc)));
   if (c.bIsSupported == 0) return Unsupported("this GPU's NVDEC does not decode 8-bit 4:4:4 HEVC");
   NvdecCaps caps;
   caps.min_width = c.nMinWidth;

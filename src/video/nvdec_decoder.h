@@ -48,9 +48,9 @@ const VideoDecoderBackend& NvdecVideoDecoder();
 // during the callback (the surface returns to the decoder after it). Planar 8-bit 4:4:4 at the
 // coded size; the caller's picture is its top-left `picture.width` x `picture.height`.
 struct NvdecDeviceFrame {
-  uint32_t index = 0;           // frame number in the stream
-  uint64_t planes[3] = {};      // CUdeviceptr of each plane (three layers of a KV picture)
-  uint32_t pitch[3] = {};       // bytes from one row to the next
+  uint32_t index = 0;       // frame number in the stream
+  uint64_t planes[3] = {};  // CUdeviceptr of each plane (three layers of a KV picture)
+  uint32_t pitch[3] = {};   // bytes from one row to the next
   uint32_t coded_width = 0, coded_height = 0;
   PictureShape picture;
 };

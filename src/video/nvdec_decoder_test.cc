@@ -71,9 +71,9 @@ TEST(NvdecCanDecode, HevcOfThreePlanesWithinItsSizesOnly) {
     PictureShape shape;
     bool decodable;
   };
-  const Case cases[] = {{VideoCoder::kX265, {256, 256, 3}, true},   {VideoCoder::kX265, {144, 144, 3}, true},
-                        {VideoCoder::kX265, {256, 256, 1}, false},  {VideoCoder::kX265, {256, 64, 3}, false},
-                        {VideoCoder::kX265, {100, 200, 3}, false},  {VideoCoder::kX264, {256, 256, 3}, false},
+  const Case cases[] = {{VideoCoder::kX265, {256, 256, 3}, true},  {VideoCoder::kX265, {144, 144, 3}, true},
+                        {VideoCoder::kX265, {256, 256, 1}, false}, {VideoCoder::kX265, {256, 64, 3}, false},
+                        {VideoCoder::kX265, {100, 200, 3}, false}, {VideoCoder::kX264, {256, 256, 3}, false},
                         {VideoCoder::kFfv1, {256, 256, 3}, false}};
   for (const Case& c : cases) {
     const auto stream = Encode(c.coder, c.shape, 1, 5);
@@ -94,7 +94,8 @@ TEST(NvdecCanDecode, HevcOfThreePlanesWithinItsSizesOnly) {
 TEST(NvdecCanDecode, X265StreamsPaddedToItsSmallestSide) {
   for (const PictureShape shape : {PictureShape{64, 32, 3}, PictureShape{1, 1, 3}, PictureShape{300, 20, 3}}) {
     const auto px = Pixels(shape, 2, 9);
-    auto stream = EncodeVideoStream(shape, 2, px, {.coder = VideoCoder::kX265, .preset = "ultrafast", .nvdec_sizes = true});
+    auto stream =
+        EncodeVideoStream(shape, 2, px, {.coder = VideoCoder::kX265, .preset = "ultrafast", .nvdec_sizes = true});
     ASSERT_TRUE(stream.ok()) << stream.status().ToString();
     const auto view = ParseVideoStream(*stream, shape, 2);
     ASSERT_TRUE(view.ok()) << view.status().ToString();
@@ -118,7 +119,7 @@ TEST(NvdecCanDecode, X265StreamsPaddedToItsSmallestSide) {
   const std::span<const uint8_t> packets[] = {packet};
   auto odd = AssembleVideoStream(VideoCoder::kX265, shape, 1, {}, packets);
   const size_t coded_width_at = 3 + 8;  // version, coder, planes, then width and height
-  odd[coded_width_at] = 96;            // 96 wide: neither 64 nor 144
+  odd[coded_width_at] = 96;             // 96 wide: neither 64 nor 144
   EXPECT_EQ(ParseVideoStream(odd, shape, 1).status().code(), StatusCode::kCorrupt);
 }
 
@@ -156,10 +157,11 @@ TEST(NvdecVideoDecoder, BitExactAgainstTheCpu) {
   EXPECT_LE(caps.min_width, kNvdecMinSide) << "the padding streams get is below this device's minimum";
   EXPECT_LE(caps.min_height, kNvdecMinSide);
   uint32_t seed = 21;
-  for (const PictureShape shape : {PictureShape{256, 256, 3}, PictureShape{144, 144, 3}, PictureShape{256, 512, 3},
-                                   PictureShape{1024, 160, 3}}) {
+  for (const PictureShape shape :
+       {PictureShape{256, 256, 3}, PictureShape{144, 144, 3}, PictureShape{256, 512, 3}, PictureShape{1024, 160, 3}}) {
     for (uint32_t frames : {1u, 5u}) {
-      SCOPED_TRACE(std::to_string(shape.width) + "x" + std::to_string(shape.height) + " frames " + std::to_string(frames));
+      SCOPED_TRACE(std::to_string(shape.width) + "x" + std::to_string(shape.height) + " frames " +
+                   std::to_string(frames));
       const auto px = Pixels(shape, frames, seed++);
       const auto stream = EncodeVideoStream(shape, frames, px, {.coder = VideoCoder::kX265, .preset = "medium"});
       ASSERT_TRUE(stream.ok()) << stream.status().ToString();

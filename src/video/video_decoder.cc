@@ -42,7 +42,8 @@ Status CpuBackend::DecodeWithOptions(std::span<const uint8_t> stream, const Pict
   ASSIGN_OR_RETURN(const VideoStreamView v, av::ParseForDecode(stream, expected, expected_frames, out));
   av::QuietLogs();
   const AVCodec* decoder = avcodec_find_decoder(av::CodecIdOf(v.coder));
-  if (decoder == nullptr) return Unsupported(std::string("this libavcodec has no decoder for ") + VideoCoderName(v.coder));
+  if (decoder == nullptr)
+    return Unsupported(std::string("this libavcodec has no decoder for ") + VideoCoderName(v.coder));
   av::CodecContextPtr ctx(avcodec_alloc_context3(decoder));
   if (!ctx) return Internal("out of memory allocating a video decoder");
   SetThreads(ctx.get(), v.coder, options.threads);

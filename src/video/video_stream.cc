@@ -46,7 +46,9 @@ bool IsH26x(VideoCoder coder) { return coder == VideoCoder::kX265 || coder == Vi
 // Drops SEI NAL units from an Annex-B packet: x264 and x265 write their version and full option
 // string there (hundreds of bytes per stream), which no decoder needs to rebuild the pixels.
 void AppendWithoutSei(VideoCoder coder, std::span<const uint8_t> packet, ByteWriter* w) {
-  auto is_start = [&](size_t i) { return i + 3 <= packet.size() && packet[i] == 0 && packet[i + 1] == 0 && packet[i + 2] == 1; };
+  auto is_start = [&](size_t i) {
+    return i + 3 <= packet.size() && packet[i] == 0 && packet[i + 1] == 0 && packet[i + 2] == 1;
+  };
   std::vector<size_t> starts;  // offsets of each NAL's first payload byte
   for (size_t i = 0; i + 3 <= packet.size(); ++i) {
     if (is_start(i)) {
@@ -142,7 +144,8 @@ Result<std::vector<uint8_t>> EncodeVideoStream(const PictureShape& shape, uint32
   }
   if (n_frames == 0) return InvalidArgument("no frames to encode");
   if (options.nvdec_sizes && options.coder != VideoCoder::kX265) {
-    return InvalidArgument(std::string("NVDEC picture sizes are for x265 streams, not ") + VideoCoderName(options.coder));
+    return InvalidArgument(std::string("NVDEC picture sizes are for x265 streams, not ") +
+                           VideoCoderName(options.coder));
   }
   if (options.ffv1_slices > kMaxFfv1Slices) {
     return InvalidArgument(FormatMessage("%u FFV1 slices (at most %u)", options.ffv1_slices, kMaxFfv1Slices));
@@ -268,8 +271,8 @@ Result<VideoStreamView> ParseVideoStream(std::span<const uint8_t> bytes, const P
   }
   if (expected.width == 0 || expected.height == 0 || expected.width > kMaxPictureSide ||
       expected.height > kMaxPictureSide) {
-    return InvalidArgument(FormatMessage("video picture %ux%u outside 1..%u", expected.width, expected.height,
-                                         kMaxPictureSide));
+    return InvalidArgument(
+        FormatMessage("video picture %ux%u outside 1..%u", expected.width, expected.height, kMaxPictureSide));
   }
   ByteReader r(bytes);
   uint8_t version;

@@ -44,7 +44,8 @@ void WholeStream(const uint8_t* data, size_t size) {
   const kvc::PictureShape shape{Le32(data + 3), Le32(data + 7), data[2]};
   const uint32_t frames = Le32(data + 23);
   if (shape.planes != 1 && shape.planes != 3) return;
-  if (shape.width == 0 || shape.height == 0 || shape.width > kvc::kMaxPictureSide || shape.height > kvc::kMaxPictureSide) {
+  if (shape.width == 0 || shape.height == 0 || shape.width > kvc::kMaxPictureSide ||
+      shape.height > kvc::kMaxPictureSide) {
     return;
   }
   if (frames == 0 || shape.frame_bytes() * frames > kMaxPixels) return;

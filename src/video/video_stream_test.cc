@@ -33,10 +33,9 @@ class VideoRoundTrip : public ::testing::TestWithParam<VideoCoder> {};
 // codec's minimum, sides one past an alignment, 2-row pictures.
 TEST_P(VideoRoundTrip, BitExactAtTinyAndOddSizes) {
   const VideoCoder coder = GetParam();
-  const Case cases[] = {{1, 1, 1, 1},  {1, 1, 3, 2},  {3, 2, 1, 3},   {2, 64, 3, 2},  {64, 2, 1, 4},
-                        {5, 7, 3, 5},  {16, 16, 1, 2}, {17, 33, 3, 3}, {31, 9, 1, 6},  {128, 8, 3, 3},
-                        {256, 128, 1, 2}, {8, 16, 3, 17}, {65, 3, 1, 3}, {7, 1, 1, 2},
-                        {1, 9, 3, 2}};
+  const Case cases[] = {{1, 1, 1, 1},     {1, 1, 3, 2},   {3, 2, 1, 3},   {2, 64, 3, 2}, {64, 2, 1, 4},
+                        {5, 7, 3, 5},     {16, 16, 1, 2}, {17, 33, 3, 3}, {31, 9, 1, 6}, {128, 8, 3, 3},
+                        {256, 128, 1, 2}, {8, 16, 3, 17}, {65, 3, 1, 3},  {7, 1, 1, 2},  {1, 9, 3, 2}};
   uint32_t seed = 1;
   for (const Case& c : cases) {
     for (bool noisy : {false, true}) {
@@ -49,8 +48,8 @@ TEST_P(VideoRoundTrip, BitExactAtTinyAndOddSizes) {
       const Status s = CpuVideoDecoder().Decode(*stream, shape, c.frames, back);
       ASSERT_TRUE(s.ok()) << VideoCoderName(coder) << " " << c.width << "x" << c.height << "x" << c.planes << ": "
                           << s.ToString();
-      EXPECT_EQ(back, px) << VideoCoderName(coder) << " " << c.width << "x" << c.height << "x" << c.planes
-                          << " frames " << c.frames << (noisy ? " noisy" : " smooth");
+      EXPECT_EQ(back, px) << VideoCoderName(coder) << " " << c.width << "x" << c.height << "x" << c.planes << " frames "
+                          << c.frames << (noisy ? " noisy" : " smooth");
     }
   }
 }
@@ -206,8 +205,9 @@ TEST(VideoStream, ExpectedShapeMustBeOneAnEncoderMakes) {
   const PictureShape shape{20, 12, 1};
   auto stream = EncodeVideoStream(shape, 1, MakePixels(shape, 1, false, 5), {});
   ASSERT_TRUE(stream.ok());
-  for (const PictureShape& bad : {PictureShape{0, 12, 1}, PictureShape{20, 0, 1}, PictureShape{kMaxPictureSide + 1, 12, 1},
-                                  PictureShape{20, kMaxPictureSide + 1, 1}, PictureShape{20, 12, 2}}) {
+  for (const PictureShape& bad :
+       {PictureShape{0, 12, 1}, PictureShape{20, 0, 1}, PictureShape{kMaxPictureSide + 1, 12, 1},
+        PictureShape{20, kMaxPictureSide + 1, 1}, PictureShape{20, 12, 2}}) {
     EXPECT_EQ(ParseVideoStream(*stream, bad, 1).status().code(), StatusCode::kInvalidArgument)
         << bad.width << "x" << bad.height << "x" << bad.planes;
   }
@@ -224,8 +224,8 @@ TEST(VideoEncode, Ffv1OptionsRoundTrip) {
         for (bool large : {false, true}) {
           const std::string what = std::string(Ffv1CoderName(coder)) + " slices " + std::to_string(slices) +
                                    (large ? " large" : " small") + " planes " + std::to_string(planes);
-          auto stream = EncodeVideoStream(
-              shape, 3, px, {.ffv1_slices = slices, .ffv1_coder = coder, .ffv1_large_context = large});
+          auto stream = EncodeVideoStream(shape, 3, px,
+                                          {.ffv1_slices = slices, .ffv1_coder = coder, .ffv1_large_context = large});
           ASSERT_TRUE(stream.ok()) << what << ": " << stream.status().ToString();
           for (uint32_t threads : {1u, 3u}) {
             std::vector<uint8_t> back(px.size());

@@ -61,7 +61,8 @@ std::string ReplaceAtomically(const std::string& target, std::span<const uint8_t
     ::unlink(tmp.c_str());
     return message;
   };
-  if (old != nullptr && ::fchmod(out.fd, old->st_mode & 07777) != 0) return fail(Errno("cannot set the mode of " + tmp));
+  if (old != nullptr && ::fchmod(out.fd, old->st_mode & 07777) != 0)
+    return fail(Errno("cannot set the mode of " + tmp));
   if (std::string e = WriteAll(out.fd, bytes, target); !e.empty()) return fail(e);
   if (::fsync(out.fd) != 0) return fail(Errno("cannot flush " + target));
   if (::close(out.fd) != 0) {

@@ -1,5 +1,7 @@
 // kvcodec: compress, inspect and evaluate LLM KV caches from the command line.
 // Uses only the public API; every error is one line on stderr and a non-zero exit.
+#include <pthread.h>
+
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
@@ -7,7 +9,6 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <pthread.h>
 #include <set>
 #include <sstream>
 #include <string>
@@ -103,7 +104,8 @@ int RunEval(const EvalArgs& a) {
               j["ppl_codec"].get<double>(), j["ppl_delta_pct"].get<double>());
   std::printf("  top-1 agreement    %.4f\n", j["top1_agreement"].get<double>());
   std::printf("  mean KL            %.6f\n", j["kl_mean"].get<double>());
-  std::printf("  encode / decode    %.1f / %.1f MB/s\n", j["encode_mb_s"].get<double>(), j["decode_mb_s"].get<double>());
+  std::printf("  encode / decode    %.1f / %.1f MB/s\n", j["encode_mb_s"].get<double>(),
+              j["decode_mb_s"].get<double>());
   return 0;
 }
 
@@ -127,8 +129,8 @@ int RunModelFloor(const CodecsArgs& a) {
   for (const auto& r : j["allowed"]) allowed.insert(r.get<std::string>());
   if (!j["profile"].is_null()) {
     const auto& p = j["profile"];
-    std::printf("profile: %u documents of %u + %u tokens from %s\n", p["docs"].get<unsigned>(), p["ctx"].get<unsigned>(),
-                p["cont"].get<unsigned>(), p["text"].get<std::string>().c_str());
+    std::printf("profile: %u documents of %u + %u tokens from %s\n", p["docs"].get<unsigned>(),
+                p["ctx"].get<unsigned>(), p["cont"].get<unsigned>(), p["text"].get<std::string>().c_str());
     std::printf("  %-9s %-7s %8s %10s %8s %10s  %s\n", "codec", "level", "ratio", "ppl delta", "top-1", "KL", "");
     for (const auto& r : p["rungs"]) {
       const std::string name = r["codec"].get<std::string>() + "/" + r["level"].get<std::string>();
@@ -160,8 +162,8 @@ int RunCodecs(const CodecsArgs& a) {
     std::string params;
     for (const auto& p : c["params"]) params += (params.empty() ? "" : ", ") + p.get<std::string>();
     std::printf("%-10s levels: %s (default %s)%s%s\n           %s\n", c["name"].get<std::string>().c_str(),
-                levels.c_str(), c["default_level"].get<std::string>().c_str(), params.empty() ? "" : "; params: ",
-                params.c_str(), c["description"].get<std::string>().c_str());
+                levels.c_str(), c["default_level"].get<std::string>().c_str(),
+                params.empty() ? "" : "; params: ", params.c_str(), c["description"].get<std::string>().c_str());
   }
   return 0;
 }
@@ -330,11 +332,12 @@ int RunCalibrate(const CalibrateArgs& a) {
     return 0;
   }
   const auto j = nlohmann::json::parse(report.value());
-  std::printf("wrote %s: quantizer %s, grouping %s, group size %u; windows of %u tokens, fitted on %u tokens, "
-              "measured on %u held back (chunks of %u)\n",
-              j["out"].get<std::string>().c_str(), j["quantizer"].get<std::string>().c_str(),
-              j["grouping"].get<std::string>().c_str(), j["group_size"].get<unsigned>(), j["window"].get<unsigned>(),
-              j["fit_tokens"].get<unsigned>(), j["heldout_tokens"].get<unsigned>(), j["chunk_tokens"].get<unsigned>());
+  std::printf(
+      "wrote %s: quantizer %s, grouping %s, group size %u; windows of %u tokens, fitted on %u tokens, "
+      "measured on %u held back (chunks of %u)\n",
+      j["out"].get<std::string>().c_str(), j["quantizer"].get<std::string>().c_str(),
+      j["grouping"].get<std::string>().c_str(), j["group_size"].get<unsigned>(), j["window"].get<unsigned>(),
+      j["fit_tokens"].get<unsigned>(), j["heldout_tokens"].get<unsigned>(), j["chunk_tokens"].get<unsigned>());
   std::printf("  chose %s\n", j["choice"].get<std::string>().c_str());
   std::printf("  variance in the top 8 components: keys %.1f%%, values %.1f%%\n",
               100 * j["key_variance_top8"].get<double>(), 100 * j["value_variance_top8"].get<double>());
@@ -343,7 +346,8 @@ int RunCalibrate(const CalibrateArgs& a) {
   for (const auto& r : j["rungs"]) {
     std::printf("  %8g %12.3f %12.3f %10.2f %14.5f %14.3f\n", r["target_ratio"].get<double>(),
                 r["allocated_bits_per_value"].get<double>(), r["coded_bits_per_value"].get<double>(),
-                r["coded_ratio"].get<double>(), r["heldout_rel_mse"].get<double>(), r["rwf_bits_per_value"].get<double>());
+                r["coded_ratio"].get<double>(), r["heldout_rel_mse"].get<double>(),
+                r["rwf_bits_per_value"].get<double>());
   }
   return 0;
 }
@@ -524,13 +528,14 @@ int RunRun(const RunArgs& a) {
               j["ttft_s"].get<double>(), j["lookup_s"].get<double>(), j["fetch_s"].get<double>(),
               j["decode_s"].get<double>(), j["restore_s"].get<double>(), j["prefill_s"].get<double>());
   const double link = j["link_gbps"].get<double>();
-  std::printf("fetched %llu bytes (link %s); generated %u tokens in %.3f s; stored %u new chunks (%llu bytes, %s) "
-              "in %.3f s\n",
-              static_cast<unsigned long long>(j["bytes_fetched"].get<uint64_t>()),
-              link > 0 ? FormatGbps(link).c_str() : "uncapped", j["generated_tokens"].get<unsigned>(),
-              j["generate_s"].get<double>(), j["chunks_stored"].get<unsigned>(),
-              static_cast<unsigned long long>(j["bytes_stored"].get<uint64_t>()), j["codec"].get<std::string>().c_str(),
-              j["store_s"].get<double>());
+  std::printf(
+      "fetched %llu bytes (link %s); generated %u tokens in %.3f s; stored %u new chunks (%llu bytes, %s) "
+      "in %.3f s\n",
+      static_cast<unsigned long long>(j["bytes_fetched"].get<uint64_t>()),
+      link > 0 ? FormatGbps(link).c_str() : "uncapped", j["generated_tokens"].get<unsigned>(),
+      j["generate_s"].get<double>(), j["chunks_stored"].get<unsigned>(),
+      static_cast<unsigned long long>(j["bytes_stored"].get<uint64_t>()), j["codec"].get<std::string>().c_str(),
+      j["store_s"].get<double>());
   return 0;
 }
 
@@ -621,16 +626,17 @@ int RunBenchServe(const BenchServeArgs& a) {
   }
   const auto j = nlohmann::json::parse(report.value());
   const auto& o = j["options"];
-  const std::string against = o.contains("url") ? "server " + o["url"].get<std::string>()
+  const std::string against = o.contains("url")                  ? "server " + o["url"].get<std::string>()
                               : o["link_gbps"].get<double>() > 0 ? "link " + FormatGbps(o["link_gbps"].get<double>())
                                                                  : std::string("uncapped link");
-  std::printf("%u requests per configuration at %g/s, %.0f%% sharing one of %u %u-token documents, %u tokens "
-              "generated each; %s\n",
-              o["requests"].get<unsigned>(), o["rate"].get<double>(), 100 * o["shared_fraction"].get<double>(),
-              o["prefixes"].get<unsigned>(), o["prefix_tokens"].get<unsigned>(), o["max_tokens"].get<unsigned>(),
-              against.c_str());
-  std::printf("  %-9s %-13s %4s %4s %8s %8s %8s %8s %9s %8s\n", "config", "class", "n", "err", "TTFT p50", "p90",
-              "p99", "hit rate", "tok/s", "req/s");
+  std::printf(
+      "%u requests per configuration at %g/s, %.0f%% sharing one of %u %u-token documents, %u tokens "
+      "generated each; %s\n",
+      o["requests"].get<unsigned>(), o["rate"].get<double>(), 100 * o["shared_fraction"].get<double>(),
+      o["prefixes"].get<unsigned>(), o["prefix_tokens"].get<unsigned>(), o["max_tokens"].get<unsigned>(),
+      against.c_str());
+  std::printf("  %-9s %-13s %4s %4s %8s %8s %8s %8s %9s %8s\n", "config", "class", "n", "err", "TTFT p50", "p90", "p99",
+              "hit rate", "tok/s", "req/s");
   for (const auto& c : j["configs"]) {
     bool first = true;
     for (const char* cls : {"shared_prefix", "no_prefix"}) {
@@ -761,23 +767,35 @@ int Main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "cpu", "nvdec"}));
 
   CodecsArgs cs;
-  auto* codecs = app.add_subcommand("codecs", "List codecs, their levels and parameters (with --model: the model's quality profile and floor)");
+  auto* codecs = app.add_subcommand(
+      "codecs", "List codecs, their levels and parameters (with --model: the model's quality profile and floor)");
   codecs->add_flag("--json", cs.json, "Print JSON");
   codecs->add_option("--model", cs.model, "Show this model's quality profile and which rungs are within the floor");
   codecs->add_option("--profile", cs.profile, "Quality profile (default: <model>.kvprof.json beside the model)");
   codecs->add_option("--calibration", cs.calibration, "KVTC calibration (default: <model>.kvcal if present)");
-  codecs->add_option("--max-ppl-delta", cs.max_ppl_delta, "Largest perplexity change allowed, percent")->capture_default_str()->check(CLI::Range(0.0, 1e9));
-  codecs->add_option("--min-top1", cs.min_top1, "Smallest top-1 agreement allowed")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  codecs->add_option("--max-ppl-delta", cs.max_ppl_delta, "Largest perplexity change allowed, percent")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e9));
+  codecs->add_option("--min-top1", cs.min_top1, "Smallest top-1 agreement allowed")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
 
   ProfileArgs pa;
-  auto* profile = app.add_subcommand("profile", "Measure every rung of every codec on the model (held-back calibration text) and write its quality profile");
+  auto* profile = app.add_subcommand(
+      "profile",
+      "Measure every rung of every codec on the model (held-back calibration text) and write its quality profile");
   profile->add_option("--model", pa.model, "GGUF model")->capture_default_str();
   profile->add_option("--text", pa.text, "Text (default: calib.txt beside the model; its last windows are used)");
   profile->add_option("--calibration", pa.calibration, "KVTC calibration (default: <model>.kvcal if present)");
   profile->add_option("--out", pa.out, "Output (default: <model>.kvprof.json)");
-  profile->add_option("--docs", pa.docs, "Documents (0: enough for 1024 scored positions, at least 8)")->capture_default_str()->check(CLI::Range(0u, 100000u));
-  profile->add_option("--ctx", pa.ctx, "Context tokens per document (0: min(1024, training context) - cont - 1)")->capture_default_str();
-  profile->add_option("--cont", pa.cont, "Continuation tokens scored (0: min(128, training context / 4))")->capture_default_str()->check(CLI::Range(0u, 4096u));
+  profile->add_option("--docs", pa.docs, "Documents (0: enough for 1024 scored positions, at least 8)")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 100000u));
+  profile->add_option("--ctx", pa.ctx, "Context tokens per document (0: min(1024, training context) - cont - 1)")
+      ->capture_default_str();
+  profile->add_option("--cont", pa.cont, "Continuation tokens scored (0: min(128, training context / 4))")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 4096u));
   profile->add_option("--threads", pa.threads, "Threads for llama.cpp (0: all cores)");
   profile->add_flag("--json", pa.json, "Print the profile as JSON");
   profile->add_flag("--quiet", pa.quiet, "No progress line");
@@ -789,14 +807,20 @@ int Main(int argc, char** argv) {
   eval->add_option("--level", ev.level, "Codec level (default: the codec's default)");
   eval->add_option("--param", ev.params, "Codec parameter key=value (repeatable)");
   eval->add_option("--docs", ev.docs, "Documents to evaluate")->capture_default_str()->check(CLI::Range(1u, 100000u));
-  eval->add_option("--ctx", ev.ctx, "Context tokens whose KV is compressed")->capture_default_str()->check(CLI::Range(2u, 1u << 20));
-  eval->add_option("--cont", ev.cont, "Continuation tokens scored")->capture_default_str()->check(CLI::Range(1u, 4096u));
+  eval->add_option("--ctx", ev.ctx, "Context tokens whose KV is compressed")
+      ->capture_default_str()
+      ->check(CLI::Range(2u, 1u << 20));
+  eval->add_option("--cont", ev.cont, "Continuation tokens scored")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 4096u));
   eval->add_option("--text", ev.text, "Evaluation text (default: eval.txt beside the model)");
   eval->add_option("--token-file", ev.token_file,
                    "Pre-tokenised documents: one per line of space-separated token ids (BOS added when missing); "
                    "the first --docs lines of at least ctx + cont + 1 tokens are used")
       ->excludes("--text");
-  eval->add_option("--cache-type", ev.cache_type, "llama.cpp KV cache type")->check(CLI::IsMember({"f16", "f32", "bf16"}))->capture_default_str();
+  eval->add_option("--cache-type", ev.cache_type, "llama.cpp KV cache type")
+      ->check(CLI::IsMember({"f16", "f32", "bf16"}))
+      ->capture_default_str();
   eval->add_option("--threads", ev.threads, "Threads for llama.cpp (0: all cores)");
   eval->add_option("--calibration", ev.calibration, "KVTC calibration (default: <model>.kvcal if present)");
   eval->add_flag("--json", ev.json, "Print the report as JSON");
@@ -814,12 +838,15 @@ int Main(int argc, char** argv) {
   encode->add_option("--param", en.params, "Codec parameter key=value (repeatable)");
   encode->add_option("--token-begin", en.token_begin, "First token to encode");
   encode->add_option("--n-tokens", en.n_tokens, "Tokens to encode (0: to the end)");
-  encode->add_option("--cache-type", en.cache_type, "llama.cpp KV cache type")->check(CLI::IsMember({"f16", "f32", "bf16"}))->capture_default_str();
+  encode->add_option("--cache-type", en.cache_type, "llama.cpp KV cache type")
+      ->check(CLI::IsMember({"f16", "f32", "bf16"}))
+      ->capture_default_str();
   encode->add_option("--calibration", en.calibration, "KVTC calibration (.kvcal)");
   encode->add_option("-o,--out", en.out, "Output .kvc file")->required();
 
   std::string decode_in, decode_out, decode_model;
-  auto* decode = app.add_subcommand("decode", "Decode and verify a .kvc file (optionally to a llama.cpp sequence state)");
+  auto* decode =
+      app.add_subcommand("decode", "Decode and verify a .kvc file (optionally to a llama.cpp sequence state)");
   decode->add_option("file", decode_in, ".kvc file")->required();
   decode->add_option("-o,--out", decode_out, "Write the KV as llama.cpp sequence-state bytes");
   decode->add_option("--model", decode_model, "Check the file was made for this model");
@@ -832,15 +859,30 @@ int Main(int argc, char** argv) {
   calibrate->add_option("--text", ca.text, "Calibration text (default: calib.txt beside the model)");
   calibrate->add_option("--out", ca.out, "Output .kvcal (default: <model>.kvcal)");
   calibrate->add_option("--tokens", ca.tokens, "Use at most this many tokens of the text (0: all)");
-  calibrate->add_option("--token-file", ca.token_file, "Pre-tokenised calibration text: one document per line of space-separated token ids")->excludes("--text");
-  calibrate->add_option("--group", ca.grouping, "Features sharing a basis (auto: the better of layer and layer-head)")->check(CLI::IsMember({"auto", "layer", "layer-head", "all"}))->capture_default_str();
-  calibrate->add_option("--quantizer", ca.quantizer, "How coefficients are quantised (auto: the better one, measured)")->check(CLI::IsMember({"auto", "token-group", "component"}))->capture_default_str();
-  calibrate->add_option("--group-size", ca.group_size, "Token-group components sharing one scale (0: the best of 8, 16, 32)")->capture_default_str()->check(CLI::Range(0u, 4096u));
-  calibrate->add_option("--window", ca.window, "Tokens per prefill (0: min(1024, the model's training context))")->capture_default_str()->check(CLI::Range(0u, 1u << 20));
-  calibrate->add_option("--chunk", ca.chunk, "Tokens per chunk the coded sizes are measured at")->capture_default_str()->check(CLI::Range(16u, 1u << 20));
+  calibrate
+      ->add_option("--token-file", ca.token_file,
+                   "Pre-tokenised calibration text: one document per line of space-separated token ids")
+      ->excludes("--text");
+  calibrate->add_option("--group", ca.grouping, "Features sharing a basis (auto: the better of layer and layer-head)")
+      ->check(CLI::IsMember({"auto", "layer", "layer-head", "all"}))
+      ->capture_default_str();
+  calibrate->add_option("--quantizer", ca.quantizer, "How coefficients are quantised (auto: the better one, measured)")
+      ->check(CLI::IsMember({"auto", "token-group", "component"}))
+      ->capture_default_str();
+  calibrate
+      ->add_option("--group-size", ca.group_size, "Token-group components sharing one scale (0: the best of 8, 16, 32)")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 4096u));
+  calibrate->add_option("--window", ca.window, "Tokens per prefill (0: min(1024, the model's training context))")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 1u << 20));
+  calibrate->add_option("--chunk", ca.chunk, "Tokens per chunk the coded sizes are measured at")
+      ->capture_default_str()
+      ->check(CLI::Range(16u, 1u << 20));
   calibrate->add_option("--threads", ca.threads, "Threads for llama.cpp (0: all cores)");
   calibrate->add_flag("--json", ca.json, "Print the report as JSON");
-  calibrate->add_flag("--no-profile", ca.no_profile, "Do not measure the quality profile afterwards (`kvcodec profile`)");
+  calibrate->add_flag("--no-profile", ca.no_profile,
+                      "Do not measure the quality profile afterwards (`kvcodec profile`)");
   calibrate->add_flag("--quiet", ca.quiet, "No progress line");
 
   BenchArgs be;
@@ -880,8 +922,9 @@ int Main(int argc, char** argv) {
   serve->add_option("--max-body", sv.max_body, "Largest request body in bytes (larger: 413)")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
-  serve->add_option("--request-timeout", sv.request_timeout,
-                    "Seconds a request may take to arrive whole (slower: 408, connection closed)")
+  serve
+      ->add_option("--request-timeout", sv.request_timeout,
+                   "Seconds a request may take to arrive whole (slower: 408, connection closed)")
       ->capture_default_str()
       ->check(CLI::Range(0.001, 86400.0));
   serve->add_option("--max-connections", sv.max_connections, "Connections served at once, a thread each")
@@ -896,8 +939,9 @@ int Main(int argc, char** argv) {
   serve->add_option("--chat-template", sv.chat_template,
                     "Chat template: a llama.cpp built-in's name (chatml, llama3, mistral-v7, ...) or a template's "
                     "text (default: the model's own; without one, \"role: content\" lines)");
-  serve->add_option("--api-key", sv.api_key,
-                    "Require \"Authorization: Bearer KEY\" on every endpoint but /health and /metrics")
+  serve
+      ->add_option("--api-key", sv.api_key,
+                   "Require \"Authorization: Bearer KEY\" on every endpoint but /health and /metrics")
       ->envname("KVCODEC_API_KEY");
   serve->add_option("--metrics-key", sv.metrics_key, "Require \"Authorization: Bearer KEY\" on /metrics")
       ->envname("KVCODEC_METRICS_KEY");
@@ -912,28 +956,34 @@ int Main(int argc, char** argv) {
   serve->add_option("--parallel", sv.parallel, "Requests decoded together (continuous batching)")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
-  serve->add_option("--fetch-threads", sv.fetch_threads,
-                    "Pool workers fetched chunks decode on and new chunks encode on (the cores reuse takes from "
-                    "generation)")
+  serve
+      ->add_option("--fetch-threads", sv.fetch_threads,
+                   "Pool workers fetched chunks decode on and new chunks encode on (the cores reuse takes from "
+                   "generation)")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
-  serve->add_option("--scheduler", sv.scheduler, "kv-aware: requests with nothing to fetch never wait for "
-                                                 "another's fetch; fifo: strict arrival order")
+  serve
+      ->add_option("--scheduler", sv.scheduler,
+                   "kv-aware: requests with nothing to fetch never wait for "
+                   "another's fetch; fifo: strict arrival order")
       ->capture_default_str()
       ->check(CLI::IsMember({"kv-aware", "fifo"}));
   serve->add_flag("--no-reuse", sv.no_reuse, "Never look up, fetch or store chunks (the baseline)");
 
   BenchTtftArgs bt;
   auto* bench_ttft = bench->add_subcommand(
-      "ttft", "TTFT of a long prompt reusing its stored prefix, per codec and link rate, beside recompute; "
-              "plus a labelled projection to 7B-70B shapes");
+      "ttft",
+      "TTFT of a long prompt reusing its stored prefix, per codec and link rate, beside recompute; "
+      "plus a labelled projection to 7B-70B shapes");
   bench_ttft->add_option("--model", bt.model, "GGUF model")->capture_default_str();
   bench_ttft->add_option("--text", bt.text, "Text the prompt is taken from (default: eval.txt beside the model)");
   bench_ttft->add_option("--calibration", bt.calibration, "KVTC calibration (default: <model>.kvcal if present)");
   bt.quality.AddTo(bench_ttft);
   bench_ttft->add_option("--codecs", bt.codecs, "Codecs, comma-separated (default: every codec)");
-  bench_ttft->add_option("--link-gbps", bt.link_gbps, "Link rates, comma-separated (default: 0.01,0.03,0.1,0.3,1,3,10)");
-  bench_ttft->add_option("--prompt-tokens", bt.prompt_tokens, "Prompt length (without --prefix-tokens)")->capture_default_str();
+  bench_ttft->add_option("--link-gbps", bt.link_gbps,
+                         "Link rates, comma-separated (default: 0.01,0.03,0.1,0.3,1,3,10)");
+  bench_ttft->add_option("--prompt-tokens", bt.prompt_tokens, "Prompt length (without --prefix-tokens)")
+      ->capture_default_str();
   bench_ttft->add_option("--prefix-tokens", bt.prefix_tokens,
                          "Stored prefix lengths, comma-separated whole chunks, each followed by one chunk to prefill "
                          "(e.g. 1024,4096,16384,32768; the text repeats when shorter)");
@@ -946,9 +996,10 @@ int Main(int argc, char** argv) {
 
   BenchServeArgs bs;
   auto* bench_serve = bench->add_subcommand(
-      "serve", "Load generator for the completion server: shared-prefix and no-prefix streaming requests at a "
-               "Poisson rate against no reuse, FIFO and KV-aware in-process servers; TTFT p50/p90/p99 per class, "
-               "throughput, hit rate");
+      "serve",
+      "Load generator for the completion server: shared-prefix and no-prefix streaming requests at a "
+      "Poisson rate against no reuse, FIFO and KV-aware in-process servers; TTFT p50/p90/p99 per class, "
+      "throughput, hit rate");
   bench_serve->add_option("--model", bs.model, "GGUF model")->capture_default_str();
   bench_serve->add_option("--text", bs.text, "Text the prompts are cut from (default: eval.txt beside the model)");
   bench_serve->add_option("--calibration", bs.calibration, "KVTC calibration (default: <model>.kvcal if present)");
@@ -968,7 +1019,9 @@ int Main(int argc, char** argv) {
   bench_serve->add_option("--shared-fraction", bs.shared_fraction, "Fraction of requests sharing a long prefix")
       ->capture_default_str()
       ->check(CLI::Range(0.01, 1.0));
-  bench_serve->add_option("--prefixes", bs.prefixes, "Distinct shared documents")->capture_default_str()->check(CLI::Range(1u, 1000u));
+  bench_serve->add_option("--prefixes", bs.prefixes, "Distinct shared documents")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1000u));
   bench_serve->add_option("--prefix-tokens", bs.prefix_tokens, "Tokens per shared document")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1u << 20));
@@ -984,7 +1037,8 @@ int Main(int argc, char** argv) {
   bench_serve->add_option("--parallel", bs.parallel, "The servers' requests decoded together")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
-  bench_serve->add_option("--fetch-threads", bs.fetch_threads, "The servers' pool workers for decoding and encoding chunks")
+  bench_serve
+      ->add_option("--fetch-threads", bs.fetch_threads, "The servers' pool workers for decoding and encoding chunks")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
   bench_serve->add_option("--threads", bs.threads, "Threads for llama.cpp (0: the cores the fetch threads leave)");
@@ -998,8 +1052,9 @@ int Main(int argc, char** argv) {
   bench_serve->add_flag("--quiet", bs.quiet, "No progress line");
 
   RunArgs ru;
-  auto* run = app.add_subcommand("run", "The main job: reuse a prompt's stored KV prefix, prefill the rest, generate, "
-                                        "store the new chunks; prints the text and the TTFT breakdown");
+  auto* run = app.add_subcommand("run",
+                                 "The main job: reuse a prompt's stored KV prefix, prefill the rest, generate, "
+                                 "store the new chunks; prints the text and the TTFT breakdown");
   run->add_option("prompt", ru.prompt_file, "Prompt text file")->required();
   run->add_option("--model", ru.model, "GGUF model")->capture_default_str();
   run->add_option("--store", ru.store,
@@ -1038,7 +1093,8 @@ int Main(int argc, char** argv) {
   run->add_option("--frequency-penalty", ru.frequency_penalty, "Subtracted per time a token was generated")
       ->capture_default_str()
       ->check(CLI::Range(-2.0, 2.0));
-  run->add_option("--seed", ru.seed, "Seed for sampling: the same seed and prompt give the same text (default: random)");
+  run->add_option("--seed", ru.seed,
+                  "Seed for sampling: the same seed and prompt give the same text (default: random)");
   run->add_flag("--no-store", ru.no_store, "Do not store the prompt's new chunks");
   run->add_flag("--no-reuse", ru.no_reuse, "Ignore stored chunks (recompute everything)");
   run->add_flag("--json", ru.json, "Print JSON");

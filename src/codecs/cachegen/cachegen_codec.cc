@@ -51,8 +51,8 @@ uint32_t ShallowLayers(uint32_t n_layers, uint32_t per_32) {
 
 // "medium" is the port's 32 / 16 bins; "high" doubles and "low" halves them.
 Bands MakeBands(uint32_t level_id, uint32_t n_layers, uint32_t per_32) {
-  return Bands{.shallow_bins = 64u >> level_id, .deep_bins = 32u >> level_id,
-               .shallow_layers = ShallowLayers(n_layers, per_32)};
+  return Bands{
+      .shallow_bins = 64u >> level_id, .deep_bins = 32u >> level_id, .shallow_layers = ShallowLayers(n_layers, per_32)};
 }
 
 // Delta codes are symmetric around 0: bins - 1 symbols, symbol s meaning (s - half) steps.
@@ -84,8 +84,7 @@ std::vector<uint8_t> WriteParams(const Params& p) {
 }
 
 Result<Params> ParseParams(std::span<const uint8_t> bytes, uint32_t n_layers) {
-  KVC_CHECK_CORRUPT(bytes.size() == kParamsBytes, "params hold %zu bytes, expected %zu", bytes.size(),
-                    kParamsBytes);
+  KVC_CHECK_CORRUPT(bytes.size() == kParamsBytes, "params hold %zu bytes, expected %zu", bytes.size(), kParamsBytes);
   ByteReader r(bytes);
   uint8_t version;
   uint8_t level_id;
@@ -155,8 +154,7 @@ struct LayerCodes {
   std::vector<uint16_t> deltas;
 };
 
-void QuantiseLayer(const float* x, uint32_t tokens, size_t channels, uint32_t group, uint32_t bins,
-                   LayerCodes* out) {
+void QuantiseLayer(const float* x, uint32_t tokens, size_t channels, uint32_t group, uint32_t bins, LayerCodes* out) {
   const size_t n_groups = CeilDiv(tokens, group);
   const uint32_t half = HalfOf(bins);
   std::vector<float> lo(x, x + channels);
@@ -338,8 +336,8 @@ Status EncodeKind(const KvView& kv, KvKind kind, const Params& p, KvcSection* se
   for (uint32_t l = 0; l < shape.n_layers; ++l) {
     kv.ReadLayerF32(kind, l, x.data());
     if (!AllInFp16Range(x.data(), x.size())) {
-      return InvalidArgument(FormatMessage("%s layer %u holds NaN, inf or a value beyond fp16 range (|x| > 65504)",
-                                           KvKindName(kind), l));
+      return InvalidArgument(
+          FormatMessage("%s layer %u holds NaN, inf or a value beyond fp16 range (|x| > 65504)", KvKindName(kind), l));
     }
     const uint32_t bins = p.BandsOf(kind).BinsOf(l);
     QuantiseLayer(x.data(), shape.n_tokens, channels, p.group, bins, &codes);
@@ -359,7 +357,8 @@ Status EncodeKind(const KvView& kv, KvKind kind, const Params& p, KvcSection* se
       payload = rans.size();
     }
     const uint64_t block = codes.stats.size() + 1 + payload;
-    if (block > UINT32_MAX) return InvalidArgument(FormatMessage("%s layer %u block exceeds 4 GiB", KvKindName(kind), l));
+    if (block > UINT32_MAX)
+      return InvalidArgument(FormatMessage("%s layer %u block exceeds 4 GiB", KvKindName(kind), l));
     w.U32(static_cast<uint32_t>(block));
     w.Bytes(codes.stats);
     w.U8(mode);
@@ -409,8 +408,8 @@ Status DecodeLayer(ByteReader& r, KvKind kind, uint32_t layer, uint32_t tokens, 
                     "%s layer %u: an anchor min/scale or delta step is inf, NaN or negative", kname, layer);
   uint8_t mode;
   RETURN_IF_ERROR(br.U8(&mode, "layer mode"));
-  KVC_CHECK_CORRUPT(mode == kModePacked || mode == kModeRans || mode == kModeRansShared,
-                    "%s layer %u: mode %u unknown", kname, layer, mode);
+  KVC_CHECK_CORRUPT(mode == kModePacked || mode == kModeRans || mode == kModeRansShared, "%s layer %u: mode %u unknown",
+                    kname, layer, mode);
 
   const size_t n_groups = CeilDiv(tokens, group);
   const size_t n_deltas = tokens - n_groups;
@@ -429,7 +428,8 @@ Status DecodeLayer(ByteReader& r, KvKind kind, uint32_t layer, uint32_t tokens, 
     RETURN_IF_ERROR(br.Bytes(n_groups * channels, &anchors, "packed anchors"));
     RETURN_IF_ERROR(br.Bytes(PackedDeltaBytes(uint64_t{n_deltas} * channels, width), &deltas, "packed deltas"));
     for (size_t g = 0; g < n_groups; ++g) {
-      for (size_t c = 0; c < channels; ++c) anchor_row(g)[c] = AnchorValue(anchors[g * channels + c], amin[c], ascale[c]);
+      for (size_t c = 0; c < channels; ++c)
+        anchor_row(g)[c] = AnchorValue(anchors[g * channels + c], amin[c], ascale[c]);
     }
     BitReader bits(deltas);
     uint32_t bad = 0;
@@ -535,8 +535,9 @@ const CodecInfo& CacheGenCodec::info() const {
       .version = 1,
       .levels = {"high", "medium", "low"},
       .default_level = "medium",
-      .description = "CacheGen: anchor + delta per token group, fewer bins in deeper layers, "
-                     "rANS with per-(layer, channel) tables",
+      .description =
+          "CacheGen: anchor + delta per token group, fewer bins in deeper layers, "
+          "rANS with per-(layer, channel) tables",
       .params = {"group=10"},
   };
   return info;
@@ -557,8 +558,8 @@ Status CacheGenCodec::DecodeInto(const KvcFile& file, const CodecContext&, const
   if (Status s = ValidateShape(h.shape, h.dtype); !s.ok()) return Corrupt("shape: " + s.message());
   const KvShape& shape = h.shape;
   ASSIGN_OR_RETURN(const Params p, ParseParams(h.codec_params, shape.n_layers));
-  KVC_CHECK_CORRUPT(h.level == kLevelNames[p.level_id], "level '%s' disagrees with params level '%s'",
-                    h.level.c_str(), kLevelNames[p.level_id]);
+  KVC_CHECK_CORRUPT(h.level == kLevelNames[p.level_id], "level '%s' disagrees with params level '%s'", h.level.c_str(),
+                    kLevelNames[p.level_id]);
   ASSIGN_OR_RETURN(const auto sections, KvSections(file));
   const size_t channels = shape.row_elems();
   for (KvKind kind : kKvKinds) {

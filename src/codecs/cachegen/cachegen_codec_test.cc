@@ -86,8 +86,8 @@ double ExpectWithinHalfStep(const KvCache& in, const KvCache& out, const std::ve
           const double err = std::fabs(double{x[i]} - y[i]);
           const double tol = step / 2 * (1 + 1e-5) + 1e-5 * std::fabs(x[i]) + dtype_rel * std::fabs(y[i]) + 1e-7;
           if (err > tol) {
-            ADD_FAILURE() << KvKindName(kind) << " layer " << l << " token " << t << " channel " << c << ": |"
-                          << x[i] << " - " << y[i] << "| = " << err << " > " << tol;
+            ADD_FAILURE() << KvKindName(kind) << " layer " << l << " token " << t << " channel " << c << ": |" << x[i]
+                          << " - " << y[i] << "| = " << err << " > " << tol;
             return 0;
           }
           sum += err;
@@ -239,9 +239,9 @@ TEST(CacheGen, OddShapesAndGroups) {
     uint32_t group;
     DType dtype;
   };
-  for (const Case& k : {Case{1, 10, DType::kF16}, Case{37, 10, DType::kF16}, Case{100, 1, DType::kF16},
-                        Case{5, 64, DType::kF16}, Case{23, 7, DType::kF32}, Case{31, 3, DType::kBF16},
-                        Case{0, 10, DType::kF16}}) {
+  for (const Case& k :
+       {Case{1, 10, DType::kF16}, Case{37, 10, DType::kF16}, Case{100, 1, DType::kF16}, Case{5, 64, DType::kF16},
+        Case{23, 7, DType::kF32}, Case{31, 3, DType::kBF16}, Case{0, 10, DType::kF16}}) {
     const KvShape shape{.n_layers = 3, .n_kv_heads = 1, .head_dim = 8, .n_tokens = k.tokens};
     const KvCache cache = MakeCache(shape, 7 + k.tokens, true, k.dtype);
     for (const char* level : {"high", "medium", "low"}) {
@@ -258,7 +258,8 @@ TEST(CacheGen, OddShapesAndGroups) {
       for (KvKind kind : kKvKinds) {
         const size_t c = shape.row_elems();
         const size_t groups = (k.tokens + k.group - 1) / k.group;
-        const size_t bound = k.tokens == 0 ? 0 : shape.n_layers * (5 + 6 * c + groups * c + ((k.tokens - groups) * c * 6 + 7) / 8);
+        const size_t bound =
+            k.tokens == 0 ? 0 : shape.n_layers * (5 + 6 * c + groups * c + ((k.tokens - groups) * c * 6 + 7) / 8);
         EXPECT_LE(file.sections[kind == KvKind::kKey ? 0 : 1].bytes.size(), bound);
       }
     }
@@ -269,7 +270,8 @@ TEST(CacheGen, ConstantAndExtremeValues) {
   const KvShape shape{.n_layers = 2, .n_kv_heads = 1, .head_dim = 4, .n_tokens = 25};
   KvCache cache = KvCache::Create(shape, DType::kF32).value();
   std::vector<float> buf(shape.layer_elems());
-  for (size_t i = 0; i < buf.size(); ++i) buf[i] = (i % 4 == 0) ? 1.5f : (i % 4 == 1 ? 65504.0f : (i % 2 ? -65504.0f : 0.1f * i));
+  for (size_t i = 0; i < buf.size(); ++i)
+    buf[i] = (i % 4 == 0) ? 1.5f : (i % 4 == 1 ? 65504.0f : (i % 2 ? -65504.0f : 0.1f * i));
   for (uint32_t l = 0; l < 2; ++l) {
     cache.WriteRowsF32(KvKind::kKey, l, 0, shape.n_tokens, buf.data());
     cache.WriteRowsF32(KvKind::kValue, l, 0, shape.n_tokens, buf.data());
@@ -335,7 +337,11 @@ TEST(CacheGen, BadParamsAndHeaderAreCorrupt) {
   ExpectCorrupt(Rewrite(bytes, [](KvcHeader& h, auto&) { h.shape.n_layers = 5; }), "layer count");
   ExpectCorrupt(Rewrite(bytes, [](KvcHeader& h, auto&) { h.shape.n_tokens = 1000; }), "token count");
   ExpectCorrupt(Rewrite(bytes, [](KvcHeader& h, auto&) { h.shape.n_tokens = 0; }), "zero tokens");
-  ExpectCorrupt(Rewrite(bytes, [](KvcHeader& h, auto&) { h.shape.head_dim = 4096; h.shape.n_tokens = 1u << 16; }),
+  ExpectCorrupt(Rewrite(bytes,
+                        [](KvcHeader& h, auto&) {
+                          h.shape.head_dim = 4096;
+                          h.shape.n_tokens = 1u << 16;
+                        }),
                 "huge shape");
   ExpectCorrupt(Rewrite(bytes, [](KvcHeader&, auto& s) { s.pop_back(); }), "one section");
   ExpectCorrupt(Rewrite(bytes, [](KvcHeader&, auto& s) { std::swap(s[0], s[1]); }), "swapped sections");

@@ -60,7 +60,8 @@ std::vector<uint8_t> WriteParams(const KvtcParams& p) {
 }
 
 Result<KvtcParams> ReadParams(std::span<const uint8_t> bytes) {
-  KVC_CHECK_CORRUPT(bytes.size() == kParamsBytes, "kvtc params are %zu bytes, expected %zu", bytes.size(), kParamsBytes);
+  KVC_CHECK_CORRUPT(bytes.size() == kParamsBytes, "kvtc params are %zu bytes, expected %zu", bytes.size(),
+                    kParamsBytes);
   ByteReader r(bytes);
   KvtcParams p;
   uint8_t version, entropy;
@@ -190,10 +191,11 @@ const CodecInfo& KvtcCodec::info() const {
       .version = 1,
       .levels = {"4", "8", "12", "16", "20", "24", "32", "48", "64"},
       .default_level = "16",
-      .description = "transform coding: PCA basis and quantiser from `kvcodec calibrate` (per-component or "
-                     "per-token group scales, chosen per model), a bit allocation per target ratio (the level) "
-                     "met after entropy coding, rANS (component) or DEFLATE (token-group); sink/window tokens "
-                     "fp16 when asked",
+      .description =
+          "transform coding: PCA basis and quantiser from `kvcodec calibrate` (per-component or "
+          "per-token group scales, chosen per model), a bit allocation per target ratio (the level) "
+          "met after entropy coding, rANS (component) or DEFLATE (token-group); sink/window tokens "
+          "fp16 when asked",
       .params = {"calibration=<file.kvcal> (default: the one loaded for the model)", "sinks=0", "window=0",
                  "entropy=deflate|rans|rans-codes|none"},
       .needs_calibration = true,
@@ -216,7 +218,8 @@ Result<EncodedKv> KvtcCodec::Encode(const KvView& kv, const EncodeOptions& optio
   const std::string level = options.level.empty() ? info().default_level : options.level;
   float ratio = 0;
   auto [ptr, ec] = std::from_chars(level.data(), level.data() + level.size(), ratio);
-  if (ec != std::errc() || ptr != level.data() + level.size()) return InvalidArgument("kvtc level '" + level + "' is not a number");
+  if (ec != std::errc() || ptr != level.data() + level.size())
+    return InvalidArgument("kvtc level '" + level + "' is not a number");
   const BitAllocation* alloc = FindAllocation(cal, ratio);
   if (alloc == nullptr) {
     return InvalidArgument("kvtc level " + level + " is not in the calibration (has " + LevelsOf(cal) + ")");
@@ -231,11 +234,16 @@ Result<EncodedKv> KvtcCodec::Encode(const KvView& kv, const EncodeOptions& optio
   // a half to a quarter of the decode steps.
   if (cal.quantizer == KvtcQuantizer::kComponent) p.entropy = CodesMethod::kRansTuplesWide;
   if (auto it = options.params.find("entropy"); it != options.params.end()) {
-    if (it->second == "rans") p.entropy = CodesMethod::kRansTuplesWide;
-    else if (it->second == "rans-codes") p.entropy = CodesMethod::kRans;
-    else if (it->second == "deflate") p.entropy = CodesMethod::kDeflate;
-    else if (it->second == "none") p.entropy = CodesMethod::kPacked;
-    else return InvalidArgument("kvtc entropy must be rans, rans-codes, deflate or none");
+    if (it->second == "rans")
+      p.entropy = CodesMethod::kRansTuplesWide;
+    else if (it->second == "rans-codes")
+      p.entropy = CodesMethod::kRans;
+    else if (it->second == "deflate")
+      p.entropy = CodesMethod::kDeflate;
+    else if (it->second == "none")
+      p.entropy = CodesMethod::kPacked;
+    else
+      return InvalidArgument("kvtc entropy must be rans, rans-codes, deflate or none");
   }
 
   const KvShape shape = kv.shape();
@@ -254,7 +262,8 @@ Result<EncodedKv> KvtcCodec::Encode(const KvView& kv, const EncodeOptions& optio
           if (count == 0) continue;
           kv.ReadRowsF32(kind, l, begin, count, buf.data());
           if (!AllInFp16Range(buf.data(), count * row)) {
-            return InvalidArgument(FormatMessage("kvtc: %s layer %u holds a value fp16 cannot store", KvKindName(kind), l));
+            return InvalidArgument(
+                FormatMessage("kvtc: %s layer %u holds a value fp16 cannot store", KvKindName(kind), l));
           }
           Fp32ToFp16(buf.data(), half.data(), count * row);
           const auto* bytes = reinterpret_cast<const uint8_t*>(half.data());
@@ -372,8 +381,8 @@ Status KvtcCodec::DecodeInto(const KvcFile& file, const CodecContext& context, c
   // Every size below is checked against the section that must hold it before the output (or
   // any buffer as large as the token count) is allocated: the header's n_tokens is only a claim.
   const size_t exempt_values = size_t{2} * shape.n_layers * (ex.prefix + ex.suffix) * row;
-  KVC_CHECK_CORRUPT(file.sections[0].bytes.size() == exempt_values * 2, "kvtc exempt section is %zu bytes, expected %zu",
-                    file.sections[0].bytes.size(), exempt_values * 2);
+  KVC_CHECK_CORRUPT(file.sections[0].bytes.size() == exempt_values * 2,
+                    "kvtc exempt section is %zu bytes, expected %zu", file.sections[0].bytes.size(), exempt_values * 2);
   auto write_exempt_rows = [&] {
     const uint8_t* src = file.sections[0].bytes.data();
     std::vector<uint16_t> half(row * std::max(ex.prefix, ex.suffix));
@@ -438,8 +447,8 @@ Status KvtcCodec::DecodeInto(const KvcFile& file, const CodecContext& context, c
       std::vector<CodedComponent>& coded = scratch.coded;
       coded.clear();
       if (plan.n_keep > 0) {
-        RETURN_IF_ERROR(CodedComponentBlock(block_codes, block_scales, n, plan.n_keep, plan.bits,
-                                            basis.step_multipliers, &coded));
+        RETURN_IF_ERROR(
+            CodedComponentBlock(block_codes, block_scales, n, plan.n_keep, plan.bits, basis.step_multipliers, &coded));
       }
       ReconstructFromCodes(basis.mean.data(), basis.components.data(), basis.dim, coded, n, x, x_stride);
       return Status::Ok();
@@ -447,8 +456,7 @@ Status KvtcCodec::DecodeInto(const KvcFile& file, const CodecContext& context, c
     // Uninitialised: the dequantiser writes every coefficient (0 for a width of 0) on success.
     float* const coeffs = ScratchData(scratch.coeffs, size_t{n} * plan.n_keep);
     if (plan.n_keep > 0) {
-      RETURN_IF_ERROR(
-          DequantizeBlock(block_codes, block_scales, n, plan.n_keep, cal.group_size, plan.bits, coeffs));
+      RETURN_IF_ERROR(DequantizeBlock(block_codes, block_scales, n, plan.n_keep, cal.group_size, plan.bits, coeffs));
     }
     Reconstruct(basis, coeffs, n, plan.n_keep, x, x_stride);
     return Status::Ok();

@@ -18,12 +18,11 @@
 #include "base/hash.h"
 #include "base/thread_pool.h"
 #include "codecs/kvtc/kvtc_test_calibration.h"
+#include "codecs/test_kv.h"
 #include "kvtc/calibration_registry.h"
 #include "kvtc/code_stream.h"
 #include "kvtc/component_quantizer.h"
 #include "kvtc/kvcal.h"
-
-#include "codecs/test_kv.h"
 
 namespace kvc {
 namespace {
@@ -55,8 +54,8 @@ const TestCalibrationSpec kSpecs[] = {
      .seed = 6,
      .quantizer = KvtcQuantizer::kComponent},
 };
-const char* const kSpecNames[] = {"layer",           "layer_head_neox",          "all_no_rope",
-                                  "all_group3",      "component_layer",          "component_layer_head_neox"};
+const char* const kSpecNames[] = {"layer",      "layer_head_neox", "all_no_rope",
+                                  "all_group3", "component_layer", "component_layer_head_neox"};
 
 // One calibration in a registry, and contexts over it.
 class Env {
@@ -535,8 +534,9 @@ TEST(KvtcCodec, FindsTheCalibrationByModelOrFile) {
   ASSERT_FALSE(direct.ok());
   EXPECT_EQ(direct.status().code(), StatusCode::kInvalidArgument);
   // EncodeKvc finds the calibration by the fingerprint the file will carry.
-  EXPECT_TRUE(EncodeKvc(Kvtc(), cache.View(), Options("4", 4, 0), kTestFingerprint, 0,
-                        {env.registry(), nullptr, nullptr}).ok());
+  EXPECT_TRUE(
+      EncodeKvc(Kvtc(), cache.View(), Options("4", 4, 0), kTestFingerprint, 0, {env.registry(), nullptr, nullptr})
+          .ok());
   // A model no calibration was loaded for.
   const ModelFingerprint stranger{1, 2, 3};
   auto r = EncodeKvc(Kvtc(), cache.View(), Options("4", 4, 0), stranger, 0, {env.registry(), &stranger, nullptr});

@@ -309,8 +309,9 @@ Status QuantCodec::DecodeInto(const KvcFile& file, const CodecContext&, const Kv
   const KvShape& shape = h.shape;
   for (KvKind kind : kKvKinds) {
     const uint64_t expected = LayoutOf(kind, shape, p).block_bytes() * shape.n_layers;
-    KVC_CHECK_CORRUPT(SectionOf(sections, kind).size() == expected, "section %s holds %zu bytes, the shape implies %llu",
-                      KvKindName(kind), SectionOf(sections, kind).size(), static_cast<unsigned long long>(expected));
+    KVC_CHECK_CORRUPT(SectionOf(sections, kind).size() == expected,
+                      "section %s holds %zu bytes, the shape implies %llu", KvKindName(kind),
+                      SectionOf(sections, kind).size(), static_cast<unsigned long long>(expected));
   }
 
   if (shape.n_tokens == 0) return Status::Ok();

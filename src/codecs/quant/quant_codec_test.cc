@@ -10,7 +10,6 @@
 #include <random>
 
 #include "base/half.h"
-
 #include "codecs/test_kv.h"
 
 namespace kvc {

@@ -93,8 +93,9 @@ Status RawCodec::DecodeInto(const KvcFile& file, const CodecContext&, const KvSl
   const size_t layer_elems = h.shape.layer_elems();
   const uint64_t expected = uint64_t{h.shape.elems()} * 2;
   for (KvKind kind : kKvKinds) {
-    KVC_CHECK_CORRUPT(SectionOf(sections, kind).size() == expected, "section %s holds %zu bytes, the shape implies %llu",
-                      KvKindName(kind), SectionOf(sections, kind).size(), static_cast<unsigned long long>(expected));
+    KVC_CHECK_CORRUPT(SectionOf(sections, kind).size() == expected,
+                      "section %s holds %zu bytes, the shape implies %llu", KvKindName(kind),
+                      SectionOf(sections, kind).size(), static_cast<unsigned long long>(expected));
   }
 
   if (layer_elems == 0) return Status::Ok();

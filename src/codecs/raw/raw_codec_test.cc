@@ -9,7 +9,6 @@
 #include <random>
 
 #include "base/half.h"
-
 #include "codecs/test_kv.h"
 
 namespace kvc {

@@ -51,8 +51,12 @@ struct Params {
   bool ffv1_large_context = false;
   bool nvdec = false;  // streams a GPU's NVDEC decodes
   VideoEncodeOptions stream_options() const {
-    return {.coder = coder, .preset = preset, .ffv1_slices = slices, .ffv1_coder = ffv1_coder,
-            .ffv1_large_context = ffv1_large_context, .nvdec_sizes = nvdec};
+    return {.coder = coder,
+            .preset = preset,
+            .ffv1_slices = slices,
+            .ffv1_coder = ffv1_coder,
+            .ffv1_large_context = ffv1_large_context,
+            .nvdec_sizes = nvdec};
   }
   uint32_t bits() const { return kLevelBits[level_id]; }
 };
@@ -114,14 +118,14 @@ Result<bool> ParseFlag(const EncodeOptions& options, const std::string& key, boo
 }
 
 Result<Params> ParseOptions(const EncodeOptions& options) {
-  static constexpr std::string_view kKnown[] = {"coder",  "layout", "order",  "token_order", "planes",
-                                                 "center", "group",  "preset", "slices",      "ffv1_coder",
-                                                 "ffv1_context", "nvdec"};
+  static constexpr std::string_view kKnown[] = {"coder", "layout", "order",  "token_order", "planes",       "center",
+                                                "group", "preset", "slices", "ffv1_coder",  "ffv1_context", "nvdec"};
   RETURN_IF_ERROR(CheckKnownParams(options, kKnown));
   Params p;
   if (!options.level.empty()) {
     const auto* it = std::find(kLevelNames.begin(), kLevelNames.end(), options.level);
-    if (it == kLevelNames.end()) return InvalidArgument("unknown level '" + options.level + "' (video levels: 8, 6, 4)");
+    if (it == kLevelNames.end())
+      return InvalidArgument("unknown level '" + options.level + "' (video levels: 8, 6, 4)");
     p.level_id = static_cast<uint32_t>(it - kLevelNames.begin());
   }
   if (auto it = options.params.find("coder"); it != options.params.end()) {
@@ -230,8 +234,8 @@ Status EncodeKind(const KvView& kv, KvKind kind, const Params& p, ThreadPool* po
     std::vector<float> x(shape.layer_elems());
     kv.ReadLayerF32(kind, static_cast<uint32_t>(l), x.data());
     if (!AllInFp16Range(x.data(), x.size())) {
-      statuses[l] = InvalidArgument(FormatMessage(
-          "%s layer %zu holds NaN, inf or a value beyond fp16 range (|x| > 65504)", KvKindName(kind), l));
+      statuses[l] = InvalidArgument(
+          FormatMessage("%s layer %zu holds NaN, inf or a value beyond fp16 range (|x| > 65504)", KvKindName(kind), l));
       return;
     }
     uint8_t* layer_codes = codes.data() + l * shape.layer_elems();
@@ -300,9 +304,9 @@ Status ReadLayerSide(ByteReader& r, const Params& p, uint32_t channels, uint32_t
     RETURN_IF_ERROR(r.U16(&g.min_fp16, "group min"));
     RETURN_IF_ERROR(r.U16(&g.scale_fp16, "group scale"));
     // inf/NaN, or a negative scale (sign bit set, -0 included), is something no encoder writes.
-    KVC_CHECK_CORRUPT((g.min_fp16 & 0x7c00) != 0x7c00 && (g.scale_fp16 & 0xfc00) != 0x7c00 &&
-                          (g.scale_fp16 & 0x8000) == 0,
-                      "%s layer %u: a group min or scale is inf, NaN or negative", kname, layer);
+    KVC_CHECK_CORRUPT(
+        (g.min_fp16 & 0x7c00) != 0x7c00 && (g.scale_fp16 & 0xfc00) != 0x7c00 && (g.scale_fp16 & 0x8000) == 0,
+        "%s layer %u: a group min or scale is inf, NaN or negative", kname, layer);
   }
   if (p.center) {
     std::span<const uint8_t> centres;
@@ -427,15 +431,17 @@ const CodecInfo& VideoCodec::info() const {
       .version = 1,
       .levels = {"8", "6", "4"},
       .default_level = "8",
-      .description = "KVCodec: per-channel quantisation, codec-friendly layout, lossless x265/x264/FFV1 "
-                     "through libavcodec",
+      .description =
+          "KVCodec: per-channel quantisation, codec-friendly layout, lossless x265/x264/FFV1 "
+          "through libavcodec",
       .params = {"coder=ffv1", "layout=axis", "order=1", "token_order=1", "planes=0", "center=0", "group=64",
                  "preset=medium", "slices=0", "ffv1_coder=auto", "ffv1_context=0", "nvdec=0"},
   };
   return info;
 }
 
-Result<EncodedKv> VideoCodec::Encode(const KvView& kv, const EncodeOptions& options, const CodecContext& context) const {
+Result<EncodedKv> VideoCodec::Encode(const KvView& kv, const EncodeOptions& options,
+                                     const CodecContext& context) const {
   ASSIGN_OR_RETURN(const Params p, ParseOptions(options));
   EncodedKv out;
   out.level = kLevelNames[p.level_id];
@@ -464,19 +470,21 @@ Status VideoCodec::DecodeInto(const KvcFile& file, const CodecContext& context, 
   const LayoutGeometry geometry(shape, p.layout);
   for (const auto& st : geometry.streams()) {
     KVC_CHECK_CORRUPT(st.picture.width <= kMaxPictureSide && st.picture.height <= kMaxPictureSide,
-                      "the shape makes %ux%u pictures, beyond the %u-pixel limit of a video stream",
-                      st.picture.width, st.picture.height, kMaxPictureSide);
+                      "the shape makes %ux%u pictures, beyond the %u-pixel limit of a video stream", st.picture.width,
+                      st.picture.height, kMaxPictureSide);
   }
   // Both sections are parsed and every stream header checked against the shape before the
   // output or any picture is allocated.
   std::array<ParsedKind, 2> parsed;
   for (KvKind kind : kKvKinds) {
-    ASSIGN_OR_RETURN(parsed[kind == KvKind::kKey ? 0 : 1], ParseKind(SectionOf(sections, kind), kind, shape, p, geometry));
+    ASSIGN_OR_RETURN(parsed[kind == KvKind::kKey ? 0 : 1],
+                     ParseKind(SectionOf(sections, kind), kind, shape, p, geometry));
   }
-  const VideoDecoderBackend& backend = context.video_decoder != nullptr ? *context.video_decoder : DefaultVideoDecoder();
+  const VideoDecoderBackend& backend =
+      context.video_decoder != nullptr ? *context.video_decoder : DefaultVideoDecoder();
   for (KvKind kind : kKvKinds) {
-    RETURN_IF_ERROR(DecodeKind(parsed[kind == KvKind::kKey ? 0 : 1], kind, shape, p, geometry, backend, context.pool,
-                               out));
+    RETURN_IF_ERROR(
+        DecodeKind(parsed[kind == KvKind::kKey ? 0 : 1], kind, shape, p, geometry, backend, context.pool, out));
   }
   return Status::Ok();
 }

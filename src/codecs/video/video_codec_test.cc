@@ -61,10 +61,14 @@ TEST(VideoCodec, BitExactForEveryCoderLayoutAndShape) {
           for (const char* order : {"0", "1"}) {
             const char* token_order = order;  // both orderings on, or both off
             const std::string what = std::string(coder) + " " + layout + " planes=" + planes + " order=" + order +
-                                     " shape " + std::to_string(shape.n_layers) + "x" + std::to_string(shape.n_kv_heads) +
-                                     "x" + std::to_string(shape.head_dim) + "x" + std::to_string(shape.n_tokens);
-            auto bytes = Encode(cache, Options("8", {{"coder", coder}, {"layout", layout}, {"planes", planes},
-                                                     {"order", order}, {"token_order", token_order},
+                                     " shape " + std::to_string(shape.n_layers) + "x" +
+                                     std::to_string(shape.n_kv_heads) + "x" + std::to_string(shape.head_dim) + "x" +
+                                     std::to_string(shape.n_tokens);
+            auto bytes = Encode(cache, Options("8", {{"coder", coder},
+                                                     {"layout", layout},
+                                                     {"planes", planes},
+                                                     {"order", order},
+                                                     {"token_order", token_order},
                                                      {"preset", "ultrafast"}}));
             ASSERT_TRUE(bytes.ok()) << what << ": " << bytes.status().ToString();
             auto decoded = DecodeKvc(*bytes, &kFp);
@@ -179,7 +183,8 @@ TEST(VideoCodec, StreamsForNvdecRoundTripAndRefuseWhatNvdecCannotDecode) {
   for (const char* layout : {"axis", "frames"}) {
     auto gpu = Encode(cache, Options("8", {{"nvdec", "1"}, {"layout", layout}, {"preset", "ultrafast"}}));
     ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
-    auto cpu = Encode(cache, Options("8", {{"coder", "x265"}, {"planes", "1"}, {"layout", layout}, {"preset", "ultrafast"}}));
+    auto cpu =
+        Encode(cache, Options("8", {{"coder", "x265"}, {"planes", "1"}, {"layout", layout}, {"preset", "ultrafast"}}));
     ASSERT_TRUE(cpu.ok());
     EXPECT_GT(gpu->size(), cpu->size()) << layout << ": the padding to 144 pixels costs bytes";
     auto decoded = DecodeKvc(*gpu, &kFp);
@@ -187,8 +192,10 @@ TEST(VideoCodec, StreamsForNvdecRoundTripAndRefuseWhatNvdecCannotDecode) {
     ExpectExact(cache, *decoded, 8, VideoCodec::kDefaultGroup, std::string("nvdec=1 ") + layout);
   }
   EXPECT_TRUE(Encode(cache, Options("8", {{"nvdec", "1"}, {"coder", "x265"}, {"planes", "1"}})).ok());
-  EXPECT_EQ(Encode(cache, Options("8", {{"nvdec", "1"}, {"coder", "ffv1"}})).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(Encode(cache, Options("8", {{"nvdec", "1"}, {"planes", "0"}})).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Encode(cache, Options("8", {{"nvdec", "1"}, {"coder", "ffv1"}})).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(Encode(cache, Options("8", {{"nvdec", "1"}, {"planes", "0"}})).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST(VideoCodec, ZeroTokensRoundTrip) {

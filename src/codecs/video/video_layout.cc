@@ -15,9 +15,7 @@ uint32_t CeilDiv(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
-const char* VideoLayoutName(VideoLayout layout) {
-  return layout == VideoLayout::kTokenFrames ? "frames" : "axis";
-}
+const char* VideoLayoutName(VideoLayout layout) { return layout == VideoLayout::kTokenFrames ? "frames" : "axis"; }
 
 LayoutGeometry::LayoutGeometry(const KvShape& shape, const LayoutSpec& spec) : shape_(shape), spec_(spec) {
   layers_per_stream_picture_ = spec.layer_planes ? 3 : 1;
@@ -49,8 +47,8 @@ LayoutGeometry::Place LayoutGeometry::Locate(uint32_t layer, uint32_t token, uin
     const uint32_t i = position % shape_.head_dim;
     const uint32_t x = (head_slot % grid_w_) * tile_w_ + i % tile_w_;
     const uint32_t y = (head_slot / grid_w_) * tile_h_ + i / tile_w_;
-    return {layer / planes, token * s.picture.frame_bytes() + plane * s.picture.plane_bytes() +
-                                uint64_t{y} * s.picture.width + x};
+    return {layer / planes,
+            token * s.picture.frame_bytes() + plane * s.picture.plane_bytes() + uint64_t{y} * s.picture.width + x};
   }
   const Stream& s = streams_[0];
   return {0, (layer / planes) * s.picture.frame_bytes() + plane * s.picture.plane_bytes() +

@@ -44,7 +44,7 @@ TEST(LayoutGeometry, EveryValueHasItsOwnPixel) {
 TEST(LayoutGeometry, PicturesFollowTheLayout) {
   const KvShape shape{.n_layers = 6, .n_kv_heads = 2, .head_dim = 64, .n_tokens = 256};
   const LayoutGeometry frames(shape, {VideoLayout::kTokenFrames, true});
-  ASSERT_EQ(frames.streams().size(), 2u);  // two groups of three layers
+  ASSERT_EQ(frames.streams().size(), 2u);                            // two groups of three layers
   EXPECT_EQ(frames.streams()[0].picture, (PictureShape{16, 8, 3}));  // two 8x8 head tiles
   EXPECT_EQ(frames.streams()[0].n_frames, 256u);
   const LayoutGeometry axis(shape, {VideoLayout::kTokenAxis, false});
