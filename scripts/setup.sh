@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config git ca-certificates xxd
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev clang-format-14
   libcli11-dev nlohmann-json3-dev libxxhash-dev libgtest-dev libgmock-dev libbenchmark-dev
   libdeflate-dev libopenblas-dev liblapacke-dev
   libavcodec-dev libavutil-dev libffmpeg-nvenc-dev libzstd-dev

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The whole test suite: set up and build, then every test (unit and model) in the dev
+# The whole test suite: set up and build, the source format check, then every test (unit and model) in the dev
 # build, the unit tests and fuzz-corpus replays again under ASan+UBSan, and the concurrent
 # parts (store backends, fetch pipeline, the server's scheduler) under ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh dev asan-ubsan
+echo "== format"
+scripts/check_format.sh
 scripts/setup-test-tools.sh  # promtool and the OpenAI SDK, for tests/serve
 echo "== dev: all tests"
 ctest --preset dev -j2 --timeout 900
