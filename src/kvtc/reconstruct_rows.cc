@@ -167,38 +167,26 @@ __attribute__((target("avx2,fma"))) void RowBand(const Terms& terms, size_t t, s
   if (d < vector_columns) Tile<kRows, 1>(terms.mean + d, strips, band, n_keep, x + d, x_stride);
 }
 
+// RowBand<1> .. RowBand<kRows>, indexed by the band's rows minus 1.
+template <size_t... kRowsMinus1>
+constexpr auto RowBands(std::index_sequence<kRowsMinus1...>) {
+  return std::array{&RowBand<static_cast<int>(kRowsMinus1) + 1>...};
+}
+
 __attribute__((target("avx2,fma"))) void Avx2(const Terms& terms, size_t n, float* x, size_t x_stride) {
   // Reused per thread as the decoder's other buffers are: a basis's strips are up to dim * n_keep
   // floats (256 KiB at dim 256), which allocated per call would come from mmap and fault in
   // again every time.
   thread_local std::vector<float> strip_scratch, band_scratch;
   constexpr size_t kBand = 6;  // 6 rows x 2 vectors: 12 accumulators, 2 strip and 1 broadcast registers
+  static constexpr auto kRowBands = RowBands(std::make_index_sequence<kBand>());
   float* const strips = ScratchData(strip_scratch, terms.dim * terms.n_keep);
   float* const band = ScratchData(band_scratch, kBand * terms.n_keep + 2);
   const size_t vector_columns = PackStrips(terms, strips);
   for (size_t t = 0; t < n; t += kBand) {
     const size_t rows = std::min(kBand, n - t);
     float* const x_rows = x + t * x_stride;
-    switch (rows) {
-      case 6:
-        RowBand<6>(terms, t, n, strips, vector_columns, band, x_rows, x_stride);
-        break;
-      case 5:
-        RowBand<5>(terms, t, n, strips, vector_columns, band, x_rows, x_stride);
-        break;
-      case 4:
-        RowBand<4>(terms, t, n, strips, vector_columns, band, x_rows, x_stride);
-        break;
-      case 3:
-        RowBand<3>(terms, t, n, strips, vector_columns, band, x_rows, x_stride);
-        break;
-      case 2:
-        RowBand<2>(terms, t, n, strips, vector_columns, band, x_rows, x_stride);
-        break;
-      default:
-        RowBand<1>(terms, t, n, strips, vector_columns, band, x_rows, x_stride);
-        break;
-    }
+    kRowBands[rows - 1](terms, t, n, strips, vector_columns, band, x_rows, x_stride);
     if (vector_columns < terms.dim) PortableBlock(terms, t, rows, vector_columns, x_rows, x_stride);
   }
   TrimScratch(strip_scratch);
