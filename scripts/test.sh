@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite: set up and build, the source format check, then every test (unit and model) in the dev
-# build, the unit tests and fuzz-corpus replays again under ASan+UBSan, and the concurrent
-# parts (store backends, fetch pipeline, the server's scheduler) under ThreadSanitizer.
+# The whole test suite: set up and build, the source format check, then every test (unit and
+# model) in the dev build, the unit tests and fuzz-corpus replays again under ASan+UBSan, and the
+# concurrent parts (store backends, fetch pipeline, the server's scheduler) under ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh dev asan-ubsan
