@@ -187,7 +187,7 @@ void SetQuality(const Params* p, std::string* profile, kvc::QualityLimits* limit
 
 extern "C" {
 
-const char* kvc_version(void) { return "0.1.0"; }
+const char* kvc_version(void) { return KVCODEC_VERSION; }  // project()'s, set by CMake
 const char* kvc_last_error(void) { return g_last_error.c_str(); }
 void kvc_free(void* p) { std::free(p); }
 

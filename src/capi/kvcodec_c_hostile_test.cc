@@ -59,6 +59,9 @@ bool OneLine(const std::string& s) {
   return !s.empty();
 }
 
+// The library reports the version project() declares, not a literal of its own.
+TEST(CApiHostile, VersionIsTheProjectVersion) { EXPECT_STREQ(kvc_version(), KVCODEC_PROJECT_VERSION); }
+
 TEST(CApiHostile, HeaderStringsOutsideTheCharsetAreCorruptOnOneLine) {
   // Before: a level that is not UTF-8 made the JSON library throw through kvc_inspect_json (the
   // CLI aborted); a newline forged a second error line; a NUL cut the message; ESC reached the
