@@ -151,30 +151,31 @@ bool HasAvx() {
 // a fused product would round differently from the SSE and scalar paths). Return the pairs done.
 // c2 and s2 are the block's interleaved cos2/sin2 at this token: (c, c) and (-s, s) per pair,
 // so sss below is s2 times the sign (exact) and the products are those of the other paths.
-__attribute__((target("avx"))) uint32_t RotateNormalAvx(float* x, const float* c2, const float* s2, uint32_t half,
-                                                        float sign) {
+// `in` may be `out` (every vector is loaded before its results are stored).
+__attribute__((target("avx"))) uint32_t RotateNormalAvx(const float* in, float* out, const float* c2, const float* s2,
+                                                        uint32_t half, float sign) {
   const __m256 sign8 = _mm256_set1_ps(sign);
   uint32_t i = 0;
   for (; i + 4 <= half; i += 4) {
-    const __m256 v = _mm256_loadu_ps(x + 2 * i);
+    const __m256 v = _mm256_loadu_ps(in + 2 * i);
     const __m256 cc = _mm256_loadu_ps(c2 + 2 * i);
     const __m256 sss = _mm256_mul_ps(_mm256_loadu_ps(s2 + 2 * i), sign8);
     const __m256 swapped = _mm256_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1));
-    _mm256_storeu_ps(x + 2 * i, _mm256_add_ps(_mm256_mul_ps(v, cc), _mm256_mul_ps(swapped, sss)));
+    _mm256_storeu_ps(out + 2 * i, _mm256_add_ps(_mm256_mul_ps(v, cc), _mm256_mul_ps(swapped, sss)));
   }
   return i;
 }
 
-__attribute__((target("avx"))) uint32_t RotateNeoxAvx(float* x, const float* c, const float* s, uint32_t half,
-                                                      float sign) {
+__attribute__((target("avx"))) uint32_t RotateNeoxAvx(const float* in, float* out, const float* c, const float* s,
+                                                      uint32_t half, float sign) {
   const __m256 sign8 = _mm256_set1_ps(sign);
   uint32_t i = 0;
   for (; i + 8 <= half; i += 8) {
-    const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + half);
+    const __m256 x0 = _mm256_loadu_ps(in + i), x1 = _mm256_loadu_ps(in + i + half);
     const __m256 c8 = _mm256_loadu_ps(c + i), s8 = _mm256_mul_ps(sign8, _mm256_loadu_ps(s + i));
     const __m256 neg_s8 = _mm256_sub_ps(_mm256_setzero_ps(), s8);
-    _mm256_storeu_ps(x + i, _mm256_add_ps(_mm256_mul_ps(x0, c8), _mm256_mul_ps(x1, neg_s8)));
-    _mm256_storeu_ps(x + i + half, _mm256_add_ps(_mm256_mul_ps(x1, c8), _mm256_mul_ps(x0, s8)));
+    _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_mul_ps(x0, c8), _mm256_mul_ps(x1, neg_s8)));
+    _mm256_storeu_ps(out + i + half, _mm256_add_ps(_mm256_mul_ps(x1, c8), _mm256_mul_ps(x0, s8)));
   }
   return i;
 }
@@ -183,46 +184,47 @@ __attribute__((target("avx"))) uint32_t RotateNeoxAvx(float* x, const float* c, 
 // One head's rotation by one token's angles: pairs (2i, 2i + 1) for kNormal, (i, i + half) for
 // kNeox; `sign` -1 rotates backwards. The AVX and SSE paths do the same products in the same
 // order as the scalar tails (x0 * c - x1 * s and x0 * s + x1 * c, each rounded once per
-// operation), so results do not depend on which path ran.
-inline void RotateNormal(float* x, const float* c, const float* s, const float* c2, const float* s2, uint32_t half,
-                         float sign) {
+// operation), so results do not depend on which path ran. The rotated pairs of `in` go to
+// `out`, which may be `in`; channels past the pairs are not touched.
+inline void RotateNormal(const float* in, float* out, const float* c, const float* s, const float* c2, const float* s2,
+                         uint32_t half, float sign) {
   uint32_t i = 0;
 #if defined(__x86_64__)
-  if (HasAvx()) i = RotateNormalAvx(x, c2, s2, half, sign);
+  if (HasAvx()) i = RotateNormalAvx(in, out, c2, s2, half, sign);
   // Four floats hold two pairs: out = x * (c0 c0 c1 c1) + swap(x) * (-s0 s0 -s1 s1) * sign.
   const __m128 sign4 = _mm_set1_ps(sign);
   for (; i + 2 <= half; i += 2) {
-    const __m128 v = _mm_loadu_ps(x + 2 * i);
+    const __m128 v = _mm_loadu_ps(in + 2 * i);
     const __m128 cc = _mm_loadu_ps(c2 + 2 * i);
     const __m128 sss = _mm_mul_ps(_mm_loadu_ps(s2 + 2 * i), sign4);
     const __m128 swapped = _mm_shuffle_ps(v, v, _MM_SHUFFLE(2, 3, 0, 1));
-    _mm_storeu_ps(x + 2 * i, _mm_add_ps(_mm_mul_ps(v, cc), _mm_mul_ps(swapped, sss)));
+    _mm_storeu_ps(out + 2 * i, _mm_add_ps(_mm_mul_ps(v, cc), _mm_mul_ps(swapped, sss)));
   }
 #endif
   for (; i < half; ++i) {
-    const float x0 = x[2 * i], x1 = x[2 * i + 1], si = sign * s[i];
-    x[2 * i] = x0 * c[i] + x1 * -si;
-    x[2 * i + 1] = x1 * c[i] + x0 * si;
+    const float x0 = in[2 * i], x1 = in[2 * i + 1], si = sign * s[i];
+    out[2 * i] = x0 * c[i] + x1 * -si;
+    out[2 * i + 1] = x1 * c[i] + x0 * si;
   }
 }
 
-inline void RotateNeox(float* x, const float* c, const float* s, uint32_t half, float sign) {
+inline void RotateNeox(const float* in, float* out, const float* c, const float* s, uint32_t half, float sign) {
   uint32_t i = 0;
 #if defined(__x86_64__)
-  if (HasAvx()) i = RotateNeoxAvx(x, c, s, half, sign);
+  if (HasAvx()) i = RotateNeoxAvx(in, out, c, s, half, sign);
   const __m128 sign4 = _mm_set1_ps(sign);
   for (; i + 4 <= half; i += 4) {
-    const __m128 x0 = _mm_loadu_ps(x + i), x1 = _mm_loadu_ps(x + i + half);
+    const __m128 x0 = _mm_loadu_ps(in + i), x1 = _mm_loadu_ps(in + i + half);
     const __m128 c4 = _mm_loadu_ps(c + i), s4 = _mm_mul_ps(sign4, _mm_loadu_ps(s + i));
     const __m128 neg_s4 = _mm_sub_ps(_mm_setzero_ps(), s4);
-    _mm_storeu_ps(x + i, _mm_add_ps(_mm_mul_ps(x0, c4), _mm_mul_ps(x1, neg_s4)));
-    _mm_storeu_ps(x + i + half, _mm_add_ps(_mm_mul_ps(x1, c4), _mm_mul_ps(x0, s4)));
+    _mm_storeu_ps(out + i, _mm_add_ps(_mm_mul_ps(x0, c4), _mm_mul_ps(x1, neg_s4)));
+    _mm_storeu_ps(out + i + half, _mm_add_ps(_mm_mul_ps(x1, c4), _mm_mul_ps(x0, s4)));
   }
 #endif
   for (; i < half; ++i) {
-    const float x0 = x[i], x1 = x[i + half], si = sign * s[i];
-    x[i] = x0 * c[i] + x1 * -si;
-    x[i + half] = x1 * c[i] + x0 * si;
+    const float x0 = in[i], x1 = in[i + half], si = sign * s[i];
+    out[i] = x0 * c[i] + x1 * -si;
+    out[i + half] = x1 * c[i] + x0 * si;
   }
 }
 
@@ -309,9 +311,9 @@ void RopeTable::RotateTokens(float* rows, uint32_t first, uint32_t count, uint32
     for (uint32_t h = 0; h < n_heads; ++h) {
       float* x = rows + (size_t{t - first} * n_heads + h) * head_dim_;
       if (normal) {
-        RotateNormal(x, a.cos, a.sin, a.cos2, a.sin2, half, sign);
+        RotateNormal(x, x, a.cos, a.sin, a.cos2, a.sin2, half, sign);
       } else {
-        RotateNeox(x, a.cos, a.sin, half, sign);
+        RotateNeox(x, x, a.cos, a.sin, half, sign);
       }
     }
   }
@@ -352,13 +354,25 @@ void RopeTable::RotateTokensToFp16(const float* rows, uint32_t first, uint32_t c
     return;
   }
 #endif
-  // Other CPUs rotate a copy of each token and convert it: the same operations in two passes.
-  thread_local std::vector<float> token;
-  token.resize(row);
+  // Other CPUs rotate each token into a buffer and convert that: the same operations in two
+  // passes, with the reads and writes of rotating in place.
+  thread_local std::vector<float> rotated;
+  rotated.resize(row);
+  const float sign = inverse ? -1.0f : 1.0f;
   for (uint32_t t = first; t < first + count; ++t) {
-    std::copy_n(rows + (t - first) * row, row, token.data());
-    RotateTokens(token.data(), t, 1, n_heads, inverse);
-    Fp32ToFp16Clamped(token.data(), out + (t - first) * row, row, isa);
+    const Angles a = AnglesAt(t);
+    const float* const token = rows + size_t{t - first} * row;
+    for (uint32_t h = 0; h < n_heads; ++h) {
+      const float* const x = token + size_t{h} * head_dim_;
+      float* const r = rotated.data() + size_t{h} * head_dim_;
+      if (params_.type == RopeType::kNormal) {
+        RotateNormal(x, r, a.cos, a.sin, a.cos2, a.sin2, half, sign);
+      } else {
+        RotateNeox(x, r, a.cos, a.sin, half, sign);
+      }
+      std::copy(x + 2 * half, x + head_dim_, r + 2 * half);  // channels past the rotated ones
+    }
+    Fp32ToFp16Clamped(rotated.data(), out + size_t{t - first} * row, row, isa);
   }
 }
 
