@@ -106,7 +106,6 @@ void ClampToFp16Range(float* x, size_t n) {
 }
 
 void Fp32ToFp16Clamped(const float* in, uint16_t* out, size_t n, VectorIsa isa) {
-  constexpr float kMax = 65504.0f;
   size_t i = 0;
 #if defined(__x86_64__)
   if (isa != VectorIsa::kPortable) {
@@ -115,7 +114,7 @@ void Fp32ToFp16Clamped(const float* in, uint16_t* out, size_t n, VectorIsa isa) 
     if (HasF16c()) i += Fp32ToFp16ClampedF16c(in + i, out + i, n - i);
   }
 #endif
-  for (; i < n; ++i) out[i] = Fp32ToFp16(std::clamp(in[i], -kMax, kMax));
+  for (; i < n; ++i) out[i] = Fp32ToFp16Clamped(in[i]);
 }
 
 void Bf16ToFp32(const uint16_t* in, float* out, size_t n) {

@@ -2,6 +2,7 @@
 // rounding to nearest even as llama.cpp's ggml_fp32_to_fp16 does.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -83,6 +84,10 @@ inline uint16_t Fp32ToFp16Up(float x) {
   if (Fp16ToFp32(h) < x) ++h;  // positive, so the next pattern up is the next value up
   return h;
 }
+
+// x clamped to fp16's range (NaN stays NaN, as std::clamp leaves it), then converted: one value
+// of the bulk Fp32ToFp16Clamped below.
+inline uint16_t Fp32ToFp16Clamped(float x) { return Fp32ToFp16(std::clamp(x, -65504.0f, 65504.0f)); }
 
 // The largest fp16 not above x, for finite |x| <= 65504: a group minimum rounded this way keeps
 // every element at or above it. Rounding keeps the sign (a small negative x gives -0), so one

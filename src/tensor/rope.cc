@@ -228,8 +228,6 @@ inline void RotateNeox(const float* in, float* out, const float* c, const float*
   }
 }
 
-inline uint16_t ClampedFp16(float v) { return Fp32ToFp16(std::clamp(v, -65504.0f, 65504.0f)); }
-
 #if defined(__x86_64__)
 // RotateNormalAvx and RotateNeoxAvx 16 floats at a time, each result clamped to fp16's range
 // and converted on the way out (Fp32ToFp16Clamped's operations). The products and sums are the
@@ -345,8 +343,8 @@ void RopeTable::RotateTokensToFp16(const float* rows, uint32_t first, uint32_t c
         for (uint32_t i = vector_pairs; i < half; ++i) {  // past the last full vector, as RotateNormal/RotateNeox
           const uint32_t i0 = normal ? 2 * i : i, i1 = normal ? 2 * i + 1 : i + half;
           const float x0 = x[i0], x1 = x[i1], si = sign * a.sin[i];
-          o[i0] = ClampedFp16(x0 * a.cos[i] + x1 * -si);
-          o[i1] = ClampedFp16(x1 * a.cos[i] + x0 * si);
+          o[i0] = Fp32ToFp16Clamped(x0 * a.cos[i] + x1 * -si);
+          o[i1] = Fp32ToFp16Clamped(x1 * a.cos[i] + x0 * si);
         }
         if (2 * half < head_dim_) Fp32ToFp16Clamped(x + 2 * half, o + 2 * half, head_dim_ - 2 * half, isa);
       }
