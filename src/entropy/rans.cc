@@ -485,17 +485,13 @@ Status RansDecoder::GetBytes(const FrequencyTable& table, std::span<uint8_t> out
 
   if (states_ == kRansWideStates) {
 #if defined(__x86_64__)
-    switch (ResolveVectorIsa(isa)) {
-      case VectorIsa::kAvx512:
-        i += DecodeWideAvx512(state_, pos_, end_, table.slot_step_.data(), table.slot_symbol_.data(), table.scale_bits_,
-                              dst + i, n - i);
-        break;
-      case VectorIsa::kAvx2:
-        i += DecodeWideAvx2(state_, pos_, end_, table.slot_step_.data(), table.slot_symbol_.data(), table.scale_bits_,
-                            dst + i, n - i);
-        break;
-      default:
-        break;
+    const VectorIsa resolved = ResolveVectorIsa(isa);
+    const auto decode_wide = resolved == VectorIsa::kAvx512 ? DecodeWideAvx512
+                             : resolved == VectorIsa::kAvx2 ? DecodeWideAvx2
+                                                            : nullptr;
+    if (decode_wide != nullptr) {
+      i += decode_wide(state_, pos_, end_, table.slot_step_.data(), table.slot_symbol_.data(), table.scale_bits_,
+                       dst + i, n - i);
     }
 #endif
     for (; i < n; ++i) dst[i] = static_cast<uint8_t>(Get(table));
