@@ -3,6 +3,9 @@
 add_library(kvcodec_options INTERFACE)
 target_compile_features(kvcodec_options INTERFACE cxx_std_20)
 target_compile_options(kvcodec_options INTERFACE -Wall -Wextra -Wno-missing-field-initializers)
+# Hidden by default: libkvcodec exports only the C API (KVC_API), and calls inside it need no
+# interposable symbols.
+target_compile_options(kvcodec_options INTERFACE -fvisibility=hidden -fvisibility-inlines-hidden)
 if(KVCODEC_SANITIZE)
   target_compile_options(kvcodec_options INTERFACE -fsanitize=${KVCODEC_SANITIZE} -fno-omit-frame-pointer
                                                    -fno-sanitize-recover=all)

@@ -9,6 +9,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Only what is marked KVC_API leaves libkvcodec.so: the library is built with
+ * -fvisibility=hidden and a version script that exports kvc_* alone. */
+#if defined(KVCODEC_BUILDING_LIBRARY) && defined(__GNUC__)
+#define KVC_API __attribute__((visibility("default")))
+#else
+#define KVC_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -85,62 +93,90 @@ typedef struct kvc_profile_params {
 } kvc_profile_params;
 
 /* Measures every rung of every codec on the model and writes its quality profile (JSON, caller frees). */
-kvc_status kvc_profile_json(const kvc_profile_params* params, char** out_json);
+KVC_API kvc_status kvc_profile_json(const kvc_profile_params* params, char** out_json);
 
 /* The quality floor a request gets for a model: its profile (profile_path, or <model>.kvprof.json
  * beside it), the rungs within max_ppl_delta (percent; < 0: 1.0) and min_top1 (< 0: 0.97), and a
  * note on how it was decided (JSON, caller frees). */
-kvc_status kvc_quality_floor_json(const char* model_path, const char* profile_path, const char* calibration,
-                                  double max_ppl_delta, double min_top1, char** out_json);
+KVC_API kvc_status kvc_quality_floor_json(const char* model_path, const char* profile_path, const char* calibration,
+                                          double max_ppl_delta, double min_top1, char** out_json);
 
-const char* kvc_version(void);
-const char* kvc_last_error(void);
-void kvc_free(void* p);
+KVC_API const char* kvc_version(void);
+KVC_API const char* kvc_last_error(void);
+KVC_API void kvc_free(void* p);
 
 /* Codecs and their levels as a JSON array (caller frees). */
-kvc_status kvc_codecs_json(char** out_json);
+KVC_API kvc_status kvc_codecs_json(char** out_json);
 
-kvc_status kvc_model_load(const char* path, kvc_model** out);
-void kvc_model_free(kvc_model* model);
-void kvc_model_fingerprint(const kvc_model* model, uint8_t out[16]);
+KVC_API kvc_status kvc_model_load(const char* path, kvc_model** out);
+KVC_API void kvc_model_free(kvc_model* model);
+KVC_API void kvc_model_fingerprint(const kvc_model* model, uint8_t out[16]);
 /* Model shape and metadata as a JSON object (caller frees). */
-kvc_status kvc_model_info_json(const kvc_model* model, char** out_json);
-kvc_status kvc_model_tokenize(const kvc_model* model, const char* text, size_t len, int add_bos, int32_t** out_tokens,
-                              size_t* out_n);
+KVC_API kvc_status kvc_model_info_json(const kvc_model* model, char** out_json);
+KVC_API kvc_status kvc_model_tokenize(const kvc_model* model, const char* text, size_t len, int add_bos,
+                                      int32_t** out_tokens, size_t* out_n);
 
-void kvc_session_default_params(kvc_session_params* params);
-kvc_status kvc_session_create(const kvc_model* model, const kvc_session_params* params, kvc_session** out);
-void kvc_session_free(kvc_session* session);
-kvc_status kvc_session_eval(kvc_session* session, const int32_t* tokens, size_t n);
-kvc_status kvc_session_extract(const kvc_session* session, kvc_kv** out);
-kvc_status kvc_session_restore(kvc_session* session, const kvc_kv* kv);
+KVC_API void kvc_session_default_params(kvc_session_params* params);
+KVC_API kvc_status kvc_session_create(const kvc_model* model, const kvc_session_params* params, kvc_session** out);
+KVC_API void kvc_session_free(kvc_session* session);
+KVC_API kvc_status kvc_session_eval(kvc_session* session, const int32_t* tokens, size_t n);
+KVC_API kvc_status kvc_session_extract(const kvc_session* session, kvc_kv** out);
+KVC_API kvc_status kvc_session_restore(kvc_session* session, const kvc_kv* kv);
+/* The logits (n_vocab floats) of the last token of the last kvc_session_eval. The pointer stays
+ * valid until the next call that changes the session; fails when no eval has run since the
+ * session was created or restored, or the last one failed. */
+KVC_API kvc_status kvc_session_logits(const kvc_session* session, const float** out_logits, size_t* out_n_vocab);
 
-void kvc_kv_free(kvc_kv* kv);
-void kvc_kv_shape(const kvc_kv* kv, kvc_shape* out);
+/* Choosing the next token from a session's logits. The defaults are greedy decoding. */
+typedef struct kvc_sampler kvc_sampler; /* one generated sequence's sampler (its penalties and draw) */
+typedef struct kvc_sampler_params {
+  float temperature;       /* 0: greedy (the rest is ignored); at most 2 */
+  float top_p;             /* (0, 1]; 1: off */
+  int32_t top_k;           /* 0: off */
+  float min_p;             /* 0: off */
+  float presence_penalty;  /* -2..2 */
+  float frequency_penalty; /* -2..2 */
+  int has_seed;            /* non-zero: draws repeat for the same seed */
+  uint64_t seed;
+} kvc_sampler_params;
+KVC_API void kvc_sampler_default_params(kvc_sampler_params* params);
+KVC_API kvc_status kvc_sampler_create(const kvc_model* model, const kvc_sampler_params* params, kvc_sampler** out);
+KVC_API void kvc_sampler_free(kvc_sampler* sampler);
+/* The next token from the session's last logits (kvc_session_logits); it then counts as generated. */
+KVC_API kvc_status kvc_sampler_next(kvc_sampler* sampler, const kvc_session* session, int32_t* out_token);
+/* Non-zero for a token that ends generation (end of sequence, end of turn). */
+KVC_API int kvc_model_is_end_of_generation(const kvc_model* model, int32_t token);
+/* Tokens as text (caller frees). Bytes that are not valid UTF-8 (a character split over
+ * byte-fallback tokens, cut at the end) become U+FFFD, so the text is always valid UTF-8. */
+KVC_API kvc_status kvc_model_detokenize(const kvc_model* model, const int32_t* tokens, size_t n, char** out_text);
+
+KVC_API void kvc_kv_free(kvc_kv* kv);
+KVC_API void kvc_kv_shape(const kvc_kv* kv, kvc_shape* out);
 /* llama.cpp's sequence-state bytes (llama_state_seq_get_data) <-> a KV cache. */
-kvc_status kvc_kv_from_llama_state(const uint8_t* data, size_t size, uint32_t n_kv_heads, kvc_kv** out);
-kvc_status kvc_kv_to_llama_state(const kvc_kv* kv, uint8_t** out, size_t* out_size);
+KVC_API kvc_status kvc_kv_from_llama_state(const uint8_t* data, size_t size, uint32_t n_kv_heads, kvc_kv** out);
+KVC_API kvc_status kvc_kv_to_llama_state(const kvc_kv* kv, uint8_t** out, size_t* out_size);
 
 /* Encodes a KV cache (tokens [token_begin, token_begin + n_tokens) of it; n_tokens 0 = to the
  * end) into .kvc bytes. */
-kvc_status kvc_encode(const kvc_kv* kv, uint32_t token_begin, uint32_t n_tokens, const char* codec, const char* level,
-                      const char* codec_params, const uint8_t fingerprint[16], uint8_t** out, size_t* out_size);
+KVC_API kvc_status kvc_encode(const kvc_kv* kv, uint32_t token_begin, uint32_t n_tokens, const char* codec,
+                              const char* level, const char* codec_params, const uint8_t fingerprint[16], uint8_t** out,
+                              size_t* out_size);
 /* Decodes .kvc bytes; with a non-NULL expected_fingerprint, a file of another model fails. */
-kvc_status kvc_decode(const uint8_t* data, size_t size, const uint8_t* expected_fingerprint, kvc_kv** out);
+KVC_API kvc_status kvc_decode(const uint8_t* data, size_t size, const uint8_t* expected_fingerprint, kvc_kv** out);
 /* The container header and sections of .kvc bytes as JSON (caller frees). */
-kvc_status kvc_inspect_json(const uint8_t* data, size_t size, char** out_json);
+KVC_API kvc_status kvc_inspect_json(const uint8_t* data, size_t size, char** out_json);
 
 /* Calibrations (.kvcal) kvc_encode and kvc_decode may use (kvtc): loaded once per process;
  * kvc_encode picks the one loaded last for the fingerprint it is given. */
-kvc_status kvc_calibration_load(const char* path);
+KVC_API kvc_status kvc_calibration_load(const char* path);
 
 /* Which engine decodes video KV from now on, process-wide: "auto" (the default: NVDEC where a
  * CUDA device is present and the stream is one it decodes, the CPU otherwise and after any device
  * failure), "cpu", or "nvdec" (an error where no CUDA device can be opened, with the reason). */
-kvc_status kvc_set_video_decoder(const char* name);
+KVC_API kvc_status kvc_set_video_decoder(const char* name);
 
 /* Fits a KVTC calibration and writes it; the report is a JSON object (caller frees). */
-kvc_status kvc_calibrate_json(const kvc_calibrate_params* params, char** out_json);
+KVC_API kvc_status kvc_calibrate_json(const kvc_calibrate_params* params, char** out_json);
 
 typedef struct kvc_bench_codec_params {
   const char* model_path;
@@ -156,7 +192,7 @@ typedef struct kvc_bench_codec_params {
 } kvc_bench_codec_params;
 
 /* Codec encode/decode MB/s on a real KV cache, one thread and all cores, beside memcpy (JSON). */
-kvc_status kvc_bench_codec_json(const kvc_bench_codec_params* params, char** out_json);
+KVC_API kvc_status kvc_bench_codec_json(const kvc_bench_codec_params* params, char** out_json);
 
 typedef struct kvc_bench_video_params {
   const char* model_path;
@@ -171,7 +207,7 @@ typedef struct kvc_bench_video_params {
 /* The video codec's layout ablation on a real KV cache: 8-bit codes alone, general-purpose
  * coders on them, each layout step with each video coder (ratio, decode MB/s), and per layer
  * the neighbouring-token difference ratio (JSON, caller frees). */
-kvc_status kvc_bench_video_json(const kvc_bench_video_params* params, char** out_json);
+KVC_API kvc_status kvc_bench_video_json(const kvc_bench_video_params* params, char** out_json);
 
 typedef struct kvc_run_params {
   const char* model_path;
@@ -206,7 +242,7 @@ typedef struct kvc_run_params {
 
 /* The main job: reuse the prompt's longest stored prefix, prefill the rest, generate, store the
  * new chunks; the report (text, TTFT and its parts, bytes moved) is JSON (caller frees). */
-kvc_status kvc_run_json(const kvc_run_params* params, char** out_json);
+KVC_API kvc_status kvc_run_json(const kvc_run_params* params, char** out_json);
 
 typedef struct kvc_bench_ttft_params {
   const char* model_path;
@@ -229,7 +265,7 @@ typedef struct kvc_bench_ttft_params {
 
 /* TTFT of a long prompt with a stored prefix, per codec and link rate, beside recompute and each
  * run's bound, plus a labelled projection to 7B-70B shapes (JSON, caller frees). */
-kvc_status kvc_bench_ttft_json(const kvc_bench_ttft_params* params, char** out_json);
+KVC_API kvc_status kvc_bench_ttft_json(const kvc_bench_ttft_params* params, char** out_json);
 
 typedef struct kvc_server kvc_server;
 typedef struct kvc_serve_params {
@@ -266,14 +302,14 @@ typedef struct kvc_serve_params {
 
 /* The OpenAI-compatible completion server with KV reuse: create (loads the model), start
  * (listens; returns at once), stop (finishes the admitted requests, drains stores), free. */
-kvc_status kvc_server_create(const kvc_serve_params* params, kvc_server** out);
-kvc_status kvc_server_start(kvc_server* server);
-int32_t kvc_server_port(const kvc_server* server);
-void kvc_server_stop(kvc_server* server);
-void kvc_server_free(kvc_server* server);
+KVC_API kvc_status kvc_server_create(const kvc_serve_params* params, kvc_server** out);
+KVC_API kvc_status kvc_server_start(kvc_server* server);
+KVC_API int32_t kvc_server_port(const kvc_server* server);
+KVC_API void kvc_server_stop(kvc_server* server);
+KVC_API void kvc_server_free(kvc_server* server);
 
 /* Runs the accuracy evaluation; the report is a JSON object (caller frees). */
-kvc_status kvc_eval_json(const kvc_eval_params* params, char** out_json);
+KVC_API kvc_status kvc_eval_json(const kvc_eval_params* params, char** out_json);
 
 typedef struct kvc_bench_serve_params {
   const char* model_path;
@@ -302,7 +338,7 @@ typedef struct kvc_bench_serve_params {
 /* Load generator for the completion server: one trace of shared-prefix and no-prefix streaming
  * requests replayed against a fresh in-process server per configuration (no reuse, FIFO,
  * KV-aware); TTFT percentiles and hit rate per class, throughput (JSON, caller frees). */
-kvc_status kvc_bench_serve_json(const kvc_bench_serve_params* params, char** out_json);
+KVC_API kvc_status kvc_bench_serve_json(const kvc_bench_serve_params* params, char** out_json);
 
 #ifdef __cplusplus
 }

@@ -87,6 +87,13 @@ class Model {
     std::unique_ptr<int32_t, Freer> owned(tokens);
     return std::vector<int32_t>(tokens, tokens + n);
   }
+  Outcome<std::string> Detokenize(const std::vector<int32_t>& tokens) const {
+    char* text = nullptr;
+    if (kvc_status s = kvc_model_detokenize(m_.get(), tokens.data(), tokens.size(), &text); s != KVC_OK)
+      return LastError(s);
+    return TakeString(text);
+  }
+  bool IsEndOfGeneration(int32_t token) const { return kvc_model_is_end_of_generation(m_.get(), token) != 0; }
   const kvc_model* get() const { return m_.get(); }
 
  private:
@@ -117,6 +124,14 @@ class Session {
     if (kvc_status s = kvc_session_restore(s_.get(), kv.get()); s != KVC_OK) return LastError(s);
     return std::nullopt;
   }
+  // A copy of the last evaluated token's logits.
+  Outcome<std::vector<float>> Logits() const {
+    const float* logits = nullptr;
+    size_t n = 0;
+    if (kvc_status s = kvc_session_logits(s_.get(), &logits, &n); s != KVC_OK) return LastError(s);
+    return std::vector<float>(logits, logits + n);
+  }
+  const kvc_session* get() const { return s_.get(); }
 
  private:
   struct Deleter {
@@ -124,6 +139,32 @@ class Session {
   };
   explicit Session(kvc_session* s) : s_(s) {}
   std::unique_ptr<kvc_session, Deleter> s_;
+};
+
+class Sampler {
+ public:
+  static Outcome<Sampler> Create(const Model& model, const kvc_sampler_params& params) {
+    kvc_sampler* s = nullptr;
+    if (kvc_status st = kvc_sampler_create(model.get(), &params, &s); st != KVC_OK) return LastError(st);
+    return Sampler(s);
+  }
+  static kvc_sampler_params Greedy() {
+    kvc_sampler_params p;
+    kvc_sampler_default_params(&p);
+    return p;
+  }
+  Outcome<int32_t> Next(const Session& session) {
+    int32_t token = 0;
+    if (kvc_status s = kvc_sampler_next(s_.get(), session.get(), &token); s != KVC_OK) return LastError(s);
+    return token;
+  }
+
+ private:
+  struct Deleter {
+    void operator()(kvc_sampler* s) const { kvc_sampler_free(s); }
+  };
+  explicit Sampler(kvc_sampler* s) : s_(s) {}
+  std::unique_ptr<kvc_sampler, Deleter> s_;
 };
 
 inline Outcome<std::vector<uint8_t>> Encode(const Kv& kv, const std::string& codec, const std::string& level,

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "base/hash.h"
+#include "base/utf8.h"
 #include "codecs/codec.h"
 #include "engine/calibrate.h"
 #include "engine/codec_bench.h"
@@ -22,6 +23,7 @@
 #include "engine/model_profile.h"
 #include "engine/run_job.h"
 #include "engine/serve_bench.h"
+#include "engine/token_sampler.h"
 #include "engine/ttft_bench.h"
 #include "engine/video_ablation.h"
 #include "kvcodec/kvcodec.h"
@@ -37,6 +39,10 @@ struct kvc_session {
 };
 struct kvc_kv {
   kvc::KvCache cache;
+};
+struct kvc_sampler {
+  std::unique_ptr<kvc::TokenSampler> sampler;
+  uint32_t n_vocab = 0;
 };
 struct kvc_server {
   std::unique_ptr<kvc::CompletionServer> server;
@@ -308,6 +314,88 @@ kvc_status kvc_session_restore(kvc_session* session, const kvc_kv* kv) {
     if (session == nullptr || kv == nullptr) return NullArgument("session or kv");
     kvc::Status s = session->session->RestoreKv(kv->cache);
     return s.ok() ? KVC_OK : Fail(s);
+  });
+}
+
+kvc_status kvc_session_logits(const kvc_session* session, const float** out_logits, size_t* out_n_vocab) {
+  return Guard([&]() -> kvc_status {
+    if (session == nullptr || out_logits == nullptr || out_n_vocab == nullptr) return NullArgument("argument");
+    auto logits = session->session->LastLogits();
+    if (!logits.ok()) return Fail(logits.status());
+    *out_logits = logits->data();
+    *out_n_vocab = logits->size();
+    return KVC_OK;
+  });
+}
+
+void kvc_sampler_default_params(kvc_sampler_params* params) {
+  if (params == nullptr) return;
+  const kvc::SamplingParams defaults;
+  *params = kvc_sampler_params{};
+  params->temperature = defaults.temperature;
+  params->top_p = defaults.top_p;
+  params->top_k = defaults.top_k;
+  params->min_p = defaults.min_p;
+  params->presence_penalty = defaults.presence_penalty;
+  params->frequency_penalty = defaults.frequency_penalty;
+}
+
+kvc_status kvc_sampler_create(const kvc_model* model, const kvc_sampler_params* params, kvc_sampler** out) {
+  return Guard([&]() -> kvc_status {
+    if (model == nullptr || params == nullptr || out == nullptr) return NullArgument("model, params or out");
+    kvc::SamplingParams p;
+    p.temperature = params->temperature;
+    p.top_p = params->top_p;
+    p.top_k = params->top_k;
+    p.min_p = params->min_p;
+    p.presence_penalty = params->presence_penalty;
+    p.frequency_penalty = params->frequency_penalty;
+    if (params->has_seed != 0) p.seed = params->seed;
+    if (kvc::Status s = kvc::CheckSamplingParams(p); !s.ok()) return Fail(s);
+    const kvc::ModelInfo& info = model->model->info();
+    // Penalties count every generated token a context of the model's trained length can hold.
+    auto sampler = kvc::TokenSampler::Create(p, info.n_vocab, info.n_ctx_train);
+    if (!sampler.ok()) return Fail(sampler.status());
+    *out = new kvc_sampler{std::move(sampler).value(), info.n_vocab};
+    return KVC_OK;
+  });
+}
+
+void kvc_sampler_free(kvc_sampler* sampler) {
+  GuardVoid([&] { delete sampler; });
+}
+
+kvc_status kvc_sampler_next(kvc_sampler* sampler, const kvc_session* session, int32_t* out_token) {
+  return Guard([&]() -> kvc_status {
+    if (sampler == nullptr || session == nullptr || out_token == nullptr) return NullArgument("argument");
+    auto logits = session->session->LastLogits();
+    if (!logits.ok()) return Fail(logits.status());
+    if (logits->size() != sampler->n_vocab) {
+      return Fail(kvc::InvalidArgument("the sampler was made for a model with another vocabulary"));
+    }
+    *out_token = sampler->sampler->Sample(*logits);
+    return KVC_OK;
+  });
+}
+
+int kvc_model_is_end_of_generation(const kvc_model* model, int32_t token) {
+  if (model == nullptr || token < 0 || static_cast<uint32_t>(token) >= model->model->info().n_vocab) return 0;
+  return model->model->IsEndOfGeneration(token) ? 1 : 0;
+}
+
+kvc_status kvc_model_detokenize(const kvc_model* model, const int32_t* tokens, size_t n, char** out_text) {
+  return Guard([&]() -> kvc_status {
+    if (model == nullptr || out_text == nullptr || (tokens == nullptr && n > 0)) return NullArgument("argument");
+    const uint32_t n_vocab = model->model->info().n_vocab;
+    for (size_t i = 0; i < n; ++i) {
+      if (tokens[i] < 0 || static_cast<uint32_t>(tokens[i]) >= n_vocab) {
+        return Fail(kvc::InvalidArgument(
+            kvc::FormatMessage("token %zu is %d, outside the vocabulary (%u)", i, tokens[i], n_vocab)));
+      }
+    }
+    const std::string text = n == 0 ? std::string() : model->model->Detokenize(std::span(tokens, n));
+    *out_text = CopyString(kvc::ToValidUtf8(text));
+    return KVC_OK;
   });
 }
 

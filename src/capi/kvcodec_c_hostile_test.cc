@@ -125,6 +125,16 @@ TEST(CApiHostile, NullHandlesAreHarmless) {
   kvc_server_stop(nullptr);
   kvc_server_free(nullptr);
   EXPECT_EQ(kvc_server_port(nullptr), -1);
+  kvc_sampler_free(nullptr);
+  kvc_sampler_default_params(nullptr);
+  EXPECT_EQ(kvc_model_is_end_of_generation(nullptr, 0), 0);
+  const float* logits = nullptr;
+  size_t n = 0;
+  EXPECT_EQ(kvc_session_logits(nullptr, &logits, &n), KVC_INVALID_ARGUMENT);
+  char* text = nullptr;
+  EXPECT_EQ(kvc_model_detokenize(nullptr, nullptr, 0, &text), KVC_INVALID_ARGUMENT);
+  int32_t token = 0;
+  EXPECT_EQ(kvc_sampler_next(nullptr, nullptr, &token), KVC_INVALID_ARGUMENT);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The public API end to end on the test model, through the thin C++ header.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -45,6 +46,97 @@ TEST(CApi, ExtractEncodeDecodeRestore) {
   auto back = kvcodec::KvFromLlamaState(state.value(), shape.n_kv_heads);
   ASSERT_TRUE(back.ok()) << back.error().message;
   EXPECT_EQ(kvcodec::Shape(back.value()).n_tokens, shape.n_tokens);
+}
+
+// What a C user needs to check a restored context: its logits, and the tokens it generates.
+TEST(CApi, RestoredSessionContinuesWithTheSameLogitsAndTokens) {
+  auto model = kvcodec::Model::Load(KVCODEC_TEST_MODEL);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  auto tokens = model.value().Tokenize("And the earth was without form, and void; and darkness was", true);
+  ASSERT_TRUE(tokens.ok());
+  kvc_session_params params;
+  kvc_session_default_params(&params);
+  params.n_ctx = 128;
+  auto original = kvcodec::Session::Create(model.value(), params);
+  auto restored = kvcodec::Session::Create(model.value(), params);
+  ASSERT_TRUE(original.ok() && restored.ok());
+  // No logits before an eval, nor right after a restore.
+  EXPECT_EQ(original.value().Logits().error().code, KVC_INVALID_ARGUMENT);
+
+  const std::vector<int32_t> prompt(tokens.value().begin(), tokens.value().end() - 1);
+  const std::vector<int32_t> last = {tokens.value().back()};
+  ASSERT_FALSE(original.value().Eval(prompt).has_value());
+  auto kv = original.value().Extract();
+  ASSERT_TRUE(kv.ok());
+  ASSERT_FALSE(restored.value().Restore(kv.value()).has_value());
+  EXPECT_EQ(restored.value().Logits().error().code, KVC_INVALID_ARGUMENT);
+  ASSERT_FALSE(original.value().Eval(last).has_value());
+  ASSERT_FALSE(restored.value().Eval(last).has_value());
+  auto a = original.value().Logits();
+  auto b = restored.value().Logits();
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a.value().size(), b.value().size());
+  EXPECT_EQ(a.value(), b.value());  // raw KV: bit-identical
+
+  auto greedy_a = kvcodec::Sampler::Create(model.value(), kvcodec::Sampler::Greedy());
+  auto greedy_b = kvcodec::Sampler::Create(model.value(), kvcodec::Sampler::Greedy());
+  ASSERT_TRUE(greedy_a.ok() && greedy_b.ok());
+  std::vector<int32_t> generated;
+  for (int step = 0; step < 6; ++step) {
+    auto ta = greedy_a.value().Next(original.value());
+    auto tb = greedy_b.value().Next(restored.value());
+    ASSERT_TRUE(ta.ok() && tb.ok());
+    ASSERT_EQ(ta.value(), tb.value()) << "step " << step;
+    // Greedy is the arg-max of the logits (the first of equals).
+    auto logits = original.value().Logits();
+    ASSERT_TRUE(logits.ok());
+    const auto& l = logits.value();
+    EXPECT_EQ(ta.value(), std::max_element(l.begin(), l.end()) - l.begin());
+    generated.push_back(ta.value());
+    ASSERT_FALSE(original.value().Eval({ta.value()}).has_value());
+    ASSERT_FALSE(restored.value().Eval({tb.value()}).has_value());
+  }
+  auto text = model.value().Detokenize(generated);
+  ASSERT_TRUE(text.ok()) << text.error().message;
+  EXPECT_FALSE(text.value().empty());
+
+  // A seeded sampler repeats its draws; out-of-range settings and tokens are refused.
+  kvc_sampler_params hot = kvcodec::Sampler::Greedy();
+  hot.temperature = 1.5f;
+  hot.has_seed = 1;
+  hot.seed = 7;
+  auto s1 = kvcodec::Sampler::Create(model.value(), hot);
+  auto s2 = kvcodec::Sampler::Create(model.value(), hot);
+  ASSERT_TRUE(s1.ok() && s2.ok());
+  EXPECT_EQ(s1.value().Next(original.value()).value(), s2.value().Next(original.value()).value());
+  hot.temperature = 3;
+  EXPECT_EQ(kvcodec::Sampler::Create(model.value(), hot).error().code, KVC_INVALID_ARGUMENT);
+  EXPECT_EQ(model.value().Detokenize({-1}).error().code, KVC_INVALID_ARGUMENT);
+  EXPECT_EQ(model.value().Detokenize({1 << 30}).error().code, KVC_INVALID_ARGUMENT);
+  EXPECT_FALSE(model.value().IsEndOfGeneration(-5));
+}
+
+// Byte-fallback pieces cut in the middle of a character still leave as valid UTF-8.
+TEST(CApi, DetokenizedTextIsValidUtf8) {
+  auto model = kvcodec::Model::Load(KVCODEC_TEST_MODEL);
+  ASSERT_TRUE(model.ok());
+  auto tokens = model.value().Tokenize("caf\xc3\xa9 \xe2\x82\xac", false);
+  ASSERT_TRUE(tokens.ok());
+  for (size_t n = 0; n <= tokens.value().size(); ++n) {
+    const std::vector<int32_t> head(tokens.value().begin(), tokens.value().begin() + static_cast<ptrdiff_t>(n));
+    auto text = model.value().Detokenize(head);
+    ASSERT_TRUE(text.ok());
+    // Every byte sequence is well-formed: no lone continuation bytes, no cut lead bytes.
+    const std::string& t = text.value();
+    for (size_t i = 0; i < t.size();) {
+      const auto c = static_cast<unsigned char>(t[i]);
+      const size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+      ASSERT_NE(len, 0u) << "byte " << i << " of " << n << " tokens";
+      ASSERT_LE(i + len, t.size()) << n << " tokens";
+      for (size_t k = 1; k < len; ++k) ASSERT_EQ(static_cast<unsigned char>(t[i + k]) >> 6, 2u);
+      i += len;
+    }
+  }
 }
 
 TEST(CApi, ErrorsCarryACodeAndAMessage) {

@@ -344,6 +344,8 @@ Status LlamaSession::Eval(std::span<const int32_t> tokens, bool all_logits) {
   if (status.ok()) {
     next_pos_ += static_cast<int32_t>(tokens.size());
     n_cached_ += static_cast<uint32_t>(tokens.size());
+  } else {
+    last_logit_rows_.clear();  // a failed batch may have left rows that no longer hold logits
   }
   return status;
 }
@@ -352,6 +354,15 @@ std::span<const float> LlamaSession::Logits(int i) const {
   const int idx = i < 0 ? static_cast<int>(last_logit_rows_.size()) - 1 : i;
   const float* row = llama_get_logits_ith(ctx_, last_logit_rows_[static_cast<size_t>(idx)]);
   return {row, n_vocab_};
+}
+
+Result<std::span<const float>> LlamaSession::LastLogits() const {
+  if (last_logit_rows_.empty() || last_logit_rows_.back() < 0) {
+    return InvalidArgument("no logits: evaluate tokens first (a restore or a failed eval leaves none)");
+  }
+  const float* row = llama_get_logits_ith(ctx_, last_logit_rows_.back());
+  if (row == nullptr) return Internal("llama.cpp has no logits for the last evaluated token");
+  return std::span<const float>(row, n_vocab_);
 }
 
 Result<KvCache> LlamaSession::ExtractKv() const { return ExtractSeqKv(0); }
@@ -416,6 +427,7 @@ Status LlamaSession::AppendKv(const KvView& chunk) {
   llama_memory_seq_rm(memory, kStagingSeq, -1, -1);
   next_pos_ += static_cast<int32_t>(chunk.n_tokens());
   n_cached_ += chunk.n_tokens();
+  last_logit_rows_.clear();  // the last logits belong to a token that is no longer the last
   return Status::Ok();
 }
 
@@ -540,6 +552,7 @@ void LlamaSession::Clear() {
   llama_memory_clear(llama_get_memory(ctx_), true);
   next_pos_ = 0;
   n_cached_ = 0;
+  last_logit_rows_.clear();
 }
 
 }  // namespace kvc

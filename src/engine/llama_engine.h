@@ -129,6 +129,9 @@ class LlamaSession {
   Status Eval(std::span<const int32_t> tokens, bool all_logits);
   // Logits of the i-th token of the last Eval call (i = -1: the last one).
   std::span<const float> Logits(int i) const;
+  // The last Eval's logits for its last token; fails when there are none (no Eval since the
+  // session was created, cleared or restored, or the last one failed).
+  Result<std::span<const float>> LastLogits() const;
 
   // The sequence's KV cache as llama.cpp holds it (dtype = the cache type).
   Result<KvCache> ExtractKv() const;
