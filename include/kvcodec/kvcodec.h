@@ -166,6 +166,46 @@ KVC_API kvc_status kvc_decode(const uint8_t* data, size_t size, const uint8_t* e
 /* The container header and sections of .kvc bytes as JSON (caller frees). */
 KVC_API kvc_status kvc_inspect_json(const uint8_t* data, size_t size, char** out_json);
 
+/* Decodes one .kvc chunk and appends it to the session's sequence, which must continue at the
+ * chunk's first position (chunks restored one after another as they arrive). The chunk must be
+ * of the session's model. */
+KVC_API kvc_status kvc_session_decode_append(kvc_session* session, const uint8_t* data, size_t size);
+
+/* Stores of compressed chunks, opened by URL: "mem://", "dir:///path" (the embedded default),
+ * "redis://[user[:password]@]host:port", "redis-cluster://[user[:password]@]h:p,h:p,...".
+ * Every object is bound to its name and sealed (HMAC-SHA256 with a secret, else CRC32C).
+ * Safe to call from several threads at once. */
+typedef struct kvc_store kvc_store;
+typedef struct kvc_store_params {
+  uint64_t capacity_bytes; /* LRU bound on stored bytes; 0: mem 1 GiB, dir 10 GiB, Redis: the server's */
+  uint32_t timeout_ms;     /* per network operation; 0: 2000 */
+  const char* secret;      /* NULL or "": CRC32C seals; else only objects sealed with it are read */
+} kvc_store_params;
+KVC_API void kvc_store_default_params(kvc_store_params* params);
+/* url NULL: the embedded default (dir://$KVCODEC_STORE, else the user's cache folder). */
+KVC_API kvc_status kvc_store_open(const char* url, const kvc_store_params* params, kvc_store** out);
+KVC_API void kvc_store_free(kvc_store* store);
+/* Object names: [A-Za-z0-9._-], 1..200 characters (kvc_chunk_object_name makes them). */
+KVC_API kvc_status kvc_store_put(kvc_store* store, const char* name, const uint8_t* data, size_t size);
+/* KVC_NOT_FOUND when there is no such object; KVC_CORRUPT when it fails its seal. */
+KVC_API kvc_status kvc_store_get(kvc_store* store, const char* name, uint8_t** out, size_t* out_size);
+KVC_API kvc_status kvc_store_exists(kvc_store* store, const char* name, int* out_exists);
+/* Deleting an absent object is not an error. */
+KVC_API kvc_status kvc_store_delete(kvc_store* store, const char* name);
+
+/* Chunk keys: chunk i of a prompt (chunk_tokens tokens each) is named by a hash of the model
+ * fingerprint and every token up to its end, so a key names a whole prefix. */
+typedef struct kvc_chunk_key {
+  uint8_t bytes[16];
+} kvc_chunk_key;
+/* Keys of the whole chunks of tokens (n_tokens / chunk_tokens of them; chunk_tokens 0: 256);
+ * caller frees *out_keys. */
+KVC_API kvc_status kvc_chunk_keys(const uint8_t fingerprint[16], const int32_t* tokens, size_t n_tokens,
+                                  uint32_t chunk_tokens, kvc_chunk_key** out_keys, size_t* out_n);
+/* "<32 hex>.<codec>.<level>", the object name of one encoded variant of a chunk (caller frees). */
+KVC_API kvc_status kvc_chunk_object_name(const kvc_chunk_key* key, const char* codec, const char* level,
+                                         char** out_name);
+
 /* Calibrations (.kvcal) kvc_encode and kvc_decode may use (kvtc): loaded once per process;
  * kvc_encode picks the one loaded last for the fingerprint it is given. */
 KVC_API kvc_status kvc_calibration_load(const char* path);

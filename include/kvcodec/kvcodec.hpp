@@ -131,7 +131,14 @@ class Session {
     if (kvc_status s = kvc_session_logits(s_.get(), &logits, &n); s != KVC_OK) return LastError(s);
     return std::vector<float>(logits, logits + n);
   }
+  // Decodes a .kvc chunk of this session's model onto the end of its sequence.
+  std::optional<Error> DecodeAppend(const std::vector<uint8_t>& chunk) {
+    if (kvc_status s = kvc_session_decode_append(s_.get(), chunk.data(), chunk.size()); s != KVC_OK)
+      return LastError(s);
+    return std::nullopt;
+  }
   const kvc_session* get() const { return s_.get(); }
+  kvc_session* get() { return s_.get(); }
 
  private:
   struct Deleter {
@@ -166,6 +173,69 @@ class Sampler {
   explicit Sampler(kvc_sampler* s) : s_(s) {}
   std::unique_ptr<kvc_sampler, Deleter> s_;
 };
+
+class Store {
+ public:
+  // url empty: the embedded default.
+  static Outcome<Store> Open(const std::string& url, const kvc_store_params* params = nullptr) {
+    kvc_store_params defaults;
+    kvc_store_default_params(&defaults);
+    kvc_store* s = nullptr;
+    if (kvc_status st = kvc_store_open(url.empty() ? nullptr : url.c_str(), params ? params : &defaults, &s);
+        st != KVC_OK) {
+      return LastError(st);
+    }
+    return Store(s);
+  }
+  std::optional<Error> Put(const std::string& name, const std::vector<uint8_t>& bytes) {
+    if (kvc_status s = kvc_store_put(s_.get(), name.c_str(), bytes.data(), bytes.size()); s != KVC_OK)
+      return LastError(s);
+    return std::nullopt;
+  }
+  Outcome<std::vector<uint8_t>> Get(const std::string& name) {
+    uint8_t* out = nullptr;
+    size_t n = 0;
+    if (kvc_status s = kvc_store_get(s_.get(), name.c_str(), &out, &n); s != KVC_OK) return LastError(s);
+    return TakeBytes(out, n);
+  }
+  Outcome<bool> Exists(const std::string& name) {
+    int exists = 0;
+    if (kvc_status s = kvc_store_exists(s_.get(), name.c_str(), &exists); s != KVC_OK) return LastError(s);
+    return exists != 0;
+  }
+  std::optional<Error> Delete(const std::string& name) {
+    if (kvc_status s = kvc_store_delete(s_.get(), name.c_str()); s != KVC_OK) return LastError(s);
+    return std::nullopt;
+  }
+  kvc_store* get() { return s_.get(); }
+
+ private:
+  struct Deleter {
+    void operator()(kvc_store* s) const { kvc_store_free(s); }
+  };
+  explicit Store(kvc_store* s) : s_(s) {}
+  std::unique_ptr<kvc_store, Deleter> s_;
+};
+
+inline Outcome<std::vector<kvc_chunk_key>> ChunkKeys(const std::vector<uint8_t>& fingerprint,
+                                                     const std::vector<int32_t>& tokens, uint32_t chunk_tokens = 0) {
+  if (fingerprint.size() != 16) return Error{KVC_INVALID_ARGUMENT, "a model fingerprint is 16 bytes"};
+  kvc_chunk_key* keys = nullptr;
+  size_t n = 0;
+  if (kvc_status s = kvc_chunk_keys(fingerprint.data(), tokens.data(), tokens.size(), chunk_tokens, &keys, &n);
+      s != KVC_OK) {
+    return LastError(s);
+  }
+  std::unique_ptr<kvc_chunk_key, Freer> owned(keys);
+  return std::vector<kvc_chunk_key>(keys, keys + n);
+}
+
+inline Outcome<std::string> ChunkObjectName(const kvc_chunk_key& key, const std::string& codec,
+                                            const std::string& level) {
+  char* name = nullptr;
+  if (kvc_status s = kvc_chunk_object_name(&key, codec.c_str(), level.c_str(), &name); s != KVC_OK) return LastError(s);
+  return TakeString(name);
+}
 
 inline Outcome<std::vector<uint8_t>> Encode(const Kv& kv, const std::string& codec, const std::string& level,
                                             const std::string& params, const std::vector<uint8_t>& fingerprint,

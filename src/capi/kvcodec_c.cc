@@ -29,6 +29,8 @@
 #include "kvcodec/kvcodec.h"
 #include "kvtc/calibration_registry.h"
 #include "kvtc/kvcal.h"
+#include "store/chunk_key.h"
+#include "store/store.h"
 #include "video/video_decoder.h"
 
 struct kvc_model {
@@ -36,6 +38,10 @@ struct kvc_model {
 };
 struct kvc_session {
   std::unique_ptr<kvc::LlamaSession> session;
+  kvc::ModelFingerprint model_fingerprint;
+};
+struct kvc_store {
+  std::unique_ptr<kvc::Store> store;
 };
 struct kvc_kv {
   kvc::KvCache cache;
@@ -282,7 +288,7 @@ kvc_status kvc_session_create(const kvc_model* model, const kvc_session_params* 
     if (!ValidDType(params->cache_type)) return Fail(kvc::InvalidArgument("invalid cache_type"));
     auto session = kvc::LlamaSession::Create(*model->model, ToSessionOptions(*params));
     if (!session.ok()) return Fail(session.status());
-    *out = new kvc_session{std::move(session).value()};
+    *out = new kvc_session{std::move(session).value(), model->model->fingerprint()};
     return KVC_OK;
   });
 }
@@ -476,6 +482,111 @@ kvc_status kvc_decode(const uint8_t* data, size_t size, const uint8_t* expected_
     auto kv = kvc::DecodeKvc(std::span(data, size), expected_fingerprint ? &fp : nullptr, context);
     if (!kv.ok()) return Fail(kv.status());
     *out = new kvc_kv{std::move(kv).value()};
+    return KVC_OK;
+  });
+}
+
+kvc_status kvc_session_decode_append(kvc_session* session, const uint8_t* data, size_t size) {
+  return Guard([&]() -> kvc_status {
+    if (session == nullptr || MissingInput(data, size)) return NullArgument("session or data");
+    const kvc::ModelFingerprint& fp = session->model_fingerprint;
+    const kvc::CodecContext context{&Calibrations(), &fp, nullptr};
+    auto kv = kvc::DecodeKvc(std::span(data, size), &fp, context);
+    if (!kv.ok()) return Fail(kv.status());
+    kvc::Status s = session->session->AppendKv(kv->View());
+    return s.ok() ? KVC_OK : Fail(s);
+  });
+}
+
+void kvc_store_default_params(kvc_store_params* params) {
+  if (params == nullptr) return;
+  const kvc::StoreOptions defaults;
+  *params = kvc_store_params{};
+  params->capacity_bytes = defaults.capacity_bytes;
+  params->timeout_ms = defaults.timeout_ms;
+}
+
+kvc_status kvc_store_open(const char* url, const kvc_store_params* params, kvc_store** out) {
+  return Guard([&]() -> kvc_status {
+    if (params == nullptr || out == nullptr) return NullArgument("params or out");
+    kvc::StoreOptions options;
+    options.capacity_bytes = params->capacity_bytes;
+    if (params->timeout_ms != 0) options.timeout_ms = params->timeout_ms;
+    if (params->secret != nullptr) options.secret = params->secret;
+    auto store = kvc::OpenStore(url == nullptr ? kvc::DefaultStoreUrl() : std::string(url), options);
+    if (!store.ok()) return Fail(store.status());
+    *out = new kvc_store{std::move(store).value()};
+    return KVC_OK;
+  });
+}
+
+void kvc_store_free(kvc_store* store) {
+  GuardVoid([&] { delete store; });
+}
+
+kvc_status kvc_store_put(kvc_store* store, const char* name, const uint8_t* data, size_t size) {
+  return Guard([&]() -> kvc_status {
+    if (store == nullptr || name == nullptr || MissingInput(data, size)) return NullArgument("store, name or data");
+    kvc::Status s = store->store->Put(name, std::span(data, size));
+    return s.ok() ? KVC_OK : Fail(s);
+  });
+}
+
+kvc_status kvc_store_get(kvc_store* store, const char* name, uint8_t** out, size_t* out_size) {
+  return Guard([&]() -> kvc_status {
+    if (store == nullptr || name == nullptr || out == nullptr || out_size == nullptr) return NullArgument("argument");
+    auto bytes = store->store->Get(name);
+    if (!bytes.ok()) return Fail(bytes.status());
+    *out = CopyBytes(*bytes);
+    *out_size = bytes->size();
+    return KVC_OK;
+  });
+}
+
+kvc_status kvc_store_exists(kvc_store* store, const char* name, int* out_exists) {
+  return Guard([&]() -> kvc_status {
+    if (store == nullptr || name == nullptr || out_exists == nullptr) return NullArgument("argument");
+    auto exists = store->store->Exists(name);
+    if (!exists.ok()) return Fail(exists.status());
+    *out_exists = *exists ? 1 : 0;
+    return KVC_OK;
+  });
+}
+
+kvc_status kvc_store_delete(kvc_store* store, const char* name) {
+  return Guard([&]() -> kvc_status {
+    if (store == nullptr || name == nullptr) return NullArgument("store or name");
+    kvc::Status s = store->store->Delete(name);
+    return s.ok() ? KVC_OK : Fail(s);
+  });
+}
+
+kvc_status kvc_chunk_keys(const uint8_t fingerprint[16], const int32_t* tokens, size_t n_tokens, uint32_t chunk_tokens,
+                          kvc_chunk_key** out_keys, size_t* out_n) {
+  return Guard([&]() -> kvc_status {
+    if (fingerprint == nullptr || (tokens == nullptr && n_tokens > 0) || out_keys == nullptr || out_n == nullptr) {
+      return NullArgument("argument");
+    }
+    kvc::ModelFingerprint fp;
+    std::memcpy(fp.data(), fingerprint, fp.size());
+    const std::vector<kvc::ChunkKey> keys =
+        kvc::ChunkKeys(fp, std::span(tokens, n_tokens), chunk_tokens == 0 ? kvc::kDefaultChunkTokens : chunk_tokens);
+    static_assert(sizeof(kvc_chunk_key) == sizeof(kvc::ChunkKey));
+    *out_keys = reinterpret_cast<kvc_chunk_key*>(
+        CopyBytes(std::span(reinterpret_cast<const uint8_t*>(keys.data()), keys.size() * sizeof(kvc::ChunkKey))));
+    *out_n = keys.size();
+    return KVC_OK;
+  });
+}
+
+kvc_status kvc_chunk_object_name(const kvc_chunk_key* key, const char* codec, const char* level, char** out_name) {
+  return Guard([&]() -> kvc_status {
+    if (key == nullptr || codec == nullptr || level == nullptr || out_name == nullptr) return NullArgument("argument");
+    kvc::ChunkKey k;
+    std::memcpy(k.data(), key->bytes, k.size());
+    const std::string name = kvc::ChunkObjectName(k, codec, level);
+    if (kvc::Status s = kvc::CheckObjectName(name); !s.ok()) return Fail(s);
+    *out_name = CopyString(name);
     return KVC_OK;
   });
 }

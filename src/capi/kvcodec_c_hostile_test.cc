@@ -135,6 +135,43 @@ TEST(CApiHostile, NullHandlesAreHarmless) {
   EXPECT_EQ(kvc_model_detokenize(nullptr, nullptr, 0, &text), KVC_INVALID_ARGUMENT);
   int32_t token = 0;
   EXPECT_EQ(kvc_sampler_next(nullptr, nullptr, &token), KVC_INVALID_ARGUMENT);
+  kvc_store_free(nullptr);
+  kvc_store_default_params(nullptr);
+  const uint8_t byte = 0;
+  EXPECT_EQ(kvc_store_put(nullptr, "a", &byte, 1), KVC_INVALID_ARGUMENT);
+  EXPECT_EQ(kvc_store_delete(nullptr, "a"), KVC_INVALID_ARGUMENT);
+  EXPECT_EQ(kvc_session_decode_append(nullptr, &byte, 1), KVC_INVALID_ARGUMENT);
+  kvc_chunk_key* keys = nullptr;
+  size_t n_keys = 0;
+  EXPECT_EQ(kvc_chunk_keys(nullptr, nullptr, 0, 0, &keys, &n_keys), KVC_INVALID_ARGUMENT);
+}
+
+// Stores opened through the C API refuse bad names and keep what they are given.
+TEST(CApiHostile, StoreRoundTripAndBadNames) {
+  kvc_store_params params;
+  kvc_store_default_params(&params);
+  kvc_store* store = nullptr;
+  ASSERT_EQ(kvc_store_open("mem://", &params, &store), KVC_OK) << kvc_last_error();
+  const uint8_t data[3] = {1, 2, 3};
+  EXPECT_EQ(kvc_store_put(store, "", data, 3), KVC_INVALID_ARGUMENT);
+  EXPECT_EQ(kvc_store_put(store, "../escape", data, 3), KVC_INVALID_ARGUMENT);
+  EXPECT_EQ(kvc_store_put(store, std::string(201, 'a').c_str(), data, 3), KVC_INVALID_ARGUMENT);
+  ASSERT_EQ(kvc_store_put(store, "ok.name", data, 3), KVC_OK) << kvc_last_error();
+  uint8_t* out = nullptr;
+  size_t n = 0;
+  ASSERT_EQ(kvc_store_get(store, "ok.name", &out, &n), KVC_OK);
+  ASSERT_EQ(n, 3u);
+  EXPECT_EQ(std::memcmp(out, data, 3), 0);
+  kvc_free(out);
+  // Chunk keys of fewer tokens than a chunk: none, not an error.
+  const uint8_t fp[16] = {};
+  const int32_t tokens[3] = {1, 2, 3};
+  kvc_chunk_key* keys = nullptr;
+  size_t n_keys = 7;
+  ASSERT_EQ(kvc_chunk_keys(fp, tokens, 3, 0, &keys, &n_keys), KVC_OK);
+  EXPECT_EQ(n_keys, 0u);
+  kvc_free(keys);
+  kvc_store_free(store);
 }
 
 }  // namespace

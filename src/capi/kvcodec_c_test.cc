@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -114,6 +115,92 @@ TEST(CApi, RestoredSessionContinuesWithTheSameLogitsAndTokens) {
   EXPECT_EQ(model.value().Detokenize({-1}).error().code, KVC_INVALID_ARGUMENT);
   EXPECT_EQ(model.value().Detokenize({1 << 30}).error().code, KVC_INVALID_ARGUMENT);
   EXPECT_FALSE(model.value().IsEndOfGeneration(-5));
+}
+
+// The reuse path by hand, as an engine embedding the library would: chunk keys, a store, chunks
+// encoded per token range, fetched and decoded onto a fresh session one after another.
+TEST(CApi, ChunksThroughAStoreRestoreTheSameContext) {
+  auto model = kvcodec::Model::Load(KVCODEC_TEST_MODEL);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  auto tokens = model.value().Tokenize(
+      "In the beginning God created the heaven and the earth. And the earth was without form, and void; and "
+      "darkness was upon the face of the deep.",
+      true);
+  ASSERT_TRUE(tokens.ok());
+  constexpr uint32_t kChunk = 8;
+  const std::vector<uint8_t> fp = model.value().Fingerprint();
+  const std::vector<int32_t>& t = tokens.value();
+  auto keys = kvcodec::ChunkKeys(fp, t, kChunk);
+  ASSERT_TRUE(keys.ok()) << keys.error().message;
+  ASSERT_EQ(keys.value().size(), t.size() / kChunk);
+  ASSERT_GE(keys.value().size(), 2u);
+  // A key names its whole prefix: a shorter prompt's keys are the longer one's first keys, and a
+  // different first token changes every key.
+  const std::vector<int32_t> head(t.begin(), t.begin() + kChunk * 2);
+  auto head_keys = kvcodec::ChunkKeys(fp, head, kChunk);
+  ASSERT_TRUE(head_keys.ok());
+  ASSERT_EQ(head_keys.value().size(), 2u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(0, std::memcmp(head_keys.value()[i].bytes, keys.value()[i].bytes, 16));
+  std::vector<int32_t> other = t;
+  other[0] = other[0] == 1 ? 2 : 1;
+  auto other_keys = kvcodec::ChunkKeys(fp, other, kChunk);
+  ASSERT_TRUE(other_keys.ok());
+  EXPECT_NE(0, std::memcmp(other_keys.value().back().bytes, keys.value().back().bytes, 16));
+
+  kvc_session_params params;
+  kvc_session_default_params(&params);
+  params.n_ctx = 128;
+  auto original = kvcodec::Session::Create(model.value(), params);
+  ASSERT_TRUE(original.ok());
+  const uint32_t n_chunks = static_cast<uint32_t>(keys.value().size());
+  const std::vector<int32_t> prefix(t.begin(), t.begin() + n_chunks * kChunk);
+  ASSERT_FALSE(original.value().Eval(prefix).has_value());
+  auto kv = original.value().Extract();
+  ASSERT_TRUE(kv.ok());
+
+  auto store = kvcodec::Store::Open("mem://");
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  std::vector<std::string> names;
+  for (uint32_t i = 0; i < n_chunks; ++i) {
+    auto name = kvcodec::ChunkObjectName(keys.value()[i], "raw", "fp16");
+    ASSERT_TRUE(name.ok()) << name.error().message;
+    auto bytes = kvcodec::Encode(kv.value(), "raw", "", "", fp, i * kChunk, kChunk);
+    ASSERT_TRUE(bytes.ok()) << bytes.error().message;
+    ASSERT_FALSE(store.value().Put(name.value(), bytes.value()).has_value());
+    names.push_back(name.value());
+  }
+
+  auto restored = kvcodec::Session::Create(model.value(), params);
+  ASSERT_TRUE(restored.ok());
+  // Out of order is refused: chunk 1 does not continue an empty sequence.
+  auto second = store.value().Get(names[1]);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(restored.value().DecodeAppend(second.value())->code, KVC_INVALID_ARGUMENT);
+  for (const std::string& name : names) {
+    auto exists = store.value().Exists(name);
+    ASSERT_TRUE(exists.ok() && exists.value());
+    auto bytes = store.value().Get(name);
+    ASSERT_TRUE(bytes.ok()) << bytes.error().message;
+    auto error = restored.value().DecodeAppend(bytes.value());
+    ASSERT_FALSE(error.has_value()) << error->message;
+  }
+  const std::vector<int32_t> rest(t.begin() + n_chunks * kChunk, t.end());
+  const std::vector<int32_t> next = rest.empty() ? std::vector<int32_t>{t.back()} : rest;
+  ASSERT_FALSE(original.value().Eval(next).has_value());
+  ASSERT_FALSE(restored.value().Eval(next).has_value());
+  auto a = original.value().Logits();
+  auto b = restored.value().Logits();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a.value(), b.value());
+
+  // The store's contract through the C API.
+  EXPECT_FALSE(store.value().Delete(names[0]).has_value());
+  EXPECT_FALSE(store.value().Delete(names[0]).has_value());  // absent: not an error
+  EXPECT_FALSE(store.value().Exists(names[0]).value());
+  EXPECT_EQ(store.value().Get(names[0]).error().code, KVC_NOT_FOUND);
+  EXPECT_EQ(store.value().Put("no/slashes", {1, 2}).value().code, KVC_INVALID_ARGUMENT);
+  EXPECT_EQ(kvcodec::Store::Open("ftp://nowhere").error().code, KVC_INVALID_ARGUMENT);
+  EXPECT_EQ(kvcodec::ChunkObjectName(keys.value()[0], "raw", "a b").error().code, KVC_INVALID_ARGUMENT);
 }
 
 // Byte-fallback pieces cut in the middle of a character still leave as valid UTF-8.
