@@ -206,6 +206,42 @@ KVC_API kvc_status kvc_chunk_keys(const uint8_t fingerprint[16], const int32_t* 
 KVC_API kvc_status kvc_chunk_object_name(const kvc_chunk_key* key, const char* codec, const char* level,
                                          char** out_name);
 
+/* The reuse path in two calls: before a prompt is evaluated, restore its longest stored prefix
+ * (one batched lookup, then chunks fetched through the level planner and decoded on a pool while
+ * earlier ones are restored); after it, store the chunks that were not found, at every rung the
+ * model's quality floor allows. Keys come from the tokens (kvc_chunk_keys): whole chunks before
+ * the prompt's last token, which is always evaluated (its logits give the first new token). */
+typedef struct kvc_reuse_params {
+  uint32_t chunk_tokens;    /* 0: 256 */
+  double link_gbps;         /* in-process cap on the fetch, and the first bandwidth guess; 0: no cap */
+  int32_t fetch_threads;    /* fetch/decode/encode workers (kept by the session); 0: one per core */
+  double recompute_chunk_s; /* seconds to prefill one chunk here, pricing "recompute" for the
+                               planner; 0: chunks are always fetched */
+  const char* codec;        /* what new chunks are stored as; NULL: kvtc where a calibration for the
+                               model is loaded (kvc_calibration_load), quant otherwise */
+  const char* profile_path; /* the quality profile; NULL: <model>.kvprof.json beside the model,
+                               and without one the near-lossless rungs (raw fp16, quant 8) */
+  double max_ppl_delta;     /* percent; < 0: 1.0 */
+  double min_top1;          /* < 0: 0.97 */
+} kvc_reuse_params;
+typedef struct kvc_reuse_result {
+  uint32_t chunks_found;    /* stored, from chunk 0 on */
+  uint32_t chunks_restored; /* restored into the session (fewer when one is damaged or recomputed) */
+  uint32_t tokens_restored; /* evaluate tokens[tokens_restored..] next */
+  int damaged;              /* reuse stopped at a damaged chunk (corrupt, forged, another model's) */
+  uint64_t bytes_fetched;
+  double lookup_s, fetch_s, decode_s, restore_s;
+} kvc_reuse_result;
+KVC_API void kvc_reuse_default_params(kvc_reuse_params* params);
+/* The session must be empty. A store that fails or a missing or damaged chunk is not an error:
+ * fewer tokens are restored (chunks_restored says how many chunks). */
+KVC_API kvc_status kvc_reuse_restore(kvc_session* session, kvc_store* store, const int32_t* tokens, size_t n_tokens,
+                                     const kvc_reuse_params* params, kvc_reuse_result* out);
+/* Stores chunks [first_chunk, ...) of the session's sequence, which must hold tokens from
+ * position 0 (the caller says which tokens: they name the chunks). */
+KVC_API kvc_status kvc_reuse_store(kvc_session* session, kvc_store* store, const int32_t* tokens, size_t n_tokens,
+                                   uint32_t first_chunk, const kvc_reuse_params* params, uint32_t* out_chunks_stored);
+
 /* Calibrations (.kvcal) kvc_encode and kvc_decode may use (kvtc): loaded once per process;
  * kvc_encode picks the one loaded last for the fingerprint it is given. */
 KVC_API kvc_status kvc_calibration_load(const char* path);

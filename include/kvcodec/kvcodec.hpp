@@ -217,6 +217,36 @@ class Store {
   std::unique_ptr<kvc_store, Deleter> s_;
 };
 
+inline kvc_reuse_params DefaultReuseParams() {
+  kvc_reuse_params p;
+  kvc_reuse_default_params(&p);
+  return p;
+}
+
+// Restores the prompt's longest stored prefix into an empty session; evaluate
+// tokens[result.tokens_restored..] next.
+inline Outcome<kvc_reuse_result> ReuseRestore(Session& session, Store& store, const std::vector<int32_t>& tokens,
+                                              const kvc_reuse_params& params = DefaultReuseParams()) {
+  kvc_reuse_result result;
+  if (kvc_status s = kvc_reuse_restore(session.get(), store.get(), tokens.data(), tokens.size(), &params, &result);
+      s != KVC_OK) {
+    return LastError(s);
+  }
+  return result;
+}
+
+// Stores the session's chunks from first_chunk on; the number stored.
+inline Outcome<uint32_t> ReuseStore(Session& session, Store& store, const std::vector<int32_t>& tokens,
+                                    uint32_t first_chunk, const kvc_reuse_params& params = DefaultReuseParams()) {
+  uint32_t stored = 0;
+  if (kvc_status s =
+          kvc_reuse_store(session.get(), store.get(), tokens.data(), tokens.size(), first_chunk, &params, &stored);
+      s != KVC_OK) {
+    return LastError(s);
+  }
+  return stored;
+}
+
 inline Outcome<std::vector<kvc_chunk_key>> ChunkKeys(const std::vector<uint8_t>& fingerprint,
                                                      const std::vector<int32_t>& tokens, uint32_t chunk_tokens = 0) {
   if (fingerprint.size() != 16) return Error{KVC_INVALID_ARGUMENT, "a model fingerprint is 16 bytes"};

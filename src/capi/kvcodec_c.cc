@@ -11,6 +11,7 @@
 #include <string>
 
 #include "base/hash.h"
+#include "base/thread_pool.h"
 #include "base/utf8.h"
 #include "codecs/codec.h"
 #include "engine/calibrate.h"
@@ -21,6 +22,7 @@
 #include "engine/llama_state.h"
 #include "engine/model_files.h"
 #include "engine/model_profile.h"
+#include "engine/prefix_cache.h"
 #include "engine/run_job.h"
 #include "engine/serve_bench.h"
 #include "engine/token_sampler.h"
@@ -38,7 +40,10 @@ struct kvc_model {
 };
 struct kvc_session {
   std::unique_ptr<kvc::LlamaSession> session;
-  kvc::ModelFingerprint model_fingerprint;
+  const kvc::LlamaModel* model = nullptr;
+  // The reuse path's workers, made on first use and kept: no threads started per call.
+  std::unique_ptr<kvc::ThreadPool> pool;
+  int32_t pool_fetch_threads = -1;
 };
 struct kvc_store {
   std::unique_ptr<kvc::Store> store;
@@ -288,7 +293,7 @@ kvc_status kvc_session_create(const kvc_model* model, const kvc_session_params* 
     if (!ValidDType(params->cache_type)) return Fail(kvc::InvalidArgument("invalid cache_type"));
     auto session = kvc::LlamaSession::Create(*model->model, ToSessionOptions(*params));
     if (!session.ok()) return Fail(session.status());
-    *out = new kvc_session{std::move(session).value(), model->model->fingerprint()};
+    *out = new kvc_session{std::move(session).value(), model->model.get()};
     return KVC_OK;
   });
 }
@@ -489,7 +494,7 @@ kvc_status kvc_decode(const uint8_t* data, size_t size, const uint8_t* expected_
 kvc_status kvc_session_decode_append(kvc_session* session, const uint8_t* data, size_t size) {
   return Guard([&]() -> kvc_status {
     if (session == nullptr || MissingInput(data, size)) return NullArgument("session or data");
-    const kvc::ModelFingerprint& fp = session->model_fingerprint;
+    const kvc::ModelFingerprint& fp = session->model->fingerprint();
     const kvc::CodecContext context{&Calibrations(), &fp, nullptr};
     auto kv = kvc::DecodeKvc(std::span(data, size), &fp, context);
     if (!kv.ok()) return Fail(kv.status());
@@ -587,6 +592,115 @@ kvc_status kvc_chunk_object_name(const kvc_chunk_key* key, const char* codec, co
     const std::string name = kvc::ChunkObjectName(k, codec, level);
     if (kvc::Status s = kvc::CheckObjectName(name); !s.ok()) return Fail(s);
     *out_name = CopyString(name);
+    return KVC_OK;
+  });
+}
+
+void kvc_reuse_default_params(kvc_reuse_params* params) {
+  if (params == nullptr) return;
+  *params = kvc_reuse_params{};
+  params->chunk_tokens = kvc::kDefaultChunkTokens;
+  params->max_ppl_delta = -1;
+  params->min_top1 = -1;
+}
+
+namespace {
+
+kvc::ThreadPool& SessionPool(kvc_session& session, int32_t fetch_threads) {
+  if (session.pool == nullptr || session.pool_fetch_threads != fetch_threads) {
+    session.pool = std::make_unique<kvc::ThreadPool>(kvc::FetchPoolThreads(fetch_threads));
+    session.pool_fetch_threads = fetch_threads;
+  }
+  return *session.pool;
+}
+
+kvc::Result<kvc::QualityFloor> ReuseFloor(const kvc::LlamaModel& model, const kvc_reuse_params& p) {
+  kvc::QualityLimits limits;
+  if (p.max_ppl_delta >= 0) limits.max_ppl_delta = p.max_ppl_delta;
+  if (p.min_top1 >= 0) limits.min_top1 = p.min_top1;
+  return kvc::LoadQualityFloor(model.path(), p.profile_path ? p.profile_path : "", model.fingerprint(), Calibrations(),
+                               limits);
+}
+
+kvc::Status CheckReuseArguments(const kvc_reuse_params& p, const int32_t* tokens, size_t n_tokens) {
+  if (tokens == nullptr && n_tokens > 0) return kvc::InvalidArgument("tokens is NULL");
+  if (!(p.link_gbps >= 0) || !(p.recompute_chunk_s >= 0)) {
+    return kvc::InvalidArgument("link_gbps and recompute_chunk_s must be non-negative numbers");
+  }
+  return kvc::Status::Ok();
+}
+
+}  // namespace
+
+kvc_status kvc_reuse_restore(kvc_session* session, kvc_store* store, const int32_t* tokens, size_t n_tokens,
+                             const kvc_reuse_params* params, kvc_reuse_result* out) {
+  return Guard([&]() -> kvc_status {
+    if (session == nullptr || store == nullptr || params == nullptr || out == nullptr) return NullArgument("argument");
+    if (kvc::Status s = CheckReuseArguments(*params, tokens, n_tokens); !s.ok()) return Fail(s);
+    if (session->session->n_cached() != 0) return Fail(kvc::InvalidArgument("reuse restores into an empty session"));
+    const kvc::LlamaModel& model = *session->model;
+    const uint32_t chunk_tokens = params->chunk_tokens == 0 ? kvc::kDefaultChunkTokens : params->chunk_tokens;
+    auto floor = ReuseFloor(model, *params);
+    if (!floor.ok()) return Fail(floor.status());
+    const std::vector<kvc::ChunkKey> keys =
+        kvc::ReusableChunkKeys(model.fingerprint(), std::span(tokens, n_tokens), chunk_tokens);
+    kvc::LinkShaper link(kvc::LinkShaper::GbpsToBytesPerSecond(params->link_gbps));
+    kvc::FetchOptions options =
+        kvc::ReuseFetchOptions(params->link_gbps, params->recompute_chunk_s, model.info(), *floor, *store->store);
+    options.pool = &SessionPool(*session, params->fetch_threads);
+    const kvc::CodecContext context{&Calibrations(), &model.fingerprint(), nullptr};
+    auto restored = kvc::RestoreStoredPrefix(*store->store, *session->session, model.fingerprint(), keys, chunk_tokens,
+                                             context, link, options);
+    if (!restored.ok()) {
+      session->session->Clear();  // a refused restore leaves nothing trustworthy behind
+      return Fail(restored.status());
+    }
+    const kvc::PrefixRestore& r = *restored;
+    *out = kvc_reuse_result{};
+    out->chunks_found = r.chunks_found;
+    out->chunks_restored = r.chunks_fetched;
+    out->tokens_restored = r.chunks_fetched * chunk_tokens;
+    out->damaged = r.damaged ? 1 : 0;
+    out->bytes_fetched = r.bytes;
+    out->lookup_s = r.lookup_s;
+    out->fetch_s = r.fetch_s;
+    out->decode_s = r.decode_s;
+    out->restore_s = r.restore_s;
+    return KVC_OK;
+  });
+}
+
+kvc_status kvc_reuse_store(kvc_session* session, kvc_store* store, const int32_t* tokens, size_t n_tokens,
+                           uint32_t first_chunk, const kvc_reuse_params* params, uint32_t* out_chunks_stored) {
+  return Guard([&]() -> kvc_status {
+    if (session == nullptr || store == nullptr || params == nullptr || out_chunks_stored == nullptr) {
+      return NullArgument("argument");
+    }
+    if (kvc::Status s = CheckReuseArguments(*params, tokens, n_tokens); !s.ok()) return Fail(s);
+    const kvc::LlamaModel& model = *session->model;
+    const uint32_t chunk_tokens = params->chunk_tokens == 0 ? kvc::kDefaultChunkTokens : params->chunk_tokens;
+    const std::vector<kvc::ChunkKey> keys =
+        kvc::ReusableChunkKeys(model.fingerprint(), std::span(tokens, n_tokens), chunk_tokens);
+    if (static_cast<uint64_t>(keys.size()) * chunk_tokens > session->session->n_cached()) {
+      return Fail(kvc::InvalidArgument(
+          kvc::FormatMessage("the session holds %u tokens, fewer than the %zu chunks of the tokens given",
+                             session->session->n_cached(), keys.size())));
+    }
+    std::string codec = params->codec ? params->codec : "";
+    if (codec.empty()) codec = Calibrations().FindForModel(model.fingerprint()) != nullptr ? "kvtc" : "quant";
+    if (kvc::FindCodec(codec) == nullptr) return Fail(kvc::InvalidArgument("unknown codec '" + codec + "'"));
+    auto floor = ReuseFloor(model, *params);
+    if (!floor.ok()) return Fail(floor.status());
+    auto plan = kvc::PlanStoredRungs(*floor, codec);
+    if (!plan.ok()) return Fail(plan.status());
+    *out_chunks_stored = 0;
+    if (first_chunk >= keys.size()) return KVC_OK;
+    const kvc::CodecContext context{&Calibrations(), &model.fingerprint(),
+                                    &SessionPool(*session, params->fetch_threads)};
+    auto stored = kvc::StoreSessionChunks(*store->store, *session->session, keys, first_chunk, chunk_tokens,
+                                          plan->rungs, model.fingerprint(), context);
+    if (!stored.ok()) return Fail(stored.status());
+    *out_chunks_stored = stored->chunks;
     return KVC_OK;
   });
 }

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -201,6 +202,80 @@ TEST(CApi, ChunksThroughAStoreRestoreTheSameContext) {
   EXPECT_EQ(store.value().Put("no/slashes", {1, 2}).value().code, KVC_INVALID_ARGUMENT);
   EXPECT_EQ(kvcodec::Store::Open("ftp://nowhere").error().code, KVC_INVALID_ARGUMENT);
   EXPECT_EQ(kvcodec::ChunkObjectName(keys.value()[0], "raw", "a b").error().code, KVC_INVALID_ARGUMENT);
+}
+
+// The reuse path in two calls: a first request stores its chunks, a second restores them and
+// continues exactly where the first did.
+TEST(CApi, ReuseStoresThenRestoresAPrefix) {
+  auto model = kvcodec::Model::Load(KVCODEC_TEST_MODEL);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  auto tokens = model.value().Tokenize(
+      "Now the serpent was more subtil than any beast of the field which the LORD God had made. And he said "
+      "unto the woman, Yea, hath God said, Ye shall not eat of every tree of the garden?",
+      true);
+  ASSERT_TRUE(tokens.ok());
+  const std::vector<int32_t>& t = tokens.value();
+  kvc_reuse_params reuse;
+  kvc_reuse_default_params(&reuse);
+  reuse.chunk_tokens = 16;
+  reuse.fetch_threads = 1;
+  reuse.codec = "quant";
+  const uint32_t reusable = static_cast<uint32_t>((t.size() - 1) / reuse.chunk_tokens);
+  ASSERT_GE(reusable, 2u);
+  auto store = kvcodec::Store::Open("mem://");
+  ASSERT_TRUE(store.ok());
+  kvc_session_params params;
+  kvc_session_default_params(&params);
+  params.n_ctx = 256;
+
+  auto first = kvcodec::Session::Create(model.value(), params);
+  ASSERT_TRUE(first.ok());
+  kvc_reuse_result result;
+  ASSERT_EQ(kvc_reuse_restore(first.value().get(), store.value().get(), t.data(), t.size(), &reuse, &result), KVC_OK)
+      << kvc_last_error();
+  EXPECT_EQ(result.chunks_found, 0u);
+  EXPECT_EQ(result.tokens_restored, 0u);
+  ASSERT_FALSE(first.value().Eval(t).has_value());
+  auto expected = first.value().Logits();
+  ASSERT_TRUE(expected.ok());
+  uint32_t stored = 0;
+  ASSERT_EQ(kvc_reuse_store(first.value().get(), store.value().get(), t.data(), t.size(), 0, &reuse, &stored), KVC_OK)
+      << kvc_last_error();
+  EXPECT_EQ(stored, reusable);
+
+  auto second = kvcodec::Session::Create(model.value(), params);
+  ASSERT_TRUE(second.ok());
+  ASSERT_EQ(kvc_reuse_restore(second.value().get(), store.value().get(), t.data(), t.size(), &reuse, &result), KVC_OK)
+      << kvc_last_error();
+  EXPECT_EQ(result.chunks_found, reusable);
+  EXPECT_EQ(result.chunks_restored, reusable);
+  EXPECT_EQ(result.tokens_restored, reusable * reuse.chunk_tokens);
+  EXPECT_EQ(result.damaged, 0);
+  EXPECT_GT(result.bytes_fetched, 0u);
+  const std::vector<int32_t> rest(t.begin() + result.tokens_restored, t.end());
+  ASSERT_FALSE(second.value().Eval(rest).has_value());
+  auto got = second.value().Logits();
+  ASSERT_TRUE(got.ok());
+  // Stored rungs are raw fp16 and the quant levels the test model's profile allows; any of them
+  // continues with the same greedy token and nearly the same logits.
+  const auto& e = expected.value();
+  const auto& g = got.value();
+  ASSERT_EQ(e.size(), g.size());
+  EXPECT_EQ(std::max_element(e.begin(), e.end()) - e.begin(), std::max_element(g.begin(), g.end()) - g.begin());
+  float max_diff = 0;
+  for (size_t i = 0; i < e.size(); ++i) max_diff = std::max(max_diff, std::abs(e[i] - g[i]));
+  EXPECT_LT(max_diff, 0.05f);
+
+  // A session that is not empty is refused; so is storing more chunks than the session holds.
+  EXPECT_EQ(kvc_reuse_restore(second.value().get(), store.value().get(), t.data(), t.size(), &reuse, &result),
+            KVC_INVALID_ARGUMENT);
+  auto empty = kvcodec::Session::Create(model.value(), params);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(kvc_reuse_store(empty.value().get(), store.value().get(), t.data(), t.size(), 0, &reuse, &stored),
+            KVC_INVALID_ARGUMENT);
+  reuse.codec = "nonesuch";
+  EXPECT_EQ(kvc_reuse_store(first.value().get(), store.value().get(), t.data(), t.size(), 0, &reuse, &stored),
+            KVC_INVALID_ARGUMENT);
 }
 
 // Byte-fallback pieces cut in the middle of a character still leave as valid UTF-8.
