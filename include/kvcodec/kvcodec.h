@@ -105,6 +105,17 @@ KVC_API const char* kvc_version(void);
 KVC_API const char* kvc_last_error(void);
 KVC_API void kvc_free(void* p);
 
+/* The codecs, by index 0..kvc_codec_count()-1; the strings are the library's own (never freed).
+ * Past the end, or an unknown codec or level index: NULL (or 0 for the counts). */
+KVC_API size_t kvc_codec_count(void);
+KVC_API const char* kvc_codec_name(size_t index);
+KVC_API const char* kvc_codec_description(const char* codec);
+/* Levels best quality first, and the default one. */
+KVC_API size_t kvc_codec_level_count(const char* codec);
+KVC_API const char* kvc_codec_level(const char* codec, size_t index);
+KVC_API const char* kvc_codec_default_level(const char* codec);
+/* Non-zero when the codec encodes and decodes only with a calibration loaded (kvtc). */
+KVC_API int kvc_codec_needs_calibration(const char* codec);
 /* Codecs and their levels as a JSON array (caller frees). */
 KVC_API kvc_status kvc_codecs_json(char** out_json);
 

@@ -208,6 +208,47 @@ const char* kvc_version(void) { return KVCODEC_VERSION; }  // project()'s, set b
 const char* kvc_last_error(void) { return g_last_error.c_str(); }
 void kvc_free(void* p) { std::free(p); }
 
+namespace {
+// The registry's codecs live for the whole process, so their strings can be handed out as they are.
+const kvc::CodecInfo* CodecInfoNamed(const char* codec) {
+  if (codec == nullptr) return nullptr;
+  const kvc::Codec* c = kvc::FindCodec(codec);
+  return c == nullptr ? nullptr : &c->info();
+}
+}  // namespace
+
+size_t kvc_codec_count(void) { return kvc::AllCodecs().size(); }
+
+const char* kvc_codec_name(size_t index) {
+  const std::vector<const kvc::Codec*> all = kvc::AllCodecs();
+  return index < all.size() ? all[index]->info().name.c_str() : nullptr;
+}
+
+const char* kvc_codec_description(const char* codec) {
+  const kvc::CodecInfo* info = CodecInfoNamed(codec);
+  return info == nullptr ? nullptr : info->description.c_str();
+}
+
+size_t kvc_codec_level_count(const char* codec) {
+  const kvc::CodecInfo* info = CodecInfoNamed(codec);
+  return info == nullptr ? 0 : info->levels.size();
+}
+
+const char* kvc_codec_level(const char* codec, size_t index) {
+  const kvc::CodecInfo* info = CodecInfoNamed(codec);
+  return info == nullptr || index >= info->levels.size() ? nullptr : info->levels[index].c_str();
+}
+
+const char* kvc_codec_default_level(const char* codec) {
+  const kvc::CodecInfo* info = CodecInfoNamed(codec);
+  return info == nullptr ? nullptr : info->default_level.c_str();
+}
+
+int kvc_codec_needs_calibration(const char* codec) {
+  const kvc::CodecInfo* info = CodecInfoNamed(codec);
+  return info != nullptr && info->needs_calibration ? 1 : 0;
+}
+
 kvc_status kvc_codecs_json(char** out_json) {
   return Guard([&]() -> kvc_status {
     if (out_json == nullptr) return NullArgument("out_json");

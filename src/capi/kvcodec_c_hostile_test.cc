@@ -146,6 +146,31 @@ TEST(CApiHostile, NullHandlesAreHarmless) {
   EXPECT_EQ(kvc_chunk_keys(nullptr, nullptr, 0, 0, &keys, &n_keys), KVC_INVALID_ARGUMENT);
 }
 
+// The codec listing agrees with the JSON one and is NULL, never out of bounds, past its ends.
+TEST(CApiHostile, CodecListingIsBoundedAndMatchesTheJson) {
+  char* json = nullptr;
+  ASSERT_EQ(kvc_codecs_json(&json), KVC_OK);
+  const auto list = nlohmann::json::parse(json);
+  kvc_free(json);
+  ASSERT_EQ(kvc_codec_count(), list.size());
+  for (size_t i = 0; i < kvc_codec_count(); ++i) {
+    const char* name = kvc_codec_name(i);
+    ASSERT_NE(name, nullptr);
+    EXPECT_EQ(list[i]["name"], name);
+    ASSERT_EQ(kvc_codec_level_count(name), list[i]["levels"].size()) << name;
+    for (size_t l = 0; l < kvc_codec_level_count(name); ++l) EXPECT_EQ(list[i]["levels"][l], kvc_codec_level(name, l));
+    EXPECT_EQ(kvc_codec_level(name, kvc_codec_level_count(name)), nullptr);
+    ASSERT_NE(kvc_codec_default_level(name), nullptr);
+    ASSERT_NE(kvc_codec_description(name), nullptr);
+  }
+  EXPECT_EQ(kvc_codec_name(kvc_codec_count()), nullptr);
+  EXPECT_EQ(kvc_codec_level_count("nonesuch"), 0u);
+  EXPECT_EQ(kvc_codec_level(nullptr, 0), nullptr);
+  EXPECT_EQ(kvc_codec_default_level("nonesuch"), nullptr);
+  EXPECT_EQ(kvc_codec_needs_calibration("kvtc"), 1);
+  EXPECT_EQ(kvc_codec_needs_calibration("raw"), 0);
+}
+
 // Stores opened through the C API refuse bad names and keep what they are given.
 TEST(CApiHostile, StoreRoundTripAndBadNames) {
   kvc_store_params params;
