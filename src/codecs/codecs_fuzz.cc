@@ -16,6 +16,7 @@
 
 #include "base/byte_io.h"
 #include "codecs/codec.h"
+#include "codecs/fuzz_input.h"
 
 namespace {
 
@@ -34,17 +35,8 @@ void Check(bool ok, const char* what) {
 }
 
 void CheckMatchesHeader(const kvc::KvCache& cache, const kvc::KvcHeader& h) {
-  Check(cache.shape() == h.shape, "decoded shape differs from the header's");
-  Check(cache.dtype() == h.dtype, "decoded dtype differs from the header's");
-  Check(cache.pos_begin() == h.pos_begin, "decoded pos_begin differs from the header's");
-  // Reading every byte lets ASan catch a cache whose buffers are smaller than its shape says.
-  uint32_t sum = 0;
-  for (kvc::KvKind kind : kvc::kKvKinds) {
-    for (uint8_t b : cache.Bytes(kind)) sum += b;
-    Check(cache.Bytes(kind).size() == h.shape.elems() * kvc::DTypeSize(h.dtype), "decoded buffer size is wrong");
-  }
-  volatile uint32_t sink = sum;
-  (void)sink;
+  const char* mismatch = kvc::DecodedMismatch(cache, h);
+  Check(mismatch == nullptr, mismatch);
 }
 
 void DirectDecode(const uint8_t* data, size_t size) {
@@ -52,19 +44,17 @@ void DirectDecode(const uint8_t* data, size_t size) {
   uint8_t selector;
   uint8_t level_len;
   uint16_t params_len;
-  uint8_t n_sections;
   std::span<const uint8_t> level;
   std::span<const uint8_t> params;
+  kvc::KvcFile file;
   if (!r.U8(&selector, "selector").ok() || !r.U8(&level_len, "level length").ok() ||
       !r.Bytes(level_len, &level, "level").ok() || !r.U16(&params_len, "params length").ok() ||
-      !r.Bytes(params_len, &params, "params").ok() || !r.U8(&n_sections, "section count").ok() ||
-      n_sections > kMaxSectionsPerInput) {
+      !r.Bytes(params_len, &params, "params").ok() || !kvc::ReadFuzzSections(r, kMaxSectionsPerInput, &file.sections)) {
     return;
   }
   const auto codecs = kvc::AllCodecs();
   const kvc::Codec* codec = codecs[(selector & 15) % codecs.size()];
 
-  kvc::KvcFile file;
   kvc::KvcHeader& h = file.header;
   h.codec_id = codec->info().id;
   h.codec_version = codec->info().version;
@@ -73,15 +63,6 @@ void DirectDecode(const uint8_t* data, size_t size) {
   h.shape = kShapes[selector >> 6];
   h.dtype = kDTypes[(selector >> 4) & 3];
   h.pos_begin = 7;
-  for (uint8_t i = 0; i < n_sections; ++i) {
-    kvc::KvcSectionView section;
-    uint32_t length;
-    if (!r.U32(&section.tag, "tag").ok() || !r.U32(&length, "length").ok() ||
-        !r.Bytes(length, &section.bytes, "section").ok()) {
-      return;
-    }
-    file.sections.push_back(section);
-  }
   if (!r.empty()) return;  // one encoding per input keeps the corpus free of duplicates
 
   auto decoded = codec->Decode(file, {});

@@ -28,6 +28,7 @@
 #include "base/byte_io.h"
 #include "base/thread_pool.h"
 #include "codecs/codec.h"
+#include "codecs/fuzz_input.h"
 #include "codecs/kvtc/kvtc_test_calibration.h"
 #include "kvtc/calibration_registry.h"
 
@@ -71,16 +72,8 @@ void Check(bool ok, const char* what) {
 // decodes again with a thread pool, which must give the same cache.
 void CheckDecoded(const kvc::KvCache& cache, const kvc::KvcHeader& h,
                   const std::function<kvc::Result<kvc::KvCache>(kvc::ThreadPool*)>& decode) {
-  Check(cache.shape() == h.shape, "decoded shape differs from the header's");
-  Check(cache.dtype() == h.dtype, "decoded dtype differs from the header's");
-  Check(cache.pos_begin() == h.pos_begin, "decoded pos_begin differs from the header's");
-  uint32_t sum = 0;
-  for (kvc::KvKind kind : kvc::kKvKinds) {
-    Check(cache.Bytes(kind).size() == h.shape.elems() * kvc::DTypeSize(h.dtype), "decoded buffer size is wrong");
-    for (uint8_t b : cache.Bytes(kind)) sum += b;
-  }
-  volatile uint32_t sink = sum;
-  (void)sink;
+  const char* mismatch = kvc::DecodedMismatch(cache, h);
+  Check(mismatch == nullptr, mismatch);
   auto again = decode(&GetState().pool);
   Check(again.ok(), "decoding with a thread pool failed where decoding without one succeeded");
   Check(*again == cache, "decoding with a thread pool gave a different cache");
@@ -94,20 +87,16 @@ void DirectDecode(const uint8_t* data, size_t size) {
   int32_t pos_begin;
   uint16_t params_len;
   std::span<const uint8_t> params;
-  uint8_t n_sections;
+  kvc::KvcFile file;
   if (!r.U8(&selector, "selector").ok() || !r.U16(&n_tokens, "n_tokens").ok() || !r.I32(&pos_begin, "pos").ok() ||
       !r.U16(&params_len, "params length").ok() || !r.Bytes(params_len, &params, "params").ok() ||
-      !r.U8(&n_sections, "section count").ok()) {
+      !kvc::ReadFuzzSections(r, kMaxSectionsPerInput, &file.sections)) {
     return;
   }
-  if (n_tokens > kMaxFuzzTokens || n_sections > kMaxSectionsPerInput ||
-      int64_t{pos_begin} + n_tokens > std::numeric_limits<int32_t>::max()) {
-    return;
-  }
+  if (n_tokens > kMaxFuzzTokens || int64_t{pos_begin} + n_tokens > std::numeric_limits<int32_t>::max()) return;
   const auto& loaded = state.entries[(selector & 3) % state.entries.size()];
   const kvc::KvtcCalibration& cal = loaded->calibration;
 
-  kvc::KvcFile file;
   kvc::KvcHeader& h = file.header;
   const kvc::Codec* codec = kvc::FindCodec("kvtc");
   h.codec_id = codec->info().id;
@@ -121,15 +110,6 @@ void DirectDecode(const uint8_t* data, size_t size) {
   h.dtype = kDTypes[(selector >> 2) & 3];
   h.model_fingerprint = cal.model_fingerprint;
   h.pos_begin = pos_begin;
-  for (uint8_t i = 0; i < n_sections; ++i) {
-    kvc::KvcSectionView section;
-    uint32_t length;
-    if (!r.U32(&section.tag, "tag").ok() || !r.U32(&length, "length").ok() ||
-        !r.Bytes(length, &section.bytes, "section").ok()) {
-      return;
-    }
-    file.sections.push_back(section);
-  }
   if (!r.empty()) return;  // one encoding per input keeps the corpus free of duplicates
 
   auto decode = [&](kvc::ThreadPool* pool) { return codec->Decode(file, {&state.registry, nullptr, pool}); };

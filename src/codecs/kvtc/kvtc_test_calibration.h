@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/byte_io.h"
+#include "codecs/fuzz_input.h"
 #include "format/container.h"
 #include "kvtc/calibration.h"
 #include "tensor/kv_cache.h"
@@ -224,12 +225,7 @@ inline std::vector<uint8_t> FuzzDirectInput(uint8_t selector, uint16_t n_tokens,
   w.I32(pos_begin);
   w.U16(static_cast<uint16_t>(params.size()));
   w.Bytes(params);
-  w.U8(static_cast<uint8_t>(sections.size()));
-  for (const KvcSection& s : sections) {
-    w.U32(s.tag);
-    w.U32(static_cast<uint32_t>(s.bytes.size()));
-    w.Bytes(s.bytes);
-  }
+  WriteFuzzSections(w, sections);
   return w.Take();
 }
 
