@@ -12,6 +12,7 @@
 
 #include "base/byte_io.h"
 #include "codecs/fuzz_input.h"
+#include "tensor/synthetic_kv.h"
 #include "video/video_decoder.h"
 
 namespace kvc {
@@ -20,20 +21,12 @@ namespace {
 constexpr ModelFingerprint kFp{0xde, 0xad, 0xbe, 0xef, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0xff};
 
 KvCache MakeCache(const KvShape& shape, DType dtype, uint32_t seed, int32_t pos_begin = 0) {
-  KvCache cache = KvCache::Create(shape, dtype, pos_begin).value();
   std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> buf(shape.layer_elems());
-  for (KvKind kind : kKvKinds) {
-    for (uint32_t l = 0; l < shape.n_layers; ++l) {
-      for (size_t i = 0; i < buf.size(); ++i) {
-        const size_t c = i % shape.row_elems();
-        buf[i] = (kind == KvKind::kKey && c % 7 == 2 ? 30.0f : 1.0f) * normal(rng) + (kind == KvKind::kKey ? c % 5 : 0);
-      }
-      cache.WriteRowsF32(kind, l, 0, shape.n_tokens, buf.data());
-    }
-  }
-  return cache;
+  std::normal_distribution<float> normal;
+  return FillKv(shape, dtype, pos_begin, [&](KvKind kind, uint32_t, uint32_t, size_t c) {
+    if (kind == KvKind::kValue) return normal(rng);
+    return (c % 7 == 2 ? 30.0f : 1.0f) * normal(rng) + static_cast<float>(c % 5);
+  });
 }
 
 // Codecs that work without a calibration; kvtc has its own tests with one.

@@ -9,6 +9,7 @@
 
 #include "format/container.h"
 #include "tensor/kv_cache.h"
+#include "tensor/synthetic_kv.h"
 
 namespace kvc {
 
@@ -16,30 +17,22 @@ namespace kvc {
 // channels, as in real keys) and tokens correlated in time, AR(1) per channel with rho in
 // 0.5..0.9. correlated=false gives white noise with the same per-channel statistics.
 inline KvCache MakeCache(const KvShape& shape, uint32_t seed, bool correlated = true, DType dtype = DType::kF16) {
-  KvCache cache = KvCache::Create(shape, dtype).value();
-  if (shape.layer_elems() == 0) return cache;
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<float> uniform(0.5f, 0.9f);
   const size_t channels = shape.row_elems();
-  std::vector<float> buf(shape.layer_elems());
-  for (uint32_t l = 0; l < shape.n_layers; ++l) {
-    for (KvKind kind : kKvKinds) {
-      for (size_t c = 0; c < channels; ++c) {
-        const float offset = kind == KvKind::kKey ? 2.0f * normal(rng) : 0.1f * normal(rng);
-        const float magnitude = kind == KvKind::kKey && c % 11 == 3 ? 6.0f : 0.7f;
-        const float rho = correlated ? uniform(rng) : 0.0f;
-        const float innovation = std::sqrt(1.0f - rho * rho);
-        float s = normal(rng);
-        for (uint32_t t = 0; t < shape.n_tokens; ++t) {
-          if (t > 0) s = rho * s + innovation * normal(rng);
-          buf[size_t{t} * channels + c] = offset + magnitude * s;
-        }
-      }
-      cache.WriteRowsF32(kind, l, 0, shape.n_tokens, buf.data());
+  std::vector<float> offset(channels), magnitude(channels), rho(channels), state(channels);
+  return FillKv(shape, dtype, 0, [&](KvKind kind, uint32_t, uint32_t t, size_t c) {
+    if (t == 0) {  // a new (kind, layer): new channel statistics
+      offset[c] = kind == KvKind::kKey ? 2.0f * normal(rng) : 0.1f * normal(rng);
+      magnitude[c] = kind == KvKind::kKey && c % 11 == 3 ? 6.0f : 0.7f;
+      rho[c] = correlated ? uniform(rng) : 0.0f;
+      state[c] = normal(rng);
+    } else {
+      state[c] = rho[c] * state[c] + std::sqrt(1.0f - rho[c] * rho[c]) * normal(rng);
     }
-  }
-  return cache;
+    return offset[c] + magnitude[c] * state[c];
+  });
 }
 
 // Re-serialises a valid file after `edit` changed its header or sections (fresh CRCs), so the

@@ -7,6 +7,7 @@
 #include "base/thread_pool.h"
 #include "fetch/fetcher.h"
 #include "store/memory_store.h"
+#include "tensor/synthetic_kv.h"
 #include "video/video_decoder.h"
 
 namespace kvc {
@@ -120,19 +121,7 @@ TEST(LevelPlanner, QualityFirstWithinTheMarginBandwidthFirstBeyondIt) {
   EXPECT_EQ(floor.Choose(m, 1e3)->variant.level, "8");
 }
 
-KvCache RandomKv(uint32_t seed, const KvShape& shape) {
-  KvCache kv = KvCache::Create(shape, DType::kF16).value();
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal;
-  std::vector<float> x(shape.layer_elems());
-  for (KvKind kind : kKvKinds) {
-    for (uint32_t l = 0; l < shape.n_layers; ++l) {
-      for (float& v : x) v = normal(rng);
-      kv.WriteRowsF32(kind, l, 0, shape.n_tokens, x.data());
-    }
-  }
-  return kv;
-}
+KvCache RandomKv(uint32_t seed, const KvShape& shape) { return NoiseKv(shape, DType::kF16, seed); }
 
 // Stores n chunks of random KV, each as every (codec, level) given, with manifests.
 struct StoredRun {

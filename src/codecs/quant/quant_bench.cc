@@ -6,6 +6,7 @@
 #include <random>
 
 #include "codecs/codec.h"
+#include "tensor/synthetic_kv.h"
 
 namespace kvc {
 namespace {
@@ -15,20 +16,12 @@ constexpr ModelFingerprint kFp{};
 
 const KvCache& Cache() {
   static const KvCache cache = [] {
-    KvCache c = KvCache::Create(kShape, DType::kF16).value();
     std::mt19937 rng(1);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> buf(kShape.layer_elems());
-    for (KvKind kind : kKvKinds) {
-      for (uint32_t l = 0; l < kShape.n_layers; ++l) {
-        for (size_t i = 0; i < buf.size(); ++i) {
-          const size_t ch = i % kShape.row_elems();
-          buf[i] = kind == KvKind::kKey ? (ch % 13 == 5 ? 20.0f : 1.0f) * normal(rng) + ch % 7 : normal(rng);
-        }
-        c.WriteRowsF32(kind, l, 0, kShape.n_tokens, buf.data());
-      }
-    }
-    return c;
+    std::normal_distribution<float> normal;
+    return FillKv(kShape, DType::kF16, 0, [&](KvKind kind, uint32_t, uint32_t, size_t ch) {
+      if (kind == KvKind::kValue) return normal(rng);
+      return (ch % 13 == 5 ? 20.0f : 1.0f) * normal(rng) + static_cast<float>(ch % 7);
+    });
   }();
   return cache;
 }

@@ -11,6 +11,7 @@
 
 #include "base/half.h"
 #include "codecs/test_kv.h"
+#include "tensor/synthetic_kv.h"
 
 namespace kvc {
 namespace {
@@ -21,31 +22,14 @@ constexpr ModelFingerprint kFp{9, 8, 7};
 // outlier channels per-channel key quantisation exists for); values are per-token scaled, with
 // the odd loud token.
 KvCache MakeCache(const KvShape& shape, DType dtype, uint32_t seed) {
-  KvCache cache = KvCache::Create(shape, dtype).value();
-  if (shape.layer_elems() == 0) return cache;
   std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  const size_t channels = shape.row_elems();
-  std::vector<float> offset(channels);
-  std::vector<float> magnitude(channels);
-  for (size_t c = 0; c < channels; ++c) {
-    offset[c] = 3.0f * normal(rng);
-    magnitude[c] = c % 13 == 5 ? 25.0f : 0.8f;
-  }
-  std::vector<float> buf(shape.layer_elems());
-  for (uint32_t l = 0; l < shape.n_layers; ++l) {
-    for (size_t i = 0; i < buf.size(); ++i) {
-      const size_t c = i % channels;
-      buf[i] = offset[c] + magnitude[c] * normal(rng);
-    }
-    cache.WriteRowsF32(KvKind::kKey, l, 0, shape.n_tokens, buf.data());
-    for (uint32_t t = 0; t < shape.n_tokens; ++t) {
-      const float token_scale = t % 37 == 11 ? 8.0f : 0.5f;
-      for (size_t c = 0; c < channels; ++c) buf[t * channels + c] = token_scale * normal(rng);
-    }
-    cache.WriteRowsF32(KvKind::kValue, l, 0, shape.n_tokens, buf.data());
-  }
-  return cache;
+  std::normal_distribution<float> normal;
+  std::vector<float> offset(shape.row_elems());
+  for (float& o : offset) o = 3.0f * normal(rng);
+  return FillKv(shape, dtype, 0, [&](KvKind kind, uint32_t, uint32_t t, size_t c) {
+    if (kind == KvKind::kKey) return offset[c] + (c % 13 == 5 ? 25.0f : 0.8f) * normal(rng);
+    return (t % 37 == 11 ? 8.0f : 0.5f) * normal(rng);
+  });
 }
 
 Result<std::vector<uint8_t>> Encode(const KvCache& cache, const EncodeOptions& options) {

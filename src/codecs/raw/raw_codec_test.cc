@@ -10,6 +10,7 @@
 
 #include "base/half.h"
 #include "codecs/test_kv.h"
+#include "tensor/synthetic_kv.h"
 
 namespace kvc {
 namespace {
@@ -17,29 +18,7 @@ namespace {
 constexpr ModelFingerprint kFp{1, 2, 3};
 
 // Random KV with per-channel offsets for keys and a few large-magnitude channels.
-KvCache MakeCache(const KvShape& shape, DType dtype, uint32_t seed) {
-  KvCache cache = KvCache::Create(shape, dtype).value();
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  const size_t channels = shape.row_elems();
-  std::vector<float> offset(channels);
-  std::vector<float> magnitude(channels);
-  for (size_t c = 0; c < channels; ++c) {
-    offset[c] = 2.0f * normal(rng);
-    magnitude[c] = c % 17 == 3 ? 40.0f : 1.0f;
-  }
-  std::vector<float> buf(shape.layer_elems());
-  for (KvKind kind : kKvKinds) {
-    for (uint32_t l = 0; l < shape.n_layers; ++l) {
-      for (size_t i = 0; i < buf.size(); ++i) {
-        const size_t c = i % channels;
-        buf[i] = kind == KvKind::kKey ? offset[c] + magnitude[c] * normal(rng) : 0.5f * normal(rng);
-      }
-      cache.WriteRowsF32(kind, l, 0, shape.n_tokens, buf.data());
-    }
-  }
-  return cache;
-}
+KvCache MakeCache(const KvShape& shape, DType dtype, uint32_t seed) { return OutlierKeysKv(shape, dtype, seed); }
 
 Result<std::vector<uint8_t>> Encode(const KvCache& cache, const EncodeOptions& options = {}) {
   return EncodeKvc(*FindCodec("raw"), cache.View(), options, kFp, 0);
