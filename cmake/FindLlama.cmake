@@ -1,5 +1,6 @@
 # Imports llama.cpp (libllama + libggml) from the prefix scripts/setup-llama.sh builds, as the
-# target llama::llama. Only src/engine links it: that is how the "only engine/ includes
+# target llama::llama. Only src/llama links it (kvc_llama, and the tests' byte-fallback model):
+# with scripts/check_deps.sh (the deps.graph test), that is how the "only llama/ includes
 # llama.cpp headers" rule is enforced.
 find_path(LLAMA_INCLUDE_DIR llama.h HINTS "${KVCODEC_LLAMA_ROOT}/include" REQUIRED NO_DEFAULT_PATH)
 find_library(LLAMA_LIBRARY llama HINTS "${KVCODEC_LLAMA_ROOT}/lib" REQUIRED NO_DEFAULT_PATH)

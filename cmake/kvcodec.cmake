@@ -22,7 +22,7 @@ endif()
 # 256-token chunks ran about 1.5x faster at -O3). The rest of the project stays at the
 # configuration's level, where GCC 12's -O3 std::string false positives (-Wrestrict) do not fire.
 function(kvcodec_module name)
-  cmake_parse_arguments(ARG "HOT" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "HOT" "FOLDER" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
   add_library(kvc_${name} STATIC ${ARG_SOURCES})
   target_include_directories(kvc_${name} PUBLIC "${PROJECT_SOURCE_DIR}/src")
   target_link_libraries(kvc_${name} PUBLIC kvcodec_options ${ARG_PUBLIC_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
