@@ -1,5 +1,6 @@
-# Imports llama.cpp (libllama + libggml) as the target llama::llama. Only the llama module links
-# it: that is how the "only llama/ includes llama.cpp headers" rule is enforced.
+# Imports llama.cpp (libllama + libggml) as the target llama::llama. Only src/llama links it
+# (kvc_llama, and the tests' byte-fallback model): with scripts/check_deps.sh (the deps.graph
+# test), that is how the "only llama/ includes llama.cpp headers" rule is enforced.
 #
 # Where from, in order:
 # - KVCODEC_LLAMA_ROOT set: the prefix scripts/setup-llama.sh builds from node-llama-cpp's bundled

@@ -1,0 +1,558 @@
+#include "llama/llama_engine.h"
+
+#include <ggml.h>
+#include <gguf.h>
+#include <llama.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "base/hash.h"
+#include "base/log.h"
+#include "base/utf8.h"
+#include "llama/llama_state.h"
+
+namespace kvc {
+namespace {
+// The sequence a single-sequence session stages appended chunks in (AppendKv).
+constexpr int32_t kStagingSeq = 1;
+
+// llama.cpp threads when the caller leaves the choice: $KVCODEC_THREADS (1..1024), else every
+// core. The test suite sets it to 1: two tests at once on two cores, each with a thread per
+// core, stall each other at every step (llama.cpp's threads wait for one another).
+int DefaultThreads() {
+  if (const char* env = std::getenv("KVCODEC_THREADS"); env != nullptr) {
+    char* end = nullptr;
+    const long n = std::strtol(env, &end, 10);
+    if (end != env && *end == '\0' && n >= 1 && n <= 1024) return static_cast<int>(n);
+  }
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// llama.cpp logs model loading in detail, and warns about harmless metadata of converted
+// models; pass on only its errors unless KVCODEC_LOG asks for more, so the CLI's stderr stays
+// one line per error.
+void QuietLog(ggml_log_level level, const char* text, void*) {
+  const LogLevel ours = GetLogLevel();
+  const bool show = level == GGML_LOG_LEVEL_ERROR || ours == LogLevel::kDebug ||
+                    (ours == LogLevel::kInfo && level >= GGML_LOG_LEVEL_WARN);
+  if (show) std::fputs(text, stderr);
+}
+
+bool NoProgressDots(float, void*) { return true; }
+
+// SentencePiece and BPE vocabularies (byte fallback or byte-level) cover every byte of a text
+// with exactly the bytes of the pieces that stand for it: SPM escapes a space as one U+2581 that
+// the piece turns back into one space, byte-level BPE pieces decode to the raw bytes, and
+// user-defined tokens match their own text. So the longest piece bounds the bytes per token.
+// Other tokenizers may drop input (WPM splits whitespace away, UGM collapses it): no bound.
+size_t MaxTokenBytes(const llama_vocab* vocab) {
+  const enum llama_vocab_type type = llama_vocab_type(vocab);
+  if (type != LLAMA_VOCAB_TYPE_SPM && type != LLAMA_VOCAB_TYPE_BPE) return 0;
+  size_t longest = 1;
+  const int32_t n = llama_vocab_n_tokens(vocab);
+  char buf[256];
+  for (int32_t t = 0; t < n; ++t) {
+    const int32_t len = llama_token_to_piece(vocab, t, buf, sizeof buf, 0, /*special=*/true);
+    longest = std::max(longest, static_cast<size_t>(len < 0 ? -static_cast<int64_t>(len) : len));
+  }
+  return longest;
+}
+
+void InitBackendOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llama_log_set(QuietLog, nullptr);
+    llama_backend_init();
+  });
+}
+
+std::string MetaString(const llama_model* model, const std::string& key) {
+  char buf[256];
+  const int32_t n = llama_model_meta_val_str(model, key.c_str(), buf, sizeof buf);
+  return n < 0 ? std::string() : std::string(buf);
+}
+
+Result<ModelFingerprint> FingerprintGguf(const std::string& path) {
+  ggml_context* meta = nullptr;
+  gguf_init_params params{/*no_alloc=*/true, /*ctx=*/&meta};
+  gguf_context* gguf = gguf_init_from_file(path.c_str(), params);
+  if (gguf == nullptr) return InvalidArgument("cannot read GGUF metadata of " + path);
+  Xxh3Hasher h;
+  const int64_t n_tensors = gguf_get_n_tensors(gguf);
+  h.Update(&n_tensors, sizeof n_tensors);
+  for (int64_t i = 0; i < n_tensors; ++i) {
+    const char* name = gguf_get_tensor_name(gguf, i);
+    h.Update(name, std::strlen(name) + 1);
+    const int32_t type = gguf_get_tensor_type(gguf, i);
+    const uint64_t offset = gguf_get_tensor_offset(gguf, i);
+    h.Update(&type, sizeof type);
+    h.Update(&offset, sizeof offset);
+    if (const ggml_tensor* t = ggml_get_tensor(meta, name)) h.Update(t->ne, sizeof t->ne);
+  }
+  gguf_free(gguf);
+  ggml_free(meta);
+  return h.Digest();
+}
+
+ggml_type GgmlType(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return GGML_TYPE_F32;
+    case DType::kF16:
+      return GGML_TYPE_F16;
+    case DType::kBF16:
+      return GGML_TYPE_BF16;
+  }
+  return GGML_TYPE_F16;
+}
+
+}  // namespace
+
+LlamaModel::~LlamaModel() {
+  if (model_ != nullptr) llama_model_free(model_);
+}
+
+Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return NotFound("model file not found: " + path);
+  InitBackendOnce();
+  std::unique_ptr<LlamaModel> m(new LlamaModel());
+  m->path_ = path;
+  llama_model_params params = llama_model_default_params();
+  params.n_gpu_layers = 0;
+  params.progress_callback = NoProgressDots;
+  m->model_ = llama_model_load_from_file(path.c_str(), params);
+  if (m->model_ == nullptr) return InvalidArgument("llama.cpp could not load the model " + path);
+  ASSIGN_OR_RETURN(m->fingerprint_, FingerprintGguf(path));
+  m->max_token_bytes_ = MaxTokenBytes(llama_model_get_vocab(m->model_));
+
+  ModelInfo& info = m->info_;
+  info.architecture = MetaString(m->model_, "general.architecture");
+  info.n_layers = static_cast<uint32_t>(llama_model_n_layer(m->model_));
+  info.n_heads = static_cast<uint32_t>(llama_model_n_head(m->model_));
+  info.n_kv_heads = static_cast<uint32_t>(llama_model_n_head_kv(m->model_));
+  info.n_vocab = static_cast<uint32_t>(llama_vocab_n_tokens(llama_model_get_vocab(m->model_)));
+  info.n_ctx_train = static_cast<uint32_t>(llama_model_n_ctx_train(m->model_));
+  const std::string key_length = MetaString(m->model_, info.architecture + ".attention.key_length");
+  info.head_dim = key_length.empty() ? static_cast<uint32_t>(llama_model_n_embd(m->model_)) / std::max(1u, info.n_heads)
+                                     : static_cast<uint32_t>(std::atoi(key_length.c_str()));
+  switch (llama_model_rope_type(m->model_)) {
+    case LLAMA_ROPE_TYPE_NORM:
+      info.rope.type = RopeType::kNormal;
+      break;
+    case LLAMA_ROPE_TYPE_NEOX:
+      info.rope.type = RopeType::kNeox;
+      break;
+    default:
+      return Unsupported("model " + path + " uses a RoPE variant kvcodec does not handle (only normal and neox)");
+  }
+  const std::string base = MetaString(m->model_, info.architecture + ".rope.freq_base");
+  info.rope.freq_base = base.empty() ? 10000.0f : static_cast<float>(std::atof(base.c_str()));
+  info.rope.freq_scale = llama_model_rope_freq_scale_train(m->model_);
+  const std::string n_rot = MetaString(m->model_, info.architecture + ".rope.dimension_count");
+  info.rope.n_rot = n_rot.empty() ? info.head_dim : static_cast<uint32_t>(std::atoi(n_rot.c_str()));
+  return m;
+}
+
+Result<std::vector<int32_t>> LlamaModel::Tokenize(std::string_view text, bool add_bos, bool parse_special) const {
+  const llama_vocab* vocab = llama_model_get_vocab(model_);
+  std::vector<llama_token> tokens(text.size() + 2);
+  int32_t n = llama_tokenize(vocab, text.data(), static_cast<int32_t>(text.size()), tokens.data(),
+                             static_cast<int32_t>(tokens.size()), add_bos, parse_special);
+  if (n < 0) {
+    tokens.resize(static_cast<size_t>(-n));
+    n = llama_tokenize(vocab, text.data(), static_cast<int32_t>(text.size()), tokens.data(),
+                       static_cast<int32_t>(tokens.size()), add_bos, parse_special);
+  }
+  if (n < 0) return Internal("tokenization failed");
+  tokens.resize(static_cast<size_t>(n));
+  return std::vector<int32_t>(tokens.begin(), tokens.end());
+}
+
+std::string LlamaModel::TokenText(int32_t token) const {
+  std::string piece(256, '\0');
+  int32_t n = llama_token_to_piece(llama_model_get_vocab(model_), token, piece.data(),
+                                   static_cast<int32_t>(piece.size()), 0, false);
+  if (n < 0) {  // a longer piece (long runs of spaces in code vocabularies): -n bytes
+    piece.resize(static_cast<size_t>(-static_cast<int64_t>(n)));
+    n = llama_token_to_piece(llama_model_get_vocab(model_), token, piece.data(), static_cast<int32_t>(piece.size()), 0,
+                             false);
+  }
+  piece.resize(n < 0 ? 0 : static_cast<size_t>(n));
+  return piece;
+}
+
+std::string LlamaModel::Detokenize(std::span<const int32_t> tokens) const {
+  if (tokens.empty() || tokens.size() > static_cast<size_t>(INT32_MAX)) return {};
+  const llama_vocab* vocab = llama_model_get_vocab(model_);
+  std::string text(tokens.size() * 8 + 16, '\0');
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const int32_t n = llama_detokenize(vocab, tokens.data(), static_cast<int32_t>(tokens.size()), text.data(),
+                                       static_cast<int32_t>(std::min<size_t>(text.size(), INT32_MAX)), false, false);
+    if (n >= 0) {
+      text.resize(static_cast<size_t>(n));
+      return text;
+    }
+    text.resize(static_cast<size_t>(-static_cast<int64_t>(n)));  // the size it needs
+  }
+  return {};
+}
+
+int32_t LlamaModel::bos_token() const { return llama_vocab_bos(llama_model_get_vocab(model_)); }
+
+bool LlamaModel::IsEndOfGeneration(int32_t token) const {
+  return llama_vocab_is_eog(llama_model_get_vocab(model_), token);
+}
+
+Result<std::string> LlamaModel::ChatTemplate(const std::string& name_or_template) const {
+  std::string chosen = name_or_template;
+  if (chosen.empty()) {
+    const char* own = llama_model_chat_template(model_, nullptr);
+    if (own == nullptr) return std::string();
+    chosen = own;
+  }
+  // llama.cpp knows a fixed list of templates (by name, or recognised in a template's text):
+  // one it cannot apply is found now, not on the first request.
+  if (auto probe = ApplyChatTemplate(chosen, {{"user", "hello"}}); !probe.ok()) {
+    const std::string which = name_or_template.empty() ? "in " + path_ : PrintableOneLine(chosen.substr(0, 80));
+    return Unsupported(
+        FormatMessage("llama.cpp cannot apply the chat template %s (pass --chat-template with a built-in "
+                      "name such as chatml, llama3, mistral-v7)",
+                      which.c_str()));
+  }
+  return chosen;
+}
+
+Result<std::string> LlamaModel::ApplyChatTemplate(const std::string& chat_template,
+                                                  const std::vector<ChatMessage>& messages) {
+  std::vector<llama_chat_message> chat;
+  size_t bytes = 0;
+  for (const ChatMessage& m : messages) {
+    chat.push_back({m.role.c_str(), m.content.c_str()});
+    bytes += m.role.size() + m.content.size();
+  }
+  std::string out(2 * bytes + 256, '\0');
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (out.size() > static_cast<size_t>(INT32_MAX)) return InvalidArgument("the chat is too long");
+    const int32_t n = llama_chat_apply_template(chat_template.c_str(), chat.data(), chat.size(), true, out.data(),
+                                                static_cast<int32_t>(out.size()));
+    if (n < 0) return Unsupported("llama.cpp cannot apply this chat template");
+    if (static_cast<size_t>(n) <= out.size()) {
+      out.resize(static_cast<size_t>(n));
+      return out;
+    }
+    out.resize(static_cast<size_t>(n));  // the length it needs: the second pass fits
+  }
+  return Internal("the chat template's output kept growing");
+}
+
+// Measured on the six test models (a 9K-token prefill on one thread): steps of 32 or 64 tokens
+// take 0.83-1.00x the time of 512 (a step's scores stay in cache), 16 0.92-1.25x, 8 up to 1.45x. But
+// each step is a graph run whose threads meet at a spinning barrier after every node, so with
+// more threads than free cores the time grows with the number of steps (two threads on one core:
+// about 1.3 s a step on kvtiny, whatever its size). Hence the cache's own size as the bound, not
+// less.
+uint32_t BoundedUbatch(const ModelInfo& model, const SessionOptions& options) {
+  if (options.flash_attn || options.n_batch == 0) return options.n_batch;
+  constexpr uint32_t kMinUbatch = 16;
+  const uint64_t kv_per_cell =
+      uint64_t{2} * model.n_layers * model.n_kv_heads * model.head_dim * DTypeSize(options.cache_type);
+  const uint64_t scratch_per_cell = uint64_t{6} * model.n_heads + 4;  // per token of the step
+  uint32_t n = std::bit_floor(options.n_batch);
+  while (n > kMinUbatch && n * scratch_per_cell > kv_per_cell) n /= 2;
+  return n;
+}
+
+LlamaSession::~LlamaSession() {
+  if (ctx_ != nullptr) llama_free(ctx_);
+}
+
+Result<std::unique_ptr<LlamaSession>> LlamaSession::Create(const LlamaModel& model, const SessionOptions& options) {
+  if (options.n_ctx == 0 || options.n_batch == 0 || options.n_seq == 0) {
+    return InvalidArgument("n_ctx, n_batch and n_seq must be positive");
+  }
+  std::unique_ptr<LlamaSession> s(new LlamaSession());
+  s->model_ = &model;
+  s->options_ = options;
+  llama_context_params params = llama_context_default_params();
+  // A stream per sequence (not one unified cache): attention then runs over the sequence's own
+  // cells only, where a unified cache makes every token attend over (masked) cells of all of
+  // them, so each request's cost would grow with the others' lengths.
+  params.n_ctx = options.n_ctx * options.n_seq;
+  params.n_batch = options.n_batch;
+  params.n_ubatch = options.n_ubatch ? std::min(options.n_ubatch, options.n_batch) : options.n_batch;
+  // A single sequence gets a second one to stage chunks in (AppendKv); with one unified cache
+  // that adds no cells and changes no computation of sequence 0.
+  params.n_seq_max = options.n_seq == 1 ? 2 : options.n_seq;
+  const int threads = options.n_threads > 0 ? options.n_threads : DefaultThreads();
+  params.n_threads = threads;
+  params.n_threads_batch = threads;
+  // Explicit, never AUTO: the V layout (transposed or not) depends on it, and restore must
+  // write the layout the context uses.
+  params.flash_attn_type = options.flash_attn ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+  params.type_k = GgmlType(options.cache_type);
+  params.type_v = GgmlType(options.cache_type);
+  params.kv_unified = options.n_seq == 1;
+  params.no_perf = true;
+  s->ctx_ = llama_init_from_model(model.raw(), params);
+  if (s->ctx_ == nullptr) return Internal("llama.cpp could not create a context");
+  s->n_vocab_ = model.info().n_vocab;
+  return s;
+}
+
+Status LlamaSession::Eval(std::span<const int32_t> tokens, bool all_logits) {
+  if (tokens.empty()) return InvalidArgument("nothing to evaluate");
+  if (n_cached_ + tokens.size() > options_.n_ctx) {
+    return InvalidArgument(FormatMessage("%zu more tokens do not fit the context (%u used of %u)", tokens.size(),
+                                         n_cached_, options_.n_ctx));
+  }
+  // llama.cpp keeps only the last decode call's logits, so "all logits" must fit one call.
+  if (all_logits && tokens.size() > options_.n_batch) {
+    return InvalidArgument(
+        FormatMessage("all logits for %zu tokens needs n_batch >= %zu", tokens.size(), tokens.size()));
+  }
+  last_logit_rows_.assign(tokens.size(), -1);
+  llama_batch batch = llama_batch_init(static_cast<int32_t>(options_.n_batch), 0, 1);
+  Status status = Status::Ok();
+  for (size_t start = 0; start < tokens.size() && status.ok(); start += options_.n_batch) {
+    const size_t n = std::min<size_t>(options_.n_batch, tokens.size() - start);
+    batch.n_tokens = static_cast<int32_t>(n);
+    for (size_t i = 0; i < n; ++i) {
+      const size_t global = start + i;
+      batch.token[i] = tokens[global];
+      batch.pos[i] = next_pos_ + static_cast<int32_t>(global);
+      batch.n_seq_id[i] = 1;
+      batch.seq_id[i][0] = 0;
+      const bool want = all_logits || global + 1 == tokens.size();
+      batch.logits[i] = want;
+      if (want) last_logit_rows_[global] = static_cast<int32_t>(i);
+    }
+    const int32_t rc = llama_decode(ctx_, batch);
+    if (rc != 0) {
+      status = Internal(FormatMessage("llama_decode failed with code %d", rc));
+      break;
+    }
+  }
+  llama_batch_free(batch);
+  if (status.ok()) {
+    next_pos_ += static_cast<int32_t>(tokens.size());
+    n_cached_ += static_cast<uint32_t>(tokens.size());
+  } else {
+    last_logit_rows_.clear();  // a failed batch may have left rows that no longer hold logits
+  }
+  return status;
+}
+
+std::span<const float> LlamaSession::Logits(int i) const {
+  const int idx = i < 0 ? static_cast<int>(last_logit_rows_.size()) - 1 : i;
+  const float* row = llama_get_logits_ith(ctx_, last_logit_rows_[static_cast<size_t>(idx)]);
+  return {row, n_vocab_};
+}
+
+Result<std::span<const float>> LlamaSession::LastLogits() const {
+  if (last_logit_rows_.empty() || last_logit_rows_.back() < 0) {
+    return InvalidArgument("no logits: evaluate tokens first (a restore or a failed eval leaves none)");
+  }
+  const float* row = llama_get_logits_ith(ctx_, last_logit_rows_.back());
+  if (row == nullptr) return Internal("llama.cpp has no logits for the last evaluated token");
+  return std::span<const float>(row, n_vocab_);
+}
+
+Result<KvCache> LlamaSession::ExtractKv() const { return ExtractSeqKv(0); }
+
+Result<KvCache> LlamaSession::ExtractSeqKv(int32_t seq) const {
+  if (seq < 0 || static_cast<uint32_t>(seq) >= options_.n_seq) return InvalidArgument("no such sequence");
+  return ReadSeqState(seq);
+}
+
+Result<KvCache> LlamaSession::ExtractKvRange(int32_t pos_begin, uint32_t n_tokens) {
+  if (options_.n_seq != 1) return InvalidArgument("extracting a range of tokens needs a single-sequence session");
+  const int32_t first = next_pos_ - static_cast<int32_t>(n_cached_);
+  if (n_tokens == 0 || pos_begin < first || pos_begin >= next_pos_ ||
+      n_tokens > static_cast<uint32_t>(next_pos_ - pos_begin)) {
+    return InvalidArgument(FormatMessage("positions %d..%lld are not all in the sequence (%d..%d)", pos_begin,
+                                         static_cast<long long>(pos_begin) + n_tokens, first, next_pos_));
+  }
+  llama_memory_t memory = llama_get_memory(ctx_);
+  llama_memory_seq_cp(memory, 0, kStagingSeq, pos_begin, pos_begin + static_cast<int32_t>(n_tokens));
+  auto kv = ReadSeqState(kStagingSeq);
+  // The cells stay sequence 0's: only the staging label goes.
+  llama_memory_seq_rm(memory, kStagingSeq, -1, -1);
+  if (kv.ok() && (kv->pos_begin() != pos_begin || kv->shape().n_tokens != n_tokens)) {
+    return Internal(FormatMessage("llama.cpp gave %u tokens from position %d for %u from %d", kv->shape().n_tokens,
+                                  kv->pos_begin(), n_tokens, pos_begin));
+  }
+  return kv;
+}
+
+Result<KvCache> LlamaSession::ReadSeqState(int32_t seq) const {
+  const size_t size = llama_state_seq_get_size(ctx_, seq);
+  std::vector<uint8_t> blob(size);
+  const size_t written = llama_state_seq_get_data(ctx_, blob.data(), blob.size(), seq);
+  if (written == 0 || written > size) return Internal("llama_state_seq_get_data failed");
+  blob.resize(written);
+  return ParseLlamaSeqState(blob, model_->info().n_kv_heads);
+}
+
+Status LlamaSession::RestoreKv(const KvView& kv) {
+  Clear();
+  RETURN_IF_ERROR(RestoreSeqKv(0, kv));
+  next_pos_ = kv.pos_begin() + static_cast<int32_t>(kv.n_tokens());
+  n_cached_ = kv.n_tokens();
+  return Status::Ok();
+}
+
+Status LlamaSession::AppendKv(const KvView& chunk) {
+  if (options_.n_seq != 1) return InvalidArgument("appending KV needs a single-sequence session");
+  if (chunk.pos_begin() != next_pos_) {
+    return InvalidArgument(
+        FormatMessage("the chunk starts at position %d, the sequence continues at %d", chunk.pos_begin(), next_pos_));
+  }
+  if (chunk.n_tokens() > options_.n_ctx - n_cached_) {
+    return InvalidArgument(FormatMessage("%u more tokens do not fit the context (%u used of %u)", chunk.n_tokens(),
+                                         n_cached_, options_.n_ctx));
+  }
+  // The chunk lands in cells of its own staging sequence, which then become sequence 0's: in a
+  // unified cache a sequence copy only relabels cells, so nothing is copied twice.
+  RETURN_IF_ERROR(WriteSeqState(kStagingSeq, chunk));
+  llama_memory_t memory = llama_get_memory(ctx_);
+  llama_memory_seq_cp(memory, kStagingSeq, 0, -1, -1);
+  llama_memory_seq_rm(memory, kStagingSeq, -1, -1);
+  next_pos_ += static_cast<int32_t>(chunk.n_tokens());
+  n_cached_ += chunk.n_tokens();
+  last_logit_rows_.clear();  // the last logits belong to a token that is no longer the last
+  return Status::Ok();
+}
+
+Status LlamaSession::RestoreSeqKv(int32_t seq, const KvView& kv) {
+  if (seq < 0 || static_cast<uint32_t>(seq) >= options_.n_seq) return InvalidArgument("no such sequence");
+  return WriteSeqState(seq, kv);
+}
+
+Status LlamaSession::WriteSeqState(int32_t seq, const KvView& kv) {
+  const ModelInfo& info = model_->info();
+  const KvShape shape = kv.shape();
+  if (shape.n_layers != info.n_layers || shape.n_kv_heads != info.n_kv_heads || shape.head_dim != info.head_dim) {
+    return InvalidArgument(
+        FormatMessage("KV shape (%u layers, %u heads, head_dim %u) does not fit this model (%u, %u, %u)",
+                      shape.n_layers, shape.n_kv_heads, shape.head_dim, info.n_layers, info.n_kv_heads, info.head_dim));
+  }
+  if (kv.pos_begin() < 0) return InvalidArgument("restore needs non-negative positions");
+  if (shape.n_tokens > options_.n_ctx) return InvalidArgument("KV cache is longer than the context");
+  KvView source = kv;
+  KvCache converted;
+  if (kv.dtype() != options_.cache_type) {
+    ASSIGN_OR_RETURN(const KvCache copy, kv.Copy());
+    ASSIGN_OR_RETURN(converted, copy.ConvertTo(options_.cache_type));
+    source = converted.View();
+  }
+  LlamaStateLayout layout;
+  layout.dtype = options_.cache_type;
+  layout.v_trans = !options_.flash_attn;
+  layout.seq_id = seq;
+  if (options_.n_seq > 1) {
+    layout.n_stream = options_.n_seq;
+    layout.stream = static_cast<uint32_t>(seq);
+  }
+  ASSIGN_OR_RETURN(const size_t bytes, LlamaSeqStateBytes(source.shape(), layout));
+  if (state_blob_.size() < bytes) state_blob_.resize(bytes);
+  const std::span<uint8_t> blob(state_blob_.data(), bytes);
+  RETURN_IF_ERROR(WriteLlamaSeqState(source, layout, blob));
+  ClearSeq(seq);
+  const size_t read = llama_state_seq_set_data(ctx_, blob.data(), blob.size(), seq);
+  constexpr size_t kMaxKeptBlobBytes = size_t{32} << 20;
+  if (state_blob_.size() > kMaxKeptBlobBytes) std::vector<uint8_t>().swap(state_blob_);
+  if (read != blob.size()) {
+    ClearSeq(seq);
+    return Internal("llama.cpp rejected the restored KV state (the shared cache may be full)");
+  }
+  return Status::Ok();
+}
+
+void LlamaSession::ClearSeq(int32_t seq) { llama_memory_seq_rm(llama_get_memory(ctx_), seq, -1, -1); }
+
+Status LlamaSession::CopySeq(int32_t src, int32_t dst) {
+  const auto valid = [&](int32_t seq) { return seq >= 0 && static_cast<uint32_t>(seq) < options_.n_seq; };
+  if (!valid(src) || !valid(dst) || src == dst) return InvalidArgument("no such pair of sequences");
+  // Through llama.cpp's sequence state, not llama_memory_seq_cp: across per-sequence streams
+  // that copy is deferred to the next decode, so a restore into `src` before then (a new request
+  // in a freed sequence) would reach `dst` too. This copy is done when it returns.
+  const size_t size = llama_state_seq_get_size(ctx_, src);
+  std::vector<uint8_t> blob(size);
+  const size_t written = llama_state_seq_get_data(ctx_, blob.data(), blob.size(), src);
+  if (written == 0 || written > size) return Internal("llama_state_seq_get_data failed");
+  ClearSeq(dst);
+  if (llama_state_seq_set_data(ctx_, blob.data(), written, dst) != written) {
+    ClearSeq(dst);
+    return Internal("llama.cpp could not copy a sequence");
+  }
+  return Status::Ok();
+}
+
+Status LlamaSession::DecodeBatch(std::span<const SeqTokens> entries) {
+  size_t total = 0;
+  for (const SeqTokens& e : entries) {
+    if (e.tokens.empty()) return InvalidArgument("a batch entry without tokens");
+    if (e.seq < 0 || static_cast<uint32_t>(e.seq) >= options_.n_seq) return InvalidArgument("no such sequence");
+    if (e.pos < 0 || static_cast<uint64_t>(e.pos) + e.tokens.size() > options_.n_ctx) {
+      return InvalidArgument(FormatMessage("positions %d..%zu exceed the %u tokens a sequence may hold", e.pos,
+                                           e.pos + e.tokens.size(), options_.n_ctx));
+    }
+    total += e.tokens.size();
+  }
+  if (total == 0) return InvalidArgument("nothing to evaluate");
+  // llama.cpp keeps only the last decode call's logits, so one call must take the whole batch.
+  if (total > options_.n_batch)
+    return InvalidArgument(FormatMessage("%zu tokens exceed n_batch %u", total, options_.n_batch));
+  llama_batch batch = llama_batch_init(static_cast<int32_t>(total), 0, 1);
+  last_logit_rows_.assign(entries.size(), -1);
+  int32_t n = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const SeqTokens& e = entries[i];
+    for (size_t t = 0; t < e.tokens.size(); ++t, ++n) {
+      batch.token[n] = e.tokens[t];
+      batch.pos[n] = e.pos + static_cast<int32_t>(t);
+      batch.n_seq_id[n] = 1;
+      batch.seq_id[n][0] = e.seq;
+      batch.logits[n] = t + 1 == e.tokens.size();
+    }
+    last_logit_rows_[i] = n - 1;
+  }
+  batch.n_tokens = n;
+  const int32_t rc = llama_decode(ctx_, batch);
+  llama_batch_free(batch);
+  if (rc != 0) {
+    last_logit_rows_.clear();
+    return Internal(
+        FormatMessage("llama_decode failed with code %d%s", rc, rc == 1 ? " (the shared KV cache is full)" : ""));
+  }
+  return Status::Ok();
+}
+
+std::span<const float> LlamaSession::BatchLogits(size_t entry) const {
+  const float* row = llama_get_logits_ith(ctx_, last_logit_rows_[entry]);
+  return {row, n_vocab_};
+}
+
+Status LlamaSession::SetNextPosition(int32_t pos) {
+  if (n_cached_ != 0) return InvalidArgument("the next position can only be set on an empty session");
+  if (pos < 0) return InvalidArgument("positions are non-negative");
+  next_pos_ = pos;
+  return Status::Ok();
+}
+
+void LlamaSession::Clear() {
+  llama_memory_clear(llama_get_memory(ctx_), true);
+  next_pos_ = 0;
+  n_cached_ = 0;
+  last_logit_rows_.clear();
+}
+
+}  // namespace kvc

@@ -1,0 +1,34 @@
+// The files that travel with a model: texts beside it (eval.txt, calib.txt) and its KVTC
+// calibration (<model>.kvcal), which the evaluator, the calibrator and the benchmark all find
+// the same way.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "kvtc/calibration_registry.h"
+#include "llama/llama_engine.h"
+
+namespace kvc {
+
+// The whole of a regular file of at most `max_bytes` (default 1 GiB): kNotFound if it cannot be
+// opened, kInvalidArgument for a directory, a device or one that is too large.
+Result<std::string> ReadTextFile(const std::string& path, uint64_t max_bytes = uint64_t{1} << 30);
+
+// `explicit_path` if given, else `name` in the model's folder.
+std::string BesideModel(const std::string& model_path, const std::string& name, const std::string& explicit_path);
+
+// Loads `explicit_path`, or else <model>.kvcal when it exists (nothing when it does not).
+Status LoadModelCalibration(CalibrationRegistry& registry, const std::string& model_path,
+                            const std::string& explicit_path);
+
+// A model and the KV cache of the first `ctx` tokens of a text (eval.txt beside the model
+// unless `text_path` is given), prefilled in a fresh context: what the benchmarks measure on.
+struct PrefilledText {
+  std::unique_ptr<LlamaModel> model;
+  KvCache kv;
+};
+Result<PrefilledText> PrefillModelText(const std::string& model_path, const std::string& text_path, uint32_t ctx);
+
+}  // namespace kvc

@@ -1,0 +1,253 @@
+#include "reuse/model_profile.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "base/atomic_file.h"
+#include "base/utf8.h"
+#include "codecs/codec.h"
+#include "format/container.h"
+#include "llama/model_files.h"
+
+namespace kvc {
+namespace {
+
+constexpr std::string_view kFormatName = "kvcodec-quality-profile";
+using Json = nlohmann::ordered_json;
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+bool ParseHex16(const std::string& s, std::array<uint8_t, 16>* out) {
+  if (s.size() != 32) return false;
+  for (size_t i = 0; i < 16; ++i) {
+    const int hi = HexDigit(s[2 * i]), lo = HexDigit(s[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    (*out)[i] = static_cast<uint8_t>(hi * 16 + lo);
+  }
+  return true;
+}
+
+Json Body(const ModelProfile& p) {
+  Json j;
+  j["format"] = kFormatName;
+  j["version"] = kProfileVersion;
+  j["model_fingerprint"] = HexString(p.model);
+  j["calibration"] = p.calibration;
+  j["text"] = p.text;
+  j["docs"] = p.docs;
+  j["ctx"] = p.ctx;
+  j["cont"] = p.cont;
+  j["rungs"] = Json::array();
+  for (const ProfileRung& r : p.rungs) {
+    j["rungs"].push_back({{"codec", r.codec},
+                          {"level", r.level},
+                          {"ratio", r.ratio},
+                          {"ppl_delta_pct", r.ppl_delta_pct},
+                          {"top1_agreement", r.top1_agreement},
+                          {"kl_mean", r.kl_mean}});
+  }
+  return j;
+}
+
+std::string Checksum(const Json& body) {
+  const std::string text = body.dump(2, ' ', false, Json::error_handler_t::replace);
+  return HexString(Xxh3_128(text.data(), text.size()));
+}
+
+// Field readers that never throw: each checks the type first.
+Status GetString(const Json& j, const char* key, size_t max_bytes, std::string* out) {
+  const auto it = j.find(key);
+  KVC_CHECK_CORRUPT(it != j.end() && it->is_string(), "profile: '%s' is missing or not a string", key);
+  const auto& s = it->get_ref<const std::string&>();
+  KVC_CHECK_CORRUPT(s.size() <= max_bytes, "profile: '%s' is longer than %zu bytes", key, max_bytes);
+  *out = s;
+  return Status::Ok();
+}
+
+Status GetNumber(const Json& j, const char* key, double lo, double hi, double* out) {
+  const auto it = j.find(key);
+  KVC_CHECK_CORRUPT(it != j.end() && it->is_number(), "profile: '%s' is missing or not a number", key);
+  const double v = it->get<double>();
+  KVC_CHECK_CORRUPT(std::isfinite(v) && v >= lo && v <= hi, "profile: '%s' is %g, outside [%g, %g]", key, v, lo, hi);
+  *out = v;
+  return Status::Ok();
+}
+
+Status GetCount(const Json& j, const char* key, uint32_t* out) {
+  double v;
+  RETURN_IF_ERROR(GetNumber(j, key, 0, 1 << 22, &v));
+  KVC_CHECK_CORRUPT(v == std::floor(v), "profile: '%s' is not a whole number", key);
+  *out = static_cast<uint32_t>(v);
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string DefaultProfilePath(const std::string& model_path) {
+  return std::filesystem::path(model_path).replace_extension(".kvprof.json").string();
+}
+
+std::string WriteProfile(const ModelProfile& profile) {
+  Json j = Body(profile);
+  j["checksum"] = Checksum(j);
+  return j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
+Result<ModelProfile> ParseProfile(std::string_view text) {
+  KVC_CHECK_CORRUPT(text.size() <= kMaxProfileBytes, "profile: %zu bytes, over %zu", text.size(), kMaxProfileBytes);
+  Json j = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  KVC_CHECK_CORRUPT(!j.is_discarded(), "profile: not JSON");
+  KVC_CHECK_CORRUPT(j.is_object(), "profile: not a JSON object");
+  std::string format, fingerprint, checksum;
+  RETURN_IF_ERROR(GetString(j, "format", 64, &format));
+  KVC_CHECK_CORRUPT(format == kFormatName, "profile: format is not %s", std::string(kFormatName).c_str());
+  double version;
+  RETURN_IF_ERROR(GetNumber(j, "version", 0, 1e9, &version));
+  if (version != kProfileVersion) {
+    return Unsupported(
+        FormatMessage("profile: version %g not supported (this build reads %u)", version, kProfileVersion));
+  }
+  ModelProfile p;
+  RETURN_IF_ERROR(GetString(j, "model_fingerprint", 64, &fingerprint));
+  KVC_CHECK_CORRUPT(ParseHex16(fingerprint, &p.model), "profile: model_fingerprint is not 32 lowercase hex digits");
+  RETURN_IF_ERROR(GetString(j, "calibration", 64, &p.calibration));
+  std::array<uint8_t, 16> unused;
+  KVC_CHECK_CORRUPT(p.calibration.empty() || ParseHex16(p.calibration, &unused),
+                    "profile: calibration is not empty or 32 lowercase hex digits");
+  RETURN_IF_ERROR(GetString(j, "text", 4096, &p.text));
+  KVC_CHECK_CORRUPT(IsValidUtf8(p.text), "profile: text is not valid UTF-8");
+  RETURN_IF_ERROR(GetCount(j, "docs", &p.docs));
+  RETURN_IF_ERROR(GetCount(j, "ctx", &p.ctx));
+  RETURN_IF_ERROR(GetCount(j, "cont", &p.cont));
+  const auto rungs = j.find("rungs");
+  KVC_CHECK_CORRUPT(rungs != j.end() && rungs->is_array(), "profile: 'rungs' is missing or not an array");
+  KVC_CHECK_CORRUPT(rungs->size() <= kMaxProfileRungs, "profile: %zu rungs, over %zu", rungs->size(), kMaxProfileRungs);
+  for (size_t i = 0; i < rungs->size(); ++i) {
+    const Json& r = (*rungs)[i];
+    KVC_CHECK_CORRUPT(r.is_object(), "profile: rung %zu is not an object", i);
+    ProfileRung rung;
+    RETURN_IF_ERROR(GetString(r, "codec", kMaxLevelNameBytes, &rung.codec));
+    RETURN_IF_ERROR(GetString(r, "level", kMaxLevelNameBytes, &rung.level));
+    if (!CheckName(rung.codec, "codec").ok() || rung.codec.empty() || !CheckName(rung.level, "level").ok()) {
+      return Corrupt(FormatMessage("profile: rung %zu: codec or level outside [A-Za-z0-9._+-]", i));
+    }
+    RETURN_IF_ERROR(GetNumber(r, "ratio", 1e-6, 1e9, &rung.ratio));
+    RETURN_IF_ERROR(GetNumber(r, "ppl_delta_pct", -100, 1e9, &rung.ppl_delta_pct));
+    RETURN_IF_ERROR(GetNumber(r, "top1_agreement", 0, 1, &rung.top1_agreement));
+    RETURN_IF_ERROR(GetNumber(r, "kl_mean", 0, 1e9, &rung.kl_mean));
+    for (const ProfileRung& seen : p.rungs) {
+      KVC_CHECK_CORRUPT(seen.codec != rung.codec || seen.level != rung.level, "profile: rung %s/%s listed twice",
+                        rung.codec.c_str(), rung.level.c_str());
+    }
+    p.rungs.push_back(std::move(rung));
+  }
+  RETURN_IF_ERROR(GetString(j, "checksum", 64, &checksum));
+  j.erase("checksum");
+  KVC_CHECK_CORRUPT(j.size() == 9, "profile: unknown fields");
+  // The checksum covers the canonical form, so it also proves nothing was reordered or added.
+  KVC_CHECK_CORRUPT(Checksum(Body(p)) == checksum, "profile: checksum mismatch (edited or damaged)");
+  return p;
+}
+
+Status SaveProfile(const ModelProfile& profile, const std::string& path) {
+  const std::string text = WriteProfile(profile);
+  return ReplaceFileAtomically(path, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+}
+
+Result<ModelProfile> LoadProfile(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadTextFile(path, kMaxProfileBytes));
+  auto p = ParseProfile(text);
+  if (!p.ok()) return p.status().WithContext(path);
+  return p;
+}
+
+bool QualityFloor::Allows(const std::string& codec, const std::string& level) const {
+  return std::find(allowed.begin(), allowed.end(), std::pair{codec, level}) != allowed.end();
+}
+
+std::vector<std::string> QualityFloor::Levels(const std::string& codec) const {
+  std::vector<std::string> out;
+  const Codec* c = FindCodec(codec);
+  if (c == nullptr) return out;
+  for (const std::string& level : c->info().levels) {
+    if (Allows(codec, level)) out.push_back(level);
+  }
+  return out;
+}
+
+QualityFloor NearLosslessFloor(std::string note) {
+  QualityFloor f;
+  f.allowed = {{"raw", "fp16"}, {"quant", "8"}};
+  f.loss[{"raw", "fp16"}] = 0;
+  f.loss[{"quant", "8"}] = 1e-6;  // unmeasured: ranked after raw
+  f.note = std::move(note);
+  return f;
+}
+
+QualityFloor FloorFromProfile(const ModelProfile& profile, const QualityLimits& limits, const std::string& kvcal_hash) {
+  QualityFloor f;
+  f.profile = profile;
+  std::vector<const ProfileRung*> ok;
+  for (const ProfileRung& r : profile.rungs) {
+    if (r.codec == "kvtc" && (profile.calibration.empty() || profile.calibration != kvcal_hash)) continue;
+    if (FindCodec(r.codec) == nullptr) continue;
+    if (r.ppl_delta_pct <= limits.max_ppl_delta && r.top1_agreement >= limits.min_top1) ok.push_back(&r);
+  }
+  std::stable_sort(ok.begin(), ok.end(),
+                   [](const ProfileRung* a, const ProfileRung* b) { return a->kl_mean < b->kl_mean; });
+  bool has_raw = false;
+  for (const ProfileRung* r : ok) {
+    f.allowed.emplace_back(r->codec, r->level);
+    f.loss[{r->codec, r->level}] = r->kl_mean;
+    has_raw = has_raw || (r->codec == "raw" && r->level == "fp16");
+  }
+  if (!has_raw) {  // exact by construction, whatever was measured
+    f.allowed.insert(f.allowed.begin(), {"raw", "fp16"});
+    f.loss[{"raw", "fp16"}] = 0;
+  }
+  f.note = FormatMessage("%zu of %zu profiled rungs within ppl_delta_pct <= %g and top1_agreement >= %g", ok.size(),
+                         profile.rungs.size(), limits.max_ppl_delta, limits.min_top1);
+  return f;
+}
+
+Result<QualityFloor> LoadQualityFloor(const std::string& model_path, const std::string& profile_path,
+                                      const ModelFingerprint& model, const CalibrationRegistry& calibrations,
+                                      const QualityLimits& limits) {
+  if (!(limits.max_ppl_delta >= 0) || !(limits.min_top1 >= 0 && limits.min_top1 <= 1)) {
+    return InvalidArgument("--max-ppl-delta must be >= 0 and --min-top1 in [0, 1]");
+  }
+  const auto loaded_kvcal = calibrations.FindForModel(model);
+  const std::string kvcal_hash = loaded_kvcal ? HexString(loaded_kvcal->hash) : "";
+  const std::string how = "make one with `kvcodec profile --model " + model_path + "`";
+  if (!profile_path.empty()) {
+    ASSIGN_OR_RETURN(ModelProfile p, LoadProfile(profile_path));
+    if (p.model != model) return InvalidArgument(profile_path + " is the profile of another model");
+    return FloorFromProfile(p, limits, kvcal_hash);
+  }
+  const std::string beside = DefaultProfilePath(model_path);
+  std::error_code ec;
+  if (!std::filesystem::exists(beside, ec)) {
+    return NearLosslessFloor("no quality profile for this model: only raw and quant 8 are stored and fetched; " + how);
+  }
+  auto p = LoadProfile(beside);
+  if (!p.ok()) {
+    return NearLosslessFloor("quality profile unusable (" + p.status().ToString() + "): only raw and quant 8; " + how);
+  }
+  if (p->model != model) {
+    return NearLosslessFloor(beside + " is another model's profile: only raw and quant 8; " + how);
+  }
+  QualityFloor f = FloorFromProfile(*p, limits, kvcal_hash);
+  if (!p->calibration.empty() && p->calibration != kvcal_hash) {
+    f.note += "; kvtc left out: the profile was measured with another calibration (" + how + ")";
+  }
+  return f;
+}
+
+}  // namespace kvc

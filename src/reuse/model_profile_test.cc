@@ -1,0 +1,141 @@
+#include "reuse/model_profile.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace kvc {
+namespace {
+
+ModelProfile Sample() {
+  ModelProfile p;
+  for (size_t i = 0; i < p.model.size(); ++i) p.model[i] = static_cast<uint8_t>(i * 17);
+  p.calibration = "00112233445566778899aabbccddeeff";
+  p.text = "calib.txt";
+  p.docs = 8;
+  p.ctx = 895;
+  p.cont = 128;
+  p.rungs = {
+      {"raw", "fp16", 1.0, 0.0, 1.0, 0.0},     {"quant", "8", 1.9, 0.01, 0.999, 0.00001},
+      {"kvtc", "16", 15.6, 0.2, 0.99, 0.0003}, {"kvtc", "32", 29.0, 0.6, 0.975, 0.001},
+      {"kvtc", "64", 55.0, 2.5, 0.93, 0.02},   {"cachegen", "low", 9.0, 1.4, 0.97, 0.004},
+      {"video", "4", 6.0, 0.3, 0.96, 0.002},
+  };
+  return p;
+}
+
+TEST(ModelProfile, WriteParseRoundTrip) {
+  const ModelProfile p = Sample();
+  const std::string text = WriteProfile(p);
+  auto read = ParseProfile(text);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->model, p.model);
+  EXPECT_EQ(read->calibration, p.calibration);
+  ASSERT_EQ(read->rungs.size(), p.rungs.size());
+  EXPECT_EQ(read->rungs[3].level, "32");
+  EXPECT_EQ(read->rungs[3].ratio, 29.0);
+  EXPECT_EQ(WriteProfile(*read), text);
+}
+
+TEST(ModelProfile, EditsAndDamageAreRefused) {
+  const std::string good = WriteProfile(Sample());
+  auto edit = [&](auto&& change) {
+    auto j = nlohmann::ordered_json::parse(good);
+    change(j);
+    return ParseProfile(j.dump(2)).status();
+  };
+  // Loosening a rung without fixing the checksum is caught.
+  Status s = edit([](auto& j) { j["rungs"][4]["top1_agreement"] = 0.999; });
+  EXPECT_EQ(s.code(), StatusCode::kCorrupt);
+  EXPECT_NE(s.message().find("checksum mismatch"), std::string::npos) << s.message();
+  struct Case {
+    std::function<void(nlohmann::ordered_json&)> change;
+    const char* needle;
+  } cases[] = {
+      {[](auto& j) { j["format"] = "other"; }, "format is not"},
+      {[](auto& j) { j["model_fingerprint"] = "xyz"; }, "model_fingerprint is not 32"},
+      {[](auto& j) { j["rungs"][0]["ratio"] = -1; }, "'ratio' is -1"},
+      {[](auto& j) { j["rungs"][0]["top1_agreement"] = 1.5; }, "'top1_agreement' is 1.5"},
+      {[](auto& j) { j["rungs"][0]["kl_mean"] = "x"; }, "'kl_mean' is missing or not a number"},
+      {[](auto& j) { j["rungs"][1]["level"] = "8\n"; }, "outside [A-Za-z0-9._+-]"},
+      {[](auto& j) { j["rungs"][1]["codec"] = ""; }, "outside"},
+      {[](auto& j) { j["rungs"][2] = j["rungs"][3]; }, "listed twice"},
+      {[](auto& j) { j["rungs"] = 5; }, "'rungs' is missing or not an array"},
+      {[](auto& j) { j["docs"] = 1.5; }, "'docs' is not a whole number"},
+      {[](auto& j) { j["extra"] = 1; }, "unknown fields"},
+      {[](auto& j) { j.erase("checksum"); }, "'checksum' is missing"},
+  };
+  for (const Case& c : cases) {
+    s = edit(c.change);
+    EXPECT_EQ(s.code(), StatusCode::kCorrupt) << c.needle;
+    EXPECT_NE(s.message().find(c.needle), std::string::npos) << s.message();
+  }
+  s = edit([](auto& j) { j["version"] = 2; });
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported);
+  for (const char* junk : {"", "{", "[]", "null", "\xff\xfe", "{\"format\": 1}"}) {
+    EXPECT_EQ(ParseProfile(junk).status().code(), StatusCode::kCorrupt) << junk;
+  }
+  EXPECT_EQ(ParseProfile(std::string(kMaxProfileBytes + 1, ' ')).status().code(), StatusCode::kCorrupt);
+}
+
+TEST(QualityFloor, OnlyRungsWithinTheLimitsMostAccurateFirst) {
+  const ModelProfile p = Sample();
+  QualityFloor f = FloorFromProfile(p, {}, p.calibration);
+  const std::vector<std::pair<std::string, std::string>> expected = {
+      {"raw", "fp16"}, {"quant", "8"}, {"kvtc", "16"}, {"kvtc", "32"}};  // cachegen: +1.4% perplexity
+  EXPECT_EQ(f.allowed, expected);
+  EXPECT_TRUE(f.from_profile());
+  EXPECT_EQ(f.Levels("kvtc"), (std::vector<std::string>{"16", "32"}));
+  EXPECT_TRUE(f.Levels("video").empty());  // top-1 0.96 < 0.97
+  // A stricter user limit.
+  f = FloorFromProfile(p, {.max_ppl_delta = 0.5, .min_top1 = 0.98}, p.calibration);
+  EXPECT_EQ(f.Levels("kvtc"), (std::vector<std::string>{"16"}));
+  // kvtc measured with another calibration than the one loaded: not allowed.
+  f = FloorFromProfile(p, {}, "ffffffffffffffffffffffffffffffff");
+  EXPECT_TRUE(f.Levels("kvtc").empty());
+  EXPECT_EQ(f.allowed.front(), std::make_pair(std::string("raw"), std::string("fp16")));
+}
+
+TEST(QualityFloor, WithoutAProfileOnlyNearLosslessRungsAndANote) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("kvc_profile_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string model = (dir / "m.gguf").string();
+  CalibrationRegistry none;
+  ModelProfile p = Sample();
+  auto f = LoadQualityFloor(model, "", p.model, none, {});
+  ASSERT_TRUE(f.ok());
+  EXPECT_FALSE(f->from_profile());
+  EXPECT_EQ(f->allowed.size(), 2u);
+  EXPECT_NE(f->note.find("kvcodec profile --model"), std::string::npos) << f->note;
+  // The profile beside the model is used; kvtc is left out without the calibration it was measured with.
+  ASSERT_TRUE(SaveProfile(p, DefaultProfilePath(model)).ok());
+  f = LoadQualityFloor(model, "", p.model, none, {});
+  ASSERT_TRUE(f.ok());
+  EXPECT_TRUE(f->from_profile());
+  EXPECT_TRUE(f->Levels("kvtc").empty());
+  EXPECT_EQ(f->Levels("quant"), std::vector<std::string>{"8"});
+  EXPECT_NE(f->note.find("another calibration"), std::string::npos) << f->note;
+  // Another model's profile beside it is skipped; named explicitly it is an error.
+  ModelFingerprint other = p.model;
+  other[0] ^= 1;
+  f = LoadQualityFloor(model, "", other, none, {});
+  ASSERT_TRUE(f.ok());
+  EXPECT_FALSE(f->from_profile());
+  EXPECT_EQ(LoadQualityFloor(model, DefaultProfilePath(model), other, none, {}).status().code(),
+            StatusCode::kInvalidArgument);
+  // A damaged one beside the model is skipped with the reason.
+  std::ofstream(DefaultProfilePath(model)) << "{";
+  f = LoadQualityFloor(model, "", p.model, none, {});
+  ASSERT_TRUE(f.ok());
+  EXPECT_NE(f->note.find("unusable"), std::string::npos) << f->note;
+  EXPECT_EQ(LoadQualityFloor(model, "", p.model, none, {.max_ppl_delta = -1}).status().code(),
+            StatusCode::kInvalidArgument);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kvc

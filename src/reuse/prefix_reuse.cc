@@ -1,0 +1,235 @@
+#include "reuse/prefix_reuse.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "base/clock.h"
+#include "store/chunk_manifest.h"
+
+namespace kvc {
+
+Result<StorePlan> PlanStoredRungs(const QualityFloor& floor, const std::string& codec) {
+  const Codec* requested = FindCodec(codec);
+  if (requested == nullptr) return InvalidArgument("unknown codec '" + codec + "'");
+  StorePlan plan;
+  plan.rungs.push_back({FindCodec("raw"), "fp16"});
+  if (codec == "raw") return plan;
+  for (const std::string& level : floor.Levels(codec)) plan.rungs.push_back({requested, level});
+  if (plan.rungs.size() > 1) return plan;
+  const bool quant8 = floor.Allows("quant", "8");
+  if (quant8) plan.rungs.push_back({FindCodec("quant"), "8"});
+  plan.note = "no " + codec + " rung is within the quality floor for this model: storing raw/fp16" +
+              (quant8 ? " and quant/8" : "");
+  return plan;
+}
+
+size_t FetchPoolThreads(int fetch_threads) {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  return (fetch_threads > 0 ? static_cast<size_t>(fetch_threads) : cores) + 1;
+}
+
+std::vector<std::string> RungNames(const std::vector<StoredRung>& rungs) {
+  std::vector<std::string> names;
+  for (const StoredRung& r : rungs) names.push_back(r.codec->info().name + "/" + r.level);
+  return names;
+}
+
+std::vector<ChunkKey> ReusableChunkKeys(const ModelFingerprint& model, std::span<const int32_t> tokens,
+                                        uint32_t chunk_tokens) {
+  return tokens.empty() ? std::vector<ChunkKey>{} : ChunkKeys(model, tokens.first(tokens.size() - 1), chunk_tokens);
+}
+
+FetchOptions ReuseFetchOptions(double link_gbps, double recompute_s, const ModelInfo& model, const QualityFloor& floor,
+                               const Store& store) {
+  FetchOptions fo;
+  fo.kv_shape = KvShape{.n_layers = model.n_layers, .n_kv_heads = model.n_kv_heads, .head_dim = model.head_dim};
+  fo.allowed = floor.allowed;
+  fo.loss = floor.loss;
+  fo.recompute_s = recompute_s;
+  const bool networked = store.url().rfind("redis", 0) == 0;
+  fo.initial_gbps = link_gbps > 0 ? link_gbps : networked ? 1.0 : 40.0;
+  return fo;
+}
+
+Result<double> MeasureChunkPrefillSeconds(LlamaSession& session, std::span<const int32_t> probe,
+                                          uint32_t chunk_tokens) {
+  if (probe.empty()) return InvalidArgument("an empty prefill probe");
+  session.Clear();
+  const auto t = SteadyClock::now();
+  RETURN_IF_ERROR(session.Eval(probe, false));
+  const double seconds = SecondsSince(t) / static_cast<double>(probe.size()) * chunk_tokens;
+  session.Clear();
+  return seconds;
+}
+
+PrefixLookup LookupStoredPrefix(Store& store, std::span<const ChunkKey> keys, uint32_t chunk_tokens) {
+  PrefixLookup out;
+  if (keys.empty()) return out;
+  const auto t_lookup = SteadyClock::now();
+  std::vector<std::string> names;
+  for (const ChunkKey& k : keys) names.push_back(ChunkManifestName(k));
+  const auto got = store.GetMany(names);
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!got[i].ok()) {
+      if (got[i].status().code() != StatusCode::kNotFound) {
+        out.fallback = FormatMessage("chunk %zu: manifest: %s", i, got[i].status().ToString().c_str());
+        out.damaged = got[i].status().code() == StatusCode::kCorrupt;
+      }
+      break;
+    }
+    auto m = ReadChunkManifest(*got[i]);
+    if (!m.ok() || m->chunk_tokens != chunk_tokens || m->chunk_index != i) {
+      out.damaged = true;
+      out.fallback = FormatMessage("chunk %zu: manifest unusable: %s", i,
+                                   m.ok() ? "chunk size or index differs" : m.status().ToString().c_str());
+      break;
+    }
+    out.manifests.push_back(std::move(*m));
+  }
+  out.lookup_s = SecondsSince(t_lookup);
+  return out;
+}
+
+namespace {
+
+// FetchLookedUpPrefix; with `through_slots` the chunks decode through a few chunk-sized buffers
+// (Fetcher::RunThroughSlots) and the result holds no KV, for a caller that takes every chunk in
+// on_chunk.
+Result<FetchedPrefix> FetchPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
+                                  PrefixLookup lookup, const CodecContext& codec_context, LinkShaper& link,
+                                  const FetchOptions& options, const std::function<Status(const KvView&)>& on_chunk,
+                                  bool through_slots) {
+  FetchedPrefix out;
+  PrefixRestore& r = out.stats;
+  r.lookup_s = lookup.lookup_s;
+  r.fallback = std::move(lookup.fallback);
+  r.damaged = lookup.damaged;
+  r.chunks_found = static_cast<uint32_t>(lookup.manifests.size());
+  if (lookup.manifests.empty()) return out;
+  if (lookup.manifests.size() > keys.size()) return InvalidArgument("more manifests than chunk keys");
+  if (!options.kv_shape) return InvalidArgument("fetching a prefix needs the model's KV shape");
+  out.chunk_tokens = lookup.manifests[0].chunk_tokens;
+
+  const auto t_fetch = SteadyClock::now();
+  KvShape shape = *options.kv_shape;
+  const uint64_t tokens = uint64_t{out.chunk_tokens} * lookup.manifests.size();
+  if (tokens > kMaxTokens) {
+    return InvalidArgument(FormatMessage("a stored prefix of %llu tokens is longer than any KV cache",
+                                         static_cast<unsigned long long>(tokens)));
+  }
+  Fetcher fetcher(store, link, model, codec_context, options);
+  auto deliver = [&](FetchedChunk&& c) -> Status {
+    r.variants.push_back(c.variant.codec + "/" + c.variant.level);
+    r.max_chunk_decode_s = std::max(r.max_chunk_decode_s, c.decode_s);
+    if (!on_chunk) return Status::Ok();
+    const auto t_restore = SteadyClock::now();
+    const Status s = on_chunk(c.kv);
+    r.restore_s += SecondsSince(t_restore);
+    return s;
+  };
+  const auto fetched_keys = keys.first(lookup.manifests.size());
+  Result<FetchReport> report = Internal("not fetched");
+  if (through_slots) {
+    shape.n_tokens = out.chunk_tokens;
+    std::vector<KvCache> slots(fetcher.Inflight());
+    for (KvCache& slot : slots) {
+      ASSIGN_OR_RETURN(slot, KvCache::CreateForOverwrite(shape, DType::kF16));
+    }
+    report = fetcher.RunThroughSlots(fetched_keys, lookup.manifests, slots, deliver);
+  } else {
+    // One buffer for the longest run there is, allocated once: every chunk decodes into its
+    // place. Only fetched chunks' tokens are ever read, each after its decode wrote it.
+    shape.n_tokens = static_cast<uint32_t>(tokens);
+    ASSIGN_OR_RETURN(out.kv, KvCache::CreateForOverwrite(shape, DType::kF16));
+    report = fetcher.Run(fetched_keys, lookup.manifests, out.kv, deliver);
+  }
+  RETURN_IF_ERROR(report.status());
+  r.fetch_s = SecondsSince(t_fetch);
+  r.decode_s = report->decode_s;
+  r.bytes = report->bytes;
+  r.chunks_fetched = report->chunks;
+  if (!report->stop_reason.empty()) r.fallback = report->stop_reason;
+  r.damaged = r.damaged || report->stopped_on_damage;
+  return out;
+}
+
+}  // namespace
+
+Result<FetchedPrefix> FetchLookedUpPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
+                                          PrefixLookup lookup, const CodecContext& codec_context, LinkShaper& link,
+                                          const FetchOptions& options,
+                                          const std::function<Status(const KvView&)>& on_chunk) {
+  return FetchPrefix(store, model, keys, std::move(lookup), codec_context, link, options, on_chunk, false);
+}
+
+Result<FetchedPrefix> FetchStoredPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
+                                        uint32_t chunk_tokens, const CodecContext& codec_context, LinkShaper& link,
+                                        const FetchOptions& options,
+                                        const std::function<Status(const KvView&)>& on_chunk) {
+  return FetchLookedUpPrefix(store, model, keys, LookupStoredPrefix(store, keys, chunk_tokens), codec_context, link,
+                             options, on_chunk);
+}
+
+Result<PrefixRestore> RestoreStoredPrefix(Store& store, LlamaSession& session, const ModelFingerprint& model,
+                                          std::span<const ChunkKey> keys, uint32_t chunk_tokens,
+                                          const CodecContext& codec_context, LinkShaper& link,
+                                          const FetchOptions& options) {
+  if (session.n_cached() != 0) return InvalidArgument("restoring a prefix needs an empty session");
+  // Each chunk goes into llama.cpp as it arrives, so none needs a place of its own for the run.
+  ASSIGN_OR_RETURN(FetchedPrefix fetched,
+                   FetchPrefix(
+                       store, model, keys, LookupStoredPrefix(store, keys, chunk_tokens), codec_context, link, options,
+                       [&](const KvView& chunk) { return session.AppendKv(chunk); }, true));
+  return fetched.stats;
+}
+
+Result<StoredChunks> StoreChunks(Store& store, const KvCache& kv, std::span<const ChunkKey> keys, uint32_t first,
+                                 uint32_t chunk_tokens, const Codec& codec, const std::vector<std::string>& levels,
+                                 const ModelFingerprint& model, const CodecContext& codec_context) {
+  std::vector<StoredRung> rungs;
+  for (const std::string& level : levels) rungs.push_back({&codec, level});
+  return StoreChunks(store, kv, keys, first, chunk_tokens, rungs, model, codec_context);
+}
+
+Result<StoredChunks> StoreChunks(Store& store, const KvCache& kv, std::span<const ChunkKey> keys, uint32_t first,
+                                 uint32_t chunk_tokens, const std::vector<StoredRung>& rungs,
+                                 const ModelFingerprint& model, const CodecContext& codec_context) {
+  const ChunkKvSource chunk_kv = [&](uint32_t i) { return kv.View(i * chunk_tokens, chunk_tokens); };
+  return StoreChunks(store, chunk_kv, keys, first, chunk_tokens, rungs, model, codec_context);
+}
+
+Result<StoredChunks> StoreSessionChunks(Store& store, LlamaSession& session, std::span<const ChunkKey> keys,
+                                        uint32_t first, uint32_t chunk_tokens, const std::vector<StoredRung>& rungs,
+                                        const ModelFingerprint& model, const CodecContext& codec_context) {
+  KvCache chunk;
+  const ChunkKvSource chunk_kv = [&](uint32_t i) -> Result<KvView> {
+    ASSIGN_OR_RETURN(chunk, session.ExtractKvRange(static_cast<int32_t>(i * chunk_tokens), chunk_tokens));
+    return chunk.View();
+  };
+  return StoreChunks(store, chunk_kv, keys, first, chunk_tokens, rungs, model, codec_context);
+}
+
+Result<StoredChunks> StoreChunks(Store& store, const ChunkKvSource& chunk_kv, std::span<const ChunkKey> keys,
+                                 uint32_t first, uint32_t chunk_tokens, const std::vector<StoredRung>& rungs,
+                                 const ModelFingerprint& model, const CodecContext& codec_context) {
+  StoredChunks out;
+  for (uint32_t i = first; i < keys.size(); ++i) {
+    ASSIGN_OR_RETURN(const KvView view, chunk_kv(i));
+    ChunkManifest m{.chunk_tokens = chunk_tokens, .chunk_index = i, .variants = {}};
+    for (const StoredRung& rung : rungs) {
+      const std::string& codec_name = rung.codec->info().name;
+      ASSIGN_OR_RETURN(auto bytes, EncodeKvc(*rung.codec, view, {.level = rung.level, .params = {}}, model,
+                                             i * chunk_tokens, codec_context));
+      RETURN_IF_ERROR(store.Put(ChunkObjectName(keys[i], codec_name, rung.level), bytes));
+      m.variants.push_back({codec_name, rung.level, bytes.size()});
+      out.bytes += bytes.size();
+    }
+    // The manifest last: a reader that finds it finds every variant it lists.
+    RETURN_IF_ERROR(store.Put(ChunkManifestName(keys[i]), WriteChunkManifest(m)));
+    ++out.chunks;
+  }
+  return out;
+}
+
+}  // namespace kvc

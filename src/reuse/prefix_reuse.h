@@ -1,0 +1,146 @@
+// The two halves of remote KV reuse around a llama.cpp session, shared by `kvcodec run` and the
+// TTFT benchmark: restoring a prompt's longest stored prefix (one batched manifest lookup, then
+// the fetcher), and storing a session's chunks (every level, then the manifest).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "codecs/codec.h"
+#include "fetch/fetcher.h"
+#include "llama/llama_engine.h"
+#include "reuse/model_profile.h"
+#include "store/chunk_key.h"
+#include "store/chunk_manifest.h"
+#include "store/store.h"
+
+namespace kvc {
+
+// One (codec, level) a chunk is stored at.
+struct StoredRung {
+  const Codec* codec = nullptr;
+  std::string level;
+};
+
+// What a request stores new chunks as: raw fp16 (what a fast link fetches, so reuse there
+// changes nothing), then `codec`'s levels within the model's quality floor (what slower links
+// fetch), or, when the floor allows none of them (no profile yet, or every rung over it), the
+// near-lossless quant 8 if allowed, with a note saying so.
+struct StorePlan {
+  std::vector<StoredRung> rungs;
+  std::string note;  // empty when the requested codec is stored
+};
+Result<StorePlan> PlanStoredRungs(const QualityFloor& floor, const std::string& codec);
+
+// Keys of the prompt's chunks that may be reused: whole chunks before its last token, which is
+// always prefilled (its logits give the first generated token).
+std::vector<ChunkKey> ReusableChunkKeys(const ModelFingerprint& model, std::span<const int32_t> tokens,
+                                        uint32_t chunk_tokens);
+
+// Fetch options for a request's reuse: any variant within the quality floor (the most accurate
+// of those about as fast as the fastest), the link's rate as the first bandwidth guess,
+// "recompute" priced at `recompute_s` per chunk (0: never), and the model's KV geometry, which
+// every chunk's header must match before it is decoded.
+// With no link cap the first guess is the store's kind: a local one (dir://, mem://) reads at
+// page-cache speed, a networked one (redis://) at about 1 Gbps until a transfer says otherwise.
+FetchOptions ReuseFetchOptions(double link_gbps, double recompute_s, const ModelInfo& model, const QualityFloor& floor,
+                               const Store& store);
+
+// Seconds this machine takes to prefill one chunk, from prefilling `probe` in `session` (which
+// is left empty): what prices "recompute" for the level planner.
+Result<double> MeasureChunkPrefillSeconds(LlamaSession& session, std::span<const int32_t> probe, uint32_t chunk_tokens);
+
+struct PrefixRestore {
+  uint32_t chunks_found = 0;    // manifests present, from chunk 0 on
+  uint32_t chunks_fetched = 0;  // restored into the session
+  std::string fallback;         // why fewer than found were restored (or the lookup stopped)
+  // Reuse stopped at a damaged chunk: an object or manifest that is corrupt, bound to another
+  // name, not sealed with the store's secret, or for another model, shape or place (not a
+  // missing one, a store that failed, or a planned recompute).
+  bool damaged = false;
+  std::vector<std::string> variants;  // "codec/level" per restored chunk
+  uint64_t bytes = 0;
+  double lookup_s = 0, fetch_s = 0, decode_s = 0, restore_s = 0;
+  double max_chunk_decode_s = 0;
+};
+
+// The manifests of keys' longest stored run from chunk 0, from one batched lookup. A store that
+// fails is not an error here: the lookup stops and says why in `fallback` (the request recomputes).
+struct PrefixLookup {
+  std::vector<ChunkManifest> manifests;
+  std::string fallback;
+  bool damaged = false;  // the lookup stopped at a manifest that is damaged (PrefixRestore::damaged)
+  double lookup_s = 0;
+};
+PrefixLookup LookupStoredPrefix(Store& store, std::span<const ChunkKey> keys, uint32_t chunk_tokens);
+
+// Fetches the looked-up run through a Fetcher (link and options as given; options.kv_shape is
+// required) into one buffer allocated once for the whole run, each chunk decoded in its place.
+// `on_chunk` (may be empty) sees each chunk on the calling thread as it is delivered, in order,
+// while later ones are still on the link; an error from it ends the fetch with that error.
+// Without one nothing touches a llama.cpp session: a server runs this while other requests
+// decode.
+struct FetchedPrefix {
+  PrefixRestore stats;  // restore_s: time spent in on_chunk
+  KvCache kv;           // the run's buffer; its first tokens() tokens are the fetched prefix
+  uint32_t chunk_tokens = 0;
+  uint32_t tokens() const { return stats.chunks_fetched * chunk_tokens; }
+  KvView view() const { return KvView(&kv, 0, tokens()); }
+};
+Result<FetchedPrefix> FetchLookedUpPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
+                                          PrefixLookup lookup, const CodecContext& codec_context, LinkShaper& link,
+                                          const FetchOptions& options,
+                                          const std::function<Status(const KvView&)>& on_chunk = {});
+// LookupStoredPrefix, then FetchLookedUpPrefix.
+Result<FetchedPrefix> FetchStoredPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
+                                        uint32_t chunk_tokens, const CodecContext& codec_context, LinkShaper& link,
+                                        const FetchOptions& options,
+                                        const std::function<Status(const KvView&)>& on_chunk = {});
+
+// FetchStoredPrefix into `session` (which must be empty), each chunk appended to it as it
+// arrives, so only the last chunk's restore is left when the transfer ends.
+Result<PrefixRestore> RestoreStoredPrefix(Store& store, LlamaSession& session, const ModelFingerprint& model,
+                                          std::span<const ChunkKey> keys, uint32_t chunk_tokens,
+                                          const CodecContext& codec_context, LinkShaper& link,
+                                          const FetchOptions& options);
+
+// The ThreadPool size that gives a fetch `fetch_threads` workers (0: one per core); the calling
+// thread, which waits on the link and restores, is not one of them.
+size_t FetchPoolThreads(int fetch_threads);
+
+// "raw/fp16,kvtc/16,..." for reports.
+std::vector<std::string> RungNames(const std::vector<StoredRung>& rungs);
+
+struct StoredChunks {
+  uint32_t chunks = 0;
+  uint64_t bytes = 0;
+};
+
+// Chunk i's KV (tokens [i * chunk_tokens, (i + 1) * chunk_tokens)), which the source may keep
+// only until its next call.
+using ChunkKvSource = std::function<Result<KvView>(uint32_t chunk_index)>;
+
+// Stores chunks [first, keys.size()) at every rung, each chunk's manifest after its objects,
+// asking `chunk_kv` for one chunk at a time.
+Result<StoredChunks> StoreChunks(Store& store, const ChunkKvSource& chunk_kv, std::span<const ChunkKey> keys,
+                                 uint32_t first, uint32_t chunk_tokens, const std::vector<StoredRung>& rungs,
+                                 const ModelFingerprint& model, const CodecContext& codec_context);
+
+// The same from the session's sequence (which must start at position 0), each chunk copied out of
+// llama.cpp only when it is encoded (LlamaSession::ExtractKvRange): storing a long prompt holds
+// one chunk beside the session's cache, not a second copy of the whole cache.
+Result<StoredChunks> StoreSessionChunks(Store& store, LlamaSession& session, std::span<const ChunkKey> keys,
+                                        uint32_t first, uint32_t chunk_tokens, const std::vector<StoredRung>& rungs,
+                                        const ModelFingerprint& model, const CodecContext& codec_context);
+
+// The same from `kv` (chunk i = tokens [i * chunk_tokens, ...)) at every level.
+Result<StoredChunks> StoreChunks(Store& store, const KvCache& kv, std::span<const ChunkKey> keys, uint32_t first,
+                                 uint32_t chunk_tokens, const Codec& codec, const std::vector<std::string>& levels,
+                                 const ModelFingerprint& model, const CodecContext& codec_context);
+// The same at every rung of a plan (codecs may differ).
+Result<StoredChunks> StoreChunks(Store& store, const KvCache& kv, std::span<const ChunkKey> keys, uint32_t first,
+                                 uint32_t chunk_tokens, const std::vector<StoredRung>& rungs,
+                                 const ModelFingerprint& model, const CodecContext& codec_context);
+
+}  // namespace kvc

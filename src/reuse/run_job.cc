@@ -1,0 +1,202 @@
+#include "reuse/run_job.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/thread_pool.h"
+#include "base/utf8.h"
+#include "llama/llama_engine.h"
+#include "llama/model_files.h"
+#include "reuse/prefix_reuse.h"
+
+namespace kvc {
+namespace {
+
+// Tokens prefilled to measure this machine's prefill speed, which prices "recompute" for the
+// level planner.
+constexpr uint32_t kProbeTokens = 64;
+
+// Also logged, so a caller that only reads the text still sees on stderr why nothing was reused.
+void Warn(RunReport& r, std::string message) {
+  KVC_LOG_WARN("%s", PrintableOneLine(message).c_str());
+  r.warnings.push_back(std::move(message));
+}
+
+}  // namespace
+
+Result<RunReport> RunJob(const RunOptions& o) {
+  RunReport r;
+  r.codec = o.codec;
+  r.link_gbps = o.link_gbps;
+  if (FindCodec(o.codec) == nullptr) return InvalidArgument("unknown codec '" + o.codec + "'");
+  if (o.chunk_tokens == 0) return InvalidArgument("chunk tokens must be positive");
+  RETURN_IF_ERROR(CheckSamplingParams(o.sampling));
+
+  const auto t_load = SteadyClock::now();
+  ASSIGN_OR_RETURN(auto model, LlamaModel::Load(o.model_path));
+  CalibrationRegistry calibrations;
+  RETURN_IF_ERROR(LoadModelCalibration(calibrations, o.model_path, o.calibration));
+  if (FindCodec(o.codec)->info().needs_calibration && calibrations.FindForModel(model->fingerprint()) == nullptr) {
+    return InvalidArgument("codec '" + o.codec + "' needs a calibration: run `kvcodec calibrate --model " +
+                           o.model_path + "` or pass --calibration");
+  }
+  ASSIGN_OR_RETURN(const QualityFloor floor,
+                   LoadQualityFloor(o.model_path, o.profile, model->fingerprint(), calibrations, o.quality));
+  r.quality_floor = floor.note;
+  if (!floor.from_profile()) KVC_LOG_WARN("%s", PrintableOneLine(floor.note).c_str());
+  ASSIGN_OR_RETURN(StorePlan plan, PlanStoredRungs(floor, o.codec));
+  if (!o.levels.empty()) {  // the caller's own choice, exactly
+    plan.rungs.clear();
+    for (const std::string& level : o.levels) plan.rungs.push_back({FindCodec(o.codec), level});
+    plan.note.clear();
+  }
+  if (!plan.note.empty()) KVC_LOG_WARN("%s", plan.note.c_str());
+  r.stored_levels = RungNames(plan.rungs);
+  const std::string store_url = o.store_url.empty() ? DefaultStoreUrl() : o.store_url;
+  r.store_url = RedactedUrl(store_url);
+  // A malformed URL is the caller's mistake; a store that cannot be reached is a warning.
+  std::unique_ptr<Store> store;
+  if (o.reuse || o.store_new_chunks) {
+    StoreOptions store_options;
+    store_options.secret = o.store_secret;
+    auto opened = OpenStore(store_url, store_options);
+    if (opened.ok()) {
+      store = std::move(opened).value();
+    } else if (opened.status().code() == StatusCode::kInvalidArgument) {
+      return opened.status();
+    } else {
+      Warn(r, "store " + r.store_url + " unavailable, recomputing and not storing: " + opened.status().ToString());
+    }
+  }
+  ASSIGN_OR_RETURN(std::vector<int32_t> tokens, model->Tokenize(o.prompt, true));
+  if (tokens.size() < 2) return InvalidArgument("the prompt is empty");
+  r.prompt_tokens = static_cast<uint32_t>(tokens.size());
+  SessionOptions so;
+  so.n_ctx = r.prompt_tokens + o.n_generate + 8;
+  so.n_threads = o.threads;
+  // Bounds llama.cpp's attention scratch during a long prefill (the same KV, bit for bit).
+  so.n_ubatch = BoundedUbatch(model->info(), so);
+  ASSIGN_OR_RETURN(auto session, LlamaSession::Create(*model, so));
+  const std::span<const int32_t> probe = std::span(tokens).first(std::min<size_t>(kProbeTokens, tokens.size()));
+  ASSIGN_OR_RETURN(const double recompute_s, MeasureChunkPrefillSeconds(*session, probe, o.chunk_tokens));
+  r.load_s = SecondsSince(t_load);
+
+  const std::vector<ChunkKey> keys = ReusableChunkKeys(model->fingerprint(), tokens, o.chunk_tokens);
+  r.chunks_reusable = static_cast<uint32_t>(keys.size());
+
+  // Fetch, decode and encode share one pool; chunks decode side by side, one per worker.
+  ThreadPool pool(FetchPoolThreads(o.fetch_threads));
+  const auto t_request = SteadyClock::now();
+  const CodecContext codec_context{&calibrations, &model->fingerprint(), nullptr};
+  if (o.reuse && store != nullptr) {
+    LinkShaper link(LinkShaper::GbpsToBytesPerSecond(o.link_gbps));
+    FetchOptions fetch_options = ReuseFetchOptions(o.link_gbps, recompute_s, model->info(), floor, *store);
+    fetch_options.pool = &pool;
+    auto restored = RestoreStoredPrefix(*store, *session, model->fingerprint(), keys, o.chunk_tokens, codec_context,
+                                        link, fetch_options);
+    // The fetcher turns a missing or damaged chunk into a shorter prefix; an error here (a
+    // restore llama.cpp refused) leaves nothing trustworthy in the session: start over.
+    if (!restored.ok()) {
+      Warn(r, "reuse failed, recomputing the whole prompt: " + restored.status().ToString());
+      session->Clear();
+      restored = PrefixRestore{};
+    }
+    const PrefixRestore& p = *restored;
+    r.chunks_found = p.chunks_found;
+    r.chunks_fetched = p.chunks_fetched;
+    r.fallback = p.fallback;
+    r.damaged = p.damaged;
+    r.variants = p.variants;
+    r.bytes_fetched = p.bytes;
+    r.lookup_s = p.lookup_s;
+    r.fetch_s = p.fetch_s;
+    r.decode_s = p.decode_s;
+    r.restore_s = p.restore_s;
+  }
+  r.reused_tokens = r.chunks_fetched * o.chunk_tokens;
+
+  const auto t_prefill = SteadyClock::now();
+  const std::span<const int32_t> rest = std::span(tokens).subspan(r.reused_tokens);
+  r.prefilled_tokens = static_cast<uint32_t>(rest.size());
+  RETURN_IF_ERROR(session->Eval(rest, false));
+  ASSIGN_OR_RETURN(auto sampler, TokenSampler::Create(o.sampling, session->n_vocab(), so.n_ctx));
+  int32_t next = sampler->Sample(session->Logits(-1));
+  r.prefill_s = SecondsSince(t_prefill);
+  r.ttft_s = SecondsSince(t_request);
+
+  const auto t_generate = SteadyClock::now();
+  // A token's piece may be part of a character (byte-fallback tokens): the text is joined as
+  // valid UTF-8, and a character the last token left incomplete becomes U+FFFD.
+  Utf8Stream text;
+  for (uint32_t i = 0; i < o.n_generate; ++i) {
+    r.text += text.Push(model->TokenText(next));
+    ++r.generated_tokens;
+    if (i + 1 == o.n_generate) break;
+    RETURN_IF_ERROR(session->Eval(std::span(&next, 1), false));
+    next = sampler->Sample(session->Logits(-1));
+  }
+  r.text += text.Finish();
+  r.generate_s = SecondsSince(t_generate);
+
+  // From the first chunk not restored: new chunks, and any that were found but missing or damaged
+  // (rewritten whole, so the next request finds them intact).
+  if (o.store_new_chunks && store != nullptr && r.chunks_fetched < keys.size()) {
+    const auto t_store = SteadyClock::now();
+    // Encoding is after the response, never on the TTFT path.
+    const CodecContext store_context{&calibrations, &model->fingerprint(), &pool};
+    auto stored = StoreSessionChunks(*store, *session, keys, r.chunks_fetched, o.chunk_tokens, plan.rungs,
+                                     model->fingerprint(), store_context);
+    if (stored.ok()) {
+      r.chunks_stored = stored->chunks;
+      r.bytes_stored = stored->bytes;
+    } else {
+      Warn(r, "storing the prompt's chunks failed, they are not kept: " + stored.status().ToString());
+    }
+    r.store_s = SecondsSince(t_store);
+  }
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) == 0) r.peak_rss_bytes = static_cast<uint64_t>(usage.ru_maxrss) * 1024;
+  return r;
+}
+
+std::string RunReportJson(const RunReport& r) {
+  nlohmann::ordered_json j;
+  j["text"] = r.text;
+  j["store"] = r.store_url;
+  j["codec"] = r.codec;
+  j["link_gbps"] = r.link_gbps;
+  j["prompt_tokens"] = r.prompt_tokens;
+  j["reused_tokens"] = r.reused_tokens;
+  j["prefilled_tokens"] = r.prefilled_tokens;
+  j["generated_tokens"] = r.generated_tokens;
+  j["chunks_reusable"] = r.chunks_reusable;
+  j["chunks_found"] = r.chunks_found;
+  j["chunks_fetched"] = r.chunks_fetched;
+  j["variants"] = r.variants;
+  j["fallback"] = r.fallback;
+  j["damaged"] = r.damaged;
+  j["bytes_fetched"] = r.bytes_fetched;
+  j["ttft_s"] = r.ttft_s;
+  j["lookup_s"] = r.lookup_s;
+  j["fetch_s"] = r.fetch_s;
+  j["decode_s"] = r.decode_s;
+  j["restore_s"] = r.restore_s;
+  j["prefill_s"] = r.prefill_s;
+  j["load_s"] = r.load_s;
+  j["generate_s"] = r.generate_s;
+  j["store_s"] = r.store_s;
+  j["peak_rss_bytes"] = r.peak_rss_bytes;
+  j["chunks_stored"] = r.chunks_stored;
+  j["bytes_stored"] = r.bytes_stored;
+  j["warnings"] = r.warnings;
+  j["quality_floor"] = r.quality_floor;
+  j["stored_levels"] = r.stored_levels;
+  return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+}  // namespace kvc

@@ -1,0 +1,547 @@
+#include "serve/batch_scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/thread_pool.h"
+
+namespace kvc {
+
+ServeRequest::ServeRequest(std::vector<int32_t> tokens, GenerationOptions options)
+    : tokens_(std::move(tokens)), options_(std::move(options)), arrived_(SteadyClock::now()) {
+  generation_.prompt_tokens = static_cast<uint32_t>(tokens_.size());
+  generation_.finish_reasons.assign(options_.n, "length");
+}
+
+ServeRequest::Next ServeRequest::NextPiece(Piece* piece, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return !pieces_.empty() || done_; })) return Next::kTimeout;
+  if (pieces_.empty()) return Next::kEnd;
+  *piece = std::move(pieces_.front());
+  pieces_.pop_front();
+  return Next::kPiece;
+}
+
+void ServeRequest::Push(Piece piece) {
+  if (piece.text.empty() && piece.logprobs.empty()) return;  // a token that only began a character
+  std::lock_guard lock(mu_);
+  pieces_.push_back(std::move(piece));
+  cv_.notify_all();
+}
+
+void ServeRequest::Finish() {
+  std::lock_guard lock(mu_);
+  done_ = true;
+  cv_.notify_all();
+}
+
+// A sequence of the llama.cpp context and the request choice it holds. Choice 0 (the lead)
+// restores and prefills the prompt; the other choices' sequences wait, and become copies of the
+// lead's when its prompt is done.
+struct BatchScheduler::Slot {
+  int32_t seq = 0;
+  std::shared_ptr<ServeRequest> request;  // null: free
+  uint32_t choice = 0;
+  uint32_t evaluated = 0;  // prompt and generated tokens in the sequence
+  uint32_t restored_chunks = 0;
+  bool waiting_for_prompt = false;  // a choice after the first, before the fork
+  bool generating = false;          // prompt done; `next` is the token to evaluate
+  int32_t next = 0;
+  SteadyClock::time_point prefill_start;
+};
+
+BatchScheduler::BatchScheduler(const LlamaModel& model, LlamaSession& session, const ReuseContext& reuse,
+                               const SchedulerOptions& options, ServeMetrics& metrics)
+    : model_(model),
+      session_(session),
+      reuse_(reuse),
+      o_(options),
+      metrics_(metrics),
+      pool_(size_t{std::max(1u, options.fetch_threads)} + 1) {
+  link_.SetRate(LinkShaper::GbpsToBytesPerSecond(o_.link_gbps));
+  const uint32_t fetchers = o_.reuse ? (o_.fifo ? 1 : std::max(1u, o_.fetch_threads)) : 0;
+  for (uint32_t i = 0; i < fetchers; ++i) fetchers_.emplace_back([this] { FetchLoop(); });
+  engine_ = std::thread([this] { EngineLoop(); });
+  storer_ = std::thread([this] { StoreLoop(); });
+}
+
+BatchScheduler::~BatchScheduler() { Stop(); }
+
+void BatchScheduler::Submit(std::shared_ptr<ServeRequest> request) {
+  if (o_.reuse) request->keys_ = ReusableChunkKeys(*reuse_.model, request->tokens_, o_.chunk_tokens);
+  // FIFO: every request, even one with no whole chunk to look up, keeps its place in line.
+  if (!o_.reuse || (!o_.fifo && request->keys_.empty())) {
+    MakeReady(std::move(request));
+    return;
+  }
+  if (!o_.fifo) {
+    // KV-fetch-aware: the lookup is one batched read of small manifests, done here so that a
+    // request with nothing stored never queues behind another's fetch.
+    Lookup(*request);
+    if (request->lookup_.manifests.empty()) {
+      MakeReady(std::move(request));
+      return;
+    }
+  }
+  std::lock_guard lock(mu_);
+  to_fetch_.push_back(std::move(request));
+  fetch_cv_.notify_one();
+}
+
+void BatchScheduler::MakeReady(std::shared_ptr<ServeRequest> request) {
+  std::lock_guard lock(mu_);
+  ready_.push_back(std::move(request));
+  engine_cv_.notify_one();
+}
+
+void BatchScheduler::FetchLoop() {
+  for (;;) {
+    std::shared_ptr<ServeRequest> request;
+    {
+      std::unique_lock lock(mu_);
+      fetch_cv_.wait(lock, [&] { return stop_fetch_ || !to_fetch_.empty(); });
+      if (to_fetch_.empty()) return;
+      request = std::move(to_fetch_.front());
+      to_fetch_.pop_front();
+      ++fetching_;
+    }
+    // A client that left while its request waited to be fetched costs no fetch. Nothing thrown
+    // here may end the thread (std::terminate would take the server down): the request then
+    // recomputes its prefix, as for any failed fetch.
+    if (!request->cancelled_) {
+      try {
+        Fetch(*request);
+      } catch (...) {
+        request->fetched_.reset();
+        KVC_LOG_WARN("KV reuse failed, recomputing: %s", ExceptionText(std::current_exception()).c_str());
+        std::lock_guard m(metrics_.mu);
+        ++metrics_.reuse_failures;
+      }
+    }
+    std::lock_guard lock(mu_);
+    --fetching_;
+    ready_.push_back(std::move(request));
+    engine_cv_.notify_one();
+  }
+}
+
+void BatchScheduler::Lookup(ServeRequest& request) {
+  request.lookup_ = LookupStoredPrefix(*reuse_.store, request.keys_, o_.chunk_tokens);
+  const bool failed = request.lookup_.manifests.empty() && !request.lookup_.fallback.empty();
+  if (failed) KVC_LOG_WARN("KV reuse unavailable, recomputing: %s", request.lookup_.fallback.c_str());
+  std::lock_guard m(metrics_.mu);
+  metrics_.lookup.Add(request.lookup_.lookup_s);
+  metrics_.reuse_failures += failed ? 1 : 0;
+  // With manifests before it, a damaged one is counted when the fetch reports it (below).
+  if (request.lookup_.damaged && request.lookup_.manifests.empty()) ++metrics_.damaged_chunks;
+}
+
+// Brings the request's stored prefix in (this fetch thread waits on the link) and decodes it on
+// the pool, whose workers are the share of the machine fetching may take from generation.
+void BatchScheduler::Fetch(ServeRequest& request) {
+  if (o_.fifo) Lookup(request);
+  if (request.lookup_.manifests.empty()) return;
+  // Chunks decode side by side on the pool, each on one worker.
+  const CodecContext context{reuse_.calibrations, reuse_.model, nullptr};
+  FetchOptions options = ReuseFetchOptions(o_.link_gbps, o_.recompute_s, model_.info(), o_.floor, *reuse_.store);
+  options.pool = &pool_;
+  auto fetched = FetchLookedUpPrefix(*reuse_.store, *reuse_.model, request.keys_, std::move(request.lookup_), context,
+                                     link_, options);
+  if (!fetched.ok()) {
+    KVC_LOG_WARN("KV reuse failed, recomputing: %s", fetched.status().ToString().c_str());
+    std::lock_guard m(metrics_.mu);
+    ++metrics_.reuse_failures;
+    return;
+  }
+  if (!fetched->stats.fallback.empty()) {
+    KVC_LOG_WARN("KV reuse stopped early, recomputing the rest: %s", fetched->stats.fallback.c_str());
+  }
+  {
+    std::lock_guard m(metrics_.mu);
+    metrics_.fetch.Add(fetched->stats.fetch_s);
+    if (fetched->stats.damaged) ++metrics_.damaged_chunks;
+  }
+  request.fetched_ = std::move(*fetched);
+}
+
+void BatchScheduler::EngineLoop() {
+  slots_.resize(o_.parallel);
+  for (size_t i = 0; i < slots_.size(); ++i) slots_[i].seq = static_cast<int32_t>(i);
+  auto busy = [&] {
+    return std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.request != nullptr; });
+  };
+  auto free_slots = [&] {
+    std::vector<Slot*> out;
+    for (Slot& s : slots_) {
+      if (s.request == nullptr) out.push_back(&s);
+    }
+    return out;
+  };
+  for (;;) {
+    std::vector<Slot*> admitted;                          // leads
+    std::vector<std::shared_ptr<ServeRequest>> gone;      // cancelled before they got a sequence
+    std::vector<std::shared_ptr<ServeRequest>> too_wide;  // more choices than sequences
+    {
+      std::unique_lock lock(mu_);
+      engine_cv_.wait(
+          lock, [&] { return busy() || !ready_.empty() || (stop_engine_ && to_fetch_.empty() && fetching_ == 0); });
+      if (!busy() && ready_.empty()) return;  // stopping, and nothing is left anywhere
+      // In arrival order: a request of n choices waits for n free sequences at once, and the
+      // ones behind it wait with it.
+      for (std::vector<Slot*> free = free_slots(); !ready_.empty(); free = free_slots()) {
+        std::shared_ptr<ServeRequest>& front = ready_.front();
+        const uint32_t n = front->options_.n;
+        if (front->cancelled_ || n == 0 || n > slots_.size()) {
+          (front->cancelled_ ? gone : too_wide).push_back(std::move(front));
+          ready_.pop_front();
+          continue;
+        }
+        if (free.size() < n) break;
+        std::shared_ptr<ServeRequest> request = std::move(front);
+        ready_.pop_front();
+        for (uint32_t c = 0; c < n; ++c) {
+          Slot& s = *free[c];
+          s.request = request;
+          s.choice = c;
+          s.waiting_for_prompt = c > 0;
+          s.generating = false;
+          s.evaluated = 0;
+          s.restored_chunks = 0;
+        }
+        request->open_choices_ = n;
+        admitted.push_back(free[0]);
+        ++running_;
+      }
+    }
+    for (const auto& request : gone) {
+      {
+        std::lock_guard m(metrics_.mu);
+        ++metrics_.disconnects;
+      }
+      request->generation_.finish_reasons.assign(request->options_.n, "cancelled");
+      request->Finish();
+    }
+    for (const auto& request : too_wide) {
+      request->status_ = InvalidArgument(
+          FormatMessage("n = %u is more than the server's %zu sequences", request->options_.n, slots_.size()));
+      request->Finish();
+    }
+    // Nothing thrown may end this thread (std::terminate would take every request in flight
+    // with it): what fails a request ends that request with an error; what fails a step ends
+    // the requests in it.
+    for (Slot* lead : admitted) {
+      try {
+        Admit(*lead);
+      } catch (...) {
+        Release(*lead, Internal("admitting the request failed: " + ExceptionText(std::current_exception())), "length");
+      }
+    }
+    for (Slot& s : slots_) {
+      if (s.request && s.request->cancelled_) Cancelled(s);
+    }
+    try {
+      Step();
+    } catch (...) {
+      const Status failed = Internal("a batch step failed: " + ExceptionText(std::current_exception()));
+      KVC_LOG_ERROR("%s", failed.ToString().c_str());
+      FailAll(failed);
+    }
+  }
+}
+
+void BatchScheduler::Cancelled(Slot& slot) {
+  ServeRequest& r = *slot.request;
+  if (!r.disconnect_counted_) {
+    r.disconnect_counted_ = true;
+    std::lock_guard m(metrics_.mu);
+    ++metrics_.disconnects;
+  }
+  Release(slot, Status::Ok(), "cancelled");
+}
+
+void BatchScheduler::FailAll(const Status& status) {
+  for (Slot& s : slots_) {
+    if (s.request) Release(s, status, "length");
+  }
+}
+
+// Restores the fetched prefix (if any) into the lead's sequence, and makes every choice's
+// sampler (each its own state; choices that share a seed draw differently).
+void BatchScheduler::Admit(Slot& lead) {
+  ServeRequest& r = *lead.request;
+  {
+    std::lock_guard m(metrics_.mu);
+    metrics_.queue.Add(SecondsSince(r.arrived_));
+  }
+  r.choices_.clear();
+  r.choices_.resize(r.options_.n);
+  for (uint32_t c = 0; c < r.options_.n; ++c) {
+    r.choices_[c].stop = StopFilter(r.options_.stop);
+    auto sampler = TokenSampler::Create(r.options_.sampling, session_.n_vocab(), session_.options().n_ctx, c);
+    if (!sampler.ok()) {
+      Release(lead, sampler.status(), "length");
+      return;
+    }
+    r.choices_[c].sampler = std::move(*sampler);
+  }
+  for (Slot& s : slots_) {
+    if (s.request.get() == &r) session_.ClearSeq(s.seq);
+  }
+  if (r.fetched_ && r.fetched_->stats.chunks_fetched > 0) {
+    const auto t = SteadyClock::now();
+    if (Status s = session_.RestoreSeqKv(lead.seq, r.fetched_->view()); s.ok()) {
+      lead.restored_chunks = r.fetched_->stats.chunks_fetched;
+      lead.evaluated = lead.restored_chunks * o_.chunk_tokens;
+      r.generation_.fetched_bytes = r.fetched_->stats.bytes;
+    } else {
+      KVC_LOG_WARN("restoring the fetched prefix failed, recomputing: %s", s.ToString().c_str());
+      session_.ClearSeq(lead.seq);
+    }
+    std::lock_guard m(metrics_.mu);
+    metrics_.restore.Add(SecondsSince(t));
+  }
+  r.fetched_.reset();  // the decoded prefix can be large; the sequence holds it now
+  r.generation_.cached_tokens = lead.evaluated;
+  lead.prefill_start = SteadyClock::now();
+}
+
+// One llama.cpp batch: a token for every generating sequence first (so streams keep flowing),
+// then prompt slices of the prefilling ones in the room left (chunked prefill).
+void BatchScheduler::Step() {
+  std::vector<SeqTokens> entries;
+  std::vector<Slot*> owners;
+  size_t room = session_.options().n_batch;
+  for (Slot& s : slots_) {
+    if (s.request && s.generating && room > 0) {
+      entries.push_back({s.seq, static_cast<int32_t>(s.evaluated), std::span(&s.next, 1)});
+      owners.push_back(&s);
+      --room;
+    }
+  }
+  // Shortest remaining prompt first: a short prompt is done in one step instead of waiting
+  // behind the slices of a long one (which loses a step, not its place).
+  std::vector<Slot*> prefilling;
+  for (Slot& s : slots_) {
+    if (s.request && !s.generating && !s.waiting_for_prompt) prefilling.push_back(&s);
+  }
+  auto remaining = [](const Slot* s) { return s->request->tokens_.size() - s->evaluated; };
+  std::stable_sort(prefilling.begin(), prefilling.end(),
+                   [&](const Slot* a, const Slot* b) { return remaining(a) < remaining(b); });
+  for (Slot* s : prefilling) {
+    if (room == 0) break;
+    const std::span<const int32_t> prompt(s->request->tokens_);
+    const size_t n = std::min(room, remaining(s));
+    entries.push_back({s->seq, static_cast<int32_t>(s->evaluated), prompt.subspan(s->evaluated, n)});
+    owners.push_back(s);
+    room -= n;
+  }
+  if (entries.empty()) return;
+  if (Status status = session_.DecodeBatch(entries); !status.ok()) {
+    KVC_LOG_ERROR("decoding a batch of %zu sequences failed: %s", entries.size(), status.ToString().c_str());
+    for (Slot* s : owners) Release(*s, status, "length");
+    return;
+  }
+  {
+    std::lock_guard m(metrics_.mu);
+    ++metrics_.batches;
+    metrics_.batched_sequences += entries.size();
+    metrics_.peak_batch_sequences = std::max<uint64_t>(metrics_.peak_batch_sequences, entries.size());
+  }
+  for (size_t i = 0; i < entries.size(); ++i) {
+    Slot& s = *owners[i];
+    s.evaluated += static_cast<uint32_t>(entries[i].tokens.size());
+    const std::span<const float> logits = session_.BatchLogits(i);
+    if (s.generating) {
+      Emit(s, logits);
+      continue;
+    }
+    if (s.evaluated < s.request->tokens_.size()) continue;
+    s.generating = true;
+    s.request->generation_.ttft_s = SecondsSince(s.request->arrived_);
+    {
+      std::lock_guard m(metrics_.mu);
+      metrics_.prefill.Add(SecondsSince(s.prefill_start));
+      metrics_.ttft.Add(s.request->generation_.ttft_s);
+    }
+    // The other choices start from the same prompt: copies of this sequence, each drawing its
+    // first token from these logits with its own sampler. Copied before the lead's first token,
+    // which may end the lead and free its sequence.
+    std::vector<Slot*> followers;
+    for (Slot& f : slots_) {
+      if (f.request == s.request && f.waiting_for_prompt) followers.push_back(&f);
+    }
+    for (Slot* f : followers) {
+      f->waiting_for_prompt = false;
+      f->generating = true;
+      f->evaluated = s.evaluated;
+    }
+    for (Slot* f : followers) {
+      if (Status copied = session_.CopySeq(s.seq, f->seq); !copied.ok()) Release(*f, copied, "length");
+    }
+    Emit(s, logits);
+    for (Slot* f : followers) {
+      if (f->request) Emit(*f, logits);
+    }
+  }
+}
+
+void BatchScheduler::Emit(Slot& slot, std::span<const float> logits) {
+  ServeRequest& r = *slot.request;
+  ServeRequest::Choice& c = r.choices_[slot.choice];
+  const int32_t token = c.sampler->Sample(logits);
+  if (model_.IsEndOfGeneration(token)) {
+    Release(slot, Status::Ok(), "stop");
+    return;
+  }
+  ++c.tokens;
+  ++r.generation_.completion_tokens;
+  std::string bytes = model_.TokenText(token);
+  const std::string text = c.utf8.Push(bytes);
+  if (r.options_.logprobs >= 0) {
+    const TokenLogprobs lp = ComputeLogprobs(logits, token, static_cast<uint32_t>(r.options_.logprobs));
+    TokenLogprob entry{std::move(bytes), lp.logprob, {}, c.produced};
+    for (const auto& [id, logprob] : lp.top) entry.top.emplace_back(model_.TokenText(id), logprob);
+    c.pending.emplace_back(std::move(entry), c.produced + text.size());
+  }
+  c.produced += text.size();
+  Piece piece{slot.choice, c.stop.Push(text), {}};
+  // The log-probabilities of the tokens whose text is all out now.
+  while (!c.pending.empty() && c.pending.front().second <= c.stop.emitted() && !c.stop.stopped()) {
+    piece.logprobs.push_back(std::move(c.pending.front().first));
+    c.pending.pop_front();
+  }
+  r.Push(std::move(piece));
+  if (c.stop.stopped()) {
+    Release(slot, Status::Ok(), "stop");
+  } else if (c.tokens == r.options_.max_tokens) {
+    Release(slot, Status::Ok(), "length");
+  } else {
+    slot.next = token;
+  }
+}
+
+// Ends the slot's choice and frees its sequence; the request ends with its last choice. The
+// lead's prompt chunks it did not restore go to the storer first (copied out now, while the
+// sequence still holds them).
+void BatchScheduler::Release(Slot& slot, Status status, const char* finish_reason) {
+  ServeRequest& r = *slot.request;
+  const bool prompt_done = slot.generating;
+  try {
+    if (status.ok() && o_.reuse && prompt_done && slot.choice == 0 && slot.restored_chunks < r.keys_.size()) {
+      if (auto kv = session_.ExtractSeqKv(slot.seq); kv.ok()) {
+        std::lock_guard lock(mu_);
+        store_jobs_.push_back({std::move(*kv), r.keys_, slot.restored_chunks});
+        store_cv_.notify_one();
+      } else {
+        KVC_LOG_WARN("copying a finished request's KV out failed: %s", kv.status().ToString().c_str());
+      }
+    }
+    if (slot.choice < r.choices_.size()) {
+      // A character still incomplete at the end never completes: it ends the text as U+FFFD
+      // (unless that completes a stop string). Text held back for a stop string that never came
+      // goes out, with the log-probabilities of every token whose text was sent.
+      ServeRequest::Choice& c = r.choices_[slot.choice];
+      Piece piece{slot.choice, c.stop.Push(c.utf8.Finish()), {}};
+      if (c.stop.stopped()) finish_reason = "stop";
+      piece.text += c.stop.Finish();
+      for (auto& [entry, end] : c.pending) {
+        if (entry.text_offset < c.stop.emitted() || (!c.stop.stopped() && end <= c.stop.emitted())) {
+          piece.logprobs.push_back(std::move(entry));
+        }
+      }
+      c.pending.clear();
+      r.Push(std::move(piece));
+    }
+  } catch (...) {
+    // Only the store job or the last piece is lost; the sequence is freed and the choice ends.
+    KVC_LOG_WARN("finishing a request: %s", ExceptionText(std::current_exception()).c_str());
+  }
+  session_.ClearSeq(slot.seq);
+  if (slot.choice < r.generation_.finish_reasons.size()) r.generation_.finish_reasons[slot.choice] = finish_reason;
+  if (!status.ok() && r.status_.ok()) r.status_ = std::move(status);
+  std::shared_ptr<ServeRequest> request = std::move(slot.request);
+  slot.waiting_for_prompt = false;
+  slot.generating = false;
+  // The lead ended before its prompt was done: the choices waiting for it end with it.
+  if (slot.choice == 0 && !prompt_done) {
+    for (Slot& f : slots_) {
+      if (f.request == request && f.waiting_for_prompt) Release(f, r.status_, finish_reason);
+    }
+  }
+  if (--r.open_choices_ > 0) return;
+  if (r.status_.ok()) {
+    std::lock_guard m(metrics_.mu);
+    metrics_.prompt_tokens += r.generation_.prompt_tokens;
+    metrics_.cached_tokens += r.generation_.cached_tokens;
+    metrics_.completion_tokens += r.generation_.completion_tokens;
+    metrics_.fetched_bytes += r.generation_.fetched_bytes;
+  }
+  r.Finish();
+  std::lock_guard lock(mu_);
+  --running_;
+}
+
+void BatchScheduler::StoreLoop() {
+  // Encoding takes from generation as decoding does: the same pool.
+  const CodecContext context{reuse_.calibrations, reuse_.model, &pool_};
+  for (;;) {
+    StoreJob job;
+    {
+      std::unique_lock lock(mu_);
+      store_cv_.wait(lock, [&] { return stop_store_ || !store_jobs_.empty(); });
+      if (store_jobs_.empty()) return;
+      job = std::move(store_jobs_.front());
+    }
+    Result<StoredChunks> stored = Internal("not stored");
+    try {
+      stored = StoreChunks(
+          *reuse_.store, job.kv, job.keys, job.first, o_.chunk_tokens,
+          o_.rungs.empty() ? std::vector<StoredRung>{{reuse_.codec, reuse_.codec->info().default_level}} : o_.rungs,
+          *reuse_.model, context);
+    } catch (...) {
+      stored = Internal(ExceptionText(std::current_exception()));
+    }
+    if (!stored.ok()) KVC_LOG_WARN("storing new chunks failed: %s", stored.status().ToString().c_str());
+    {
+      std::lock_guard m(metrics_.mu);
+      if (stored.ok()) {
+        metrics_.stored_bytes += stored->bytes;
+      } else {
+        ++metrics_.store_failures;
+      }
+    }
+    // Popped only now, so that "nothing pending" means the chunks are in the store.
+    std::lock_guard lock(mu_);
+    store_jobs_.pop_front();
+  }
+}
+
+BatchScheduler::Gauges BatchScheduler::gauges() {
+  std::lock_guard lock(mu_);
+  return {static_cast<int>(to_fetch_.size()) + fetching_, static_cast<int>(ready_.size()), running_,
+          static_cast<int>(store_jobs_.size())};
+}
+
+void BatchScheduler::Stop() {
+  // In pipeline order, each stage draining what the one before handed it.
+  auto stop = [&](bool& flag, std::condition_variable& cv) {
+    std::lock_guard lock(mu_);
+    flag = true;
+    cv.notify_all();
+  };
+  {
+    std::lock_guard lock(mu_);
+    if (stopped_) return;
+    stopped_ = true;
+  }
+  stop(stop_fetch_, fetch_cv_);
+  for (std::thread& t : fetchers_) t.join();
+  stop(stop_engine_, engine_cv_);
+  engine_.join();
+  stop(stop_store_, store_cv_);
+  storer_.join();
+}
+
+}  // namespace kvc

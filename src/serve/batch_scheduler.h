@@ -1,0 +1,215 @@
+// The completion server's engine: continuous batching over llama.cpp sequences with a
+// KV-fetch-aware (or FIFO) scheduler in front (design brief §3).
+//
+// A request goes through up to three queues. With reuse on, its stored prefix is looked up
+// when it arrives; if chunks are stored it waits for KV (fetch threads bring them in and decode
+// them), otherwise it is ready at once. Ready requests join the running batch as soon as a
+// sequence is free: the fetched prefix is restored into that sequence, the rest of the prompt is
+// prefilled in slices that share each step with the other sequences' decode tokens, and every
+// step decodes one token for each generating sequence. When a request finishes (or its client
+// goes away) its sequence is freed, and its new chunks go to a background storer.
+//
+// The FIFO scheduler keeps strict arrival order instead: one admission thread looks up and
+// fetches each request's prefix in turn, so a request behind one whose KV is crawling over a slow
+// link waits for it — what an engine that loads KV at admission does, and what `kvcodec bench
+// serve` compares against.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "base/utf8.h"
+#include "llama/token_sampler.h"
+#include "reuse/prefix_reuse.h"
+#include "serve/serve_metrics.h"
+#include "serve/stop_filter.h"
+
+namespace kvc {
+
+// What a request asks of its generation besides the prompt.
+struct GenerationOptions {
+  uint32_t max_tokens = 64;  // per choice
+  uint32_t n = 1;            // choices: sequences that share the prompt's prefill
+  SamplingParams sampling;   // greedy by default
+  std::vector<std::string> stop;
+  int32_t logprobs = -1;  // alternatives per token to report; -1: no log-probabilities
+};
+
+// A generated token's log-probability and its most likely alternatives, as a response reports
+// them. `bytes` are the token's own (possibly part of a character).
+struct TokenLogprob {
+  std::string bytes;
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;
+  size_t text_offset = 0;  // where the token's text starts in its choice's text
+};
+
+// Text of one choice as the engine produces it, with the log-probabilities of the tokens whose
+// text it completes.
+struct Piece {
+  uint32_t choice = 0;
+  std::string text;
+  std::vector<TokenLogprob> logprobs;
+};
+
+// What one request's generation did, for the response's usage block.
+struct Generation {
+  uint32_t prompt_tokens = 0, cached_tokens = 0;
+  uint32_t completion_tokens = 0;           // all choices together, as OpenAI counts them
+  std::vector<std::string> finish_reasons;  // per choice: "stop", "length" or "cancelled"
+  uint64_t fetched_bytes = 0;
+  double ttft_s = 0;
+};
+
+// One request between the HTTP thread that owns its connection and the engine: the engine
+// writes generated text into it, the HTTP thread reads it out (and cancels it when the client
+// is gone).
+class ServeRequest {
+ public:
+  ServeRequest(std::vector<int32_t> tokens, GenerationOptions options);
+
+  // Blocks until the next piece of some choice's text (kPiece), the end of the whole
+  // generation (kEnd; then status() and generation() are final) or `timeout` (kTimeout, so a
+  // waiting HTTP thread can look at its client). Pieces' text is valid UTF-8: a character split
+  // over tokens (byte-fallback vocabularies) comes out whole with its last byte, bytes that never
+  // form one come out as U+FFFD, and a choice's text is what ToValidUtf8 makes of its tokens'
+  // bytes, cut before the first stop string (of which no part is ever sent).
+  enum class Next { kPiece, kEnd, kTimeout };
+  Next NextPiece(Piece* piece, std::chrono::milliseconds timeout);
+  // The client is gone: the engine frees the request's sequences at its next step (or drops
+  // the request before admitting it).
+  void Cancel() { cancelled_ = true; }
+  const Status& status() const { return status_; }
+  const Generation& generation() const { return generation_; }
+
+ private:
+  friend class BatchScheduler;
+  void Push(Piece piece);
+  void Finish();
+
+  // One choice's state on the engine thread.
+  struct Choice {
+    Utf8Stream utf8;  // token bytes in, whole characters out
+    StopFilter stop;
+    std::unique_ptr<TokenSampler> sampler;
+    uint32_t tokens = 0;
+    size_t produced = 0;  // bytes out of utf8 so far
+    // Log-probabilities of tokens whose text is not all sent yet, each with where its text ends.
+    std::deque<std::pair<TokenLogprob, size_t>> pending;
+  };
+
+  const std::vector<int32_t> tokens_;
+  const GenerationOptions options_;
+  const std::chrono::steady_clock::time_point arrived_;
+  std::atomic<bool> cancelled_{false};
+  // Scheduler state (each field touched by one stage at a time, handed over through its queues).
+  std::vector<ChunkKey> keys_;
+  PrefixLookup lookup_;
+  std::optional<FetchedPrefix> fetched_;
+  std::vector<Choice> choices_;  // the engine thread's
+  uint32_t open_choices_ = 0;
+  bool disconnect_counted_ = false;
+  Generation generation_;
+  Status status_;
+  // The text channel.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Piece> pieces_;
+  bool done_ = false;
+};
+
+struct SchedulerOptions {
+  uint32_t parallel = 4;       // sequences (the session must have as many)
+  uint32_t fetch_threads = 1;  // kv-aware only; FIFO admits on one thread
+  bool fifo = false;
+  bool reuse = true;
+  uint32_t chunk_tokens = 256;
+  double link_gbps = 0;
+  double recompute_s = 0;         // per chunk, prices "recompute" for the level planner (0: never)
+  std::vector<StoredRung> rungs;  // stored per new chunk (empty: the context's codec at its default level)
+  QualityFloor floor;             // what may be fetched, and each rung's measured loss
+};
+
+// What reuse needs: where chunks live, how new ones are encoded, what decodes them.
+struct ReuseContext {
+  Store* store = nullptr;
+  const Codec* codec = nullptr;
+  CalibrationRegistry* calibrations = nullptr;
+  const ModelFingerprint* model = nullptr;
+};
+
+class BatchScheduler {
+ public:
+  // `session` must hold options.parallel sequences; the scheduler's engine thread is its only
+  // user from now on. Starts the engine, fetch and store threads.
+  BatchScheduler(const LlamaModel& model, LlamaSession& session, const ReuseContext& reuse,
+                 const SchedulerOptions& options, ServeMetrics& metrics);
+  ~BatchScheduler();
+  BatchScheduler(const BatchScheduler&) = delete;
+  BatchScheduler& operator=(const BatchScheduler&) = delete;
+
+  // Queues a request (from any thread); its text arrives through request->NextPiece.
+  void Submit(std::shared_ptr<ServeRequest> request);
+  // Serves every request already submitted, then drains the background stores and stops.
+  void Stop();
+
+  struct Gauges {
+    int waiting_for_kv = 0, waiting = 0, running = 0, store_pending = 0;
+  };
+  Gauges gauges();
+
+ private:
+  struct Slot;
+  void FetchLoop();
+  void EngineLoop();
+  void StoreLoop();
+  void MakeReady(std::shared_ptr<ServeRequest> request);
+  void Lookup(ServeRequest& request);
+  void Fetch(ServeRequest& request);
+  void Admit(Slot& lead);
+  void Step();
+  void Fork(Slot& lead);
+  void Emit(Slot& slot, std::span<const float> logits);
+  void Release(Slot& slot, Status status, const char* finish_reason);
+  void Cancelled(Slot& slot);
+  void FailAll(const Status& status);
+
+  const LlamaModel& model_;
+  LlamaSession& session_;
+  const ReuseContext reuse_;
+  const SchedulerOptions o_;
+  ServeMetrics& metrics_;
+  LinkShaper link_;          // one emulated link every fetch shares, as concurrent fetches share a network
+  std::vector<Slot> slots_;  // the engine thread's: one per sequence
+
+  std::mutex mu_;  // guards the queues and flags below
+  std::condition_variable fetch_cv_, engine_cv_, store_cv_;
+  std::deque<std::shared_ptr<ServeRequest>> to_fetch_;  // kv-aware: stored prefix found; fifo: every request
+  std::deque<std::shared_ptr<ServeRequest>> ready_;
+  struct StoreJob {
+    KvCache kv;
+    std::vector<ChunkKey> keys;
+    uint32_t first = 0;
+  };
+  std::deque<StoreJob> store_jobs_;
+  int fetching_ = 0, running_ = 0;
+  bool stop_fetch_ = false, stop_engine_ = false, stop_store_ = false, stopped_ = false;
+
+  // The one pool fetch and store work shares: chunks decode and encode on its fetch_threads
+  // workers, so reuse takes that many cores from generation and no more.
+  ThreadPool pool_;
+  std::vector<std::thread> fetchers_;
+  std::thread engine_, storer_;
+};
+
+}  // namespace kvc

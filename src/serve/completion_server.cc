@@ -1,0 +1,777 @@
+#include "serve/completion_server.h"
+
+#include <httplib.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <filesystem>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/utf8.h"
+#include "llama/llama_engine.h"
+#include "llama/model_files.h"
+#include "serve/batch_scheduler.h"
+#include "serve/completion_request.h"
+#include "serve/http_server.h"
+
+namespace kvc {
+namespace {
+
+using Json = nlohmann::json;
+
+// Every text we send is valid UTF-8 already (ServeRequest's pieces, Status::ToString); dumping
+// with replacement is the second guard, so a byte that slipped through becomes U+FFFD instead of
+// an exception.
+std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+std::string ErrorJson(const std::string& message, const std::string& type) {
+  return Dump(Json{{"error", {{"message", message}, {"type", type}}}});
+}
+
+const char* ErrorType(int status) { return status >= 500 ? "server_error" : "invalid_request_error"; }
+
+// The /metrics endpoint label of a path ("" for paths that are not completion endpoints).
+std::string Endpoint(const std::string& path) {
+  if (path == "/v1/completions") return "completions";
+  if (path == "/v1/chat/completions") return "chat";
+  return "";
+}
+
+// JSON cannot hold -inf: a probability that underflowed is reported as OpenAI reports it.
+double LogprobValue(float logprob) { return std::isfinite(logprob) ? logprob : -9999.0; }
+
+Json ByteArray(const std::string& bytes) {
+  Json out = Json::array();
+  for (const unsigned char b : bytes) out.push_back(b);
+  return out;
+}
+
+// The chat form: an entry per token with its bytes (a token may be part of a character, so its
+// "token" string is the bytes made valid UTF-8) and its alternatives.
+Json ChatLogprobs(const std::vector<TokenLogprob>& tokens) {
+  Json content = Json::array();
+  for (const TokenLogprob& t : tokens) {
+    Json top = Json::array();
+    for (const auto& [bytes, logprob] : t.top) {
+      top.push_back({{"token", ToValidUtf8(bytes)}, {"logprob", LogprobValue(logprob)}, {"bytes", ByteArray(bytes)}});
+    }
+    content.push_back({{"token", ToValidUtf8(t.bytes)},
+                       {"logprob", LogprobValue(t.logprob)},
+                       {"bytes", ByteArray(t.bytes)},
+                       {"top_logprobs", std::move(top)}});
+  }
+  return {{"content", std::move(content)}, {"refusal", nullptr}};
+}
+
+// The completions form: parallel arrays, offsets into the choice's text (after any echo).
+Json CompletionLogprobs(const std::vector<TokenLogprob>& tokens, size_t offset_base) {
+  Json text_tokens = Json::array(), logprobs = Json::array(), top = Json::array(), offsets = Json::array();
+  for (const TokenLogprob& t : tokens) {
+    text_tokens.push_back(ToValidUtf8(t.bytes));
+    logprobs.push_back(LogprobValue(t.logprob));
+    Json alternatives = Json::object();
+    for (const auto& [bytes, logprob] : t.top) alternatives.emplace(ToValidUtf8(bytes), LogprobValue(logprob));
+    top.push_back(std::move(alternatives));
+    offsets.push_back(offset_base + t.text_offset);
+  }
+  return {{"tokens", std::move(text_tokens)},
+          {"token_logprobs", std::move(logprobs)},
+          {"top_logprobs", std::move(top)},
+          {"text_offset", std::move(offsets)}};
+}
+
+// How often a thread waiting for a generation looks at its client.
+constexpr std::chrono::milliseconds kClientCheck{100};
+
+// Cancels a submitted request unless it was handed on: a handler that throws between Submit and
+// the end of its answer must not leave the request generating for nobody.
+struct CancelOnExit {
+  std::shared_ptr<ServeRequest> request;
+  ~CancelOnExit() {
+    if (request) request->Cancel();
+  }
+};
+
+}  // namespace
+
+struct CompletionServer::Impl {
+  ServerOptions o;
+  std::unique_ptr<LlamaModel> model;
+  CalibrationRegistry calibrations;
+  std::unique_ptr<Store> store;
+  std::unique_ptr<LlamaSession> session;
+  std::string model_name;
+  std::string chat_template;             // empty: "role: content" lines (PlainChatPrompt)
+  int64_t created = 0;                   // when the model was loaded (Unix seconds), /v1/models' "created"
+  std::vector<StoredRung> stored_rungs;  // what new chunks are stored as
+  ServeMetrics metrics;
+  std::unique_ptr<BatchScheduler> scheduler;
+  std::unique_ptr<HttpServer> http;
+  std::thread listener;
+  int bound_port = 0;
+
+  std::mutex stop_mu;
+  std::condition_variable stop_cv;
+  bool stopped = false;
+
+  std::string MetricsText() {
+    std::string out = metrics.Text();
+    const BatchScheduler::Gauges g = scheduler->gauges();
+    WriteMetricFamily(out, "kvcodec_queue_length", "gauge", "Requests in each queue of the scheduler now.");
+    out += FormatMessage("kvcodec_queue_length{queue=\"waiting_for_kv\"} %d\n", g.waiting_for_kv);
+    out += FormatMessage("kvcodec_queue_length{queue=\"waiting\"} %d\n", g.waiting);
+    out += FormatMessage("kvcodec_queue_length{queue=\"running\"} %d\n", g.running);
+    out += FormatMessage("kvcodec_queue_length{queue=\"store\"} %d\n", g.store_pending);
+    if (auto stats = store->Stats(); stats.ok()) {
+      WriteMetricFamily(out, "kvcodec_store_bytes", "gauge", "Bytes held by the KV store.");
+      out += FormatMessage("kvcodec_store_bytes %llu\n", static_cast<unsigned long long>(stats->bytes));
+      WriteMetricFamily(out, "kvcodec_store_objects", "gauge", "Objects held by the KV store.");
+      out += FormatMessage("kvcodec_store_objects %llu\n", static_cast<unsigned long long>(stats->objects));
+    }
+    return out;
+  }
+
+  // A checked request: what it asks for, its prompt as tokens, and the prompt's text (for echo).
+  struct CheckedRequest {
+    CompletionRequest request;
+    std::vector<int32_t> tokens;
+    std::string prompt_text;
+  };
+
+  // The request checked and its prompt tokenized; the error is a 400's message. A prompt that
+  // cannot fit is rejected by its length before the tokenizer spends time on it.
+  Result<CheckedRequest> ReadRequest(const std::string& body, bool chat) {
+    const RequestLimits limits{o.default_max_tokens, o.n_ctx, static_cast<uint32_t>(o.parallel)};
+    CheckedRequest out;
+    ASSIGN_OR_RETURN(out.request, ParseCompletionRequest(body, chat, limits));
+    CompletionRequest& r = out.request;
+    if (r.prompt_is_tokens) {
+      const uint32_t n_vocab = model->info().n_vocab;
+      for (const int32_t id : r.prompt_tokens) {
+        if (id < 0 || static_cast<uint32_t>(id) >= n_vocab) {
+          return InvalidArgument(FormatMessage("token id %d is not in the model's vocabulary of %u", id, n_vocab));
+        }
+      }
+      out.tokens = std::move(r.prompt_tokens);
+      if (r.echo) out.prompt_text = DetokenizedText(out.tokens);
+    } else {
+      bool templated = false;
+      if (chat) {
+        templated = !chat_template.empty();
+        if (templated) {
+          for (const ChatMessage& m : r.messages) {
+            if (m.content.find('\0') != std::string::npos || m.role.find('\0') != std::string::npos) {
+              return InvalidArgument("a message holds a NUL character, which a chat template cannot carry");
+            }
+          }
+          ASSIGN_OR_RETURN(r.prompt, LlamaModel::ApplyChatTemplate(chat_template, r.messages));
+        } else {
+          r.prompt = PlainChatPrompt(r.messages);
+        }
+      }
+      RETURN_IF_ERROR(CheckPromptCanFit(r.prompt.size(), r.max_tokens, o.n_ctx, model->max_token_bytes()));
+      // A template's own markers ("<|im_start|>") are its special tokens; the user's text never is.
+      ASSIGN_OR_RETURN(out.tokens, model->Tokenize(r.prompt, true, templated));
+      if (out.tokens.size() < 2) return InvalidArgument("the prompt is empty");
+      if (r.echo) out.prompt_text = r.prompt;
+    }
+    if (out.tokens.empty()) return InvalidArgument("the prompt is empty");
+    if (out.tokens.size() + r.max_tokens > o.n_ctx) {
+      return InvalidArgument(FormatMessage("prompt (%zu tokens) plus max_tokens (%u) exceed the context of %u tokens",
+                                           out.tokens.size(), r.max_tokens, o.n_ctx));
+    }
+    return out;
+  }
+
+  // The text tokens spell, as valid UTF-8 (a character a byte-fallback vocabulary spells over
+  // several tokens is joined whole).
+  std::string DetokenizedText(std::span<const int32_t> tokens) const { return ToValidUtf8(model->Detokenize(tokens)); }
+
+  Json Usage(const Generation& g) const {
+    return {{"prompt_tokens", g.prompt_tokens},
+            {"completion_tokens", g.completion_tokens},
+            {"total_tokens", g.prompt_tokens + g.completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", g.cached_tokens}}}};
+  }
+
+  void Reply(httplib::Response& res, const std::string& endpoint, int status, const std::string& message) {
+    res.status = status;
+    res.set_content(ErrorJson(message, ErrorType(status)), "application/json");
+    metrics.CountRequest(endpoint, std::to_string(status));
+  }
+
+  // The body, read here rather than by httplib, which bounds only a body with a Content-Length:
+  // a chunked one is cut off at the limit too. False: the answer (413, 408 or 400) is set, and
+  // the connection closes after it (the rest of the body is never read).
+  bool ReadBody(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
+                const std::string& endpoint, std::string* body) {
+    HttpConnection* c = CurrentHttpConnection();
+    bool too_large = ContentLengthOverLimit(req);
+    bool read = false;
+    if (too_large) {
+      // A client sends its whole body before it reads the answer, so one that is not read gets a
+      // reset connection instead of the 413. A body up to 16 times the limit is read (httplib
+      // drops it, holding none of it), a larger one is not.
+      const uint64_t length = std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10);
+      if (c != nullptr && length / 16 <= o.max_body_bytes) {
+        c->budget = c->read + length;
+        (void)reader([](const char*, size_t) { return true; });
+      }
+    } else {
+      // The body's bytes, with room for a chunked body's framing (a client that sends one in
+      // tiny chunks is refused).
+      if (c != nullptr) c->budget = c->read + 2 * uint64_t{o.max_body_bytes} + 4096;
+      read = reader([&](const char* data, size_t n) {
+        if (n > o.max_body_bytes - body->size()) {
+          too_large = true;
+          return false;
+        }
+        body->append(data, n);
+        return true;
+      });
+    }
+    if (read) return true;
+    if (c != nullptr) c->close = true;
+    if (too_large || res.status == 413) {
+      Reply(res, endpoint, 413,
+            FormatMessage("the request body is larger than the server's limit of %zu bytes", o.max_body_bytes));
+    } else if (c != nullptr && c->deadline_passed) {
+      Reply(res, endpoint, 408, FormatMessage("the request did not arrive within %g s", o.request_timeout_s));
+    } else {
+      Reply(res, endpoint, 400, "the request body could not be read");
+    }
+    return false;
+  }
+
+  // A Content-Length over the body limit. (One that is not a number is httplib's to refuse.)
+  bool ContentLengthOverLimit(const httplib::Request& req) const {
+    const std::string length = req.get_header_value("Content-Length");
+    const bool digits =
+        !length.empty() && std::all_of(length.begin(), length.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+    return digits && (length.size() > 19 || std::strtoull(length.c_str(), nullptr, 10) > o.max_body_bytes);
+  }
+
+  // POST /tokenize, as llama.cpp's server has it: {"content", "add_special" (false),
+  // "parse_special" (true), "with_pieces" (false)} -> {"tokens": [id | {"id", "piece"}]}; a piece
+  // that is not valid UTF-8 (part of a character) comes as its bytes.
+  void HandleTokenize(const httplib::Request& req, httplib::Response& res) {
+    const Json body = Json::parse(req.body, nullptr, false);
+    auto flag = [&](const char* name, bool fallback) -> std::optional<bool> {
+      if (!body.contains(name) || body[name].is_null()) return fallback;
+      if (!body[name].is_boolean()) return std::nullopt;
+      return body[name].get<bool>();
+    };
+    const auto add_special = flag("add_special", false), parse_special = flag("parse_special", true),
+               with_pieces = flag("with_pieces", false);
+    if (body.is_discarded() || !body.is_object() || !body.contains("content") || !body["content"].is_string() ||
+        !add_special || !parse_special || !with_pieces) {
+      Reply(res, "tokenize", 400,
+            "the body must be {\"content\": string} with optional boolean add_special, parse_special, with_pieces");
+      return;
+    }
+    auto tokens = model->Tokenize(body["content"].get_ref<const std::string&>(), *add_special, *parse_special);
+    if (!tokens.ok()) {
+      Reply(res, "tokenize", 500, tokens.status().ToString());
+      return;
+    }
+    Json out = Json::array();
+    for (const int32_t t : *tokens) {
+      if (!*with_pieces) {
+        out.push_back(t);
+        continue;
+      }
+      const std::string piece = model->TokenText(t);
+      out.push_back({{"id", t}, {"piece", IsValidUtf8(piece) ? Json(piece) : ByteArray(piece)}});
+    }
+    res.set_content(Dump(Json{{"tokens", std::move(out)}}), "application/json");
+    metrics.CountRequest("tokenize", "200");
+  }
+
+  // POST /detokenize: {"tokens": [ids]} -> {"content": their text, as valid UTF-8}.
+  void HandleDetokenize(const httplib::Request& req, httplib::Response& res) {
+    const Json body = Json::parse(req.body, nullptr, false);
+    const bool shaped =
+        !body.is_discarded() && body.is_object() && body.contains("tokens") && body["tokens"].is_array();
+    std::vector<int32_t> tokens;
+    bool valid = shaped;
+    if (shaped) {
+      for (const Json& t : body["tokens"]) {
+        valid = valid && t.is_number_unsigned() && t.get<uint64_t>() < model->info().n_vocab;
+        if (valid) tokens.push_back(static_cast<int32_t>(t.get<uint64_t>()));
+      }
+    }
+    if (!valid) {
+      Reply(res, "detokenize", 400,
+            FormatMessage("the body must be {\"tokens\": [ids in 0..%u]}", model->info().n_vocab - 1));
+      return;
+    }
+    res.set_content(Dump(Json{{"content", DetokenizedText(tokens)}}), "application/json");
+    metrics.CountRequest("detokenize", "200");
+  }
+
+  // The key a path needs ("" none): /health never, /metrics the metrics key, the rest the API key.
+  const std::string& KeyFor(const std::string& path) const {
+    static const std::string kNone;
+    if (path == "/health") return kNone;
+    if (path == "/metrics") return o.metrics_key;
+    return o.api_key;
+  }
+
+  // Before routing: a request without the key its path needs gets a 401 (its body unread, so its
+  // connection closes after the answer).
+  bool Unauthorized(const httplib::Request& req, httplib::Response& res) {
+    const std::string& key = KeyFor(req.path);
+    if (key.empty()) return false;
+    const std::string header = req.get_header_value("Authorization");
+    const std::string expected = "Bearer " + key;
+    // Compared in time that does not depend on where they differ.
+    unsigned char diff = header.size() == expected.size() ? 0 : 1;
+    for (size_t i = 0; i < std::min(header.size(), expected.size()); ++i) {
+      diff |= static_cast<unsigned char>(header[i] ^ expected[i]);
+    }
+    if (diff == 0) return false;
+    if (HttpConnection* c = CurrentHttpConnection(); c != nullptr) c->close = true;
+    res.status = 401;
+    res.set_header("WWW-Authenticate", "Bearer");
+    const char* message = header.empty() ? "this server needs an API key: send \"Authorization: Bearer <key>\""
+                                         : "the API key is not valid";
+    res.set_content(
+        Dump(Json{{"error", {{"message", message}, {"type", "invalid_request_error"}, {"code", "invalid_api_key"}}}}),
+        "application/json");
+    if (const std::string endpoint = Endpoint(req.path); !endpoint.empty()) metrics.CountRequest(endpoint, "401");
+    return true;
+  }
+
+  // What a response needs to know of its request.
+  struct Answer {
+    bool chat = false;
+    std::string id;
+    int64_t created = 0;
+    std::string endpoint;
+    std::string echo;  // completions: the prompt's text, which starts each choice's text
+    bool logprobs = false;
+    bool include_usage = false;
+  };
+
+  Json LogprobsJson(const Answer& a, const std::vector<TokenLogprob>& tokens) const {
+    return a.chat ? ChatLogprobs(tokens) : CompletionLogprobs(tokens, a.echo.size());
+  }
+
+  void HandleCompletion(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
+                        bool chat) {
+    Answer a;
+    a.chat = chat;
+    a.endpoint = chat ? "chat" : "completions";
+    std::string body;
+    if (!ReadBody(req, res, reader, a.endpoint, &body)) return;
+    auto read = ReadRequest(body, chat);
+    body = std::string();
+    if (!read.ok()) {
+      Reply(res, a.endpoint, 400, read.status().message());
+      return;
+    }
+    const CompletionRequest& r = read->request;
+    static std::atomic<uint64_t> next_id{1};
+    a.id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
+    a.created =
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    a.echo = std::move(read->prompt_text);
+    a.logprobs = r.logprobs >= 0;
+    a.include_usage = r.include_usage;
+    GenerationOptions g{r.max_tokens, r.n, r.sampling, r.stop, r.logprobs};
+    auto request = std::make_shared<ServeRequest>(std::move(read->tokens), std::move(g));
+    CancelOnExit guard{request};
+    scheduler->Submit(request);
+
+    if (!r.stream) {
+      // Waits for the whole text, looking at the client meanwhile: one that has gone cancels
+      // its request, which frees its sequences at the engine's next step.
+      std::vector<std::string> texts(r.n, a.echo);
+      std::vector<std::vector<TokenLogprob>> logprobs(r.n);
+      Piece piece;
+      auto checked = SteadyClock::now();
+      for (;;) {
+        const ServeRequest::Next next = request->NextPiece(&piece, kClientCheck);
+        if (next == ServeRequest::Next::kEnd) break;
+        if (next == ServeRequest::Next::kPiece && piece.choice < r.n) {
+          texts[piece.choice] += piece.text;
+          for (TokenLogprob& t : piece.logprobs) logprobs[piece.choice].push_back(std::move(t));
+        }
+        if (SteadyClock::now() - checked < kClientCheck) continue;
+        checked = SteadyClock::now();
+        if (!ClientConnected()) {
+          request->Cancel();
+          if (HttpConnection* c = CurrentHttpConnection(); c != nullptr) c->close = true;
+          Reply(res, a.endpoint, 499, "the client closed the connection");
+          return;
+        }
+      }
+      const Status& s = request->status();
+      const Generation& gen = request->generation();
+      if (!s.ok()) {
+        Reply(res, a.endpoint, s.code() == StatusCode::kInvalidArgument ? 400 : 500, s.ToString());
+        return;
+      }
+      Json choices = Json::array();
+      for (uint32_t i = 0; i < r.n; ++i) {
+        Json choice = {{"index", i}, {"finish_reason", gen.finish_reasons[i]}};
+        if (chat) {
+          choice["message"] = {{"role", "assistant"}, {"content", texts[i]}};
+        } else {
+          choice["text"] = texts[i];
+        }
+        choice["logprobs"] = a.logprobs ? LogprobsJson(a, logprobs[i]) : Json(nullptr);
+        choices.push_back(std::move(choice));
+      }
+      Json out = {{"id", a.id},
+                  {"object", chat ? "chat.completion" : "text_completion"},
+                  {"created", a.created},
+                  {"model", model_name},
+                  {"choices", std::move(choices)},
+                  {"usage", Usage(gen)}};
+      res.set_content(Dump(out) + "\n", "application/json");  // a newline for terminals (curl)
+      metrics.CountRequest(a.endpoint, "200");                // counted once the answer exists
+      return;
+    }
+
+    // Server-sent events, as OpenAI sends them: a chunk per piece of a choice's text as the
+    // engine produces it, a chunk per choice with its finish reason, a chunk with the usage and
+    // no choices if the request asked for it, then [DONE]. A client that goes away cancels the
+    // request, which frees its sequences at the engine's next step. This runs after the handler
+    // has returned, outside httplib's exception guard: nothing may leave it.
+    const uint32_t n = r.n;
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, request, a, n](size_t, httplib::DataSink& sink) {
+          bool counted = false;
+          auto count = [&](const char* status) {
+            if (!counted) metrics.CountRequest(a.endpoint, status);
+            counted = true;
+          };
+          try {
+            return SendEvents(*request, a, n, sink, count);
+          } catch (...) {
+            KVC_LOG_ERROR("streaming a completion: %s", ExceptionText(std::current_exception()).c_str());
+            request->Cancel();
+            count("500");
+            return false;
+          }
+        },
+        [request](bool success) {
+          if (!success) request->Cancel();
+        });
+    guard.request = nullptr;  // the provider (or its releaser) owns the request's end now
+  }
+
+  template <typename Count>
+  bool SendEvents(ServeRequest& request, const Answer& a, uint32_t n, httplib::DataSink& sink, Count& count) {
+    auto event = [&](const Json& j) {
+      const std::string line = "data: " + Dump(j) + "\n\n";
+      return sink.is_writable() && sink.write(line.data(), line.size());
+    };
+    auto chunk = [&](Json choices) {
+      return Json{{"id", a.id},
+                  {"object", a.chat ? "chat.completion.chunk" : "text_completion"},
+                  {"created", a.created},
+                  {"model", model_name},
+                  {"choices", std::move(choices)}};
+    };
+    // Each choice's first chat delta names the role, as OpenAI's do (the SDK's stream helpers
+    // need it); it rides on the first piece, so a client's first event is still its first token.
+    std::vector<bool> role_sent(n, false);
+    auto delta = [&](uint32_t index, const std::string& text, const std::vector<TokenLogprob>* logprobs,
+                     const Json& finish) {
+      Json choice = {{"index", index}, {"finish_reason", finish}};
+      if (a.chat) {
+        choice["delta"] = text.empty() ? Json::object() : Json{{"content", text}};
+        if (!role_sent[index]) {
+          choice["delta"]["role"] = "assistant";
+          if (!choice["delta"].contains("content")) choice["delta"]["content"] = "";
+          role_sent[index] = true;
+        }
+      } else {
+        choice["text"] = text;
+      }
+      if (a.logprobs) choice["logprobs"] = logprobs != nullptr ? LogprobsJson(a, *logprobs) : Json(nullptr);
+      return chunk(Json::array({std::move(choice)}));
+    };
+    auto gone = [&] {
+      request.Cancel();
+      count("499");
+      return false;
+    };
+    if (!a.echo.empty()) {
+      for (uint32_t i = 0; i < n; ++i) {
+        if (!event(delta(i, a.echo, nullptr, nullptr))) return gone();
+      }
+    }
+    Piece piece;
+    auto checked = SteadyClock::now();
+    for (;;) {
+      const ServeRequest::Next next = request.NextPiece(&piece, kClientCheck);
+      if (next == ServeRequest::Next::kEnd) break;
+      if (next == ServeRequest::Next::kPiece) {
+        if (piece.choice < n && !event(delta(piece.choice, piece.text, &piece.logprobs, nullptr))) return gone();
+        checked = SteadyClock::now();
+        continue;
+      }
+      // No text for a while (queued, fetching, prefilling): is anyone still waiting for it?
+      if (SteadyClock::now() - checked < kClientCheck) continue;
+      checked = SteadyClock::now();
+      if (!ClientConnected()) return gone();
+    }
+    const Status& s = request.status();
+    const Generation& g = request.generation();
+    if (!s.ok()) {
+      count("500");
+      event(Json::parse(ErrorJson(s.ToString(), "server_error")));
+    } else {
+      bool sent = true;
+      for (uint32_t i = 0; i < n && sent; ++i) sent = event(delta(i, "", nullptr, g.finish_reasons[i]));
+      if (sent && a.include_usage) {
+        Json last = chunk(Json::array());
+        last["usage"] = Usage(g);
+        sent = event(last);
+      }
+      const std::string done = "data: [DONE]\n\n";
+      if (sent && sink.is_writable()) sink.write(done.data(), done.size());
+      count("200");
+    }
+    sink.done();
+    return true;
+  }
+};
+
+int ServerLlamaThreads(const ServerOptions& o) {
+  if (o.threads > 0) return o.threads;
+  // The fetch threads' cores are theirs: llama.cpp's threads wait for each other at every step,
+  // so one preempted by a chunk's decode would stall the whole batch.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores - (o.reuse ? o.fetch_threads : 0));
+}
+
+Result<ServerOptions::Scheduler> ParseScheduler(const std::string& name) {
+  if (name == "kv-aware") return ServerOptions::Scheduler::kKvAware;
+  if (name == "fifo") return ServerOptions::Scheduler::kFifo;
+  return InvalidArgument("unknown scheduler '" + name + "' (kv-aware or fifo)");
+}
+
+const char* SchedulerName(ServerOptions::Scheduler scheduler) {
+  return scheduler == ServerOptions::Scheduler::kFifo ? "fifo" : "kv-aware";
+}
+
+CompletionServer::CompletionServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+CompletionServer::~CompletionServer() { Stop(); }
+
+Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerOptions& o) {
+  if (o.parallel < 1 || o.parallel > 64) return InvalidArgument("parallel must be in 1..64");
+  if (o.fetch_threads < 1 || o.fetch_threads > 64) return InvalidArgument("fetch threads must be in 1..64");
+  if (o.n_ctx < 2 || o.chunk_tokens == 0) return InvalidArgument("the context and chunk size must be positive");
+  if (o.max_body_bytes == 0 || o.max_body_bytes > (uint64_t{1} << 40))
+    return InvalidArgument("the body limit must be in 1..2^40 bytes");
+  if (!(o.request_timeout_s > 0 && o.request_timeout_s <= 86400))
+    return InvalidArgument("the request timeout must be in (0, 86400] s");
+  if (o.max_connections < 1 || o.max_connections > 65536) return InvalidArgument("max connections must be in 1..65536");
+  auto impl = std::make_unique<Impl>();
+  impl->o = o;
+  const Codec* codec = FindCodec(o.codec);
+  if (codec == nullptr) return InvalidArgument("unknown codec '" + o.codec + "'");
+  QualityFloor floor;
+  ASSIGN_OR_RETURN(impl->model, LlamaModel::Load(o.model_path));
+  RETURN_IF_ERROR(LoadModelCalibration(impl->calibrations, o.model_path, o.calibration));
+  if (o.reuse && codec->info().needs_calibration &&
+      impl->calibrations.FindForModel(impl->model->fingerprint()) == nullptr) {
+    return InvalidArgument("codec '" + o.codec +
+                           "' needs a calibration: run `kvcodec calibrate` or pass --calibration");
+  }
+  if (o.reuse) {
+    ASSIGN_OR_RETURN(
+        floor, LoadQualityFloor(o.model_path, o.profile, impl->model->fingerprint(), impl->calibrations, o.quality));
+    KVC_LOG_INFO("quality floor: %s", PrintableOneLine(floor.note).c_str());
+    ASSIGN_OR_RETURN(StorePlan plan, PlanStoredRungs(floor, o.codec));
+    if (!plan.note.empty()) KVC_LOG_WARN("%s", plan.note.c_str());
+    impl->stored_rungs = plan.rungs;
+  }
+  ASSIGN_OR_RETURN(impl->store, OpenStore(o.store_url.empty() ? DefaultStoreUrl() : o.store_url,
+                                          StoreOptions{.secret = o.store_secret}));
+  SessionOptions so;
+  so.n_ctx = o.n_ctx;
+  so.n_seq = static_cast<uint32_t>(o.parallel);
+  so.n_threads = ServerLlamaThreads(o);
+  ASSIGN_OR_RETURN(impl->session, LlamaSession::Create(*impl->model, so));
+  // The file name is what users type and tell apart; GGUF general.name is often the
+  // converter's default (the test models say "llama").
+  impl->model_name = ToValidUtf8(o.alias.empty() ? std::filesystem::path(o.model_path).stem().string() : o.alias);
+  if (auto tmpl = impl->model->ChatTemplate(o.chat_template); tmpl.ok()) {
+    impl->chat_template = *tmpl;
+  } else if (!o.chat_template.empty()) {
+    return tmpl.status();
+  } else {
+    KVC_LOG_WARN("%s; chat prompts are \"role: content\" lines instead", tmpl.status().message().c_str());
+  }
+  KVC_LOG_INFO("chat prompts: %s", impl->chat_template.empty()
+                                       ? "\"role: content\" lines (the model has no chat template)"
+                                   : o.chat_template.empty() ? "the model's chat template"
+                                                             : "the --chat-template given");
+  impl->created =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  SchedulerOptions so2;
+  so2.parallel = static_cast<uint32_t>(o.parallel);
+  so2.fetch_threads = static_cast<uint32_t>(o.fetch_threads);
+  so2.fifo = o.scheduler == ServerOptions::Scheduler::kFifo;
+  so2.reuse = o.reuse;
+  so2.chunk_tokens = o.chunk_tokens;
+  so2.link_gbps = o.link_gbps;
+  so2.rungs = impl->stored_rungs;
+  so2.floor = floor;
+  if (o.plan_recompute) {
+    const std::vector<int32_t> probe(64, impl->model->bos_token());
+    ASSIGN_OR_RETURN(so2.recompute_s, MeasureChunkPrefillSeconds(*impl->session, probe, o.chunk_tokens));
+  }
+  const ReuseContext reuse{impl->store.get(), codec, &impl->calibrations, &impl->model->fingerprint()};
+  impl->scheduler = std::make_unique<BatchScheduler>(*impl->model, *impl->session, reuse, so2, impl->metrics);
+  impl->http = std::make_unique<HttpServer>(o.request_timeout_s);
+  return std::unique_ptr<CompletionServer>(new CompletionServer(std::move(impl)));
+}
+
+Status CompletionServer::Start() {
+  Impl& s = *impl_;
+  httplib::Server& http = *s.http;
+  http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"status":"ok"})", "application/json");
+  });
+  http.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
+    res.set_content(s.MetricsText(), "text/plain; version=0.0.4");
+  });
+  // The one model served, as OpenAI lists models (model pickers ask for this first).
+  http.Get("/v1/models", [&s](const httplib::Request&, httplib::Response& res) {
+    const Json model = {{"id", s.model_name}, {"object", "model"}, {"created", s.created}, {"owned_by", "kvcodec"}};
+    res.set_content(Dump(Json{{"object", "list"}, {"data", Json::array({model})}}), "application/json");
+    s.metrics.CountRequest("models", "200");
+  });
+  http.Post("/tokenize", [&s](const httplib::Request& req, httplib::Response& res) { s.HandleTokenize(req, res); });
+  http.Post("/detokenize", [&s](const httplib::Request& req, httplib::Response& res) { s.HandleDetokenize(req, res); });
+  http.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
+    return s.Unauthorized(req, res) ? httplib::Server::HandlerResponse::Handled
+                                    : httplib::Server::HandlerResponse::Unhandled;
+  });
+  http.Post("/v1/completions",
+            [&s](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+              s.HandleCompletion(req, res, reader, false);
+            });
+  http.Post("/v1/chat/completions",
+            [&s](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+              s.HandleCompletion(req, res, reader, true);
+            });
+  // Connection threads as needed, up to the limit (see ConnectionThreads): with a fixed pool,
+  // clients would queue inside the HTTP library behind slow ones, unseen by the scheduler.
+  const size_t connection_threads = static_cast<size_t>(s.o.max_connections);
+  http.new_task_queue = [connection_threads] { return NewConnectionThreads(connection_threads); };
+  http.set_payload_max_length(s.o.max_body_bytes);  // bodies httplib reads itself (other paths)
+  // A client that asks before sending its body (curl, for large ones) is told 413 instead of
+  // "100 Continue", and sends nothing.
+  http.set_expect_100_continue_handler([&s](const httplib::Request& req, httplib::Response& res) {
+    if (!s.ContentLengthOverLimit(req)) return 100;
+    res.status = 413;
+    return 413;
+  });
+  // An exception out of a handler is that request's 500, never the process's end.
+  http.set_exception_handler([&s](const httplib::Request& req, httplib::Response& res, std::exception_ptr e) {
+    const std::string what = ExceptionText(e);
+    KVC_LOG_ERROR("%s %s failed: %s", req.method.c_str(), PrintableOneLine(req.path).c_str(), what.c_str());
+    res.status = 500;
+    res.set_content(ErrorJson("internal error: " + what, "server_error"), "application/json");
+    if (const std::string endpoint = Endpoint(req.path); !endpoint.empty()) s.metrics.CountRequest(endpoint, "500");
+  });
+  // Errors httplib answers itself (no route, a malformed or oversized or late request) get our
+  // JSON error too; our handlers' own errors already have their body (and are counted).
+  http.set_error_handler([&s](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    HttpConnection* c = CurrentHttpConnection();
+    if (c != nullptr && c->deadline_passed) res.status = 408;
+    std::string message;
+    switch (res.status) {
+      case 404:
+        message = "no such endpoint: " + PrintableOneLine(req.path);
+        break;
+      case 408:
+        message = FormatMessage("the request did not arrive within %g s", s.o.request_timeout_s);
+        break;
+      case 413:
+        message = FormatMessage("the request body is larger than the server's limit of %zu bytes", s.o.max_body_bytes);
+        break;
+      default:
+        message = FormatMessage("HTTP %d", res.status);
+        break;
+    }
+    // The request's bytes may not all have been read: the connection cannot carry another.
+    if (c != nullptr && (res.status == 400 || res.status == 408 || res.status == 413)) c->close = true;
+    res.set_content(ErrorJson(message, ErrorType(res.status)), "application/json");
+    if (const std::string endpoint = Endpoint(req.path); !endpoint.empty()) {
+      s.metrics.CountRequest(endpoint, std::to_string(res.status));
+    }
+  });
+  // SO_REUSEADDR (a restart binds despite connections in TIME_WAIT) but not httplib's default
+  // SO_REUSEPORT, with which a second server on a busy port started and shared it.
+  http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
+  if (s.o.port == 0) {
+    s.bound_port = http.bind_to_any_port(s.o.host);
+  } else {
+    s.bound_port = http.bind_to_port(s.o.host, s.o.port) ? s.o.port : -1;
+  }
+  if (s.bound_port <= 0) {
+    return IoError(
+        FormatMessage("cannot listen on %s:%d: %s", s.o.host.c_str(), s.o.port, BindError(s.o.host, s.o.port).c_str()));
+  }
+  s.http->RaiseBacklog();
+  s.listener = std::thread([&http] {
+    try {
+      http.listen_after_bind();
+    } catch (...) {
+      KVC_LOG_ERROR("the server stopped listening: %s", ExceptionText(std::current_exception()).c_str());
+    }
+  });
+  // Listening starts on the new thread; callers may connect as soon as Start returns.
+  for (int i = 0; i < 5000 && !http.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return Status::Ok();
+}
+
+int CompletionServer::port() const { return impl_->bound_port; }
+
+void CompletionServer::Stop() {
+  Impl& s = *impl_;
+  {
+    std::lock_guard lock(s.stop_mu);
+    if (s.stopped) return;
+    s.stopped = true;
+  }
+  s.http->stop();
+  if (s.listener.joinable()) s.listener.join();
+  // The listener returns once every connection's handler has, so every admitted request has
+  // been answered (or its client is gone); then the stores drain.
+  s.scheduler->Stop();
+  {
+    std::lock_guard lock(s.stop_mu);
+    s.stop_cv.notify_all();
+  }
+}
+
+void CompletionServer::Wait() {
+  std::unique_lock lock(impl_->stop_mu);
+  impl_->stop_cv.wait(lock, [&] { return impl_->stopped; });
+}
+
+}  // namespace kvc

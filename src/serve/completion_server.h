@@ -1,0 +1,112 @@
+// `kvcodec serve`: an OpenAI-compatible completion server with remote KV reuse (design brief §3).
+// POST /v1/completions and /v1/chat/completions (JSON or server-sent events, as OpenAI's: sampling,
+// stop strings, n choices, logprobs, echo, the model's chat template), GET /v1/models, POST
+// /tokenize and /detokenize (as llama.cpp's server has them), GET /health and GET /metrics
+// (Prometheus text); optional bearer-key auth. Each request restores its prompt's longest stored prefix
+// through the fetcher, prefills the rest and generates; its new chunks are encoded and stored
+// by a background thread after the response.
+//
+// Continuous batching: up to `parallel` requests decode together in one llama.cpp batch, each on
+// its own sequence; a request joins the running batch as soon as a sequence is free and its KV
+// is ready, and leaves it when it finishes or its client goes away (streamed or not: a client
+// that closes its connection cancels its request).
+//
+// Text out is always valid UTF-8 (a character a byte-fallback model spells over several tokens
+// is sent whole), and nothing a request does can end the process: an unexpected exception is a
+// 500 `server_error` for that request alone.
+//
+// Scheduling (design brief §3): with the KV-fetch-aware scheduler a request with a stored prefix
+// waits in the waiting-for-KV queue while fetch threads (a bounded number, `fetch_threads`)
+// bring its chunks in and decode them, and requests with nothing to fetch go straight to the
+// batch. The FIFO scheduler admits requests strictly in arrival order, so a request behind one
+// whose prefix is still arriving waits for it (the comparison `kvcodec bench serve` makes).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "reuse/model_profile.h"
+
+namespace kvc {
+
+struct ServerOptions {
+  std::string model_path;
+  std::string store_url;       // empty: DefaultStoreUrl()
+  std::string store_secret;    // non-empty: objects sealed and checked with HMAC-SHA256 (StoreOptions)
+  std::string codec = "kvtc";  // stored within the quality floor (PlanStoredRungs)
+  std::string calibration;
+  std::string profile;    // quality profile; empty: <model>.kvprof.json beside the model, if any
+  QualityLimits quality;  // which profiled rungs may be stored and fetched
+  // The model id clients see (GET /v1/models and the "model" of every response); empty: the
+  // model's file name without .gguf.
+  std::string alias;
+  // Chat requests are formatted with this chat template (a llama.cpp built-in's name such as
+  // "chatml", or a template's text); empty: the model's own (GGUF tokenizer.chat_template), or
+  // "role: content" lines for a model without one.
+  std::string chat_template;
+  // Non-empty: every endpoint but /health and /metrics needs "Authorization: Bearer <api_key>"
+  // (else a 401 JSON error); /metrics needs "Bearer <metrics_key>" when that is set.
+  std::string api_key;
+  std::string metrics_key;
+  std::string host = "127.0.0.1";
+  int port = 8080;        // 0: any free port (see CompletionServer::port)
+  double link_gbps = 0;   // in-process link cap for fetches; 0: none
+  uint32_t n_ctx = 4096;  // tokens per request, prompt and completion together
+  uint32_t chunk_tokens = 256;
+  uint32_t default_max_tokens = 64;
+  // false: always fetch stored chunks, never plan a recompute (benchmarks and tests that need
+  // fetches to happen whatever this machine's prefill speed).
+  bool plan_recompute = true;
+  int threads = 0;        // llama.cpp threads; 0: the cores the fetch threads leave (at least 1)
+  int parallel = 4;       // sequences decoded together (continuous batching)
+  int fetch_threads = 1;  // threads fetching and decoding stored prefixes, and encoding new chunks
+                          // (the share of the cores that reuse may take from generation)
+  enum class Scheduler { kKvAware, kFifo };
+  Scheduler scheduler = Scheduler::kKvAware;
+  bool reuse = true;  // false: never look up, fetch or store chunks (the no-reuse baseline)
+
+  // Limits for clients that send too much or too slowly (the server reads hostile input).
+  // A request body over this many bytes is refused with a 413 (a JSON error) before it is read.
+  size_t max_body_bytes = size_t{1} << 20;
+  // A request (its line, headers and body) must arrive within this many seconds of its first
+  // byte, or it gets a 408 and its connection is closed; a client that waits more than 5 s
+  // between two bytes is cut off at once.
+  double request_timeout_s = 30;
+  // Connections served at once, each by its own thread (started as needed): a client that sends
+  // slowly holds only its own. Beyond this, new connections wait for a thread.
+  int max_connections = 512;
+};
+
+// The llama.cpp threads a server with these options runs: `threads`, or the cores the fetch
+// threads leave (at least one).
+int ServerLlamaThreads(const ServerOptions& options);
+
+// "kv-aware" or "fifo".
+Result<ServerOptions::Scheduler> ParseScheduler(const std::string& name);
+const char* SchedulerName(ServerOptions::Scheduler scheduler);
+
+class CompletionServer {
+ public:
+  static Result<std::unique_ptr<CompletionServer>> Create(const ServerOptions& options);
+  ~CompletionServer();
+  CompletionServer(const CompletionServer&) = delete;
+  CompletionServer& operator=(const CompletionServer&) = delete;
+
+  // Binds and starts serving on background threads; returns once the socket listens. A port
+  // another process (or server) listens on is an error: the socket is not shared.
+  Status Start();
+  int port() const;
+  // Stops accepting, finishes the requests already admitted, drains the background stores.
+  void Stop();
+  // Blocks until Stop() (from another thread or a signal watcher) has completed.
+  void Wait();
+
+  struct Impl;
+
+ private:
+  explicit CompletionServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvc
