@@ -320,18 +320,6 @@ inline std::optional<Error> LoadCalibration(const std::string& path) {
   return std::nullopt;
 }
 
-inline Outcome<std::string> CalibrateJson(const kvc_calibrate_params& params) {
-  char* json = nullptr;
-  if (kvc_status s = kvc_calibrate_json(&params, &json); s != KVC_OK) return LastError(s);
-  return TakeString(json);
-}
-
-inline Outcome<std::string> ProfileJson(const kvc_profile_params& params) {
-  char* json = nullptr;
-  if (kvc_status s = kvc_profile_json(&params, &json); s != KVC_OK) return LastError(s);
-  return TakeString(json);
-}
-
 inline Outcome<std::string> QualityFloorJson(const std::string& model, const std::string& profile,
                                              const std::string& calibration, double max_ppl_delta, double min_top1) {
   char* json = nullptr;
@@ -344,39 +332,9 @@ inline Outcome<std::string> QualityFloorJson(const std::string& model, const std
   return TakeString(json);
 }
 
-inline Outcome<std::string> BenchCodecJson(const kvc_bench_codec_params& params) {
-  char* json = nullptr;
-  if (kvc_status s = kvc_bench_codec_json(&params, &json); s != KVC_OK) return LastError(s);
-  return TakeString(json);
-}
-
-inline Outcome<std::string> BenchVideoJson(const kvc_bench_video_params& params) {
-  char* json = nullptr;
-  if (kvc_status s = kvc_bench_video_json(&params, &json); s != KVC_OK) return LastError(s);
-  return TakeString(json);
-}
-
 inline Outcome<std::string> RunJson(const kvc_run_params& params) {
   char* json = nullptr;
   if (kvc_status s = kvc_run_json(&params, &json); s != KVC_OK) return LastError(s);
-  return TakeString(json);
-}
-
-inline Outcome<std::string> BenchTtftJson(const kvc_bench_ttft_params& params) {
-  char* json = nullptr;
-  if (kvc_status s = kvc_bench_ttft_json(&params, &json); s != KVC_OK) return LastError(s);
-  return TakeString(json);
-}
-
-inline Outcome<std::string> EvalJson(const kvc_eval_params& params) {
-  char* json = nullptr;
-  if (kvc_status s = kvc_eval_json(&params, &json); s != KVC_OK) return LastError(s);
-  return TakeString(json);
-}
-
-inline Outcome<std::string> BenchServeJson(const kvc_bench_serve_params& params) {
-  char* json = nullptr;
-  if (kvc_status s = kvc_bench_serve_json(&params, &json); s != KVC_OK) return LastError(s);
   return TakeString(json);
 }
 

@@ -13,17 +13,7 @@
 #include "base/hash.h"
 #include "base/thread_pool.h"
 #include "base/utf8.h"
-#include "llama/token_sampler.h"
-#include "reuse/prefix_reuse.h"
-#include "store/chunk_key.h"
-#include "store/store.h"
-#include "bench/calibrate.h"
-#include "bench/codec_bench.h"
-#include "bench/evaluator.h"
-#include "bench/profile_measure.h"
-#include "bench/serve_bench.h"
-#include "bench/ttft_bench.h"
-#include "bench/video_ablation.h"
+#include "capi_support.h"
 #include "codecs/codec.h"
 #include "kvcodec/kvcodec.h"
 #include "kvtc/calibration_registry.h"
@@ -31,9 +21,13 @@
 #include "llama/llama_engine.h"
 #include "llama/llama_state.h"
 #include "llama/model_files.h"
+#include "llama/token_sampler.h"
 #include "reuse/model_profile.h"
+#include "reuse/prefix_reuse.h"
 #include "reuse/run_job.h"
 #include "serve/completion_server.h"
+#include "store/chunk_key.h"
+#include "store/store.h"
 #include "video/video_decoder.h"
 
 struct kvc_model {
@@ -60,148 +54,7 @@ struct kvc_server {
   std::unique_ptr<kvc::CompletionServer> server;
 };
 
-namespace {
-
-thread_local std::string g_last_error;
-
-// Process-wide: a .kvc file names its calibration by hash, so whoever decodes it must be able
-// to find the calibration some earlier call loaded.
-kvc::CalibrationRegistry& Calibrations() {
-  static kvc::CalibrationRegistry registry;
-  return registry;
-}
-
-kvc_status Fail(const kvc::Status& status) {
-  g_last_error = status.ToString();
-  switch (status.code()) {
-    case kvc::StatusCode::kOk:
-      return KVC_OK;
-    case kvc::StatusCode::kInvalidArgument:
-      return KVC_INVALID_ARGUMENT;
-    case kvc::StatusCode::kCorrupt:
-      return KVC_CORRUPT;
-    case kvc::StatusCode::kUnsupported:
-      return KVC_UNSUPPORTED;
-    case kvc::StatusCode::kNotFound:
-      return KVC_NOT_FOUND;
-    case kvc::StatusCode::kIoError:
-      return KVC_IO_ERROR;
-    case kvc::StatusCode::kInternal:
-      return KVC_INTERNAL;
-  }
-  return KVC_INTERNAL;
-}
-
-// The one guard every entry point runs in: no exception crosses the C boundary (it would end the
-// caller's process); an unexpected one becomes KVC_INTERNAL with its message. Fail allocates, so
-// under memory exhaustion even the message may be lost: then it is a fixed text.
-template <typename Body>
-kvc_status Guard(Body&& body) noexcept {
-  const char* what = "unexpected exception";
-  try {
-    return body();
-  } catch (const std::bad_alloc&) {
-    what = "out of memory";
-  } catch (const std::exception& e) {
-    try {
-      return Fail(kvc::Internal(std::string("unexpected exception: ") + e.what()));
-    } catch (...) {
-    }
-  } catch (...) {
-  }
-  try {
-    return Fail(kvc::Internal(what));
-  } catch (...) {
-    g_last_error.clear();
-    return KVC_INTERNAL;
-  }
-}
-
-// For the entry points with no status to return (release functions): swallow, never throw.
-template <typename Body>
-void GuardVoid(Body&& body) noexcept {
-  try {
-    body();
-  } catch (...) {
-  }
-}
-
-// Reports are JSON; a string in them that is not valid UTF-8 (model text, a name from a file) is
-// replaced rather than throwing, as a second guard behind the sources' own conversion.
-std::string DumpJson(const nlohmann::ordered_json& j) {
-  return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-}
-
-// Input buffers: an empty one may come with a NULL pointer (an empty file read into a vector).
-bool MissingInput(const uint8_t* data, size_t size) { return data == nullptr && size > 0; }
-
-kvc_status NullArgument(const char* what) { return Fail(kvc::InvalidArgument(std::string(what) + " is NULL")); }
-
-// malloc'd copies the caller frees with kvc_free; a failed allocation is "out of memory" through
-// the guard, never a NULL result reported as success.
-char* CopyString(const std::string& s) {
-  char* out = static_cast<char*>(std::malloc(s.size() + 1));
-  if (out == nullptr) throw std::bad_alloc();
-  std::memcpy(out, s.c_str(), s.size() + 1);
-  return out;
-}
-
-uint8_t* CopyBytes(std::span<const uint8_t> bytes) {
-  uint8_t* out = static_cast<uint8_t*>(std::malloc(bytes.empty() ? 1 : bytes.size()));
-  if (out == nullptr) throw std::bad_alloc();
-  if (!bytes.empty()) std::memcpy(out, bytes.data(), bytes.size());
-  return out;
-}
-
-// "a,b,c" -> {"a", "b", "c"} (empty items dropped).
-std::vector<std::string> SplitList(const char* list) {
-  std::vector<std::string> out;
-  std::string_view rest = list == nullptr ? "" : list;
-  while (!rest.empty()) {
-    const size_t comma = rest.find(',');
-    if (comma != 0) out.emplace_back(rest.substr(0, comma));
-    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-  }
-  return out;
-}
-
-kvc::Result<std::map<std::string, std::string>> ParseParams(const char* text) {
-  std::map<std::string, std::string> params;
-  if (text == nullptr) return params;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      return kvc::InvalidArgument("codec parameter '" + item + "' is not key=value");
-    }
-    params[item.substr(0, eq)] = item.substr(eq + 1);
-  }
-  return params;
-}
-
-kvc::SessionOptions ToSessionOptions(const kvc_session_params& p) {
-  kvc::SessionOptions o;
-  if (p.n_ctx) o.n_ctx = p.n_ctx;
-  if (p.n_batch) o.n_batch = p.n_batch;
-  o.n_threads = p.n_threads;
-  o.cache_type = static_cast<kvc::DType>(p.cache_type);
-  o.flash_attn = p.flash_attn != 0;
-  return o;
-}
-
-bool ValidDType(kvc_dtype d) { return kvc::IsValidDType(static_cast<uint8_t>(d)); }
-
-// The quality-floor fields every request-serving params struct carries.
-template <typename Params>
-void SetQuality(const Params* p, std::string* profile, kvc::QualityLimits* limits) {
-  if (p->profile) *profile = p->profile;
-  if (p->max_ppl_delta > 0) limits->max_ppl_delta = p->max_ppl_delta;
-  if (p->min_top1 > 0) limits->min_top1 = p->min_top1;
-}
-
-}  // namespace
+using namespace kvc::capi;  // NOLINT(google-build-using-namespace): this file is the C API
 
 extern "C" {
 
@@ -784,33 +637,6 @@ kvc_status kvc_inspect_json(const uint8_t* data, size_t size, char** out_json) {
   });
 }
 
-kvc_status kvc_eval_json(const kvc_eval_params* p, char** out_json) {
-  return Guard([&]() -> kvc_status {
-    if (p == nullptr || p->model_path == nullptr || out_json == nullptr) return NullArgument("params, model or out");
-    if (!ValidDType(p->cache_type)) return Fail(kvc::InvalidArgument("invalid cache_type"));
-    kvc::EvalOptions o;
-    o.model_path = p->model_path;
-    if (p->text_path) o.text_path = p->text_path;
-    if (p->codec) o.codec = p->codec;
-    if (p->calibration) o.calibration = p->calibration;
-    if (p->token_path) o.token_path = p->token_path;
-    if (p->level) o.encode.level = p->level;
-    auto params = ParseParams(p->codec_params);
-    if (!params.ok()) return Fail(params.status());
-    o.encode.params = std::move(params).value();
-    if (p->n_docs) o.n_docs = p->n_docs;
-    if (p->ctx) o.ctx = p->ctx;
-    if (p->cont) o.cont = p->cont;
-    o.session.n_threads = p->n_threads;
-    o.session.cache_type = static_cast<kvc::DType>(p->cache_type);
-    o.progress = p->progress != 0;
-    auto report = kvc::RunEval(o);
-    if (!report.ok()) return Fail(report.status());
-    *out_json = CopyString(kvc::EvalReportJson(*report));
-    return KVC_OK;
-  });
-}
-
 kvc_status kvc_calibration_load(const char* path) {
   return Guard([&]() -> kvc_status {
     if (path == nullptr) return NullArgument("path");
@@ -824,67 +650,6 @@ kvc_status kvc_set_video_decoder(const char* name) {
     if (name == nullptr) return NullArgument("name");
     const kvc::Status s = kvc::SetDefaultVideoDecoder(name);
     return s.ok() ? KVC_OK : Fail(s);
-  });
-}
-
-kvc_status kvc_calibrate_json(const kvc_calibrate_params* p, char** out_json) {
-  return Guard([&]() -> kvc_status {
-    if (p == nullptr || p->model_path == nullptr || out_json == nullptr) return NullArgument("params, model or out");
-    kvc::CalibrateOptions o;
-    o.model_path = p->model_path;
-    if (p->text_path) o.text_path = p->text_path;
-    if (p->token_path) o.token_path = p->token_path;
-    if (p->grouping && std::string_view(p->grouping) != "auto") {
-      auto grouping = kvc::ParseKvtcGrouping(p->grouping);
-      if (!grouping.ok()) return Fail(grouping.status());
-      o.grouping = *grouping;
-    }
-    if (p->quantizer && std::string_view(p->quantizer) != "auto") {
-      auto quantizer = kvc::ParseKvtcQuantizer(p->quantizer);
-      if (!quantizer.ok()) return Fail(quantizer.status());
-      o.quantizer = *quantizer;
-    }
-    o.group_size = p->group_size;
-    if (p->chunk_tokens) o.chunk_tokens = p->chunk_tokens;
-    o.max_tokens = p->max_tokens;
-    o.window = p->window;
-    o.session.n_threads = p->n_threads;
-    o.progress = p->progress != 0;
-    kvc::KvtcCalibration calibration;
-    auto report = kvc::RunCalibrate(o, &calibration);
-    if (!report.ok()) return Fail(report.status());
-    const std::string out =
-        p->out_path ? p->out_path : std::filesystem::path(o.model_path).replace_extension(".kvcal").string();
-    kvc::Status saved = kvc::SaveKvcal(calibration, out);
-    if (!saved.ok()) return Fail(saved);
-    auto json = nlohmann::ordered_json::parse(kvc::CalibrateReportJson(*report));
-    json["out"] = out;
-    *out_json = CopyString(DumpJson(json));
-    return KVC_OK;
-  });
-}
-
-kvc_status kvc_profile_json(const kvc_profile_params* p, char** out_json) {
-  return Guard([&]() -> kvc_status {
-    if (p == nullptr || p->model_path == nullptr || out_json == nullptr) return NullArgument("params, model or out");
-    kvc::ProfileOptions o;
-    o.model_path = p->model_path;
-    if (p->text_path) o.text_path = p->text_path;
-    if (p->calibration) o.calibration = p->calibration;
-    o.docs = p->docs;
-    o.ctx = p->ctx;
-    o.cont = p->cont;
-    o.session.n_threads = p->n_threads;
-    o.progress = p->progress != 0;
-    auto profile = kvc::MeasureProfile(o);
-    if (!profile.ok()) return Fail(profile.status());
-    const std::string out = p->out_path ? p->out_path : kvc::DefaultProfilePath(o.model_path);
-    kvc::Status saved = kvc::SaveProfile(*profile, out);
-    if (!saved.ok()) return Fail(saved);
-    auto json = nlohmann::ordered_json::parse(kvc::WriteProfile(*profile));
-    json["out"] = out;
-    *out_json = CopyString(DumpJson(json));
-    return KVC_OK;
   });
 }
 
@@ -914,29 +679,6 @@ kvc_status kvc_quality_floor_json(const char* model_path, const char* profile_pa
     j["profile"] =
         floor->profile ? nlohmann::ordered_json::parse(kvc::WriteProfile(*floor->profile)) : nlohmann::ordered_json();
     *out_json = CopyString(DumpJson(j));
-    return KVC_OK;
-  });
-}
-
-kvc_status kvc_bench_codec_json(const kvc_bench_codec_params* p, char** out_json) {
-  return Guard([&]() -> kvc_status {
-    if (p == nullptr || p->model_path == nullptr || out_json == nullptr) return NullArgument("params, model or out");
-    kvc::CodecBenchOptions o;
-    o.model_path = p->model_path;
-    if (p->text_path) o.text_path = p->text_path;
-    if (p->calibration) o.calibration = p->calibration;
-    if (p->codec) o.codec = p->codec;
-    if (p->level) o.encode.level = p->level;
-    auto params = ParseParams(p->codec_params);
-    if (!params.ok()) return Fail(params.status());
-    o.encode.params = std::move(params).value();
-    if (p->ctx) o.ctx = p->ctx;
-    if (p->chunk) o.chunk = p->chunk;
-    o.threads = p->n_threads;
-    if (p->min_seconds > 0) o.min_seconds = p->min_seconds;
-    auto report = kvc::RunCodecBench(o);
-    if (!report.ok()) return Fail(report.status());
-    *out_json = CopyString(kvc::CodecBenchReportJson(*report));
     return KVC_OK;
   });
 }
@@ -1043,105 +785,6 @@ void kvc_server_stop(kvc_server* server) {
 
 void kvc_server_free(kvc_server* server) {
   GuardVoid([&] { delete server; });
-}
-
-kvc_status kvc_bench_ttft_json(const kvc_bench_ttft_params* p, char** out_json) {
-  return Guard([&]() -> kvc_status {
-    if (p == nullptr || p->model_path == nullptr || out_json == nullptr) return NullArgument("params, model or out");
-    kvc::TtftBenchOptions o;
-    o.model_path = p->model_path;
-    if (p->text_path) o.text_path = p->text_path;
-    if (p->calibration) o.calibration = p->calibration;
-    o.codecs = SplitList(p->codecs);
-    if (p->link_gbps) {
-      o.link_gbps.clear();
-      for (const std::string& g : SplitList(p->link_gbps)) {
-        char* end = nullptr;
-        const double v = std::strtod(g.c_str(), &end);
-        if (end == g.c_str() || *end != '\0' || !(v > 0)) {
-          return Fail(kvc::InvalidArgument("link rate '" + g + "' is not a positive number of Gbps"));
-        }
-        o.link_gbps.push_back(v);
-      }
-    }
-    if (p->prompt_tokens) o.prompt_tokens = p->prompt_tokens;
-    if (p->chunk_tokens) o.chunk_tokens = p->chunk_tokens;
-    if (p->repeats) o.repeats = p->repeats;
-    for (const std::string& t : SplitList(p->prefix_tokens)) {
-      char* end = nullptr;
-      const unsigned long long v = std::strtoull(t.c_str(), &end, 10);
-      if (t.empty() || t[0] == '-' || end == t.c_str() || *end != '\0' || v == 0 || v > kvc::kMaxTokens) {
-        return Fail(kvc::InvalidArgument("prefix length '" + t + "' is not a number of tokens in 1.." +
-                                         std::to_string(kvc::kMaxTokens)));
-      }
-      o.prefix_tokens.push_back(static_cast<uint32_t>(v));
-    }
-    if (p->n_fetch_threads < 0 || p->n_fetch_threads > 64)
-      return Fail(kvc::InvalidArgument("fetch threads must be in 0..64"));
-    o.fetch_threads = p->n_fetch_threads;
-    o.threads = p->n_threads;
-    SetQuality(p, &o.profile, &o.quality);
-    o.progress = p->quiet == 0;
-    auto report = kvc::RunTtftBenchJson(o);
-    if (!report.ok()) return Fail(report.status());
-    *out_json = CopyString(*report);
-    return KVC_OK;
-  });
-}
-
-kvc_status kvc_bench_video_json(const kvc_bench_video_params* p, char** out_json) {
-  return Guard([&]() -> kvc_status {
-    if (p == nullptr || p->model_path == nullptr || out_json == nullptr) return NullArgument("params, model or out");
-    kvc::VideoAblationOptions o;
-    o.model_path = p->model_path;
-    if (p->text_path) o.text_path = p->text_path;
-    if (p->preset) o.preset = p->preset;
-    if (p->ctx) o.ctx = p->ctx;
-    if (p->chunk) o.chunk = p->chunk;
-    if (p->min_seconds > 0) o.min_seconds = p->min_seconds;
-    o.progress = p->quiet == 0;
-    auto report = kvc::RunVideoAblationJson(o);
-    if (!report.ok()) return Fail(report.status());
-    *out_json = CopyString(*report);
-    return KVC_OK;
-  });
-}
-
-kvc_status kvc_bench_serve_json(const kvc_bench_serve_params* p, char** out_json) {
-  return Guard([&]() -> kvc_status {
-    if (p == nullptr || p->model_path == nullptr || out_json == nullptr) return NullArgument("params, model or out");
-    kvc::ServeBenchOptions o;
-    o.model_path = p->model_path;
-    if (p->text_path) o.text_path = p->text_path;
-    if (p->calibration) o.calibration = p->calibration;
-    if (p->codec) o.codec = p->codec;
-    if (p->configs) o.configs = SplitList(p->configs);
-    if (p->url) o.url = p->url;
-    if (p->link_gbps < 0 || p->rate < 0 || p->shared_fraction < 0 || p->shared_fraction > 1) {
-      return Fail(kvc::InvalidArgument("link rate and request rate must not be negative, shared fraction in 0..1"));
-    }
-    if (p->n_parallel < 0 || p->n_fetch_threads < 0)
-      return Fail(kvc::InvalidArgument("parallel and fetch threads must not be negative"));
-    o.link_gbps = p->link_gbps;
-    if (p->rate > 0) o.rate = p->rate;
-    if (p->shared_fraction > 0) o.shared_fraction = p->shared_fraction;
-    if (p->requests) o.requests = p->requests;
-    if (p->prefixes) o.prefixes = p->prefixes;
-    if (p->prefix_tokens) o.prefix_tokens = p->prefix_tokens;
-    if (p->suffix_tokens) o.suffix_tokens = p->suffix_tokens;
-    if (p->unique_tokens) o.unique_tokens = p->unique_tokens;
-    if (p->max_tokens) o.max_tokens = p->max_tokens;
-    if (p->n_parallel) o.parallel = p->n_parallel;
-    if (p->n_fetch_threads) o.fetch_threads = p->n_fetch_threads;
-    o.threads = p->n_threads;
-    if (p->seed) o.seed = p->seed;
-    o.plan_recompute = p->plan_recompute != 0;
-    o.progress = p->quiet == 0;
-    auto report = kvc::RunServeBenchJson(o);
-    if (!report.ok()) return Fail(report.status());
-    *out_json = CopyString(*report);
-    return KVC_OK;
-  });
 }
 
 }  // extern "C"

@@ -1,5 +1,6 @@
 // kvcodec: compress, inspect and evaluate LLM KV caches from the command line.
-// Uses only the public API; every error is one line on stderr and a non-zero exit.
+// Uses only the public API and the tools' entry points (kvcodec_tools.h); every error is one
+// line on stderr and a non-zero exit.
 #include <pthread.h>
 
 #include <CLI/CLI.hpp>
@@ -16,6 +17,7 @@
 
 #include "cli_files.h"
 #include "kvcodec/kvcodec.hpp"
+#include "kvcodec_tools.h"
 
 namespace {
 
