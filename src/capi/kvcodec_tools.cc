@@ -11,8 +11,8 @@
 #include "bench/ttft_bench.h"
 #include "bench/video_ablation.h"
 #include "capi_support.h"
-#include "llama/model_files.h"
 #include "kvtc/kvcal.h"
+#include "llama/model_files.h"
 
 using namespace kvc::capi;  // NOLINT(google-build-using-namespace): the C API's conventions
 

@@ -157,9 +157,15 @@ Outcome<std::string> ToolJson(kvc_status (*tool)(const Params*, char**), const P
 inline Outcome<std::string> EvalJson(const kvc_eval_params& p) { return ToolJson(kvc_eval_json, p); }
 inline Outcome<std::string> CalibrateJson(const kvc_calibrate_params& p) { return ToolJson(kvc_calibrate_json, p); }
 inline Outcome<std::string> ProfileJson(const kvc_profile_params& p) { return ToolJson(kvc_profile_json, p); }
-inline Outcome<std::string> BenchCodecJson(const kvc_bench_codec_params& p) { return ToolJson(kvc_bench_codec_json, p); }
-inline Outcome<std::string> BenchVideoJson(const kvc_bench_video_params& p) { return ToolJson(kvc_bench_video_json, p); }
+inline Outcome<std::string> BenchCodecJson(const kvc_bench_codec_params& p) {
+  return ToolJson(kvc_bench_codec_json, p);
+}
+inline Outcome<std::string> BenchVideoJson(const kvc_bench_video_params& p) {
+  return ToolJson(kvc_bench_video_json, p);
+}
 inline Outcome<std::string> BenchTtftJson(const kvc_bench_ttft_params& p) { return ToolJson(kvc_bench_ttft_json, p); }
-inline Outcome<std::string> BenchServeJson(const kvc_bench_serve_params& p) { return ToolJson(kvc_bench_serve_json, p); }
+inline Outcome<std::string> BenchServeJson(const kvc_bench_serve_params& p) {
+  return ToolJson(kvc_bench_serve_json, p);
+}
 
 }  // namespace kvcodec

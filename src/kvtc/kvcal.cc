@@ -1,9 +1,5 @@
 #include "kvtc/kvcal.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -11,9 +7,9 @@
 #include <cstring>
 #include <system_error>
 
-#include "base/atomic_file.h"
 #include "base/byte_io.h"
 #include "base/crc32c.h"
+#include "base/file_io.h"
 #include "tensor/kv_cache.h"
 
 namespace kvc {
@@ -252,8 +248,6 @@ Status ParseAllocations(std::span<const uint8_t> data, uint32_t version, uint32_
   return Status::Ok();
 }
 
-std::string ErrnoMessage(int err) { return std::error_code(err, std::generic_category()).message(); }
-
 }  // namespace
 
 Result<std::vector<uint8_t>> WriteKvcal(const KvtcCalibration& c) {
@@ -405,38 +399,11 @@ Status SaveKvcal(const KvtcCalibration& calibration, const std::string& path) {
 }
 
 Result<KvtcCalibration> LoadKvcal(const std::string& path, Hash128* hash_out) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return IoError("cannot open " + path + ": " + ErrnoMessage(errno));
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return IoError("cannot stat " + path + ": " + ErrnoMessage(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return IoError(path + " is not a regular file");
-  }
-  if (static_cast<uint64_t>(st.st_size) > kMaxKvcalFileBytes) {
-    ::close(fd);
-    return Corrupt(FormatMessage("%s: %" PRIu64 " bytes exceed the largest possible .kvcal file (%" PRIu64 " bytes)",
-                                 path.c_str(), static_cast<uint64_t>(st.st_size), kMaxKvcalFileBytes));
-  }
-  std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
-  size_t got = 0;
-  while (got < bytes.size()) {
-    const ssize_t k = ::read(fd, bytes.data() + got, bytes.size() - got);
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0) {
-      const int err = errno;
-      ::close(fd);
-      return IoError("cannot read " + path + ": " + ErrnoMessage(err));
-    }
-    if (k == 0) break;  // shrank since fstat: parse what is there, which then fails as truncated
-    got += static_cast<size_t>(k);
-  }
-  ::close(fd);
-  bytes.resize(got);
+  // Any file that cannot be read as a whole (missing, a folder, past the largest possible .kvcal)
+  // is an I/O error to the callers; what the bytes say is parsed below.
+  auto read = ReadFileBytes(path, kMaxKvcalFileBytes);
+  if (!read.ok()) return IoError(read.status().message());
+  const std::vector<uint8_t>& bytes = *read;
 
   Result<KvtcCalibration> calibration = ReadKvcal(bytes);
   if (!calibration.ok()) return calibration.status().WithContext(path);

@@ -4,26 +4,13 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/file_io.h"
+
 namespace kvc {
 
 Result<std::string> ReadTextFile(const std::string& path, uint64_t max_bytes) {
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  if (ec) return NotFound("cannot read " + path + ": " + ec.message());
-  if (!std::filesystem::is_regular_file(status)) return InvalidArgument(path + " is not a regular file");
-  const uintmax_t size = std::filesystem::file_size(path, ec);
-  if (ec) return NotFound("cannot read " + path + ": " + ec.message());
-  if (size > max_bytes) {
-    return InvalidArgument(FormatMessage("%s is %llu bytes, more than %llu", path.c_str(),
-                                         static_cast<unsigned long long>(size),
-                                         static_cast<unsigned long long>(max_bytes)));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("cannot read " + path);
-  std::string text(static_cast<size_t>(size), '\0');
-  in.read(text.data(), static_cast<std::streamsize>(size));
-  text.resize(static_cast<size_t>(in.gcount()));  // shrank meanwhile: what is there
-  return text;
+  ASSIGN_OR_RETURN(const std::vector<uint8_t> bytes, ReadFileBytes(path, max_bytes));
+  return std::string(bytes.begin(), bytes.end());
 }
 
 std::string BesideModel(const std::string& model_path, const std::string& name, const std::string& explicit_path) {

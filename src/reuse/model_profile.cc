@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "base/atomic_file.h"
+#include "base/file_io.h"
 #include "base/utf8.h"
 #include "codecs/codec.h"
 #include "format/container.h"

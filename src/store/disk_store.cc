@@ -14,6 +14,7 @@
 #include <random>
 #include <thread>
 
+#include "base/file_io.h"
 #include "base/hash.h"
 
 namespace kvc {
@@ -43,27 +44,6 @@ class FdCloser {
  private:
   int fd_;
 };
-
-Status WriteAll(int fd, std::span<const uint8_t> bytes) {
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Errno("write");
-    }
-    done += static_cast<size_t>(n);
-  }
-  return Status::Ok();
-}
-
-Status FsyncPath(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Errno("open " + dir.string());
-  FdCloser closer(fd);
-  if (::fsync(fd) != 0) return Errno("fsync " + dir.string());
-  return Status::Ok();
-}
 
 class DiskStore final : public Store {
  public:
@@ -105,7 +85,7 @@ class DiskStore final : public Store {
       const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
       if (fd < 0) return Errno("cannot create " + temp.string());
       FdCloser closer(fd);
-      Status s = WriteAll(fd, bytes);
+      Status s = WriteAllToFd(fd, bytes, temp.string());
       if (s.ok() && ::fsync(fd) != 0) s = Errno("fsync " + temp.string());
       if (!s.ok()) {
         ::unlink(temp.c_str());
@@ -117,7 +97,7 @@ class DiskStore final : public Store {
       ::unlink(temp.c_str());
       return s;
     }
-    RETURN_IF_ERROR(FsyncPath(final_path.parent_path()));
+    RETURN_IF_ERROR(SyncDirectory(final_path.parent_path().string()));
     const uint64_t estimate = estimate_.fetch_add(bytes.size()) + bytes.size();
     if (estimate > capacity_ || ++puts_ % kRescanEveryPuts == 0) RETURN_IF_ERROR(Evict());
     return Status::Ok();
