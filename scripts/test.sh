@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh dev asan-ubsan
 echo "== format"
 scripts/check_format.sh
+echo "== release: configures (the preset the demo and the results build, without tests)"
+cmake --preset release -DKVCODEC_LLAMA_ROOT="$(scripts/setup-llama.sh)" >/dev/null
 scripts/setup-test-tools.sh  # promtool and the OpenAI SDK, for tests/serve
 echo "== dev: all tests"
 ctest --preset dev -j2 --timeout 900
