@@ -2,22 +2,13 @@
 
 #include <gtest/gtest.h>
 
-#include <random>
+#include "tensor/synthetic_kv.h"
 
 namespace kvc {
 namespace {
 
 KvCache RandomCache(const KvShape& shape, DType dtype, int32_t pos_begin = 0) {
-  auto cache = KvCache::Create(shape, dtype, pos_begin).value();
-  std::mt19937 rng(7);
-  std::normal_distribution<float> dist;
-  std::vector<float> row(cache.shape().layer_elems());
-  for (KvKind kind : kKvKinds)
-    for (uint32_t l = 0; l < shape.n_layers; ++l) {
-      for (float& v : row) v = dist(rng);
-      cache.WriteRowsF32(kind, l, 0, shape.n_tokens, row.data());
-    }
-  return cache;
+  return NoiseKv(shape, dtype, 7, pos_begin);
 }
 
 KvCache RandomCache(DType dtype, uint32_t tokens, int32_t pos_begin) {
