@@ -1,0 +1,60 @@
+#include "cli_common.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace kvcodec_cli {
+
+int Fail(const std::string& message) {
+  std::string line;
+  for (unsigned char c : message) {
+    if (c < 0x20 || c == 0x7F) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02X", c);
+      line += buf;
+    } else {
+      line += static_cast<char>(c);
+    }
+  }
+  std::fprintf(stderr, "kvcodec: error: %s\n", line.c_str());
+  return 1;
+}
+
+int Fail(const kvcodec::Error& error) { return Fail(error.message); }
+
+std::string DefaultModel() {
+  const char* env = std::getenv("KVCODEC_MODEL");
+  return env != nullptr ? env : KVCODEC_DEFAULT_MODEL;
+}
+
+std::string JoinParams(const std::vector<std::string>& params) {
+  std::string joined;
+  for (const auto& p : params) joined += (joined.empty() ? "" : ",") + p;
+  return joined;
+}
+
+kvc_dtype ParseCacheType(const std::string& s) {
+  if (s == "f32") return KVC_F32;
+  if (s == "bf16") return KVC_BF16;
+  return KVC_F16;
+}
+
+std::string FormatGbps(double gbps) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g Gbps", gbps);
+  return buf;
+}
+
+void QualityArgs::AddTo(CLI::App* app) {
+  app->add_option("--profile", profile,
+                  "Quality profile (default: <model>.kvprof.json beside the model; without one only raw and quant 8 "
+                  "are stored and fetched)");
+  app->add_option("--max-ppl-delta", max_ppl_delta, "Largest profiled perplexity change a rung may have, percent")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e9));
+  app->add_option("--min-top1", min_top1, "Smallest profiled top-1 agreement a rung may have")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+}
+
+}  // namespace kvcodec_cli

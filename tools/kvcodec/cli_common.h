@@ -1,0 +1,52 @@
+// What the subcommands share: the one-line error, defaults and limits, and option helpers.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvcodec/kvcodec.hpp"
+
+namespace kvcodec_cli {
+
+// One line on stderr, whatever the message quotes: a path or a name with a newline or an escape
+// sequence in it can neither forge another line nor reach the terminal as a control sequence.
+// (The library's own messages are already escaped this way.) Returns the exit status, 1.
+int Fail(const std::string& message);
+int Fail(const kvcodec::Error& error);
+
+// $KVCODEC_MODEL, else the test model of the source tree.
+std::string DefaultModel();
+
+// Input limits: a .kvc or KV dump holds at most a 16 GiB cache (the library's own limit) plus its
+// headers; texts and prompts are far smaller than a gigabyte.
+constexpr uint64_t kMaxKvFileBytes = (uint64_t{16} << 30) + (uint64_t{64} << 20);
+constexpr uint64_t kMaxTextFileBytes = uint64_t{1} << 30;
+
+constexpr const char* kStoreSecretHelp =
+    "Seal and check every stored object with HMAC-SHA256 keyed with this secret, so that only writers "
+    "holding it can supply chunks (for shared stores); prefer $KVCODEC_STORE_SECRET, which `ps` does not show";
+
+// --param values as the library takes them: "k=v,k=v".
+std::string JoinParams(const std::vector<std::string>& params);
+// "f32", "bf16", else fp16 (the option's check admits only those three).
+kvc_dtype ParseCacheType(const std::string& s);
+
+// "10 Gbps", "0.3 Gbps": a link rate in reports.
+std::string FormatGbps(double gbps);
+
+// The quality-floor flags of run, serve and bench ttft.
+struct QualityArgs {
+  std::string profile;
+  double max_ppl_delta = 1.0, min_top1 = 0.97;
+  void AddTo(CLI::App* app);
+  template <typename Params>
+  void Set(Params* p) const {
+    p->profile = profile.empty() ? nullptr : profile.c_str();
+    p->max_ppl_delta = max_ppl_delta;
+    p->min_top1 = min_top1;
+  }
+};
+
+}  // namespace kvcodec_cli

@@ -1,0 +1,75 @@
+// `kvcodec bench video`: the video codec's layout ablation: 8-bit codes, general-purpose coders, each layout step x coder.
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "kvcodec/kvcodec.hpp"
+#include "kvcodec_tools.h"
+
+namespace kvcodec_cli {
+namespace {
+
+struct BenchVideoArgs {
+  std::string model = DefaultModel(), text, preset = "medium";
+  uint32_t ctx = 1024, chunk = 256;
+  double min_seconds = 0.3;
+  bool json = false, quiet = false;
+};
+
+int RunBenchVideo(const BenchVideoArgs& a) {
+  kvc_bench_video_params p{};
+  p.model_path = a.model.c_str();
+  p.text_path = a.text.empty() ? nullptr : a.text.c_str();
+  p.preset = a.preset.c_str();
+  p.ctx = a.ctx;
+  p.chunk = a.chunk;
+  p.min_seconds = a.min_seconds;
+  p.quiet = a.quiet ? 1 : 0;
+  auto report = kvcodec::BenchVideoJson(p);
+  if (!report.ok()) return Fail(report.error());
+  if (a.json) {
+    std::cout << report.value() << "\n";
+    return 0;
+  }
+  const auto j = nlohmann::json::parse(report.value());
+  std::printf("video ablation: %u chunks of %u tokens; quant 8-bit ratio %.3fx\n", j["n_chunks"].get<unsigned>(),
+              j["chunk"].get<unsigned>(), j["quant8_ratio"].get<double>());
+  std::printf("  %-56s %-10s %8s %12s\n", "step", "coder", "ratio", "decode MB/s");
+  for (const auto& s : j["steps"]) {
+    std::printf("  %-56s %-10s %8.3f %12.1f\n", s["step"].get<std::string>().c_str(),
+                s["coder"].get<std::string>().c_str(), s["compression_ratio"].get<double>(),
+                s["decode_mb_s"].get<double>());
+  }
+  std::printf("  neighbouring-token difference variance / variance (2 = independent tokens):\n");
+  for (const auto& l : j["neighbour_difference_ratio"]) {
+    std::printf("    layer %2u  K %.3f  K (RoPE undone) %.3f  K (token order) %.3f  V %.3f  V (token order) %.3f\n",
+                l["layer"].get<unsigned>(), l["k"].get<double>(), l["k_rope_undone"].get<double>(),
+                l["k_token_ordered"].get<double>(), l["v"].get<double>(), l["v_token_ordered"].get<double>());
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command AddBenchVideoCommand(CLI::App* parent) {
+  auto bv = std::make_shared<BenchVideoArgs>();
+  auto* bench_video = parent->add_subcommand(
+      "video", "The video codec's layout ablation: 8-bit codes, general-purpose coders, each layout step x coder");
+  bench_video->add_option("--model", bv->model, "GGUF model")->capture_default_str();
+  bench_video->add_option("--text", bv->text, "Text to prefill (default: eval.txt beside the model)");
+  bench_video->add_option("--ctx", bv->ctx, "Tokens prefilled")->capture_default_str();
+  bench_video->add_option("--chunk", bv->chunk, "Tokens per encoded chunk")->capture_default_str();
+  bench_video->add_option("--preset", bv->preset, "x265/x264 preset")->capture_default_str();
+  bench_video->add_option("--min-seconds", bv->min_seconds, "Time per decode measurement")->capture_default_str();
+  bench_video->add_flag("--json", bv->json, "Print JSON");
+  bench_video->add_flag("--quiet", bv->quiet, "No progress line");
+  return {bench_video, [bv] { return RunBenchVideo(*bv); }};
+}
+
+}  // namespace kvcodec_cli

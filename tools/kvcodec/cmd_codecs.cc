@@ -1,0 +1,96 @@
+// `kvcodec codecs`: list codecs, their levels and parameters (with --model: the model's quality profile and floor).
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "kvcodec/kvcodec.hpp"
+
+namespace kvcodec_cli {
+namespace {
+
+struct CodecsArgs {
+  std::string model, profile, calibration;
+  double max_ppl_delta = 1.0, min_top1 = 0.97;
+  bool json = false;
+};
+
+// The model's quality profile and the floor it gives: what run, serve and bench ttft may use.
+int RunModelFloor(const CodecsArgs& a) {
+  auto floor = kvcodec::QualityFloorJson(a.model, a.profile, a.calibration, a.max_ppl_delta, a.min_top1);
+  if (!floor.ok()) return Fail(floor.error());
+  if (a.json) {
+    std::cout << floor.value() << "\n";
+    return 0;
+  }
+  const auto j = nlohmann::json::parse(floor.value());
+  std::printf("%s: %s\n", a.model.c_str(), j["note"].get<std::string>().c_str());
+  std::set<std::string> allowed;
+  for (const auto& r : j["allowed"]) allowed.insert(r.get<std::string>());
+  if (!j["profile"].is_null()) {
+    const auto& p = j["profile"];
+    std::printf("profile: %u documents of %u + %u tokens from %s\n", p["docs"].get<unsigned>(),
+                p["ctx"].get<unsigned>(), p["cont"].get<unsigned>(), p["text"].get<std::string>().c_str());
+    std::printf("  %-9s %-7s %8s %10s %8s %10s  %s\n", "codec", "level", "ratio", "ppl delta", "top-1", "KL", "");
+    for (const auto& r : p["rungs"]) {
+      const std::string name = r["codec"].get<std::string>() + "/" + r["level"].get<std::string>();
+      std::printf("  %-9s %-7s %8.2f %+9.3f%% %8.4f %10.6f  %s\n", r["codec"].get<std::string>().c_str(),
+                  r["level"].get<std::string>().c_str(), r["ratio"].get<double>(), r["ppl_delta_pct"].get<double>(),
+                  r["top1_agreement"].get<double>(), r["kl_mean"].get<double>(),
+                  allowed.count(name) ? "allowed" : "over the floor");
+    }
+  } else {
+    std::string list;
+    for (const auto& r : allowed) list += (list.empty() ? "" : ", ") + r;
+    std::printf("allowed: %s\n", list.c_str());
+  }
+  return 0;
+}
+
+int RunCodecs(const CodecsArgs& a) {
+  if (!a.model.empty()) return RunModelFloor(a);
+  const bool json = a.json;
+  auto codecs = kvcodec::CodecsJson();
+  if (!codecs.ok()) return Fail(codecs.error());
+  if (json) {
+    std::cout << codecs.value() << "\n";
+    return 0;
+  }
+  for (const auto& c : nlohmann::json::parse(codecs.value())) {
+    std::string levels;
+    for (const auto& l : c["levels"]) levels += (levels.empty() ? "" : ", ") + l.get<std::string>();
+    std::string params;
+    for (const auto& p : c["params"]) params += (params.empty() ? "" : ", ") + p.get<std::string>();
+    std::printf("%-10s levels: %s (default %s)%s%s\n           %s\n", c["name"].get<std::string>().c_str(),
+                levels.c_str(), c["default_level"].get<std::string>().c_str(),
+                params.empty() ? "" : "; params: ", params.c_str(), c["description"].get<std::string>().c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command AddCodecsCommand(CLI::App* parent) {
+  auto cs = std::make_shared<CodecsArgs>();
+  auto* codecs = parent->add_subcommand(
+      "codecs", "List codecs, their levels and parameters (with --model: the model's quality profile and floor)");
+  codecs->add_flag("--json", cs->json, "Print JSON");
+  codecs->add_option("--model", cs->model, "Show this model's quality profile and which rungs are within the floor");
+  codecs->add_option("--profile", cs->profile, "Quality profile (default: <model>.kvprof.json beside the model)");
+  codecs->add_option("--calibration", cs->calibration, "KVTC calibration (default: <model>.kvcal if present)");
+  codecs->add_option("--max-ppl-delta", cs->max_ppl_delta, "Largest perplexity change allowed, percent")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e9));
+  codecs->add_option("--min-top1", cs->min_top1, "Smallest top-1 agreement allowed")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  return {codecs, [cs] { return RunCodecs(*cs); }};
+}
+
+}  // namespace kvcodec_cli

@@ -1,0 +1,99 @@
+// `kvcodec encode`: encode a KV cache (from a model + text, or a KV dump) into a .kvc file.
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli_common.h"
+#include "cli_files.h"
+#include "commands.h"
+#include "kvcodec/kvcodec.hpp"
+
+namespace kvcodec_cli {
+namespace {
+
+struct EncodeArgs {
+  std::string model = DefaultModel(), text, kv_dump, codec = "raw", level, out, cache_type = "f16", calibration;
+  std::vector<std::string> params;
+  uint32_t tokens = 0, kv_heads = 0, token_begin = 0, n_tokens = 0;
+};
+
+int RunEncode(const EncodeArgs& a) {
+  if (!a.calibration.empty()) {
+    if (auto err = kvcodec::LoadCalibration(a.calibration)) return Fail(*err);
+  }
+  kvcodec::Kv kv;
+  std::vector<uint8_t> fingerprint(16, 0);
+  if (!a.kv_dump.empty()) {
+    std::vector<uint8_t> bytes;
+    if (auto e = kvcodec_cli::ReadInputFile(a.kv_dump, kMaxKvFileBytes, &bytes); !e.empty()) return Fail(e);
+    uint32_t heads = a.kv_heads;
+    if (heads == 0 || !a.text.empty()) {
+      auto model = kvcodec::Model::Load(a.model);
+      if (!model.ok()) return Fail(model.error());
+      fingerprint = model.value().Fingerprint();
+      if (heads == 0) heads = nlohmann::json::parse(model.value().InfoJson().value())["n_kv_heads"].get<uint32_t>();
+    }
+    auto parsed = kvcodec::KvFromLlamaState(bytes, heads);
+    if (!parsed.ok()) return Fail(parsed.error());
+    kv = std::move(parsed.value());
+  } else {
+    if (a.text.empty()) return Fail("give --text FILE (with --model) or --kv DUMP");
+    std::vector<uint8_t> text;
+    if (auto e = kvcodec_cli::ReadInputFile(a.text, kMaxTextFileBytes, &text); !e.empty()) return Fail(e);
+    auto model = kvcodec::Model::Load(a.model);
+    if (!model.ok()) return Fail(model.error());
+    fingerprint = model.value().Fingerprint();
+    auto tokens = model.value().Tokenize(std::string(text.begin(), text.end()), true);
+    if (!tokens.ok()) return Fail(tokens.error());
+    std::vector<int32_t> ids = tokens.value();
+    if (a.tokens > 0 && ids.size() > a.tokens) ids.resize(a.tokens);
+    kvc_session_params sp;
+    kvc_session_default_params(&sp);
+    sp.n_ctx = static_cast<uint32_t>(ids.size()) + 8;
+    sp.cache_type = ParseCacheType(a.cache_type);
+    auto session = kvcodec::Session::Create(model.value(), sp);
+    if (!session.ok()) return Fail(session.error());
+    if (auto err = session.value().Eval(ids)) return Fail(*err);
+    auto extracted = session.value().Extract();
+    if (!extracted.ok()) return Fail(extracted.error());
+    kv = std::move(extracted.value());
+  }
+  auto bytes = kvcodec::Encode(kv, a.codec, a.level, JoinParams(a.params), fingerprint, a.token_begin, a.n_tokens);
+  if (!bytes.ok()) return Fail(bytes.error());
+  if (auto e = kvcodec_cli::WriteOutputFile(a.out, bytes.value()); !e.empty()) return Fail(e);
+  const kvc_shape s = kvcodec::Shape(kv);
+  const uint32_t covered = a.n_tokens ? a.n_tokens : s.n_tokens - a.token_begin;
+  const double fp16 = 4.0 * s.n_layers * s.n_kv_heads * s.head_dim * covered;
+  std::printf("wrote %s: %u tokens, %zu bytes (%.2fx vs fp16)\n", a.out.c_str(), covered, bytes.value().size(),
+              fp16 / static_cast<double>(bytes.value().size()));
+  return 0;
+}
+
+}  // namespace
+
+Command AddEncodeCommand(CLI::App* parent) {
+  auto en = std::make_shared<EncodeArgs>();
+  auto* encode = parent->add_subcommand("encode", "Encode a KV cache (from a model + text, or a KV dump) into a .kvc file");
+  encode->add_option("--model", en->model, "GGUF model (prefills --text; fingerprints the file)")->capture_default_str();
+  encode->add_option("--text", en->text, "Text file to prefill");
+  encode->add_option("--tokens", en->tokens, "Keep at most this many tokens of the text");
+  encode->add_option("--kv", en->kv_dump, "KV dump: llama.cpp sequence-state bytes (llama_state_seq_get_data)");
+  encode->add_option("--kv-heads", en->kv_heads, "KV heads of the dump (default: from --model)");
+  encode->add_option("--codec", en->codec, "Codec")->capture_default_str();
+  encode->add_option("--level", en->level, "Codec level");
+  encode->add_option("--param", en->params, "Codec parameter key=value (repeatable)");
+  encode->add_option("--token-begin", en->token_begin, "First token to encode");
+  encode->add_option("--n-tokens", en->n_tokens, "Tokens to encode (0: to the end)");
+  encode->add_option("--cache-type", en->cache_type, "llama.cpp KV cache type")
+      ->check(CLI::IsMember({"f16", "f32", "bf16"}))
+      ->capture_default_str();
+  encode->add_option("--calibration", en->calibration, "KVTC calibration (.kvcal)");
+  encode->add_option("-o,--out", en->out, "Output .kvc file")->required();
+  return {encode, [en] { return RunEncode(*en); }};
+}
+
+}  // namespace kvcodec_cli

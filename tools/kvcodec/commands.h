@@ -1,0 +1,29 @@
+// The subcommands, one file each (cmd_<name>.cc). Each registers its options on `parent` (the
+// app, or `bench` for the benchmarks) and returns what runs it when it is the one given.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace kvcodec_cli {
+
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;
+};
+
+Command AddCodecsCommand(CLI::App* parent);
+Command AddProfileCommand(CLI::App* parent);
+Command AddEvalCommand(CLI::App* parent);
+Command AddEncodeCommand(CLI::App* parent);
+Command AddCalibrateCommand(CLI::App* parent);
+Command AddBenchCodecCommand(CLI::App* parent);
+Command AddBenchVideoCommand(CLI::App* parent);
+Command AddServeCommand(CLI::App* parent);
+Command AddBenchTtftCommand(CLI::App* parent);
+Command AddBenchServeCommand(CLI::App* parent);
+Command AddRunCommand(CLI::App* parent);
+Command AddDecodeCommand(CLI::App* parent);
+Command AddInspectCommand(CLI::App* parent);
+
+}  // namespace kvcodec_cli
