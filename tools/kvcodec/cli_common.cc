@@ -45,6 +45,32 @@ std::string FormatGbps(double gbps) {
   return buf;
 }
 
+void AddModelOption(CLI::App* app, std::string* model) {
+  app->add_option("--model", *model, "GGUF model")->capture_default_str();
+}
+
+void AddThreadsOption(CLI::App* app, int* threads) {
+  app->add_option("--threads", *threads, "Threads for llama.cpp (0: all cores)");
+}
+
+void AddJsonFlag(CLI::App* app, bool* json) { app->add_flag("--json", *json, "Print JSON"); }
+
+void AddQuietFlag(CLI::App* app, bool* quiet) { app->add_flag("--quiet", *quiet, "No progress line"); }
+
+void AddCalibrationOption(CLI::App* app, std::string* path) {
+  app->add_option("--calibration", *path, "KVTC calibration (default: <model>.kvcal if present)");
+}
+
+void AddParamOption(CLI::App* app, std::vector<std::string>* params) {
+  app->add_option("--param", *params, "Codec parameter key=value (repeatable)");
+}
+
+void AddCacheTypeOption(CLI::App* app, std::string* type) {
+  app->add_option("--cache-type", *type, "llama.cpp KV cache type")
+      ->check(CLI::IsMember({"f16", "f32", "bf16"}))
+      ->capture_default_str();
+}
+
 void QualityArgs::AddTo(CLI::App* app) {
   app->add_option("--profile", profile,
                   "Quality profile (default: <model>.kvprof.json beside the model; without one only raw and quant 8 "

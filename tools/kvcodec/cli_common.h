@@ -36,6 +36,15 @@ kvc_dtype ParseCacheType(const std::string& s);
 // "10 Gbps", "0.3 Gbps": a link rate in reports.
 std::string FormatGbps(double gbps);
 
+// Options most subcommands take, worded the same everywhere.
+void AddModelOption(CLI::App* app, std::string* model);           // --model, default shown
+void AddThreadsOption(CLI::App* app, int* threads);               // --threads for llama.cpp
+void AddJsonFlag(CLI::App* app, bool* json);                      // --json
+void AddQuietFlag(CLI::App* app, bool* quiet);                    // --quiet: no progress line
+void AddCalibrationOption(CLI::App* app, std::string* path);      // --calibration, default beside the model
+void AddParamOption(CLI::App* app, std::vector<std::string>* p);  // --param key=value, repeatable
+void AddCacheTypeOption(CLI::App* app, std::string* type);        // --cache-type f16|f32|bf16
+
 // The quality-floor flags of run, serve and bench ttft.
 struct QualityArgs {
   std::string profile;

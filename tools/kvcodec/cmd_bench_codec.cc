@@ -63,17 +63,17 @@ int RunBenchCodec(const BenchArgs& a) {
 Command AddBenchCodecCommand(CLI::App* parent) {
   auto be = std::make_shared<BenchArgs>();
   auto* bench_codec = parent->add_subcommand("codec", "Codec encode/decode MB/s on a real KV cache, beside memcpy");
-  bench_codec->add_option("--model", be->model, "GGUF model")->capture_default_str();
+  AddModelOption(bench_codec, &be->model);
   bench_codec->add_option("--codec", be->codec, "Codec")->capture_default_str();
   bench_codec->add_option("--level", be->level, "Codec level");
-  bench_codec->add_option("--param", be->params, "Codec parameter key=value (repeatable)");
-  bench_codec->add_option("--calibration", be->calibration, "KVTC calibration (default: <model>.kvcal if present)");
+  AddParamOption(bench_codec, &be->params);
+  AddCalibrationOption(bench_codec, &be->calibration);
   bench_codec->add_option("--text", be->text, "Text to prefill (default: eval.txt beside the model)");
   bench_codec->add_option("--ctx", be->ctx, "Tokens prefilled")->capture_default_str();
   bench_codec->add_option("--chunk", be->chunk, "Tokens per encoded chunk")->capture_default_str();
   bench_codec->add_option("--threads", be->threads, "Threads for the all-cores figures (0: every core)");
   bench_codec->add_option("--min-seconds", be->min_seconds, "Time per measurement")->capture_default_str();
-  bench_codec->add_flag("--json", be->json, "Print JSON");
+  AddJsonFlag(bench_codec, &be->json);
   return {bench_codec, [be] { return RunBenchCodec(*be); }};
 }
 

@@ -1,4 +1,5 @@
-// `kvcodec bench serve`: load generator for the completion server: shared-prefix and no-prefix streaming requests at a .
+// `kvcodec bench serve`: load generator for the completion server: shared-prefix and no-prefix streaming requests at a
+// .
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -93,9 +94,9 @@ Command AddBenchServeCommand(CLI::App* parent) {
       "Load generator for the completion server: shared-prefix and no-prefix streaming requests at a "
       "Poisson rate against no reuse, FIFO and KV-aware in-process servers; TTFT p50/p90/p99 per class, "
       "throughput, hit rate");
-  bench_serve->add_option("--model", bs->model, "GGUF model")->capture_default_str();
+  AddModelOption(bench_serve, &bs->model);
   bench_serve->add_option("--text", bs->text, "Text the prompts are cut from (default: eval.txt beside the model)");
-  bench_serve->add_option("--calibration", bs->calibration, "KVTC calibration (default: <model>.kvcal if present)");
+  AddCalibrationOption(bench_serve, &bs->calibration);
   bench_serve->add_option("--codec", bs->codec, "Codec the servers store chunks with")->capture_default_str();
   bench_serve->add_option("--configs", bs->configs, "Configurations, comma-separated: none, fifo, kv-aware")
       ->capture_default_str();
@@ -141,8 +142,8 @@ Command AddBenchServeCommand(CLI::App* parent) {
   bench_serve->add_flag("--plan-recompute", bs->plan_recompute,
                         "Let the servers' planner recompute chunks it predicts faster to prefill than to fetch "
                         "(default: always fetch, so every configuration schedules the same fetches)");
-  bench_serve->add_flag("--json", bs->json, "Print JSON");
-  bench_serve->add_flag("--quiet", bs->quiet, "No progress line");
+  AddJsonFlag(bench_serve, &bs->json);
+  AddQuietFlag(bench_serve, &bs->quiet);
   return {bench_serve, [bs] { return RunBenchServe(*bs); }};
 }
 

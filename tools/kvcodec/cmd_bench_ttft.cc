@@ -70,9 +70,9 @@ Command AddBenchTtftCommand(CLI::App* parent) {
       "ttft",
       "TTFT of a long prompt reusing its stored prefix, per codec and link rate, beside recompute; "
       "plus a labelled projection to 7B-70B shapes");
-  bench_ttft->add_option("--model", bt->model, "GGUF model")->capture_default_str();
+  AddModelOption(bench_ttft, &bt->model);
   bench_ttft->add_option("--text", bt->text, "Text the prompt is taken from (default: eval.txt beside the model)");
-  bench_ttft->add_option("--calibration", bt->calibration, "KVTC calibration (default: <model>.kvcal if present)");
+  AddCalibrationOption(bench_ttft, &bt->calibration);
   bt->quality.AddTo(bench_ttft);
   bench_ttft->add_option("--codecs", bt->codecs, "Codecs, comma-separated (default: every codec)");
   bench_ttft->add_option("--link-gbps", bt->link_gbps,
@@ -85,9 +85,9 @@ Command AddBenchTtftCommand(CLI::App* parent) {
   bench_ttft->add_option("--fetch-threads", bt->fetch_threads, "Workers chunks decode on (0: one per core)");
   bench_ttft->add_option("--chunk", bt->chunk, "Tokens per chunk")->capture_default_str();
   bench_ttft->add_option("--repeats", bt->repeats, "Runs per point (median reported)")->capture_default_str();
-  bench_ttft->add_option("--threads", bt->threads, "Threads for llama.cpp (0: all cores)");
-  bench_ttft->add_flag("--json", bt->json, "Print JSON");
-  bench_ttft->add_flag("--quiet", bt->quiet, "No progress line");
+  AddThreadsOption(bench_ttft, &bt->threads);
+  AddJsonFlag(bench_ttft, &bt->json);
+  AddQuietFlag(bench_ttft, &bt->quiet);
   return {bench_ttft, [bt] { return RunBenchTtft(*bt); }};
 }
 

@@ -1,4 +1,5 @@
-// `kvcodec bench video`: the video codec's layout ablation: 8-bit codes, general-purpose coders, each layout step x coder.
+// `kvcodec bench video`: the video codec's layout ablation: 8-bit codes, general-purpose coders, each layout step x
+// coder.
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -61,14 +62,14 @@ Command AddBenchVideoCommand(CLI::App* parent) {
   auto bv = std::make_shared<BenchVideoArgs>();
   auto* bench_video = parent->add_subcommand(
       "video", "The video codec's layout ablation: 8-bit codes, general-purpose coders, each layout step x coder");
-  bench_video->add_option("--model", bv->model, "GGUF model")->capture_default_str();
+  AddModelOption(bench_video, &bv->model);
   bench_video->add_option("--text", bv->text, "Text to prefill (default: eval.txt beside the model)");
   bench_video->add_option("--ctx", bv->ctx, "Tokens prefilled")->capture_default_str();
   bench_video->add_option("--chunk", bv->chunk, "Tokens per encoded chunk")->capture_default_str();
   bench_video->add_option("--preset", bv->preset, "x265/x264 preset")->capture_default_str();
   bench_video->add_option("--min-seconds", bv->min_seconds, "Time per decode measurement")->capture_default_str();
-  bench_video->add_flag("--json", bv->json, "Print JSON");
-  bench_video->add_flag("--quiet", bv->quiet, "No progress line");
+  AddJsonFlag(bench_video, &bv->json);
+  AddQuietFlag(bench_video, &bv->quiet);
   return {bench_video, [bv] { return RunBenchVideo(*bv); }};
 }
 

@@ -90,7 +90,7 @@ int RunCalibrate(const CalibrateArgs& a) {
 Command AddCalibrateCommand(CLI::App* parent) {
   auto ca = std::make_shared<CalibrateArgs>();
   auto* calibrate = parent->add_subcommand("calibrate", "Fit KVTC's PCA bases and bit allocations for a model");
-  calibrate->add_option("--model", ca->model, "GGUF model")->capture_default_str();
+  AddModelOption(calibrate, &ca->model);
   calibrate->add_option("--text", ca->text, "Calibration text (default: calib.txt beside the model)");
   calibrate->add_option("--out", ca->out, "Output .kvcal (default: <model>.kvcal)");
   calibrate->add_option("--tokens", ca->tokens, "Use at most this many tokens of the text (0: all)");
@@ -105,7 +105,8 @@ Command AddCalibrateCommand(CLI::App* parent) {
       ->check(CLI::IsMember({"auto", "token-group", "component"}))
       ->capture_default_str();
   calibrate
-      ->add_option("--group-size", ca->group_size, "Token-group components sharing one scale (0: the best of 8, 16, 32)")
+      ->add_option("--group-size", ca->group_size,
+                   "Token-group components sharing one scale (0: the best of 8, 16, 32)")
       ->capture_default_str()
       ->check(CLI::Range(0u, 4096u));
   calibrate->add_option("--window", ca->window, "Tokens per prefill (0: min(1024, the model's training context))")
@@ -114,11 +115,11 @@ Command AddCalibrateCommand(CLI::App* parent) {
   calibrate->add_option("--chunk", ca->chunk, "Tokens per chunk the coded sizes are measured at")
       ->capture_default_str()
       ->check(CLI::Range(16u, 1u << 20));
-  calibrate->add_option("--threads", ca->threads, "Threads for llama.cpp (0: all cores)");
+  AddThreadsOption(calibrate, &ca->threads);
   calibrate->add_flag("--json", ca->json, "Print the report as JSON");
   calibrate->add_flag("--no-profile", ca->no_profile,
                       "Do not measure the quality profile afterwards (`kvcodec profile`)");
-  calibrate->add_flag("--quiet", ca->quiet, "No progress line");
+  AddQuietFlag(calibrate, &ca->quiet);
   return {calibrate, [ca] { return RunCalibrate(*ca); }};
 }
 

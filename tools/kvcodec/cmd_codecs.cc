@@ -80,10 +80,10 @@ Command AddCodecsCommand(CLI::App* parent) {
   auto cs = std::make_shared<CodecsArgs>();
   auto* codecs = parent->add_subcommand(
       "codecs", "List codecs, their levels and parameters (with --model: the model's quality profile and floor)");
-  codecs->add_flag("--json", cs->json, "Print JSON");
+  AddJsonFlag(codecs, &cs->json);
   codecs->add_option("--model", cs->model, "Show this model's quality profile and which rungs are within the floor");
   codecs->add_option("--profile", cs->profile, "Quality profile (default: <model>.kvprof.json beside the model)");
-  codecs->add_option("--calibration", cs->calibration, "KVTC calibration (default: <model>.kvcal if present)");
+  AddCalibrationOption(codecs, &cs->calibration);
   codecs->add_option("--max-ppl-delta", cs->max_ppl_delta, "Largest perplexity change allowed, percent")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1e9));

@@ -77,20 +77,20 @@ int RunEncode(const EncodeArgs& a) {
 
 Command AddEncodeCommand(CLI::App* parent) {
   auto en = std::make_shared<EncodeArgs>();
-  auto* encode = parent->add_subcommand("encode", "Encode a KV cache (from a model + text, or a KV dump) into a .kvc file");
-  encode->add_option("--model", en->model, "GGUF model (prefills --text; fingerprints the file)")->capture_default_str();
+  auto* encode =
+      parent->add_subcommand("encode", "Encode a KV cache (from a model + text, or a KV dump) into a .kvc file");
+  encode->add_option("--model", en->model, "GGUF model (prefills --text; fingerprints the file)")
+      ->capture_default_str();
   encode->add_option("--text", en->text, "Text file to prefill");
   encode->add_option("--tokens", en->tokens, "Keep at most this many tokens of the text");
   encode->add_option("--kv", en->kv_dump, "KV dump: llama.cpp sequence-state bytes (llama_state_seq_get_data)");
   encode->add_option("--kv-heads", en->kv_heads, "KV heads of the dump (default: from --model)");
   encode->add_option("--codec", en->codec, "Codec")->capture_default_str();
   encode->add_option("--level", en->level, "Codec level");
-  encode->add_option("--param", en->params, "Codec parameter key=value (repeatable)");
+  AddParamOption(encode, &en->params);
   encode->add_option("--token-begin", en->token_begin, "First token to encode");
   encode->add_option("--n-tokens", en->n_tokens, "Tokens to encode (0: to the end)");
-  encode->add_option("--cache-type", en->cache_type, "llama.cpp KV cache type")
-      ->check(CLI::IsMember({"f16", "f32", "bf16"}))
-      ->capture_default_str();
+  AddCacheTypeOption(encode, &en->cache_type);
   encode->add_option("--calibration", en->calibration, "KVTC calibration (.kvcal)");
   encode->add_option("-o,--out", en->out, "Output .kvc file")->required();
   return {encode, [en] { return RunEncode(*en); }};

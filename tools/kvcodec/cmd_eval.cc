@@ -64,11 +64,12 @@ int RunEval(const EvalArgs& a) {
 
 Command AddEvalCommand(CLI::App* parent) {
   auto ev = std::make_shared<EvalArgs>();
-  auto* eval = parent->add_subcommand("eval", "Measure a codec's accuracy on a real model (compress, restore, compare)");
-  eval->add_option("--model", ev->model, "GGUF model")->capture_default_str();
+  auto* eval =
+      parent->add_subcommand("eval", "Measure a codec's accuracy on a real model (compress, restore, compare)");
+  AddModelOption(eval, &ev->model);
   eval->add_option("--codec", ev->codec, "Codec (see `kvcodec codecs`)")->capture_default_str();
   eval->add_option("--level", ev->level, "Codec level (default: the codec's default)");
-  eval->add_option("--param", ev->params, "Codec parameter key=value (repeatable)");
+  AddParamOption(eval, &ev->params);
   eval->add_option("--docs", ev->docs, "Documents to evaluate")->capture_default_str()->check(CLI::Range(1u, 100000u));
   eval->add_option("--ctx", ev->ctx, "Context tokens whose KV is compressed")
       ->capture_default_str()
@@ -81,13 +82,11 @@ Command AddEvalCommand(CLI::App* parent) {
                    "Pre-tokenised documents: one per line of space-separated token ids (BOS added when missing); "
                    "the first --docs lines of at least ctx + cont + 1 tokens are used")
       ->excludes("--text");
-  eval->add_option("--cache-type", ev->cache_type, "llama.cpp KV cache type")
-      ->check(CLI::IsMember({"f16", "f32", "bf16"}))
-      ->capture_default_str();
-  eval->add_option("--threads", ev->threads, "Threads for llama.cpp (0: all cores)");
-  eval->add_option("--calibration", ev->calibration, "KVTC calibration (default: <model>.kvcal if present)");
+  AddCacheTypeOption(eval, &ev->cache_type);
+  AddThreadsOption(eval, &ev->threads);
+  AddCalibrationOption(eval, &ev->calibration);
   eval->add_flag("--json", ev->json, "Print the report as JSON");
-  eval->add_flag("--quiet", ev->quiet, "No progress line");
+  AddQuietFlag(eval, &ev->quiet);
   return {eval, [ev] { return RunEval(*ev); }};
 }
 

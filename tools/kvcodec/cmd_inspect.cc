@@ -57,7 +57,7 @@ Command AddInspectCommand(CLI::App* parent) {
   auto a = std::make_shared<InspectArgs>();
   auto* inspect = parent->add_subcommand("inspect", "Print a .kvc file's header and sections");
   inspect->add_option("file", a->in, ".kvc file")->required();
-  inspect->add_flag("--json", a->json, "Print JSON");
+  AddJsonFlag(inspect, &a->json);
   return {inspect, [a] { return RunInspect(a->in, a->json); }};
 }
 

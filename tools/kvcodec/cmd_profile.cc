@@ -1,4 +1,7 @@
-// `kvcodec profile`: measure every rung of every codec on the model (held-back calibration text) and write its quality profile.
+// `kvcodec profile`: measure every rung of every codec on the model (held-back calibration text) and write its quality
+// profile.
+
+#include "cmd_profile.h"
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -8,7 +11,6 @@
 #include <string>
 
 #include "cli_common.h"
-#include "cmd_profile.h"
 #include "commands.h"
 #include "kvcodec/kvcodec.hpp"
 #include "kvcodec_tools.h"
@@ -44,9 +46,9 @@ Command AddProfileCommand(CLI::App* parent) {
   auto* profile = parent->add_subcommand(
       "profile",
       "Measure every rung of every codec on the model (held-back calibration text) and write its quality profile");
-  profile->add_option("--model", pa->model, "GGUF model")->capture_default_str();
+  AddModelOption(profile, &pa->model);
   profile->add_option("--text", pa->text, "Text (default: calib.txt beside the model; its last windows are used)");
-  profile->add_option("--calibration", pa->calibration, "KVTC calibration (default: <model>.kvcal if present)");
+  AddCalibrationOption(profile, &pa->calibration);
   profile->add_option("--out", pa->out, "Output (default: <model>.kvprof.json)");
   profile->add_option("--docs", pa->docs, "Documents (0: enough for 1024 scored positions, at least 8)")
       ->capture_default_str()
@@ -56,9 +58,9 @@ Command AddProfileCommand(CLI::App* parent) {
   profile->add_option("--cont", pa->cont, "Continuation tokens scored (0: min(128, training context / 4))")
       ->capture_default_str()
       ->check(CLI::Range(0u, 4096u));
-  profile->add_option("--threads", pa->threads, "Threads for llama.cpp (0: all cores)");
+  AddThreadsOption(profile, &pa->threads);
   profile->add_flag("--json", pa->json, "Print the profile as JSON");
-  profile->add_flag("--quiet", pa->quiet, "No progress line");
+  AddQuietFlag(profile, &pa->quiet);
   return {profile, [pa] { return RunProfile(*pa); }};
 }
 

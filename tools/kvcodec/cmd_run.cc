@@ -29,7 +29,6 @@ struct RunArgs {
   std::optional<uint64_t> seed;
 };
 
-
 int RunRun(const RunArgs& a) {
   std::vector<uint8_t> prompt_bytes;
   if (auto e = kvcodec_cli::ReadInputFile(a.prompt_file, kMaxTextFileBytes, &prompt_bytes); !e.empty()) return Fail(e);
@@ -99,10 +98,10 @@ int RunRun(const RunArgs& a) {
 Command AddRunCommand(CLI::App* parent) {
   auto ru = std::make_shared<RunArgs>();
   auto* run = parent->add_subcommand("run",
-                                 "The main job: reuse a prompt's stored KV prefix, prefill the rest, generate, "
-                                 "store the new chunks; prints the text and the TTFT breakdown");
+                                     "The main job: reuse a prompt's stored KV prefix, prefill the rest, generate, "
+                                     "store the new chunks; prints the text and the TTFT breakdown");
   run->add_option("prompt", ru->prompt_file, "Prompt text file")->required();
-  run->add_option("--model", ru->model, "GGUF model")->capture_default_str();
+  AddModelOption(run, &ru->model);
   run->add_option("--store", ru->store,
                   "Store URL: dir:///path, mem://, redis://[user[:password]@]host:port, "
                   "redis-cluster://[user[:password]@]h:p,... (default: the embedded disk store, $KVCODEC_STORE or "
@@ -110,14 +109,14 @@ Command AddRunCommand(CLI::App* parent) {
   run->add_option("--store-secret", ru->store_secret, kStoreSecretHelp)->envname("KVCODEC_STORE_SECRET");
   run->add_option("--codec", ru->codec, "Codec for new chunks")->capture_default_str();
   run->add_option("--levels", ru->levels, "Levels to store, comma-separated (default: the codec's ladder)");
-  run->add_option("--calibration", ru->calibration, "KVTC calibration (default: <model>.kvcal if present)");
+  AddCalibrationOption(run, &ru->calibration);
   ru->quality.AddTo(run);
   run->add_option("--link-gbps", ru->link_gbps, "Cap the fetch link at this rate (emulated in process; 0: none)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   run->add_option("--chunk", ru->chunk, "Tokens per chunk")->capture_default_str()->check(CLI::Range(1u, 1u << 20));
   run->add_option("-n,--generate", ru->n_generate, "Tokens to generate")->capture_default_str();
-  run->add_option("--threads", ru->threads, "Threads for llama.cpp (0: all cores)");
+  AddThreadsOption(run, &ru->threads);
   run->add_option("--fetch-threads", ru->fetch_threads,
                   "Workers fetched chunks decode on and new chunks encode on (0: one per core)")
       ->check(CLI::Range(0, 64));
@@ -143,7 +142,7 @@ Command AddRunCommand(CLI::App* parent) {
                   "Seed for sampling: the same seed and prompt give the same text (default: random)");
   run->add_flag("--no-store", ru->no_store, "Do not store the prompt's new chunks");
   run->add_flag("--no-reuse", ru->no_reuse, "Ignore stored chunks (recompute everything)");
-  run->add_flag("--json", ru->json, "Print JSON");
+  AddJsonFlag(run, &ru->json);
   return {run, [ru] { return RunRun(*ru); }};
 }
 

@@ -83,7 +83,7 @@ int RunServe(const ServeArgs& a) {
 Command AddServeCommand(CLI::App* parent) {
   auto sv = std::make_shared<ServeArgs>();
   auto* serve = parent->add_subcommand("serve", "OpenAI-compatible completion server with remote KV reuse");
-  serve->add_option("--model", sv->model, "GGUF model")->capture_default_str();
+  AddModelOption(serve, &sv->model);
   serve->add_option("--store", sv->store,
                     "Store URL: dir:///path, mem://, redis://[user[:password]@]host:port, "
                     "redis-cluster://[user[:password]@]h:p,... (default: the embedded disk store)");
@@ -100,7 +100,7 @@ Command AddServeCommand(CLI::App* parent) {
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));
   serve->add_option("--codec", sv->codec, "Codec for new chunks")->capture_default_str();
-  serve->add_option("--calibration", sv->calibration, "KVTC calibration (default: <model>.kvcal if present)");
+  AddCalibrationOption(serve, &sv->calibration);
   sv->quality.AddTo(serve);
   serve->add_option("--host", sv->host, "Address to listen on")->capture_default_str();
   serve->add_option("--alias", sv->alias,
