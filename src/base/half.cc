@@ -63,7 +63,9 @@ __attribute__((target("avx,f16c"))) size_t Fp32ToFp16ClampedF16c(const float* in
 // The same clamp and conversion 16 values at a time (VCVTPS2PH on a zmm register is AVX-512F).
 // (GCC 12's avx512fintrin.h warns about its own _mm512_undefined_* in the intrinsics.)
 #pragma GCC diagnostic push
+#if !defined(__clang__)  // a GCC warning group clang does not know
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 __attribute__((target("avx512f"))) size_t Fp32ToFp16ClampedAvx512(const float* in, uint16_t* out, size_t n) {
   const __m512 lo = _mm512_set1_ps(-65504.0f), hi = _mm512_set1_ps(65504.0f);
   size_t i = 0;

@@ -424,7 +424,9 @@ __attribute__((target("avx2"))) size_t DecodeWideAvx2(uint32_t* states, const ui
 
 // (GCC 12's avx512fintrin.h warns about its own _mm512_undefined_* in the intrinsics.)
 #pragma GCC diagnostic push
+#if !defined(__clang__)  // a GCC warning group clang does not know
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 // DecodeWideAvx2 with 16 states per vector: where AVX-512 is there, its gathers are cheap enough
 // (Intel's cores: ~1 per 5 cycles for 16 lanes) to do the lookups too, and a masked expand puts
 // each refilling lane's word in place, in lane order, as the scalar decoder takes them.

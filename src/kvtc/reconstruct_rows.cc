@@ -197,7 +197,9 @@ __attribute__((target("avx2,fma"))) void Avx2(const Terms& terms, size_t n, floa
 // rather than the portable loop, so no column is left to a scalar loop.
 // (GCC 12's avx512fintrin.h warns about its own _mm512_undefined_* in the intrinsics.)
 #pragma GCC diagnostic push
+#if !defined(__clang__)  // a GCC warning group clang does not know
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 constexpr size_t kBand512 = 12;
 

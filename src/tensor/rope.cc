@@ -236,7 +236,9 @@ inline void RotateNeox(const float* in, float* out, const float* c, const float*
 // paths. Return the pairs done.
 // (GCC 12's avx512fintrin.h warns about its own _mm512_undefined_* in the intrinsics.)
 #pragma GCC diagnostic push
+#if !defined(__clang__)  // a GCC warning group clang does not know
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 __attribute__((target("avx512f"), always_inline)) inline __m512 Mul512(__m512 a, __m512 b) {
   return _mm512_mul_round_ps(a, b, _MM_FROUND_CUR_DIRECTION);
 }
