@@ -249,6 +249,10 @@ typedef struct kvc_run_params {
   int32_t n_fetch_threads; /* workers fetched chunks decode on (and new chunks encode on); 0: one per core */
 } kvc_run_params;
 
+/* What `kvcodec run` uses when given nothing: codec kvtc, 256-token chunks, 32 generated tokens,
+ * greedy, the default quality floor; model_path and prompt are left NULL for the caller. */
+KVC_API void kvc_run_default_params(kvc_run_params* params);
+
 /* The main job: reuse the prompt's longest stored prefix, prefill the rest, generate, store the
  * new chunks; the report (text, TTFT and its parts, bytes moved) is JSON (caller frees). */
 KVC_API kvc_status kvc_run_json(const kvc_run_params* params, char** out_json);
@@ -285,6 +289,10 @@ typedef struct kvc_serve_params {
                                   "Authorization: Bearer <api_key>" (else 401) */
   const char* metrics_key;     /* non-NULL: /metrics needs "Authorization: Bearer <metrics_key>" */
 } kvc_serve_params;
+
+/* What `kvcodec serve` uses when given nothing (port 8080 on 127.0.0.1, 4 sequences, one fetch
+ * thread, the kv-aware scheduler, the request limits above); model_path is left NULL. */
+KVC_API void kvc_serve_default_params(kvc_serve_params* params);
 
 /* The OpenAI-compatible completion server with KV reuse: create (loads the model), start
  * (listens; returns at once), stop (finishes the admitted requests, drains stores), free. */

@@ -683,6 +683,21 @@ kvc_status kvc_quality_floor_json(const char* model_path, const char* profile_pa
   });
 }
 
+void kvc_run_default_params(kvc_run_params* params) {
+  if (params == nullptr) return;
+  static const kvc::RunOptions defaults;  // its strings outlive every caller's struct
+  const kvc::QualityLimits quality;
+  *params = kvc_run_params{};
+  params->codec = defaults.codec.c_str();
+  params->chunk_tokens = defaults.chunk_tokens;
+  params->n_generate = defaults.n_generate;
+  params->n_threads = defaults.threads;
+  params->n_fetch_threads = defaults.fetch_threads;
+  params->max_ppl_delta = quality.max_ppl_delta;
+  params->min_top1 = quality.min_top1;
+  params->top_p = defaults.sampling.top_p;
+}
+
 kvc_status kvc_run_json(const kvc_run_params* p, char** out_json) {
   return Guard([&]() -> kvc_status {
     if (p == nullptr || p->model_path == nullptr || p->prompt == nullptr || out_json == nullptr) {
@@ -720,6 +735,27 @@ kvc_status kvc_run_json(const kvc_run_params* p, char** out_json) {
     *out_json = CopyString(kvc::RunReportJson(*report));
     return KVC_OK;
   });
+}
+
+void kvc_serve_default_params(kvc_serve_params* params) {
+  if (params == nullptr) return;
+  static const kvc::ServerOptions defaults;  // its strings outlive every caller's struct
+  const kvc::QualityLimits quality;
+  *params = kvc_serve_params{};
+  params->codec = defaults.codec.c_str();
+  params->host = defaults.host.c_str();
+  params->port = defaults.port;
+  params->n_ctx = defaults.n_ctx;
+  params->default_max_tokens = defaults.default_max_tokens;
+  params->n_threads = defaults.threads;
+  params->n_parallel = defaults.parallel;
+  params->n_fetch_threads = defaults.fetch_threads;
+  params->scheduler = "kv-aware";
+  params->max_body_bytes = defaults.max_body_bytes;
+  params->request_timeout_s = defaults.request_timeout_s;
+  params->max_connections = defaults.max_connections;
+  params->max_ppl_delta = quality.max_ppl_delta;
+  params->min_top1 = quality.min_top1;
 }
 
 kvc_status kvc_server_create(const kvc_serve_params* p, kvc_server** out) {

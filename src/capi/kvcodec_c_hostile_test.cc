@@ -171,6 +171,41 @@ TEST(CApiHostile, CodecListingIsBoundedAndMatchesTheJson) {
   EXPECT_EQ(kvc_codec_needs_calibration("raw"), 0);
 }
 
+// The parameter structs' defaults are what the command line uses, and each is accepted as it is.
+TEST(CApiHostile, DefaultParamsAreTheDocumentedDefaults) {
+  kvc_run_params run;
+  std::memset(&run, 0xAB, sizeof run);
+  kvc_run_default_params(&run);
+  EXPECT_STREQ(run.codec, "kvtc");
+  EXPECT_EQ(run.chunk_tokens, 256u);
+  EXPECT_EQ(run.n_generate, 32u);
+  EXPECT_EQ(run.top_p, 1.0);
+  EXPECT_EQ(run.temperature, 0.0);
+  EXPECT_EQ(run.model_path, nullptr);
+  EXPECT_EQ(run.store_url, nullptr);
+  kvc_serve_params serve;
+  std::memset(&serve, 0xAB, sizeof serve);
+  kvc_serve_default_params(&serve);
+  EXPECT_STREQ(serve.host, "127.0.0.1");
+  EXPECT_EQ(serve.port, 8080);
+  EXPECT_EQ(serve.n_parallel, 4);
+  EXPECT_EQ(serve.n_fetch_threads, 1);
+  EXPECT_STREQ(serve.scheduler, "kv-aware");
+  EXPECT_EQ(serve.max_body_bytes, uint64_t{1} << 20);
+  EXPECT_EQ(serve.model_path, nullptr);
+  kvc_reuse_params reuse;
+  kvc_reuse_default_params(&reuse);
+  EXPECT_EQ(reuse.chunk_tokens, 256u);
+  kvc_run_default_params(nullptr);
+  kvc_serve_default_params(nullptr);
+  kvc_reuse_default_params(nullptr);
+  // Without a model path the defaults are refused with a message, not used blindly.
+  char* json = nullptr;
+  EXPECT_EQ(kvc_run_json(&run, &json), KVC_INVALID_ARGUMENT);
+  kvc_server* server = nullptr;
+  EXPECT_EQ(kvc_server_create(&serve, &server), KVC_INVALID_ARGUMENT);
+}
+
 // Stores opened through the C API refuse bad names and keep what they are given.
 TEST(CApiHostile, StoreRoundTripAndBadNames) {
   kvc_store_params params;

@@ -319,6 +319,22 @@ TEST(CApi, ErrorsCarryACodeAndAMessage) {
   EXPECT_EQ(list[0]["name"], "raw");
 }
 
+// The main job runs from the default parameters with only a model and a prompt given.
+TEST(CApi, RunFromDefaultParams) {
+  kvc_run_params p;
+  kvc_run_default_params(&p);
+  p.model_path = KVCODEC_TEST_MODEL;
+  p.prompt = "In the beginning God created the heaven and the earth.";
+  p.store_url = "mem://";
+  p.n_generate = 4;
+  p.n_threads = 1;
+  auto report = kvcodec::RunJson(p);
+  ASSERT_TRUE(report.ok()) << report.error().message;
+  const auto j = nlohmann::json::parse(report.value());
+  EXPECT_EQ(j["generated_tokens"], 4);
+  EXPECT_EQ(j["codec"], "kvtc");
+}
+
 // A fetch thread count out of range is refused before any model loads.
 TEST(CApi, RunRefusesBadThreadCounts) {
   kvc_run_params r{};
