@@ -15,33 +15,58 @@ namespace {
 
 std::string ErrnoMessage(int err) { return std::error_code(err, std::generic_category()).message(); }
 
-// Closes on every path out of a function.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  // Closes now, reporting what close(2) says (a delayed write error surfaces here).
-  bool Close() {
-    const int fd = fd_;
-    fd_ = -1;
-    return ::close(fd) == 0;
-  }
-
- private:
-  int fd_;
-};
-
 std::string Folder(const std::string& path) {
   const std::string parent = std::filesystem::path(path).parent_path().string();
   return parent.empty() ? "." : parent;
 }
 
+// The bounded read ReadFileBytes and ReadFileText share, into either container.
+template <typename Bytes>
+Result<Bytes> ReadFileInto(const std::string& path, uint64_t max_bytes) {
+  ScopedFd in(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (in.get() < 0) {
+    const int err = errno;
+    std::string message = "cannot open " + path + ": " + ErrnoMessage(err);
+    return err == ENOENT ? NotFound(std::move(message)) : IoError(std::move(message));
+  }
+  struct stat st;
+  if (::fstat(in.get(), &st) != 0) return IoError("cannot stat " + path + ": " + ErrnoMessage(errno));
+  const bool regular = S_ISREG(st.st_mode);
+  if (!regular && !S_ISFIFO(st.st_mode))
+    return InvalidArgument(path + " is " + DescribeFileKind(st.st_mode) + ", not a file");
+  if (regular && static_cast<uint64_t>(st.st_size) > max_bytes) {
+    return InvalidArgument(FormatMessage("%s is %lld bytes, over the limit of %llu", path.c_str(),
+                                         static_cast<long long>(st.st_size),
+                                         static_cast<unsigned long long>(max_bytes)));
+  }
+  Bytes out;
+  if (regular) out.reserve(static_cast<size_t>(st.st_size));
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(in.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return IoError("cannot read " + path + ": " + ErrnoMessage(errno));
+    if (n == 0) break;
+    if (out.size() + static_cast<uint64_t>(n) > max_bytes) {
+      return InvalidArgument(FormatMessage("%s holds more than the limit of %llu bytes", path.c_str(),
+                                           static_cast<unsigned long long>(max_bytes)));
+    }
+    out.insert(out.end(), buf, buf + n);
+  }
+  return out;
+}
+
 }  // namespace
+
+ScopedFd::~ScopedFd() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool ScopedFd::Close() {
+  const int fd = fd_;
+  fd_ = -1;
+  return ::close(fd) == 0;
+}
 
 std::string DescribeFileKind(uint32_t st_mode) {
   const auto mode = static_cast<mode_t>(st_mode);
@@ -64,7 +89,7 @@ Status WriteAllToFd(int fd, std::span<const uint8_t> bytes, const std::string& w
 }
 
 Status SyncDirectory(const std::string& dir) {
-  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  ScopedFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (fd.get() < 0) return IoError("cannot open " + dir + ": " + ErrnoMessage(errno));
   if (::fsync(fd.get()) != 0) return IoError("cannot sync " + dir + ": " + ErrnoMessage(errno));
   return Status::Ok();
@@ -83,7 +108,7 @@ Status ReplaceFileAtomically(const std::string& path, std::span<const uint8_t> b
     if (raw_fd < 0 && errno != EEXIST) return IoError("cannot create " + tmp + ": " + ErrnoMessage(errno));
   }
   if (raw_fd < 0) return IoError("cannot create a temporary file beside " + path);
-  Fd fd(raw_fd);
+  ScopedFd fd(raw_fd);
   Status status = Status::Ok();
   if (mode >= 0 && ::fchmod(fd.get(), static_cast<mode_t>(mode)) != 0) {
     status = IoError("cannot set the mode of " + tmp + ": " + ErrnoMessage(errno));
@@ -103,37 +128,11 @@ Status ReplaceFileAtomically(const std::string& path, std::span<const uint8_t> b
 }
 
 Result<std::vector<uint8_t>> ReadFileBytes(const std::string& path, uint64_t max_bytes) {
-  Fd in(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (in.get() < 0) {
-    const int err = errno;
-    std::string message = "cannot open " + path + ": " + ErrnoMessage(err);
-    return err == ENOENT ? NotFound(std::move(message)) : IoError(std::move(message));
-  }
-  struct stat st;
-  if (::fstat(in.get(), &st) != 0) return IoError("cannot stat " + path + ": " + ErrnoMessage(errno));
-  const bool regular = S_ISREG(st.st_mode);
-  if (!regular && !S_ISFIFO(st.st_mode))
-    return InvalidArgument(path + " is " + DescribeFileKind(st.st_mode) + ", not a file");
-  if (regular && static_cast<uint64_t>(st.st_size) > max_bytes) {
-    return InvalidArgument(FormatMessage("%s is %lld bytes, over the limit of %llu", path.c_str(),
-                                         static_cast<long long>(st.st_size),
-                                         static_cast<unsigned long long>(max_bytes)));
-  }
-  std::vector<uint8_t> out;
-  if (regular) out.reserve(static_cast<size_t>(st.st_size));
-  uint8_t buf[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(in.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return IoError("cannot read " + path + ": " + ErrnoMessage(errno));
-    if (n == 0) break;
-    if (out.size() + static_cast<uint64_t>(n) > max_bytes) {
-      return InvalidArgument(FormatMessage("%s holds more than the limit of %llu bytes", path.c_str(),
-                                           static_cast<unsigned long long>(max_bytes)));
-    }
-    out.insert(out.end(), buf, buf + n);
-  }
-  return out;
+  return ReadFileInto<std::vector<uint8_t>>(path, max_bytes);
+}
+
+Result<std::string> ReadFileText(const std::string& path, uint64_t max_bytes) {
+  return ReadFileInto<std::string>(path, max_bytes);
 }
 
 }  // namespace kvc

@@ -14,6 +14,21 @@
 
 namespace kvc {
 
+// A file descriptor closed on every path out of a scope.
+class ScopedFd {
+ public:
+  explicit ScopedFd(int fd = -1) : fd_(fd) {}
+  ~ScopedFd();
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+  int get() const { return fd_; }
+  // Closes now and says whether close(2) succeeded (a delayed write error surfaces there).
+  bool Close();
+
+ private:
+  int fd_;
+};
+
 // "a directory", "a character device", ...: what a path that is not a regular file is (st_mode).
 std::string DescribeFileKind(uint32_t st_mode);
 
@@ -33,5 +48,7 @@ std::string DescribeFileKind(uint32_t st_mode);
 // `max_bytes`. kNotFound when it does not exist, kInvalidArgument for a directory, a device or
 // too many bytes, kIoError when reading fails.
 [[nodiscard]] Result<std::vector<uint8_t>> ReadFileBytes(const std::string& path, uint64_t max_bytes);
+// The same into a string (texts), without a second copy.
+[[nodiscard]] Result<std::string> ReadFileText(const std::string& path, uint64_t max_bytes);
 
 }  // namespace kvc

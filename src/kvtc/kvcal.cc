@@ -2,10 +2,8 @@
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cinttypes>
 #include <cstring>
-#include <system_error>
 
 #include "base/byte_io.h"
 #include "base/crc32c.h"

@@ -8,10 +8,7 @@
 
 namespace kvc {
 
-Result<std::string> ReadTextFile(const std::string& path, uint64_t max_bytes) {
-  ASSIGN_OR_RETURN(const std::vector<uint8_t> bytes, ReadFileBytes(path, max_bytes));
-  return std::string(bytes.begin(), bytes.end());
-}
+Result<std::string> ReadTextFile(const std::string& path, uint64_t max_bytes) { return ReadFileText(path, max_bytes); }
 
 std::string BesideModel(const std::string& model_path, const std::string& name, const std::string& explicit_path) {
   if (!explicit_path.empty()) return explicit_path;

@@ -33,18 +33,6 @@ constexpr auto kStaleTemp = std::chrono::minutes(10);
 
 Status Errno(const std::string& what) { return IoError(what + ": " + std::strerror(errno)); }
 
-class FdCloser {
- public:
-  explicit FdCloser(int fd) : fd_(fd) {}
-  ~FdCloser() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 class DiskStore final : public Store {
  public:
   DiskStore(fs::path root, uint64_t capacity) : root_(std::move(root)), capacity_(capacity) {}
@@ -84,7 +72,7 @@ class DiskStore final : public Store {
     {
       const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
       if (fd < 0) return Errno("cannot create " + temp.string());
-      FdCloser closer(fd);
+      ScopedFd closer(fd);
       Status s = WriteAllToFd(fd, bytes, temp.string());
       if (s.ok() && ::fsync(fd) != 0) s = Errno("fsync " + temp.string());
       if (!s.ok()) {
@@ -111,7 +99,7 @@ class DiskStore final : public Store {
       if (errno == ENOENT) return NotFound("no object '" + std::string(name) + "'");
       return Errno("cannot open " + path.string());
     }
-    FdCloser closer(fd);
+    ScopedFd closer(fd);
     struct stat st {};
     if (::fstat(fd, &st) != 0) return Errno("stat " + path.string());
     std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
@@ -199,7 +187,7 @@ class DiskStore final : public Store {
     std::lock_guard lock(evict_mu_);
     const int fd = ::open((root_ / "lock").c_str(), O_RDWR | O_CLOEXEC);
     if (fd < 0) return Errno("open " + (root_ / "lock").string());
-    FdCloser closer(fd);
+    ScopedFd closer(fd);
     if (::flock(fd, LOCK_EX) != 0) return Errno("flock " + (root_ / "lock").string());
     ASSIGN_OR_RETURN(Scan scan, ScanObjects());
     if (scan.bytes > capacity_) {

@@ -17,13 +17,14 @@ namespace {
 
 std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
 
-// Closes on every path out of a function.
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
+// A stream, a device or a dangling link's target: written where it is, never replaced.
+std::string WriteInPlace(const std::string& open_path, int flags, const std::string& path,
+                         std::span<const uint8_t> bytes, const char* open_failure) {
+  kvc::ScopedFd out(::open(open_path.c_str(), flags | O_WRONLY | O_CLOEXEC, 0666));
+  if (out.get() < 0) return Errno(open_failure + (" " + path));
+  if (kvc::Status s = kvc::WriteAllToFd(out.get(), bytes, path); !s.ok()) return s.message();
+  return out.Close() ? std::string() : Errno("cannot write " + path);
+}
 
 // The library's messages, as the command line reports them.
 std::string Message(const kvc::Status& status) { return status.ok() ? std::string() : status.message(); }
@@ -51,11 +52,7 @@ std::string WriteOutputFile(const std::string& path, std::span<const uint8_t> by
     if (resolved == nullptr) {
       if (errno != ENOENT) return Errno("cannot resolve " + path);
       // A dangling link: create its target through it.
-      Fd out;
-      out.fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-      if (out.fd < 0) return Errno("cannot create " + path);
-      if (std::string e = Message(kvc::WriteAllToFd(out.fd, bytes, path)); !e.empty()) return e;
-      return ::close(std::exchange(out.fd, -1)) == 0 ? std::string() : Errno("cannot write " + path);
+      return WriteInPlace(path, O_CREAT | O_TRUNC, path, bytes, "cannot create");
     }
     target = resolved;
     std::free(resolved);
@@ -66,11 +63,7 @@ std::string WriteOutputFile(const std::string& path, std::span<const uint8_t> by
     return Message(kvc::ReplaceFileAtomically(target, bytes, static_cast<int>(st.st_mode & 07777)));
   if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)) {
     // A stream or a device: written in place, never replaced by a regular file.
-    Fd out;
-    out.fd = ::open(target.c_str(), O_WRONLY | O_CLOEXEC);
-    if (out.fd < 0) return Errno("cannot open " + path);
-    if (std::string e = Message(kvc::WriteAllToFd(out.fd, bytes, path)); !e.empty()) return e;
-    return ::close(std::exchange(out.fd, -1)) == 0 ? std::string() : Errno("cannot write " + path);
+    return WriteInPlace(target, 0, path, bytes, "cannot open");
   }
   return "cannot write " + path + ": it is " + kvc::DescribeFileKind(st.st_mode);
 }
