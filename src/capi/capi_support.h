@@ -161,4 +161,12 @@ void SetQuality(const Params* p, std::string* profile, kvc::QualityLimits* limit
   if (p->min_top1 > 0) limits->min_top1 = p->min_top1;
 }
 
+// Those fields as a *_default_params() fills them: the limits SetQuality keeps when none is given.
+template <typename Params>
+void SetDefaultQuality(Params* p) {
+  const kvc::QualityLimits defaults;
+  p->max_ppl_delta = defaults.max_ppl_delta;
+  p->min_top1 = defaults.min_top1;
+}
+
 }  // namespace kvc::capi

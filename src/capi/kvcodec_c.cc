@@ -509,20 +509,31 @@ kvc::ThreadPool& SessionPool(kvc_session& session, int32_t fetch_threads) {
   return *session.pool;
 }
 
-kvc::Result<kvc::QualityFloor> ReuseFloor(const kvc::LlamaModel& model, const kvc_reuse_params& p) {
-  kvc::QualityLimits limits;
-  if (p.max_ppl_delta >= 0) limits.max_ppl_delta = p.max_ppl_delta;
-  if (p.min_top1 >= 0) limits.min_top1 = p.min_top1;
-  return kvc::LoadQualityFloor(model.path(), p.profile_path ? p.profile_path : "", model.fingerprint(), Calibrations(),
-                               limits);
-}
+// What both halves of the reuse path start from: the arguments checked, the chunk size, the
+// prompt's reusable chunk keys and the model's quality floor.
+struct ReuseInputs {
+  uint32_t chunk_tokens = 0;
+  std::vector<kvc::ChunkKey> keys;
+  kvc::QualityFloor floor;
+};
 
-kvc::Status CheckReuseArguments(const kvc_reuse_params& p, const int32_t* tokens, size_t n_tokens) {
+kvc::Result<ReuseInputs> PrepareReuse(const kvc::LlamaModel& model, const kvc_reuse_params& p, const int32_t* tokens,
+                                      size_t n_tokens) {
   if (tokens == nullptr && n_tokens > 0) return kvc::InvalidArgument("tokens is NULL");
   if (!(p.link_gbps >= 0) || !(p.recompute_chunk_s >= 0)) {
     return kvc::InvalidArgument("link_gbps and recompute_chunk_s must be non-negative numbers");
   }
-  return kvc::Status::Ok();
+  ReuseInputs in;
+  in.chunk_tokens = p.chunk_tokens == 0 ? kvc::kDefaultChunkTokens : p.chunk_tokens;
+  in.keys = kvc::ReusableChunkKeys(model.fingerprint(), std::span(tokens, n_tokens), in.chunk_tokens);
+  kvc::QualityLimits limits;
+  if (p.max_ppl_delta >= 0) limits.max_ppl_delta = p.max_ppl_delta;
+  if (p.min_top1 >= 0) limits.min_top1 = p.min_top1;
+  auto floor = kvc::LoadQualityFloor(model.path(), p.profile_path ? p.profile_path : "", model.fingerprint(),
+                                     Calibrations(), limits);
+  if (!floor.ok()) return floor.status();
+  in.floor = std::move(floor).value();
+  return in;
 }
 
 }  // namespace
@@ -531,21 +542,18 @@ kvc_status kvc_reuse_restore(kvc_session* session, kvc_store* store, const int32
                              const kvc_reuse_params* params, kvc_reuse_result* out) {
   return Guard([&]() -> kvc_status {
     if (session == nullptr || store == nullptr || params == nullptr || out == nullptr) return NullArgument("argument");
-    if (kvc::Status s = CheckReuseArguments(*params, tokens, n_tokens); !s.ok()) return Fail(s);
     if (session->session->n_cached() != 0) return Fail(kvc::InvalidArgument("reuse restores into an empty session"));
     const kvc::LlamaModel& model = *session->model;
-    const uint32_t chunk_tokens = params->chunk_tokens == 0 ? kvc::kDefaultChunkTokens : params->chunk_tokens;
-    auto floor = ReuseFloor(model, *params);
-    if (!floor.ok()) return Fail(floor.status());
-    const std::vector<kvc::ChunkKey> keys =
-        kvc::ReusableChunkKeys(model.fingerprint(), std::span(tokens, n_tokens), chunk_tokens);
+    auto in = PrepareReuse(model, *params, tokens, n_tokens);
+    if (!in.ok()) return Fail(in.status());
+    const uint32_t chunk_tokens = in->chunk_tokens;
     kvc::LinkShaper link(kvc::LinkShaper::GbpsToBytesPerSecond(params->link_gbps));
     kvc::FetchOptions options =
-        kvc::ReuseFetchOptions(params->link_gbps, params->recompute_chunk_s, model.info(), *floor, *store->store);
+        kvc::ReuseFetchOptions(params->link_gbps, params->recompute_chunk_s, model.info(), in->floor, *store->store);
     options.pool = &SessionPool(*session, params->fetch_threads);
     const kvc::CodecContext context{&Calibrations(), &model.fingerprint(), nullptr};
-    auto restored = kvc::RestoreStoredPrefix(*store->store, *session->session, model.fingerprint(), keys, chunk_tokens,
-                                             context, link, options);
+    auto restored = kvc::RestoreStoredPrefix(*store->store, *session->session, model.fingerprint(), in->keys,
+                                             chunk_tokens, context, link, options);
     if (!restored.ok()) {
       session->session->Clear();  // a refused restore leaves nothing trustworthy behind
       return Fail(restored.status());
@@ -571,11 +579,11 @@ kvc_status kvc_reuse_store(kvc_session* session, kvc_store* store, const int32_t
     if (session == nullptr || store == nullptr || params == nullptr || out_chunks_stored == nullptr) {
       return NullArgument("argument");
     }
-    if (kvc::Status s = CheckReuseArguments(*params, tokens, n_tokens); !s.ok()) return Fail(s);
     const kvc::LlamaModel& model = *session->model;
-    const uint32_t chunk_tokens = params->chunk_tokens == 0 ? kvc::kDefaultChunkTokens : params->chunk_tokens;
-    const std::vector<kvc::ChunkKey> keys =
-        kvc::ReusableChunkKeys(model.fingerprint(), std::span(tokens, n_tokens), chunk_tokens);
+    auto in = PrepareReuse(model, *params, tokens, n_tokens);
+    if (!in.ok()) return Fail(in.status());
+    const uint32_t chunk_tokens = in->chunk_tokens;
+    const std::vector<kvc::ChunkKey>& keys = in->keys;
     if (static_cast<uint64_t>(keys.size()) * chunk_tokens > session->session->n_cached()) {
       return Fail(kvc::InvalidArgument(
           kvc::FormatMessage("the session holds %u tokens, fewer than the %zu chunks of the tokens given",
@@ -584,9 +592,7 @@ kvc_status kvc_reuse_store(kvc_session* session, kvc_store* store, const int32_t
     std::string codec = params->codec ? params->codec : "";
     if (codec.empty()) codec = Calibrations().FindForModel(model.fingerprint()) != nullptr ? "kvtc" : "quant";
     if (kvc::FindCodec(codec) == nullptr) return Fail(kvc::InvalidArgument("unknown codec '" + codec + "'"));
-    auto floor = ReuseFloor(model, *params);
-    if (!floor.ok()) return Fail(floor.status());
-    auto plan = kvc::PlanStoredRungs(*floor, codec);
+    auto plan = kvc::PlanStoredRungs(in->floor, codec);
     if (!plan.ok()) return Fail(plan.status());
     *out_chunks_stored = 0;
     if (first_chunk >= keys.size()) return KVC_OK;
@@ -686,15 +692,13 @@ kvc_status kvc_quality_floor_json(const char* model_path, const char* profile_pa
 void kvc_run_default_params(kvc_run_params* params) {
   if (params == nullptr) return;
   static const kvc::RunOptions defaults;  // its strings outlive every caller's struct
-  const kvc::QualityLimits quality;
   *params = kvc_run_params{};
   params->codec = defaults.codec.c_str();
   params->chunk_tokens = defaults.chunk_tokens;
   params->n_generate = defaults.n_generate;
   params->n_threads = defaults.threads;
   params->n_fetch_threads = defaults.fetch_threads;
-  params->max_ppl_delta = quality.max_ppl_delta;
-  params->min_top1 = quality.min_top1;
+  SetDefaultQuality(params);
   params->top_p = defaults.sampling.top_p;
 }
 
@@ -740,7 +744,6 @@ kvc_status kvc_run_json(const kvc_run_params* p, char** out_json) {
 void kvc_serve_default_params(kvc_serve_params* params) {
   if (params == nullptr) return;
   static const kvc::ServerOptions defaults;  // its strings outlive every caller's struct
-  const kvc::QualityLimits quality;
   *params = kvc_serve_params{};
   params->codec = defaults.codec.c_str();
   params->host = defaults.host.c_str();
@@ -754,8 +757,7 @@ void kvc_serve_default_params(kvc_serve_params* params) {
   params->max_body_bytes = defaults.max_body_bytes;
   params->request_timeout_s = defaults.request_timeout_s;
   params->max_connections = defaults.max_connections;
-  params->max_ppl_delta = quality.max_ppl_delta;
-  params->min_top1 = quality.min_top1;
+  SetDefaultQuality(params);
 }
 
 kvc_status kvc_server_create(const kvc_serve_params* p, kvc_server** out) {
