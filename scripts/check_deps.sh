@@ -7,8 +7,8 @@
 #   - every `#include "<folder>/..."` naming a module folder, in src/<folder>/, is of a folder
 #     the file may use: its module's closure, or for a test/fuzzer/benchmark source, what it links;
 #   - third-party headers only in their one folder: llama.cpp (llama.h, ggml*.h) in src/llama/,
-#     cpp-httplib in src/serve/ (and src/bench/, where serve_bench is the server's load
-#     generator: its HTTP client), zstd in src/bench/, libav* in src/video/;
+#     cpp-httplib in src/serve/ (the server and its client), zstd in src/bench/, libav* in
+#     src/video/;
 #   - README.md's "Source layout and dependency graph" table: one row per module folder, each
 #     listing the folders it uses directly exactly as the CMake files declare them.
 # The include views make most graph violations compile errors already; this test also names
@@ -119,8 +119,8 @@ BEGIN {
     target = substr(text, RSTART + 1, RLENGTH - 2)
     if ((target == "llama.h" || target ~ /^ggml[^\/]*\.h$/) && folder != "llama") {
       fail(path " includes <" target ">: llama.cpp only in src/llama/")
-    } else if (target == "httplib.h" && folder != "serve" && folder != "bench") {
-      fail(path " includes <" target ">: cpp-httplib only in src/serve/ (and src/bench/, its load generator)")
+    } else if (target == "httplib.h" && folder != "serve") {
+      fail(path " includes <" target ">: cpp-httplib only in src/serve/")
     } else if (target ~ /^zstd/ && folder != "bench") {
       fail(path " includes <" target ">: libzstd only in src/bench/")
     } else if (target ~ /^libav[a-z]*\// && folder != "video") {

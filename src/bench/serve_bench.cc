@@ -1,7 +1,5 @@
 #include "bench/serve_bench.h"
 
-#include <httplib.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -17,6 +15,7 @@
 #include "base/progress.h"
 #include "llama/llama_engine.h"
 #include "llama/model_files.h"
+#include "serve/completion_client.h"
 #include "serve/completion_server.h"
 
 namespace kvc {
@@ -26,167 +25,7 @@ using Clock = std::chrono::steady_clock;
 using Json = nlohmann::ordered_json;
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-constexpr int kReadTimeoutS = 300;  // one request, start to [DONE]
 constexpr double kStoreDrainTimeoutS = 300;
-constexpr const char* kStoreQueueSeries = "kvcodec_queue_length{queue=\"store\"} ";
-
-// What one request of the replay saw; times in seconds after the start of the replay.
-struct Outcome {
-  bool ok = false;
-  std::string error;
-  double send_s = 0, first_token_s = 0, finish_s = 0;
-  bool got_token = false;
-  uint32_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
-};
-
-// A non-negative integer member of a JSON object, if there is one.
-std::optional<uint64_t> UintMember(const Json& j, const char* key) {
-  if (!j.is_object() || !j.contains(key) || !j[key].is_number_unsigned()) return std::nullopt;
-  return j[key].get<uint64_t>();
-}
-
-// Reads a completion's server-sent events as they arrive: `data: <json>` events separated by a
-// blank line, token events (finish_reason null), a closing event with the finish reason, usage
-// (asked for with stream_options.include_usage: OpenAI's last chunk, with empty choices; some
-// servers put it on the closing event instead), then `data: [DONE]`. Anything else makes the
-// response malformed.
-class EventStream {
- public:
-  EventStream(Outcome* out, Clock::time_point t0) : out_(out), t0_(t0) {}
-
-  void Feed(const char* data, size_t n) {
-    buffer_.append(data, n);
-    size_t end;
-    while ((end = buffer_.find("\n\n")) != std::string::npos) {
-      Event(buffer_.substr(0, end));
-      buffer_.erase(0, end + 2);
-    }
-  }
-
-  // After the response: every event was well formed, usage came, and [DONE] ended it.
-  void Finish() {
-    if (!error_.empty()) {
-      out_->error = error_;
-    } else if (!buffer_.empty()) {
-      out_->error = "the stream ended inside an event";
-    } else if (!usage_) {
-      out_->error = "no usage before [DONE] (the request asks for it with stream_options.include_usage)";
-    } else if (!done_) {
-      out_->error = "the stream did not end with [DONE]";
-    } else {
-      out_->ok = true;
-    }
-  }
-
- private:
-  void Event(const std::string& event) {
-    if (!error_.empty()) return;
-    if (done_) return Fail("an event after [DONE]");
-    if (event.rfind("data: ", 0) != 0) return Fail("an event that is not 'data: ...'");
-    const std::string data = event.substr(6);
-    if (data == "[DONE]") {
-      done_ = true;
-      return;
-    }
-    const Json j = Json::parse(data, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) return Fail("an event that is not a JSON object");
-    if (j.contains("error")) return Fail("the server reported an error: " + data);
-    const bool has_usage = j.contains("usage") && !j["usage"].is_null();
-    if (!j.contains("choices") || !j["choices"].is_array() || (j["choices"].empty() && !has_usage)) {
-      return Fail("an event without choices");
-    }
-    if (!j["choices"].empty()) {
-      const Json& choice = j["choices"][0];
-      if (!choice.is_object()) return Fail("an event whose choice is not an object");
-      if (!choice.contains("finish_reason") || choice["finish_reason"].is_null()) {
-        if (!out_->got_token) {
-          out_->got_token = true;
-          out_->first_token_s = Seconds(Clock::now() - t0_);
-        }
-        return;
-      }
-    }
-    if (!has_usage) return;  // the closing event; usage follows
-    const Json& usage = j["usage"];
-    const auto prompt = UintMember(usage, "prompt_tokens");
-    const auto completion = UintMember(usage, "completion_tokens");
-    if (!prompt || !completion) return Fail("usage without prompt and completion token counts");
-    out_->prompt_tokens = static_cast<uint32_t>(*prompt);
-    out_->completion_tokens = static_cast<uint32_t>(*completion);
-    // Servers that do not reuse KV (an external one) may leave the cached count out: none cached.
-    if (usage.contains("prompt_tokens_details")) {
-      out_->cached_tokens =
-          static_cast<uint32_t>(UintMember(usage["prompt_tokens_details"], "cached_tokens").value_or(0));
-    }
-    usage_ = true;
-  }
-
-  void Fail(std::string why) { error_ = std::move(why); }
-
-  Outcome* out_;
-  Clock::time_point t0_;
-  std::string buffer_;
-  std::string error_;
-  bool usage_ = false, done_ = false;
-};
-
-httplib::Client MakeClient(const std::string& url) {
-  httplib::Client c(url);
-  c.set_connection_timeout(10, 0);
-  c.set_read_timeout(kReadTimeoutS, 0);
-  return c;
-}
-
-// One streaming completion, timed from the send to the first token event and to the end.
-Outcome SendStreaming(const std::string& url, const std::string& prompt, uint32_t max_tokens, Clock::time_point t0) {
-  Outcome out;
-  EventStream events(&out, t0);
-  int status = 0;
-  std::string error_body;  // a non-200 answer's body, for its message
-  httplib::Request req;
-  req.method = "POST";
-  req.path = "/v1/completions";
-  req.body = Json{{"prompt", prompt},
-                  {"max_tokens", max_tokens},
-                  {"stream", true},
-                  {"stream_options", {{"include_usage", true}}}}
-                 .dump();
-  req.set_header("Content-Type", "application/json");
-  req.response_handler = [&](const httplib::Response& res) {
-    status = res.status;
-    return true;
-  };
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    if (status == 200) {
-      events.Feed(data, n);
-    } else if (error_body.size() < 1000) {
-      error_body.append(data, n);
-    }
-    return true;
-  };
-  auto client = MakeClient(url);
-  out.send_s = Seconds(Clock::now() - t0);
-  const auto res = client.send(req);
-  out.finish_s = Seconds(Clock::now() - t0);
-  if (!res) {
-    out.error = "HTTP: " + httplib::to_string(res.error());
-  } else if (status != 200) {
-    out.error = FormatMessage("HTTP %d: %s", status, error_body.c_str());
-  } else {
-    events.Finish();
-  }
-  return out;
-}
-
-// Sends the prompt once, not streaming, and waits for the answer: the warm-up that stores a
-// shared document's chunks before the replay.
-Status SendOnce(const std::string& url, const std::string& prompt) {
-  auto res =
-      MakeClient(url).Post("/v1/completions", Json{{"prompt", prompt}, {"max_tokens", 1}}.dump(), "application/json");
-  if (!res) return IoError("warm-up request: " + httplib::to_string(res.error()));
-  if (res->status != 200) return IoError(FormatMessage("warm-up request: HTTP %d: %s", res->status, res->body.c_str()));
-  return Status::Ok();
-}
 
 // Cuts the text's tokens into consecutive pieces that each start at a word (a token whose text
 // begins with a space). SentencePiece never merges across the space that starts a word, so a
@@ -233,13 +72,14 @@ Json Distribution(std::vector<double> v) {
 const char* ClassName(bool shared) { return shared ? "shared_prefix" : "no_prefix"; }
 
 // Per class: counts, TTFT and end-to-end latency over the requests that succeeded, hit rate.
-Json ClassStats(const std::vector<ServeTraceRequest>& trace, const std::vector<Outcome>& outcomes, bool shared) {
+Json ClassStats(const std::vector<ServeTraceRequest>& trace, const std::vector<CompletionOutcome>& outcomes,
+                bool shared) {
   std::vector<double> ttft, latency;
   uint64_t n = 0, errors = 0, prompt = 0, cached = 0;
   for (size_t i = 0; i < trace.size(); ++i) {
     if (trace[i].shared != shared) continue;
     ++n;
-    const Outcome& o = outcomes[i];
+    const CompletionOutcome& o = outcomes[i];
     if (!o.ok) {
       ++errors;
       continue;
@@ -267,19 +107,6 @@ double PercentileNearestRank(std::vector<double> values, double p) {
   std::sort(values.begin(), values.end());
   const double rank = std::ceil(std::clamp(p, 0.0, 100.0) / 100.0 * static_cast<double>(values.size()));
   return values[static_cast<size_t>(std::max(rank, 1.0)) - 1];
-}
-
-Status WaitForServerStores(const std::string& url, double timeout_s) {
-  const auto start = Clock::now();
-  while (Seconds(Clock::now() - start) < timeout_s) {
-    auto res = MakeClient(url).Get("/metrics");
-    if (!res || res->status != 200) return IoError("GET /metrics failed");
-    const size_t at = res->body.find(kStoreQueueSeries);
-    if (at == std::string::npos) return Status::Ok();
-    if (std::strtoull(res->body.c_str() + at + std::strlen(kStoreQueueSeries), nullptr, 10) == 0) return Status::Ok();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return Internal(FormatMessage("the server's chunk stores did not drain in %.0f s", timeout_s));
 }
 
 std::vector<ServeTraceRequest> MakeServeTrace(const ServeBenchOptions& o) {
@@ -415,21 +242,21 @@ Result<std::string> RunServeBenchJson(const ServeBenchOptions& o) {
     // stored them.
     const auto t_warm = Clock::now();
     for (const std::string& d : documents) {
-      RETURN_IF_ERROR(SendOnce(url, d).WithContext(c.name));
+      RETURN_IF_ERROR(CompleteOnce(url, d).WithContext(c.name + " warm-up"));
       progress.Advance();
     }
     RETURN_IF_ERROR(WaitForServerStores(url, kStoreDrainTimeoutS).WithContext(c.name));
     const double warmup_s = Seconds(Clock::now() - t_warm);
 
     // The replay: each request on its own thread, sent at its arrival time.
-    std::vector<Outcome> outcomes(trace.size());
+    std::vector<CompletionOutcome> outcomes(trace.size());
     const Clock::time_point t0 = Clock::now() + std::chrono::milliseconds(100);  // the threads are up by then
     std::vector<std::thread> clients;
     for (size_t i = 0; i < trace.size(); ++i) {
       clients.emplace_back([&, i] {
         std::this_thread::sleep_until(
             t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(trace[i].arrival_s)));
-        outcomes[i] = SendStreaming(url, prompts[i], o.max_tokens, t0);
+        outcomes[i] = StreamCompletion(url, prompts[i], o.max_tokens, t0);
       });
     }
     for (std::thread& t : clients) {  // in arrival order, which is about finishing order
@@ -442,7 +269,7 @@ Result<std::string> RunServeBenchJson(const ServeBenchOptions& o) {
     uint64_t completion = 0, prompt = 0, cached = 0, ok = 0;
     Json errors = Json::array();
     for (size_t i = 0; i < trace.size(); ++i) {
-      const Outcome& r = outcomes[i];
+      const CompletionOutcome& r = outcomes[i];
       first_send = i == 0 ? r.send_s : std::min(first_send, r.send_s);
       last_finish = std::max(last_finish, r.finish_s);
       send_lag = std::max(send_lag, r.send_s - trace[i].arrival_s);
@@ -477,7 +304,7 @@ Result<std::string> RunServeBenchJson(const ServeBenchOptions& o) {
     j["max_send_lag_s"] = send_lag;
     Json rows = Json::array();
     for (size_t i = 0; i < trace.size(); ++i) {
-      const Outcome& r = outcomes[i];
+      const CompletionOutcome& r = outcomes[i];
       Json row;
       row["class"] = ClassName(trace[i].shared);
       row["arrival_s"] = trace[i].arrival_s;

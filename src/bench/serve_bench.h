@@ -77,11 +77,6 @@ std::vector<ServeTraceRequest> MakeServeTrace(const ServeBenchOptions& options);
 // no values.
 double PercentileNearestRank(std::vector<double> values, double p);
 
-// Waits until the server at `url` (http://host:port) has written its background chunk stores
-// (its /metrics store queue reads 0), so later requests find every prefix sent before. A server
-// without that series is not waited for.
-Status WaitForServerStores(const std::string& url, double timeout_s);
-
 // JSON (keys documented in docs/results.md's serving section, plotted by scripts/plot_serve.py).
 Result<std::string> RunServeBenchJson(const ServeBenchOptions& options);
 

@@ -21,10 +21,10 @@
 
 #include "base/clock.h"
 #include "base/utf8.h"
-#include "bench/serve_bench.h"
 #include "llama/byte_fallback_model.h"
 #include "llama/llama_engine.h"
 #include "llama/model_files.h"
+#include "serve/completion_client.h"
 #include "serve/completion_request.h"
 
 namespace kvc {

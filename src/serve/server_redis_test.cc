@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "bench/serve_bench.h"
 #include "llama/model_files.h"
+#include "serve/completion_client.h"
 #include "serve/completion_server.h"
 #include "store/redis_test_server.h"
 
