@@ -4,9 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <nlohmann/json.hpp>
 
 #include "base/progress.h"
+#include "base/report_json.h"
 #include "base/thread_pool.h"
 #include "bench/token_file.h"
 #include "codecs/codec.h"
@@ -540,39 +540,12 @@ Result<CalibrateReport> RunCalibrate(const CalibrateOptions& options, KvtcCalibr
   return report;
 }
 
-std::string CalibrateReportJson(const CalibrateReport& r) {
-  nlohmann::ordered_json j;
-  j["quantizer"] = r.quantizer;
-  j["grouping"] = r.grouping;
-  j["group_size"] = r.group_size;
-  j["window"] = r.window;
-  j["chunk_tokens"] = r.chunk_tokens;
-  j["fit_tokens"] = r.fit_tokens;
-  j["heldout_tokens"] = r.heldout_tokens;
-  j["key_variance_top8"] = r.key_variance_top8;
-  j["value_variance_top8"] = r.value_variance_top8;
-  j["choice"] = r.choice;
-  j["candidates"] = nlohmann::ordered_json::array();
-  for (const auto& c : r.candidates) {
-    j["candidates"].push_back({{"quantizer", c.quantizer},
-                               {"grouping", c.grouping},
-                               {"group_size", c.group_size},
-                               {"probe_ratios", c.probe_ratios},
-                               {"probe_rel_mse", c.probe_rel_mse},
-                               {"score", c.score}});
-  }
-  j["rungs"] = nlohmann::ordered_json::array();
-  for (const auto& g : r.rungs) {
-    j["rungs"].push_back({{"target_ratio", g.target_ratio},
-                          {"allocated_bits_per_value", g.allocated_bits_per_value},
-                          {"coded_bits_per_value", g.coded_bits_per_value},
-                          {"coded_ratio", g.coded_ratio},
-                          {"heldout_rel_mse", g.heldout_rel_mse},
-                          {"heldout_mse_per_value", g.heldout_mse_per_value},
-                          {"rwf_bits_per_value", g.rwf_bits_per_value}});
-  }
-  j["seconds"] = r.seconds;
-  return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-}
+KVC_REPORT_JSON(CalibrationCandidate, quantizer, grouping, group_size, probe_ratios, probe_rel_mse, score)
+KVC_REPORT_JSON(CalibrationRung, target_ratio, allocated_bits_per_value, coded_bits_per_value, coded_ratio,
+                heldout_rel_mse, heldout_mse_per_value, rwf_bits_per_value)
+KVC_REPORT_JSON(CalibrateReport, quantizer, grouping, group_size, window, chunk_tokens, fit_tokens, heldout_tokens,
+                key_variance_top8, value_variance_top8, choice, candidates, rungs, seconds)
+
+std::string CalibrateReportJson(const CalibrateReport& r) { return DumpReport(r); }
 
 }  // namespace kvc

@@ -1,41 +1,27 @@
 #include "bench/codec_bench.h"
 
-#include <chrono>
 #include <cstring>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
+#include "base/report_json.h"
 #include "base/thread_pool.h"
+#include "bench/round_rate.h"
 #include "llama/model_files.h"
 
 namespace kvc {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-// Repeats `round` (which processes `bytes` fp16 bytes) until min_seconds pass; MB/s. With
-// `cpu_mb_s`, also MB per second of this process's CPU time (all its threads): on a machine
-// other work shares, what one core costs, which wall time cannot tell.
+// MB (1e6 bytes) of fp16 KV per second, `round` processing `bytes` of them; with `cpu_mb_s`, also
+// per second of CPU time.
 template <typename F>
 Result<double> Rate(double min_seconds, uint64_t bytes, F&& round, double* cpu_mb_s = nullptr) {
-  const auto start = Clock::now();
-  const std::clock_t cpu_start = std::clock();
-  uint64_t done = 0;
-  double elapsed = 0;
-  do {
-    RETURN_IF_ERROR(round());
-    done += bytes;
-    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  } while (elapsed < min_seconds);
-  if (cpu_mb_s != nullptr) {
-    const double cpu = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
-    *cpu_mb_s = cpu > 0 ? static_cast<double>(done) / 1e6 / cpu : 0;
-  }
-  return static_cast<double>(done) / 1e6 / elapsed;
+  ASSIGN_OR_RETURN(const RoundRate rate, MeasureRounds(min_seconds, round));
+  const double mb = static_cast<double>(bytes) / 1e6;
+  if (cpu_mb_s != nullptr) *cpu_mb_s = rate.per_cpu_s * mb;
+  return rate.per_s * mb;
 }
 
 }  // namespace
@@ -127,28 +113,11 @@ Result<CodecBenchReport> RunCodecBench(const CodecBenchOptions& o) {
   return r;
 }
 
-std::string CodecBenchReportJson(const CodecBenchReport& r) {
-  nlohmann::ordered_json j;
-  j["codec"] = r.codec;
-  j["level"] = r.level;
-  j["ctx"] = r.ctx;
-  j["chunk"] = r.chunk;
-  j["n_chunks"] = r.n_chunks;
-  j["threads"] = r.threads;
-  j["bytes_fp16"] = r.bytes_fp16;
-  j["bytes_stored"] = r.bytes_stored;
-  j["compression_ratio"] = r.compression_ratio;
-  j["encode_mb_s_1t"] = r.encode_mb_s_1t;
-  j["decode_mb_s_1t"] = r.decode_mb_s_1t;
-  j["decode_mb_s_2t"] = r.decode_mb_s_2t;
-  j["encode_mb_cpu_s_1t"] = r.encode_mb_cpu_s_1t;
-  j["decode_mb_cpu_s_1t"] = r.decode_mb_cpu_s_1t;
-  j["decode_mb_cpu_s_2t"] = r.decode_mb_cpu_s_2t;
-  j["encode_mb_s_all"] = r.encode_mb_s_all;
-  j["decode_mb_s_all"] = r.decode_mb_s_all;
-  j["memcpy_mb_s_1t"] = r.memcpy_mb_s_1t;
-  j["memcpy_mb_s_all"] = r.memcpy_mb_s_all;
-  return j.dump(2);
-}
+KVC_REPORT_JSON(CodecBenchReport, codec, level, ctx, chunk, n_chunks, threads, bytes_fp16, bytes_stored,
+                compression_ratio, encode_mb_s_1t, decode_mb_s_1t, decode_mb_s_2t, encode_mb_cpu_s_1t,
+                decode_mb_cpu_s_1t, decode_mb_cpu_s_2t, encode_mb_s_all, decode_mb_s_all, memcpy_mb_s_1t,
+                memcpy_mb_s_all)
+
+std::string CodecBenchReportJson(const CodecBenchReport& r) { return DumpReport(r); }
 
 }  // namespace kvc

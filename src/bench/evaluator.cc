@@ -3,10 +3,10 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "base/progress.h"
+#include "base/report_json.h"
 #include "bench/token_file.h"
 #include "llama/model_files.h"
 
@@ -221,27 +221,9 @@ Result<std::vector<EvalReport>> RunEvalRungs(const EvalOptions& options, const s
   return reports;
 }
 
-std::string EvalReportJson(const EvalReport& r) {
-  nlohmann::ordered_json j;
-  j["codec"] = r.codec;
-  j["level"] = r.level;
-  j["n_docs"] = r.n_docs;
-  j["ctx"] = r.ctx;
-  j["cont"] = r.cont;
-  j["bytes_fp16"] = r.bytes_fp16;
-  j["bytes_stored"] = r.bytes_stored;
-  j["compression_ratio"] = r.compression_ratio;
-  j["ppl_base"] = r.ppl_base;
-  j["ppl_codec"] = r.ppl_codec;
-  j["ppl_delta_pct"] = r.ppl_delta_pct;
-  j["top1_agreement"] = r.top1_agreement;
-  j["kl_mean"] = r.kl_mean;
-  j["encode_mb_s"] = r.encode_mb_s;
-  j["decode_mb_s"] = r.decode_mb_s;
-  j["model"] = r.model;
-  j["kv_dtype"] = r.kv_dtype;
-  j["seconds"] = r.seconds;
-  return j.dump(2);
-}
+KVC_REPORT_JSON(EvalReport, codec, level, n_docs, ctx, cont, bytes_fp16, bytes_stored, compression_ratio, ppl_base,
+                ppl_codec, ppl_delta_pct, top1_agreement, kl_mean, encode_mb_s, decode_mb_s, model, kv_dtype, seconds)
+
+std::string EvalReportJson(const EvalReport& r) { return DumpReport(r); }
 
 }  // namespace kvc

@@ -2,11 +2,11 @@
 
 #include <zstd.h>
 
-#include <chrono>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "base/progress.h"
+#include "bench/round_rate.h"
 #include "codecs/codec.h"
 #include "codecs/video/video_codec.h"
 #include "codecs/video/video_layout.h"
@@ -18,23 +18,14 @@
 namespace kvc {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using Json = nlohmann::ordered_json;
 
 constexpr int kZstdLevel = 19;
 
-// Repeats `round` until min_seconds pass; returns rounds per second.
 template <typename F>
 Result<double> RoundsPerSecond(double min_seconds, F&& round) {
-  const auto start = Clock::now();
-  uint64_t rounds = 0;
-  double elapsed = 0;
-  do {
-    RETURN_IF_ERROR(round());
-    ++rounds;
-    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  } while (elapsed < min_seconds);
-  return static_cast<double>(rounds) / elapsed;
+  ASSIGN_OR_RETURN(const RoundRate rate, MeasureRounds(min_seconds, round));
+  return rate.per_s;
 }
 
 // One chunk's 8-bit codes (the video codec's quantiser and default group), K then V, each

@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <nlohmann/json.hpp>
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/report_json.h"
 #include "base/thread_pool.h"
 #include "base/utf8.h"
 #include "llama/llama_engine.h"
@@ -58,7 +58,7 @@ Result<RunReport> RunJob(const RunOptions& o) {
   if (!plan.note.empty()) KVC_LOG_WARN("%s", plan.note.c_str());
   r.stored_levels = RungNames(plan.rungs);
   const std::string store_url = o.store_url.empty() ? DefaultStoreUrl() : o.store_url;
-  r.store_url = RedactedUrl(store_url);
+  r.store = RedactedUrl(store_url);
   // A malformed URL is the caller's mistake; a store that cannot be reached is a warning.
   std::unique_ptr<Store> store;
   if (o.reuse || o.store_new_chunks) {
@@ -70,7 +70,7 @@ Result<RunReport> RunJob(const RunOptions& o) {
     } else if (opened.status().code() == StatusCode::kInvalidArgument) {
       return opened.status();
     } else {
-      Warn(r, "store " + r.store_url + " unavailable, recomputing and not storing: " + opened.status().ToString());
+      Warn(r, "store " + r.store + " unavailable, recomputing and not storing: " + opened.status().ToString());
     }
   }
   ASSIGN_OR_RETURN(std::vector<int32_t> tokens, model->Tokenize(o.prompt, true));
@@ -164,39 +164,11 @@ Result<RunReport> RunJob(const RunOptions& o) {
   return r;
 }
 
-std::string RunReportJson(const RunReport& r) {
-  nlohmann::ordered_json j;
-  j["text"] = r.text;
-  j["store"] = r.store_url;
-  j["codec"] = r.codec;
-  j["link_gbps"] = r.link_gbps;
-  j["prompt_tokens"] = r.prompt_tokens;
-  j["reused_tokens"] = r.reused_tokens;
-  j["prefilled_tokens"] = r.prefilled_tokens;
-  j["generated_tokens"] = r.generated_tokens;
-  j["chunks_reusable"] = r.chunks_reusable;
-  j["chunks_found"] = r.chunks_found;
-  j["chunks_fetched"] = r.chunks_fetched;
-  j["variants"] = r.variants;
-  j["fallback"] = r.fallback;
-  j["damaged"] = r.damaged;
-  j["bytes_fetched"] = r.bytes_fetched;
-  j["ttft_s"] = r.ttft_s;
-  j["lookup_s"] = r.lookup_s;
-  j["fetch_s"] = r.fetch_s;
-  j["decode_s"] = r.decode_s;
-  j["restore_s"] = r.restore_s;
-  j["prefill_s"] = r.prefill_s;
-  j["load_s"] = r.load_s;
-  j["generate_s"] = r.generate_s;
-  j["store_s"] = r.store_s;
-  j["peak_rss_bytes"] = r.peak_rss_bytes;
-  j["chunks_stored"] = r.chunks_stored;
-  j["bytes_stored"] = r.bytes_stored;
-  j["warnings"] = r.warnings;
-  j["quality_floor"] = r.quality_floor;
-  j["stored_levels"] = r.stored_levels;
-  return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-}
+KVC_REPORT_JSON(RunReport, text, store, codec, link_gbps, prompt_tokens, reused_tokens, prefilled_tokens,
+                generated_tokens, chunks_reusable, chunks_found, chunks_fetched, variants, fallback, damaged,
+                bytes_fetched, ttft_s, lookup_s, fetch_s, decode_s, restore_s, prefill_s, load_s, generate_s, store_s,
+                peak_rss_bytes, chunks_stored, bytes_stored, warnings, quality_floor, stored_levels)
+
+std::string RunReportJson(const RunReport& r) { return DumpReport(r); }
 
 }  // namespace kvc

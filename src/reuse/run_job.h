@@ -57,7 +57,7 @@ struct RunReport {
   uint64_t peak_rss_bytes = 0;  // the process's peak resident memory when the job ended
   uint32_t chunks_stored = 0;
   uint64_t bytes_stored = 0;
-  std::string store_url, codec;            // the store's URL without any password
+  std::string store, codec;                // the store's URL without any password
   std::vector<std::string> warnings;       // the store's failures, each one line (the text was still generated)
   std::string quality_floor;               // how the rungs allowed for this model were decided
   std::vector<std::string> stored_levels;  // "codec/level" of every rung new chunks are stored at
