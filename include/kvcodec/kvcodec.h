@@ -52,7 +52,7 @@ typedef struct kvc_session_params {
 } kvc_session_params;
 
 /* The quality floor a request gets for a model: its profile (profile_path, or <model>.kvprof.json
- * beside it), the rungs within max_ppl_delta (percent; < 0: 1.0) and min_top1 (< 0: 0.97), and a
+ * beside it), the rungs within max_ppl_delta (percent; <= 0: 1.0) and min_top1 (<= 0: 0.97), and a
  * note on how it was decided (JSON, caller frees). */
 KVC_API kvc_status kvc_quality_floor_json(const char* model_path, const char* profile_path, const char* calibration,
                                           double max_ppl_delta, double min_top1, char** out_json);
@@ -188,8 +188,8 @@ typedef struct kvc_reuse_params {
                                model is loaded (kvc_calibration_load), quant otherwise */
   const char* profile_path; /* the quality profile; NULL: <model>.kvprof.json beside the model,
                                and without one the near-lossless rungs (raw fp16, quant 8) */
-  double max_ppl_delta;     /* percent; < 0: 1.0 */
-  double min_top1;          /* < 0: 0.97 */
+  double max_ppl_delta;     /* percent; <= 0: 1.0 */
+  double min_top1;          /* <= 0: 0.97 */
 } kvc_reuse_params;
 typedef struct kvc_reuse_result {
   uint32_t chunks_found;    /* stored, from chunk 0 on */

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "base/report_json.h"
 #include "base/status.h"
 #include "kvcodec/kvcodec.h"
 #include "kvtc/calibration_registry.h"
@@ -86,12 +87,6 @@ void GuardVoid(Body&& body) noexcept {
   }
 }
 
-// Reports are JSON; a string in them that is not valid UTF-8 (model text, a name from a file) is
-// replaced rather than throwing, as a second guard behind the sources' own conversion.
-inline std::string DumpJson(const nlohmann::ordered_json& j) {
-  return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-}
-
 // Input buffers: an empty one may come with a NULL pointer (an empty file read into a vector).
 inline bool MissingInput(const uint8_t* data, size_t size) { return data == nullptr && size > 0; }
 
@@ -111,6 +106,19 @@ inline uint8_t* CopyBytes(std::span<const uint8_t> bytes) {
   if (out == nullptr) throw std::bad_alloc();
   if (!bytes.empty()) std::memcpy(out, bytes.data(), bytes.size());
   return out;
+}
+
+// Every entry point that takes a parameter struct naming a model and returns a JSON report (the
+// tools, kvc_run_json): one argument check, and the report or its error handed back one way.
+template <typename Params>
+kvc_status JsonTool(const Params* p, char** out_json, kvc::Result<std::string> (*run)(const Params*)) {
+  return Guard([&]() -> kvc_status {
+    if (p == nullptr || p->model_path == nullptr || out_json == nullptr) return NullArgument("params, model or out");
+    kvc::Result<std::string> report = run(p);
+    if (!report.ok()) return Fail(report.status());
+    *out_json = CopyString(*report);
+    return KVC_OK;
+  });
 }
 
 // "a,b,c" -> {"a", "b", "c"} (empty items dropped).
@@ -153,12 +161,20 @@ inline kvc::SessionOptions ToSessionOptions(const kvc_session_params& p) {
 
 inline bool ValidDType(kvc_dtype d) { return kvc::IsValidDType(static_cast<uint8_t>(d)); }
 
+// Quality limits as every entry point takes them: a limit <= 0 (as in a zero-initialised struct)
+// keeps the default, as 0 does for the other fields of the parameter structs.
+inline kvc::QualityLimits ToQualityLimits(double max_ppl_delta, double min_top1) {
+  kvc::QualityLimits limits;
+  if (max_ppl_delta > 0) limits.max_ppl_delta = max_ppl_delta;
+  if (min_top1 > 0) limits.min_top1 = min_top1;
+  return limits;
+}
+
 // The quality-floor fields every request-serving params struct carries.
 template <typename Params>
 void SetQuality(const Params* p, std::string* profile, kvc::QualityLimits* limits) {
   if (p->profile) *profile = p->profile;
-  if (p->max_ppl_delta > 0) limits->max_ppl_delta = p->max_ppl_delta;
-  if (p->min_top1 > 0) limits->min_top1 = p->min_top1;
+  *limits = ToQualityLimits(p->max_ppl_delta, p->min_top1);
 }
 
 // Those fields as a *_default_params() fills them: the limits SetQuality keeps when none is given.

@@ -117,7 +117,7 @@ kvc_status kvc_codecs_json(char** out_json) {
                       {"params", info.params},
                       {"description", info.description}});
     }
-    *out_json = CopyString(DumpJson(list));
+    *out_json = CopyString(kvc::DumpReport(list));
     return KVC_OK;
   });
 }
@@ -156,7 +156,7 @@ kvc_status kvc_model_info_json(const kvc_model* model, char** out_json) {
                                 {"rope_type", i.rope.type == kvc::RopeType::kNormal ? "normal" : "neox"},
                                 {"rope_freq_base", i.rope.freq_base},
                                 {"fingerprint", kvc::HexString(model->model->fingerprint())}};
-    *out_json = CopyString(DumpJson(j));
+    *out_json = CopyString(kvc::DumpReport(j));
     return KVC_OK;
   });
 }
@@ -495,8 +495,7 @@ void kvc_reuse_default_params(kvc_reuse_params* params) {
   if (params == nullptr) return;
   *params = kvc_reuse_params{};
   params->chunk_tokens = kvc::kDefaultChunkTokens;
-  params->max_ppl_delta = -1;
-  params->min_top1 = -1;
+  SetDefaultQuality(params);
 }
 
 namespace {
@@ -526,9 +525,7 @@ kvc::Result<ReuseInputs> PrepareReuse(const kvc::LlamaModel& model, const kvc_re
   ReuseInputs in;
   in.chunk_tokens = p.chunk_tokens == 0 ? kvc::kDefaultChunkTokens : p.chunk_tokens;
   in.keys = kvc::ReusableChunkKeys(model.fingerprint(), std::span(tokens, n_tokens), in.chunk_tokens);
-  kvc::QualityLimits limits;
-  if (p.max_ppl_delta >= 0) limits.max_ppl_delta = p.max_ppl_delta;
-  if (p.min_top1 >= 0) limits.min_top1 = p.min_top1;
+  const kvc::QualityLimits limits = ToQualityLimits(p.max_ppl_delta, p.min_top1);
   auto floor = kvc::LoadQualityFloor(model.path(), p.profile_path ? p.profile_path : "", model.fingerprint(),
                                      Calibrations(), limits);
   if (!floor.ok()) return floor.status();
@@ -638,7 +635,7 @@ kvc_status kvc_inspect_json(const uint8_t* data, size_t size, char** out_json) {
                                 {"bytes_fp16", h.shape.fp16_bytes()},
                                 {"compression_ratio", ratio},
                                 {"sections", sections}};
-    *out_json = CopyString(DumpJson(j));
+    *out_json = CopyString(kvc::DumpReport(j));
     return KVC_OK;
   });
 }
@@ -668,9 +665,7 @@ kvc_status kvc_quality_floor_json(const char* model_path, const char* profile_pa
     kvc::CalibrationRegistry calibrations;
     kvc::Status loaded = kvc::LoadModelCalibration(calibrations, model_path, calibration ? calibration : "");
     if (!loaded.ok()) return Fail(loaded);
-    kvc::QualityLimits limits;
-    if (max_ppl_delta >= 0) limits.max_ppl_delta = max_ppl_delta;
-    if (min_top1 >= 0) limits.min_top1 = min_top1;
+    const kvc::QualityLimits limits = ToQualityLimits(max_ppl_delta, min_top1);
     auto floor = kvc::LoadQualityFloor(model_path, profile_path ? profile_path : "", (*model)->fingerprint(),
                                        calibrations, limits);
     if (!floor.ok()) return Fail(floor.status());
@@ -684,7 +679,7 @@ kvc_status kvc_quality_floor_json(const char* model_path, const char* profile_pa
     for (const auto& [codec, level] : floor->allowed) j["allowed"].push_back(codec + "/" + level);
     j["profile"] =
         floor->profile ? nlohmann::ordered_json::parse(kvc::WriteProfile(*floor->profile)) : nlohmann::ordered_json();
-    *out_json = CopyString(DumpJson(j));
+    *out_json = CopyString(kvc::DumpReport(j));
     return KVC_OK;
   });
 }
@@ -702,44 +697,47 @@ void kvc_run_default_params(kvc_run_params* params) {
   params->top_p = defaults.sampling.top_p;
 }
 
-kvc_status kvc_run_json(const kvc_run_params* p, char** out_json) {
-  return Guard([&]() -> kvc_status {
-    if (p == nullptr || p->model_path == nullptr || p->prompt == nullptr || out_json == nullptr) {
-      return NullArgument("params, model, prompt or out");
-    }
-    kvc::RunOptions o;
-    o.model_path = p->model_path;
-    o.prompt = p->prompt;
-    if (p->store_url) o.store_url = p->store_url;
-    if (p->codec) o.codec = p->codec;
-    o.levels = SplitList(p->levels);
-    if (p->calibration) o.calibration = p->calibration;
-    if (p->link_gbps < 0) return Fail(kvc::InvalidArgument("link rate must not be negative"));
-    o.link_gbps = p->link_gbps;
-    if (p->chunk_tokens) o.chunk_tokens = p->chunk_tokens;
-    o.n_generate = p->n_generate;
-    o.threads = p->n_threads;
-    o.store_new_chunks = p->no_store == 0;
-    o.reuse = p->no_reuse == 0;
-    SetQuality(p, &o.profile, &o.quality);
-    if (p->store_secret) o.store_secret = p->store_secret;
-    o.sampling.temperature = static_cast<float>(p->temperature);
-    o.sampling.top_p = p->top_p == 0 ? 1.0f : static_cast<float>(p->top_p);
-    o.sampling.top_k = p->top_k;
-    o.sampling.min_p = static_cast<float>(p->min_p);
-    o.sampling.presence_penalty = static_cast<float>(p->presence_penalty);
-    o.sampling.frequency_penalty = static_cast<float>(p->frequency_penalty);
-    if (p->has_seed) o.sampling.seed = p->seed;
-    if (kvc::Status s = kvc::CheckSamplingParams(o.sampling); !s.ok()) return Fail(s);
-    if (p->n_fetch_threads < 0 || p->n_fetch_threads > 64)
-      return Fail(kvc::InvalidArgument("fetch threads must be in 0..64"));
-    o.fetch_threads = p->n_fetch_threads;
-    auto report = kvc::RunJob(o);
-    if (!report.ok()) return Fail(report.status());
-    *out_json = CopyString(kvc::RunReportJson(*report));
-    return KVC_OK;
-  });
+}  // extern "C"
+
+namespace {
+
+kvc::Result<std::string> RunJsonReport(const kvc_run_params* p) {
+  if (p->prompt == nullptr) return kvc::InvalidArgument("prompt is NULL");
+  kvc::RunOptions o;
+  o.model_path = p->model_path;
+  o.prompt = p->prompt;
+  if (p->store_url) o.store_url = p->store_url;
+  if (p->codec) o.codec = p->codec;
+  o.levels = SplitList(p->levels);
+  if (p->calibration) o.calibration = p->calibration;
+  if (p->link_gbps < 0) return kvc::InvalidArgument("link rate must not be negative");
+  o.link_gbps = p->link_gbps;
+  if (p->chunk_tokens) o.chunk_tokens = p->chunk_tokens;
+  o.n_generate = p->n_generate;
+  o.threads = p->n_threads;
+  o.store_new_chunks = p->no_store == 0;
+  o.reuse = p->no_reuse == 0;
+  SetQuality(p, &o.profile, &o.quality);
+  if (p->store_secret) o.store_secret = p->store_secret;
+  o.sampling.temperature = static_cast<float>(p->temperature);
+  o.sampling.top_p = p->top_p == 0 ? 1.0f : static_cast<float>(p->top_p);
+  o.sampling.top_k = p->top_k;
+  o.sampling.min_p = static_cast<float>(p->min_p);
+  o.sampling.presence_penalty = static_cast<float>(p->presence_penalty);
+  o.sampling.frequency_penalty = static_cast<float>(p->frequency_penalty);
+  if (p->has_seed) o.sampling.seed = p->seed;
+  RETURN_IF_ERROR(kvc::CheckSamplingParams(o.sampling));
+  if (p->n_fetch_threads < 0 || p->n_fetch_threads > 64) return kvc::InvalidArgument("fetch threads must be in 0..64");
+  o.fetch_threads = p->n_fetch_threads;
+  ASSIGN_OR_RETURN(const kvc::RunReport report, kvc::RunJob(o));
+  return kvc::RunReportJson(report);
 }
+
+}  // namespace
+
+extern "C" {
+
+kvc_status kvc_run_json(const kvc_run_params* p, char** out_json) { return JsonTool(p, out_json, RunJsonReport); }
 
 void kvc_serve_default_params(kvc_serve_params* params) {
   if (params == nullptr) return;

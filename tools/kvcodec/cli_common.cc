@@ -71,16 +71,33 @@ void AddCacheTypeOption(CLI::App* app, std::string* type) {
       ->capture_default_str();
 }
 
+void AddQualityLimitOptions(CLI::App* app, double* max_ppl_delta, double* min_top1) {
+  // The library reads a limit of 0 as "the default", so 0 is refused here rather than changed.
+  auto above_zero = [](double most) {
+    return CLI::Validator(
+        [most](std::string& in) -> std::string {
+          char* end = nullptr;
+          const double v = std::strtod(in.c_str(), &end);
+          if (end == in.c_str() || *end != '\0' || !(v > 0) || v > most) {
+            return "must be a number above 0" + (most < 1e9 ? " and at most " + CLI::detail::to_string(most) : "");
+          }
+          return "";
+        },
+        most < 1e9 ? "(0, " + CLI::detail::to_string(most) + "]" : "> 0");
+  };
+  app->add_option("--max-ppl-delta", *max_ppl_delta, "Largest profiled perplexity change a rung may have, percent")
+      ->capture_default_str()
+      ->check(above_zero(1e9));
+  app->add_option("--min-top1", *min_top1, "Smallest profiled top-1 agreement a rung may have")
+      ->capture_default_str()
+      ->check(above_zero(1.0));
+}
+
 void QualityArgs::AddTo(CLI::App* app) {
   app->add_option("--profile", profile,
                   "Quality profile (default: <model>.kvprof.json beside the model; without one only raw and quant 8 "
                   "are stored and fetched)");
-  app->add_option("--max-ppl-delta", max_ppl_delta, "Largest profiled perplexity change a rung may have, percent")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 1e9));
-  app->add_option("--min-top1", min_top1, "Smallest profiled top-1 agreement a rung may have")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
+  AddQualityLimitOptions(app, &max_ppl_delta, &min_top1);
 }
 
 }  // namespace kvcodec_cli

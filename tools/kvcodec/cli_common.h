@@ -45,6 +45,9 @@ void AddCalibrationOption(CLI::App* app, std::string* path);      // --calibrati
 void AddParamOption(CLI::App* app, std::vector<std::string>* p);  // --param key=value, repeatable
 void AddCacheTypeOption(CLI::App* app, std::string* type);        // --cache-type f16|f32|bf16
 
+// --max-ppl-delta and --min-top1 (each above 0).
+void AddQualityLimitOptions(CLI::App* app, double* max_ppl_delta, double* min_top1);
+
 // The quality-floor flags of run, serve and bench ttft.
 struct QualityArgs {
   std::string profile;

@@ -84,12 +84,7 @@ Command AddCodecsCommand(CLI::App* parent) {
   codecs->add_option("--model", cs->model, "Show this model's quality profile and which rungs are within the floor");
   codecs->add_option("--profile", cs->profile, "Quality profile (default: <model>.kvprof.json beside the model)");
   AddCalibrationOption(codecs, &cs->calibration);
-  codecs->add_option("--max-ppl-delta", cs->max_ppl_delta, "Largest perplexity change allowed, percent")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 1e9));
-  codecs->add_option("--min-top1", cs->min_top1, "Smallest top-1 agreement allowed")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
+  AddQualityLimitOptions(codecs, &cs->max_ppl_delta, &cs->min_top1);
   return {codecs, [cs] { return RunCodecs(*cs); }};
 }
 
