@@ -163,7 +163,8 @@ Status CompleteOnce(const std::string& url, const std::string& prompt) {
   auto res =
       MakeClient(url).Post("/v1/completions", Json{{"prompt", prompt}, {"max_tokens", 1}}.dump(), "application/json");
   if (!res) return IoError("completion request: " + httplib::to_string(res.error()));
-  if (res->status != 200) return IoError(FormatMessage("completion request: HTTP %d: %s", res->status, res->body.c_str()));
+  if (res->status != 200)
+    return IoError(FormatMessage("completion request: HTTP %d: %s", res->status, res->body.c_str()));
   return Status::Ok();
 }
 
