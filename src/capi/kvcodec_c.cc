@@ -15,6 +15,7 @@
 #include "base/utf8.h"
 #include "capi_support.h"
 #include "codecs/codec.h"
+#include "codecs/kvc_inspect.h"
 #include "kvcodec/kvcodec.h"
 #include "kvtc/calibration_registry.h"
 #include "kvtc/kvcal.h"
@@ -606,36 +607,9 @@ kvc_status kvc_reuse_store(kvc_session* session, kvc_store* store, const int32_t
 kvc_status kvc_inspect_json(const uint8_t* data, size_t size, char** out_json) {
   return Guard([&]() -> kvc_status {
     if (MissingInput(data, size) || out_json == nullptr) return NullArgument("data or out_json");
-    auto file = kvc::ReadKvc(std::span(data, size));
-    if (!file.ok()) return Fail(file.status());
-    const kvc::KvcHeader& h = file->header;
-    const kvc::Codec* codec = kvc::FindCodecById(h.codec_id);
-    nlohmann::ordered_json sections = nlohmann::ordered_json::array();
-    for (const auto& s : file->sections) {
-      char tag[16];
-      std::snprintf(tag, sizeof tag, "0x%08x", s.tag);
-      sections.push_back({{"tag", tag}, {"bytes", s.bytes.size()}});
-    }
-    const double ratio = static_cast<double>(h.shape.fp16_bytes()) / static_cast<double>(size);
-    nlohmann::ordered_json j = {{"format_version", kvc::kKvcFormatVersion},
-                                {"file_bytes", size},
-                                {"codec", codec ? codec->info().name : "unknown"},
-                                {"codec_id", h.codec_id},
-                                {"codec_version", h.codec_version},
-                                {"level", h.level},
-                                {"codec_params_bytes", h.codec_params.size()},
-                                {"n_layers", h.shape.n_layers},
-                                {"n_kv_heads", h.shape.n_kv_heads},
-                                {"head_dim", h.shape.head_dim},
-                                {"n_tokens", h.shape.n_tokens},
-                                {"dtype", kvc::DTypeName(h.dtype)},
-                                {"model_fingerprint", kvc::HexString(h.model_fingerprint)},
-                                {"token_begin", h.token_begin},
-                                {"pos_begin", h.pos_begin},
-                                {"bytes_fp16", h.shape.fp16_bytes()},
-                                {"compression_ratio", ratio},
-                                {"sections", sections}};
-    *out_json = CopyString(kvc::DumpReport(j));
+    auto report = kvc::InspectKvcJson(std::span(data, size));
+    if (!report.ok()) return Fail(report.status());
+    *out_json = CopyString(*report);
     return KVC_OK;
   });
 }
