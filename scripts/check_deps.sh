@@ -8,7 +8,7 @@
 #     the file may use: its module's closure, or for a test/fuzzer/benchmark source, what it links;
 #   - third-party headers only in their one folder: llama.cpp (llama.h, ggml*.h) in src/llama/,
 #     cpp-httplib in src/serve/ (the server and its client), zstd in src/bench/, libav* in
-#     src/video/;
+#     src/video/, pybind11 in src/python/;
 #   - README.md's "Source layout and dependency graph" table: one row per module folder, each
 #     listing the folders it uses directly exactly as the CMake files declare them.
 # The include views make most graph violations compile errors already; this test also names
@@ -121,6 +121,8 @@ BEGIN {
       fail(path " includes <" target ">: llama.cpp only in src/llama/")
     } else if (target == "httplib.h" && folder != "serve") {
       fail(path " includes <" target ">: cpp-httplib only in src/serve/")
+    } else if (target ~ /^pybind11\// && folder != "python") {
+      fail(path " includes <" target ">: pybind11 only in src/python/")
     } else if (target ~ /^zstd/ && folder != "bench") {
       fail(path " includes <" target ">: libzstd only in src/bench/")
     } else if (target ~ /^libav[a-z]*\// && folder != "video") {

@@ -1,0 +1,114 @@
+"""Round trips through every codec and dtype, and the same bytes as the C++ command."""
+
+import numpy as np
+import pytest
+
+import kvcodec
+from conftest import CALIBRATION, MODEL, cli
+
+LOSSY_BOUND = {"quant": 0.05, "cachegen": 0.5, "video": 0.05, "kvtc": 0.5}  # relative RMS error, default level
+
+
+def rel_rms(a, b):
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    return float(np.sqrt(np.mean((a - b) ** 2)) / np.sqrt(np.mean(b**2)))
+
+
+@pytest.fixture(scope="module")
+def calibration():
+    return kvcodec.Calibration.load(CALIBRATION)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("codec", ["raw", "quant", "cachegen", "video", "kvtc"])
+def test_round_trip_keeps_shape_and_dtype_within_the_codecs_error(real_kv, calibration, codec, dtype):
+    k, v, model, _ = real_kv
+    k, v = k.astype(dtype), v.astype(dtype)
+    data = kvcodec.encode(k, v, codec, calibration=calibration if codec == "kvtc" else None, model=model)
+    k2, v2 = kvcodec.decode(data, model=model)
+    assert k2.dtype == k.dtype and v2.dtype == v.dtype
+    assert k2.shape == k.shape and v2.shape == v.shape
+    if codec == "raw":
+        assert np.array_equal(k2, k) and np.array_equal(v2, v)
+    else:
+        assert rel_rms(k2, k) < LOSSY_BOUND[codec]
+        assert rel_rms(v2, v) < LOSSY_BOUND[codec]
+        assert len(data) < k.nbytes + v.nbytes
+
+
+@pytest.mark.parametrize("codec,level", [("quant", "8"), ("quant", "4"), ("cachegen", "medium"), ("kvtc", "16")])
+def test_python_writes_the_bytes_the_command_writes(real_kv, tmp_path, calibration, codec, level):
+    k, v, model, _ = real_kv
+    out = tmp_path / "cli.kvc"
+    cli("encode", "--model", MODEL, "--text", MODEL.parent / "eval.txt", "--tokens", 256, "--codec", codec,
+        "--level", level, "--calibration", CALIBRATION, "-o", out)
+    ours = kvcodec.encode(k, v, codec, level, calibration=calibration if codec == "kvtc" else None, model=model)
+    assert ours == out.read_bytes()
+
+
+def test_a_python_file_decodes_with_the_command(real_kv, tmp_path, calibration):
+    k, v, model, _ = real_kv
+    path = tmp_path / "py.kvc"
+    path.write_bytes(kvcodec.encode(k, v, "kvtc", "16", calibration=calibration))
+    result = cli("decode", path, "--model", MODEL, "--calibration", CALIBRATION)
+    layers, tokens, heads, dims = k.shape
+    assert f"{layers} layers x {tokens} tokens x {heads} kv heads x {dims} dims" in result.stdout
+    tampered = bytearray(path.read_bytes())
+    tampered[-10] ^= 0x40
+    path.write_bytes(bytes(tampered))
+    assert cli("decode", path, "--model", MODEL, "--calibration", CALIBRATION, check=False).returncode != 0
+
+
+def test_a_file_for_another_model_is_refused(real_kv):
+    k, v, model, _ = real_kv
+    data = kvcodec.encode(k, v, "quant", model=model)
+    with pytest.raises(kvcodec.InvalidArgumentError):
+        kvcodec.decode(data, model="00" * 16)
+
+
+def test_inspect_matches_the_header(real_kv):
+    k, v, model, _ = real_kv
+    info = kvcodec.inspect(kvcodec.encode(k, v, "quant", "8", model=model, pos_begin=7))
+    assert (info["codec"], info["level"], info["dtype"]) == ("quant", "8", "f16")
+    assert (info["n_layers"], info["n_tokens"], info["n_kv_heads"], info["head_dim"]) == k.shape
+    assert info["model_fingerprint"] == model and info["pos_begin"] == 7
+
+
+def test_bad_input_raises_a_kvcodec_error():
+    k = np.zeros((1, 4, 1, 8), np.float16)
+    with pytest.raises(kvcodec.InvalidArgumentError, match="unknown codec"):
+        kvcodec.encode(k, k, "nope")
+    with pytest.raises(kvcodec.InvalidArgumentError, match="calibration"):
+        kvcodec.encode(k, k, "kvtc")
+    with pytest.raises(kvcodec.InvalidArgumentError, match="4 dimensions"):
+        kvcodec.encode(k[0], k[0], "raw")
+    with pytest.raises(kvcodec.InvalidArgumentError):
+        kvcodec.encode(k.astype(np.int32), k.astype(np.int32), "raw")
+    with pytest.raises(kvcodec.InvalidArgumentError, match="shape"):
+        kvcodec.encode(k, k[:, :2], "raw")
+    with pytest.raises(kvcodec.Error):
+        kvcodec.encode(np.full_like(k, np.inf), k, "quant")
+
+
+def test_corrupt_files_raise_and_never_crash(real_kv):
+    k, v, model, _ = real_kv
+    data = bytearray(kvcodec.encode(k[:, :64], v[:, :64], "quant", "4", model=model))
+    rng = np.random.default_rng(1)
+    raised = 0
+    for trial in range(300):
+        bad = bytearray(data)
+        if trial % 3 == 0:
+            bad = bad[: int(rng.integers(0, len(bad)))]
+        else:
+            for _ in range(int(rng.integers(1, 8))):
+                bad[int(rng.integers(0, len(bad)))] ^= 1 << int(rng.integers(0, 8))
+        try:
+            kvcodec.decode(bytes(bad))
+        except kvcodec.Error:
+            raised += 1
+    assert raised >= 250  # the file's checksums catch nearly every change
+    with pytest.raises(kvcodec.CorruptError):
+        kvcodec.decode(b"")
+    with pytest.raises(kvcodec.CorruptError):
+        kvcodec.inspect(bytes(data[:20]))

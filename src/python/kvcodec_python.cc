@@ -1,0 +1,351 @@
+// The Python package's native part (kvcodec._kvcodec): codecs, calibrations, stores and chunk keys
+// over K and V arrays in kvcodec's layout [layers, tokens, kv_heads, head_dim]. python/kvcodec/
+// wraps it: numpy and torch tensors in, the same dtype out. Every error is a kvcodec.Error
+// subclass carrying the library's one-line message; no C++ exception reaches Python otherwise.
+#include "python/kvcodec_python.h"
+
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/hash.h"
+#include "base/status.h"
+#include "codecs/codec.h"
+#include "codecs/kvc_inspect.h"
+#include "kvtc/calibration_registry.h"
+#include "store/chunk_key.h"
+#include "store/store.h"
+#include "tensor/kv_cache.h"
+
+namespace py = pybind11;
+
+namespace kvc {
+namespace {
+
+// kvcodec.Error and one subclass per status code, made once at import.
+struct Errors {
+  py::object base, invalid_argument, corrupt, unsupported, not_found, io, internal;
+};
+Errors& ErrorClasses() {
+  static Errors errors;
+  return errors;
+}
+
+[[noreturn]] void Raise(const Status& status) {
+  const Errors& e = ErrorClasses();
+  const py::object* cls = &e.internal;
+  switch (status.code()) {
+    case StatusCode::kInvalidArgument: cls = &e.invalid_argument; break;
+    case StatusCode::kCorrupt: cls = &e.corrupt; break;
+    case StatusCode::kUnsupported: cls = &e.unsupported; break;
+    case StatusCode::kNotFound: cls = &e.not_found; break;
+    case StatusCode::kIoError: cls = &e.io; break;
+    case StatusCode::kOk:
+    case StatusCode::kInternal: break;
+  }
+  PyErr_SetString(cls->ptr(), status.ToString().c_str());
+  throw py::error_already_set();
+}
+
+template <typename T>
+T Take(Result<T> result) {
+  if (!result.ok()) Raise(result.status());
+  return std::move(result).value();
+}
+void Check(const Status& status) {
+  if (!status.ok()) Raise(status);
+}
+
+// The calibrations this process has loaded: kvtc encodes with one named by the caller and decodes
+// with whichever a file's header names (by hash), as the C API's kvc_calibration_load does.
+CalibrationRegistry& Calibrations() {
+  static CalibrationRegistry registry;
+  return registry;
+}
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// A model named as the C++ side names it: its 16-byte fingerprint, as bytes or 32 hex digits
+// (what `kvcodec inspect` and the .kvc header show). None: all zeros, a model not named.
+ModelFingerprint FingerprintFrom(const py::object& model) {
+  ModelFingerprint fp{};
+  if (model.is_none()) return fp;
+  const Status bad = InvalidArgument("a model fingerprint is 16 bytes or 32 hex digits");
+  if (py::isinstance<py::bytes>(model)) {
+    const std::string bytes = model.cast<std::string>();
+    if (bytes.size() != fp.size()) Raise(bad);
+    std::memcpy(fp.data(), bytes.data(), fp.size());
+    return fp;
+  }
+  if (!py::isinstance<py::str>(model)) Raise(bad);
+  const std::string hex = model.cast<std::string>();
+  if (hex.size() != 2 * fp.size()) Raise(bad);
+  for (size_t i = 0; i < fp.size(); ++i) {
+    const int hi = HexDigit(hex[2 * i]), lo = HexDigit(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) Raise(bad);
+    fp[i] = static_cast<uint8_t>(hi * 16 + lo);
+  }
+  return fp;
+}
+
+// K or V as the Python layer hands it: a C-contiguous 4-D buffer whose item size matches dtype
+// (bf16 arrives as 16-bit integers, numpy having no bf16).
+py::buffer_info Tensor(const py::buffer& b, const char* which, DType dtype) {
+  py::buffer_info info = b.request();
+  if (info.ndim != 4) {
+    Raise(InvalidArgument(FormatMessage("%s must have 4 dimensions [layers, tokens, kv_heads, head_dim], not %zd",
+                                        which, static_cast<ssize_t>(info.ndim))));
+  }
+  if (static_cast<size_t>(info.itemsize) != DTypeSize(dtype)) {
+    Raise(InvalidArgument(FormatMessage("%s has %zd-byte items, %s needs %zu", which,
+                                        static_cast<ssize_t>(info.itemsize), DTypeName(dtype), DTypeSize(dtype))));
+  }
+  ssize_t stride = info.itemsize;
+  for (ssize_t d = 3; d >= 0; --d) {
+    if (info.shape[d] > 1 && info.strides[d] != stride) Raise(InvalidArgument(std::string(which) + " is not contiguous"));
+    stride *= info.shape[d];
+  }
+  return info;
+}
+
+// One copy into the canonical cache (its layout is the arrays' layout), for the codecs.
+KvCache CacheFrom(const py::buffer& k, const py::buffer& v, const std::string& dtype_name, int64_t pos_begin) {
+  const DType dtype = Take(ParseDType(dtype_name));
+  const py::buffer_info ki = Tensor(k, "k", dtype), vi = Tensor(v, "v", dtype);
+  if (ki.shape != vi.shape) Raise(InvalidArgument("k and v differ in shape"));
+  for (ssize_t d : ki.shape) {
+    if (d <= 0 || d > static_cast<ssize_t>(kMaxTokens)) Raise(InvalidArgument("k and v need every dimension in 1..2^22"));
+  }
+  if (pos_begin < 0 || pos_begin > INT32_MAX) Raise(InvalidArgument("positions must start in 0..2^31-1"));
+  KvShape shape;
+  shape.n_layers = static_cast<uint32_t>(ki.shape[0]);
+  shape.n_tokens = static_cast<uint32_t>(ki.shape[1]);
+  shape.n_kv_heads = static_cast<uint32_t>(ki.shape[2]);
+  shape.head_dim = static_cast<uint32_t>(ki.shape[3]);
+  KvCache cache = Take(KvCache::CreateForOverwrite(shape, dtype, static_cast<int32_t>(pos_begin)));
+  std::memcpy(cache.Bytes(KvKind::kKey).data(), ki.ptr, cache.Bytes(KvKind::kKey).size());
+  std::memcpy(cache.Bytes(KvKind::kValue).data(), vi.ptr, cache.Bytes(KvKind::kValue).size());
+  return cache;
+}
+
+py::bytes Encode(const py::buffer& k, const py::buffer& v, const std::string& dtype, const std::string& codec_name,
+                 const std::string& level, const std::map<std::string, std::string>& params,
+                 const py::object& model, int64_t pos_begin) {
+  const Codec* codec = FindCodec(codec_name);
+  if (codec == nullptr) Raise(InvalidArgument("unknown codec '" + codec_name + "'"));
+  const KvCache cache = CacheFrom(k, v, dtype, pos_begin);
+  const ModelFingerprint fp = FingerprintFrom(model);
+  EncodeOptions options;
+  options.level = level;
+  options.params = params;
+  std::vector<uint8_t> bytes;
+  {
+    py::gil_scoped_release unlocked;
+    const CodecContext context{&Calibrations(), &fp, nullptr};
+    Result<std::vector<uint8_t>> encoded = EncodeKvc(*codec, cache.View(), options, fp, 0, context);
+    py::gil_scoped_acquire locked;
+    bytes = Take(std::move(encoded));
+  }
+  return py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
+// K and V of a decoded file as two buffers sharing the decoded cache (no copy out), with the
+// file's dtype name, shape and first position; the Python layer makes numpy or torch of them.
+py::tuple Decode(const py::buffer& data, const py::object& model) {
+  const py::buffer_info info = data.request();
+  if (info.ndim != 1 || info.itemsize != 1) Raise(InvalidArgument("data must be bytes (a 1-D byte buffer)"));
+  const std::span<const uint8_t> bytes(static_cast<const uint8_t*>(info.ptr), static_cast<size_t>(info.size));
+  const bool check_model = !model.is_none();
+  const ModelFingerprint fp = FingerprintFrom(model);
+  auto cache = std::make_unique<KvCache>();
+  {
+    py::gil_scoped_release unlocked;
+    const CodecContext context{&Calibrations(), check_model ? &fp : nullptr, nullptr};
+    Result<KvCache> decoded = DecodeKvc(bytes, check_model ? &fp : nullptr, context);
+    py::gil_scoped_acquire locked;
+    *cache = Take(std::move(decoded));
+  }
+  const KvShape shape = cache->shape();
+  const DType dtype = cache->dtype();
+  const int32_t pos_begin = cache->pos_begin();
+  KvCache* raw = cache.release();
+  const py::capsule owner(raw, [](void* p) { delete static_cast<KvCache*>(p); });
+  const std::string format = dtype == DType::kF32 ? "f" : dtype == DType::kF16 ? "e" : "h";  // bf16 as int16 bits
+  const std::vector<ssize_t> dims = {shape.n_layers, shape.n_tokens, shape.n_kv_heads, shape.head_dim};
+  auto array_of = [&](KvKind kind) {
+    return py::array(py::dtype(format), dims, raw->Bytes(kind).data(), owner);
+  };
+  return py::make_tuple(array_of(KvKind::kKey), array_of(KvKind::kValue), DTypeName(dtype), pos_begin);
+}
+
+py::dict LoadCalibration(const std::string& path) {
+  const std::shared_ptr<const LoadedCalibration> loaded = Take(Calibrations().Load(path));
+  const KvtcCalibration& c = loaded->calibration;
+  py::dict d;
+  d["path"] = loaded->path;
+  d["hash"] = HexString(loaded->hash);
+  d["model_fingerprint"] = HexString(c.model_fingerprint);
+  d["n_layers"] = c.n_layers;
+  d["n_kv_heads"] = c.n_kv_heads;
+  d["head_dim"] = c.head_dim;
+  std::vector<double> ratios;
+  for (const BitAllocation& a : c.allocations) ratios.push_back(a.target_ratio);
+  d["target_ratios"] = ratios;
+  return d;
+}
+
+// A store by URL; every call releases the GIL (Redis calls wait on the network).
+class PyStore {
+ public:
+  PyStore(const std::string& url, const std::string& secret, uint64_t capacity_bytes, uint32_t timeout_ms) {
+    StoreOptions options;
+    options.secret = secret;
+    options.capacity_bytes = capacity_bytes;
+    options.timeout_ms = timeout_ms;
+    Result<std::unique_ptr<Store>> opened = Status::Ok();
+    {
+      py::gil_scoped_release unlocked;
+      opened = OpenStore(url.empty() ? DefaultStoreUrl() : url, options);
+    }
+    store_ = Take(std::move(opened));
+  }
+  std::string url() const { return store_->url(); }
+  void Put(const std::string& name, const py::buffer& data) {
+    const py::buffer_info info = data.request();
+    if (info.ndim != 1 || info.itemsize != 1) Raise(InvalidArgument("data must be bytes (a 1-D byte buffer)"));
+    const std::span<const uint8_t> bytes(static_cast<const uint8_t*>(info.ptr), static_cast<size_t>(info.size));
+    Status put = Status::Ok();
+    {
+      py::gil_scoped_release unlocked;
+      put = store_->Put(name, bytes);
+    }
+    Check(put);
+  }
+  py::bytes Get(const std::string& name) {
+    Result<std::vector<uint8_t>> got = Status::Ok();
+    {
+      py::gil_scoped_release unlocked;
+      got = store_->Get(name);
+    }
+    const std::vector<uint8_t> bytes = Take(std::move(got));
+    return py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  }
+  bool Exists(const std::string& name) {
+    Result<bool> exists = Status::Ok();
+    {
+      py::gil_scoped_release unlocked;
+      exists = store_->Exists(name);
+    }
+    return Take(std::move(exists));
+  }
+  void Delete(const std::string& name) {
+    Status deleted = Status::Ok();
+    {
+      py::gil_scoped_release unlocked;
+      deleted = store_->Delete(name);
+    }
+    Check(deleted);
+  }
+
+ private:
+  std::unique_ptr<Store> store_;
+};
+
+std::vector<py::bytes> ChunkKeysOf(const py::object& model, const std::vector<int64_t>& tokens, uint32_t chunk_tokens) {
+  if (chunk_tokens == 0) Raise(InvalidArgument("chunk_tokens must be at least 1"));
+  std::vector<int32_t> ids;
+  ids.reserve(tokens.size());
+  for (int64_t t : tokens) {
+    if (t < INT32_MIN || t > INT32_MAX) Raise(InvalidArgument("a token id is outside the 32-bit range"));
+    ids.push_back(static_cast<int32_t>(t));
+  }
+  std::vector<py::bytes> out;
+  for (const ChunkKey& key : ChunkKeys(FingerprintFrom(model), ids, chunk_tokens)) {
+    out.emplace_back(reinterpret_cast<const char*>(key.data()), key.size());
+  }
+  return out;
+}
+
+std::string ObjectName(const py::bytes& key, const std::string& codec, const std::string& level) {
+  const std::string k = key;
+  ChunkKey ck{};
+  if (k.size() != ck.size()) Raise(InvalidArgument("a chunk key is 16 bytes"));
+  std::memcpy(ck.data(), k.data(), ck.size());
+  std::string name = ChunkObjectName(ck, codec, level);
+  Check(CheckObjectName(name));
+  return name;
+}
+
+std::string Inspect(const py::buffer& data) {
+  const py::buffer_info info = data.request();
+  if (info.ndim != 1 || info.itemsize != 1) Raise(InvalidArgument("data must be bytes (a 1-D byte buffer)"));
+  return Take(InspectKvcJson(std::span(static_cast<const uint8_t*>(info.ptr), static_cast<size_t>(info.size))));
+}
+
+py::list Codecs() {
+  py::list out;
+  for (const Codec* c : AllCodecs()) {
+    const CodecInfo& info = c->info();
+    py::dict d;
+    d["name"] = info.name;
+    d["levels"] = info.levels;
+    d["default_level"] = info.default_level;
+    d["description"] = info.description;
+    d["params"] = info.params;
+    d["needs_calibration"] = info.needs_calibration;
+    out.append(d);
+  }
+  return out;
+}
+
+}  // namespace
+}  // namespace kvc
+
+namespace kvc {
+
+void DefineBindings(py::module_& m) {
+  m.doc() = "kvcodec's native part; use the kvcodec package.";
+  Errors& e = ErrorClasses();
+  auto make = [&](const char* name, const py::object& parent) {
+    py::object cls = py::reinterpret_steal<py::object>(
+        PyErr_NewException((std::string("kvcodec.") + name).c_str(), parent.ptr(), nullptr));
+    m.attr(name) = cls;
+    return cls;
+  };
+  e.base = make("Error", py::reinterpret_borrow<py::object>(PyExc_Exception));
+  e.invalid_argument = make("InvalidArgumentError", e.base);
+  e.corrupt = make("CorruptError", e.base);
+  e.unsupported = make("UnsupportedError", e.base);
+  e.not_found = make("NotFoundError", e.base);
+  e.io = make("StoreIOError", e.base);
+  e.internal = make("InternalError", e.base);
+
+  m.def("encode", &Encode, py::arg("k"), py::arg("v"), py::arg("dtype"), py::arg("codec"), py::arg("level"),
+        py::arg("params"), py::arg("model"), py::arg("pos_begin"));
+  m.def("decode", &Decode, py::arg("data"), py::arg("model"));
+  m.def("inspect_json", &Inspect, py::arg("data"));
+  m.def("codecs", &Codecs);
+  m.def("load_calibration", &LoadCalibration, py::arg("path"));
+  m.def("chunk_keys", &ChunkKeysOf, py::arg("model"), py::arg("tokens"), py::arg("chunk_tokens"));
+  m.def("chunk_object_name", &ObjectName, py::arg("key"), py::arg("codec"), py::arg("level"));
+  m.attr("default_chunk_tokens") = kDefaultChunkTokens;
+  py::class_<PyStore>(m, "Store")
+      .def(py::init<const std::string&, const std::string&, uint64_t, uint32_t>(), py::arg("url"),
+           py::arg("secret"), py::arg("capacity_bytes"), py::arg("timeout_ms"))
+      .def_property_readonly("url", &PyStore::url)
+      .def("put", &PyStore::Put, py::arg("name"), py::arg("data"))
+      .def("get", &PyStore::Get, py::arg("name"))
+      .def("exists", &PyStore::Exists, py::arg("name"))
+      .def("delete", &PyStore::Delete, py::arg("name"));
+}
+
+}  // namespace kvc
