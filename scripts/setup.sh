@@ -13,7 +13,7 @@ APT_PACKAGES=(
   libdeflate-dev libopenblas-dev liblapacke-dev
   libavcodec-dev libavutil-dev libffmpeg-nvenc-dev libzstd-dev
   libhiredis-dev redis-server libcpp-httplib-dev libssl-dev curl
-  pybind11-dev python3-dev python3-numpy python3-pytest
+  pybind11-dev python3-dev python3-numpy python3-pytest python3-torch
 )
 
 log() { echo "[setup] $*" >&2; }

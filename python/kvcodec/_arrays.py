@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 _NUMPY_DTYPES = {np.dtype(np.float16): "f16", np.dtype(np.float32): "f32"}
@@ -18,7 +20,7 @@ def _torch():
 def from_tensor(x, name: str):
     """(a C-contiguous buffer, kvcodec dtype name) for a numpy array or a CPU/GPU torch tensor.
     Copies only where the input is not contiguous (or lives on a GPU)."""
-    torch = _torch()
+    torch = sys.modules.get("torch")  # a torch tensor means torch is imported; numpy users never load it
     if torch is not None and isinstance(x, torch.Tensor):
         t = x.detach()
         if t.device.type != "cpu":

@@ -60,6 +60,16 @@ def test_a_python_file_decodes_with_the_command(real_kv, tmp_path, calibration):
     assert cli("decode", path, "--model", MODEL, "--calibration", CALIBRATION, check=False).returncode != 0
 
 
+def test_torch_round_trip_on_the_models_kv(real_kv):
+    torch = pytest.importorskip("torch")
+    k, v, model, _ = real_kv
+    kt, vt = torch.from_numpy(k).to(torch.bfloat16), torch.from_numpy(v).to(torch.bfloat16)
+    k2, v2 = kvcodec.decode(kvcodec.encode(kt, vt, "quant", "8", model=model))
+    assert k2.dtype == torch.bfloat16 and tuple(k2.shape) == k.shape
+    assert rel_rms(k2.float().numpy(), kt.float().numpy()) < LOSSY_BOUND["quant"]
+    assert rel_rms(v2.float().numpy(), vt.float().numpy()) < LOSSY_BOUND["quant"]
+
+
 def test_a_file_for_another_model_is_refused(real_kv):
     k, v, model, _ = real_kv
     data = kvcodec.encode(k, v, "quant", model=model)
