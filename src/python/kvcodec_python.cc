@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/hash.h"
 #include "base/status.h"
 #include "codecs/codec.h"
@@ -39,13 +40,24 @@ Errors& ErrorClasses() {
   const Errors& e = ErrorClasses();
   const py::object* cls = &e.internal;
   switch (status.code()) {
-    case StatusCode::kInvalidArgument: cls = &e.invalid_argument; break;
-    case StatusCode::kCorrupt: cls = &e.corrupt; break;
-    case StatusCode::kUnsupported: cls = &e.unsupported; break;
-    case StatusCode::kNotFound: cls = &e.not_found; break;
-    case StatusCode::kIoError: cls = &e.io; break;
+    case StatusCode::kInvalidArgument:
+      cls = &e.invalid_argument;
+      break;
+    case StatusCode::kCorrupt:
+      cls = &e.corrupt;
+      break;
+    case StatusCode::kUnsupported:
+      cls = &e.unsupported;
+      break;
+    case StatusCode::kNotFound:
+      cls = &e.not_found;
+      break;
+    case StatusCode::kIoError:
+      cls = &e.io;
+      break;
     case StatusCode::kOk:
-    case StatusCode::kInternal: break;
+    case StatusCode::kInternal:
+      break;
   }
   PyErr_SetString(cls->ptr(), status.ToString().c_str());
   throw py::error_already_set();
@@ -111,7 +123,8 @@ py::buffer_info Tensor(const py::buffer& b, const char* which, DType dtype) {
   }
   ssize_t stride = info.itemsize;
   for (ssize_t d = 3; d >= 0; --d) {
-    if (info.shape[d] > 1 && info.strides[d] != stride) Raise(InvalidArgument(std::string(which) + " is not contiguous"));
+    if (info.shape[d] > 1 && info.strides[d] != stride)
+      Raise(InvalidArgument(std::string(which) + " is not contiguous"));
     stride *= info.shape[d];
   }
   return info;
@@ -123,7 +136,8 @@ KvCache CacheFrom(const py::buffer& k, const py::buffer& v, const std::string& d
   const py::buffer_info ki = Tensor(k, "k", dtype), vi = Tensor(v, "v", dtype);
   if (ki.shape != vi.shape) Raise(InvalidArgument("k and v differ in shape"));
   for (ssize_t d : ki.shape) {
-    if (d <= 0 || d > static_cast<ssize_t>(kMaxTokens)) Raise(InvalidArgument("k and v need every dimension in 1..2^22"));
+    if (d <= 0 || d > static_cast<ssize_t>(kMaxTokens))
+      Raise(InvalidArgument("k and v need every dimension in 1..2^22"));
   }
   if (pos_begin < 0 || pos_begin > INT32_MAX) Raise(InvalidArgument("positions must start in 0..2^31-1"));
   KvShape shape;
@@ -138,8 +152,8 @@ KvCache CacheFrom(const py::buffer& k, const py::buffer& v, const std::string& d
 }
 
 py::bytes Encode(const py::buffer& k, const py::buffer& v, const std::string& dtype, const std::string& codec_name,
-                 const std::string& level, const std::map<std::string, std::string>& params,
-                 const py::object& model, int64_t pos_begin) {
+                 const std::string& level, const std::map<std::string, std::string>& params, const py::object& model,
+                 int64_t pos_begin) {
   const Codec* codec = FindCodec(codec_name);
   if (codec == nullptr) Raise(InvalidArgument("unknown codec '" + codec_name + "'"));
   const KvCache cache = CacheFrom(k, v, dtype, pos_begin);
@@ -181,10 +195,48 @@ py::tuple Decode(const py::buffer& data, const py::object& model) {
   const py::capsule owner(raw, [](void* p) { delete static_cast<KvCache*>(p); });
   const std::string format = dtype == DType::kF32 ? "f" : dtype == DType::kF16 ? "e" : "h";  // bf16 as int16 bits
   const std::vector<ssize_t> dims = {shape.n_layers, shape.n_tokens, shape.n_kv_heads, shape.head_dim};
-  auto array_of = [&](KvKind kind) {
-    return py::array(py::dtype(format), dims, raw->Bytes(kind).data(), owner);
-  };
+  auto array_of = [&](KvKind kind) { return py::array(py::dtype(format), dims, raw->Bytes(kind).data(), owner); };
   return py::make_tuple(array_of(KvKind::kKey), array_of(KvKind::kValue), DTypeName(dtype), pos_begin);
+}
+
+// The codec alone on the same arrays, each call timed in C++ with no Python in the loop: the
+// denominator of the package's own overhead (python/bench.py). Seconds per call, per round.
+py::dict TimeCodec(const py::buffer& k, const py::buffer& v, const std::string& dtype, const std::string& codec_name,
+                   const std::string& level, const py::object& model, uint32_t rounds) {
+  const Codec* codec = FindCodec(codec_name);
+  if (codec == nullptr) Raise(InvalidArgument("unknown codec '" + codec_name + "'"));
+  if (rounds == 0) Raise(InvalidArgument("rounds must be at least 1"));
+  const KvCache cache = CacheFrom(k, v, dtype, 0);
+  const ModelFingerprint fp = FingerprintFrom(model);
+  EncodeOptions options;
+  options.level = level;
+  std::vector<double> encode_s, decode_s;
+  std::vector<uint8_t> bytes;
+  Status failed = Status::Ok();
+  {
+    py::gil_scoped_release unlocked;
+    const CodecContext context{&Calibrations(), &fp, nullptr};
+    for (uint32_t r = 0; r < rounds && failed.ok(); ++r) {
+      const auto t0 = SteadyClock::now();
+      Result<std::vector<uint8_t>> encoded = EncodeKvc(*codec, cache.View(), options, fp, 0, context);
+      encode_s.push_back(SecondsSince(t0));
+      if (!encoded.ok()) {
+        failed = encoded.status();
+        break;
+      }
+      bytes = std::move(encoded).value();
+      const auto t1 = SteadyClock::now();
+      Result<KvCache> decoded = DecodeKvc(bytes, &fp, context);
+      decode_s.push_back(SecondsSince(t1));
+      if (!decoded.ok()) failed = decoded.status();
+    }
+  }
+  Check(failed);
+  py::dict d;
+  d["encode_s"] = encode_s;
+  d["decode_s"] = decode_s;
+  d["bytes"] = bytes.size();
+  return d;
 }
 
 py::dict LoadCalibration(const std::string& path) {
@@ -334,13 +386,15 @@ void DefineBindings(py::module_& m) {
   m.def("decode", &Decode, py::arg("data"), py::arg("model"));
   m.def("inspect_json", &Inspect, py::arg("data"));
   m.def("codecs", &Codecs);
+  m.def("time_codec", &TimeCodec, py::arg("k"), py::arg("v"), py::arg("dtype"), py::arg("codec"), py::arg("level"),
+        py::arg("model"), py::arg("rounds"));
   m.def("load_calibration", &LoadCalibration, py::arg("path"));
   m.def("chunk_keys", &ChunkKeysOf, py::arg("model"), py::arg("tokens"), py::arg("chunk_tokens"));
   m.def("chunk_object_name", &ObjectName, py::arg("key"), py::arg("codec"), py::arg("level"));
   m.attr("default_chunk_tokens") = kDefaultChunkTokens;
   py::class_<PyStore>(m, "Store")
-      .def(py::init<const std::string&, const std::string&, uint64_t, uint32_t>(), py::arg("url"),
-           py::arg("secret"), py::arg("capacity_bytes"), py::arg("timeout_ms"))
+      .def(py::init<const std::string&, const std::string&, uint64_t, uint32_t>(), py::arg("url"), py::arg("secret"),
+           py::arg("capacity_bytes"), py::arg("timeout_ms"))
       .def_property_readonly("url", &PyStore::url)
       .def("put", &PyStore::Put, py::arg("name"), py::arg("data"))
       .def("get", &PyStore::Get, py::arg("name"))
