@@ -130,25 +130,32 @@ py::buffer_info Tensor(const py::buffer& b, const char* which, DType dtype) {
   return info;
 }
 
-// One copy into the canonical cache (its layout is the arrays' layout), for the codecs.
-KvCache CacheFrom(const py::buffer& k, const py::buffer& v, const std::string& dtype_name, int64_t pos_begin) {
+// K and V as the codecs read them, straight from the arrays' memory (their layout is kvcodec's):
+// no copy. The buffers stay requested (the arrays pinned) for as long as this lives.
+struct ArraysKv {
+  py::buffer_info k, v;
+  KvView view;
+};
+
+ArraysKv ViewArrays(const py::buffer& k, const py::buffer& v, const std::string& dtype_name, int64_t pos_begin) {
   const DType dtype = Take(ParseDType(dtype_name));
-  const py::buffer_info ki = Tensor(k, "k", dtype), vi = Tensor(v, "v", dtype);
-  if (ki.shape != vi.shape) Raise(InvalidArgument("k and v differ in shape"));
-  for (ssize_t d : ki.shape) {
+  ArraysKv out{Tensor(k, "k", dtype), Tensor(v, "v", dtype), {}};
+  if (out.k.shape != out.v.shape) Raise(InvalidArgument("k and v differ in shape"));
+  for (ssize_t d : out.k.shape) {
     if (d <= 0 || d > static_cast<ssize_t>(kMaxTokens))
       Raise(InvalidArgument("k and v need every dimension in 1..2^22"));
   }
   if (pos_begin < 0 || pos_begin > INT32_MAX) Raise(InvalidArgument("positions must start in 0..2^31-1"));
   KvShape shape;
-  shape.n_layers = static_cast<uint32_t>(ki.shape[0]);
-  shape.n_tokens = static_cast<uint32_t>(ki.shape[1]);
-  shape.n_kv_heads = static_cast<uint32_t>(ki.shape[2]);
-  shape.head_dim = static_cast<uint32_t>(ki.shape[3]);
-  KvCache cache = Take(KvCache::CreateForOverwrite(shape, dtype, static_cast<int32_t>(pos_begin)));
-  std::memcpy(cache.Bytes(KvKind::kKey).data(), ki.ptr, cache.Bytes(KvKind::kKey).size());
-  std::memcpy(cache.Bytes(KvKind::kValue).data(), vi.ptr, cache.Bytes(KvKind::kValue).size());
-  return cache;
+  shape.n_layers = static_cast<uint32_t>(out.k.shape[0]);
+  shape.n_tokens = static_cast<uint32_t>(out.k.shape[1]);
+  shape.n_kv_heads = static_cast<uint32_t>(out.k.shape[2]);
+  shape.head_dim = static_cast<uint32_t>(out.k.shape[3]);
+  const size_t bytes = static_cast<size_t>(out.k.size) * static_cast<size_t>(out.k.itemsize);
+  out.view = Take(KvView::Over(shape, dtype, static_cast<int32_t>(pos_begin),
+                               std::span(static_cast<const uint8_t*>(out.k.ptr), bytes),
+                               std::span(static_cast<const uint8_t*>(out.v.ptr), bytes)));
+  return out;
 }
 
 py::bytes Encode(const py::buffer& k, const py::buffer& v, const std::string& dtype, const std::string& codec_name,
@@ -156,7 +163,7 @@ py::bytes Encode(const py::buffer& k, const py::buffer& v, const std::string& dt
                  int64_t pos_begin) {
   const Codec* codec = FindCodec(codec_name);
   if (codec == nullptr) Raise(InvalidArgument("unknown codec '" + codec_name + "'"));
-  const KvCache cache = CacheFrom(k, v, dtype, pos_begin);
+  const ArraysKv arrays = ViewArrays(k, v, dtype, pos_begin);
   const ModelFingerprint fp = FingerprintFrom(model);
   EncodeOptions options;
   options.level = level;
@@ -165,7 +172,7 @@ py::bytes Encode(const py::buffer& k, const py::buffer& v, const std::string& dt
   {
     py::gil_scoped_release unlocked;
     const CodecContext context{&Calibrations(), &fp, nullptr};
-    Result<std::vector<uint8_t>> encoded = EncodeKvc(*codec, cache.View(), options, fp, 0, context);
+    Result<std::vector<uint8_t>> encoded = EncodeKvc(*codec, arrays.view, options, fp, 0, context);
     py::gil_scoped_acquire locked;
     bytes = Take(std::move(encoded));
   }
@@ -206,7 +213,7 @@ py::dict TimeCodec(const py::buffer& k, const py::buffer& v, const std::string& 
   const Codec* codec = FindCodec(codec_name);
   if (codec == nullptr) Raise(InvalidArgument("unknown codec '" + codec_name + "'"));
   if (rounds == 0) Raise(InvalidArgument("rounds must be at least 1"));
-  const KvCache cache = CacheFrom(k, v, dtype, 0);
+  const ArraysKv arrays = ViewArrays(k, v, dtype, 0);
   const ModelFingerprint fp = FingerprintFrom(model);
   EncodeOptions options;
   options.level = level;
@@ -218,7 +225,7 @@ py::dict TimeCodec(const py::buffer& k, const py::buffer& v, const std::string& 
     const CodecContext context{&Calibrations(), &fp, nullptr};
     for (uint32_t r = 0; r < rounds && failed.ok(); ++r) {
       const auto t0 = SteadyClock::now();
-      Result<std::vector<uint8_t>> encoded = EncodeKvc(*codec, cache.View(), options, fp, 0, context);
+      Result<std::vector<uint8_t>> encoded = EncodeKvc(*codec, arrays.view, options, fp, 0, context);
       encode_s.push_back(SecondsSince(t0));
       if (!encoded.ok()) {
         failed = encoded.status();

@@ -86,21 +86,25 @@ std::span<const uint8_t> KvCache::RowBytes(KvKind kind, uint32_t layer, uint32_t
   return Bytes(kind).subspan(offset, size_t{n_tokens} * row);
 }
 
+void BytesToF32(DType dtype, const uint8_t* bytes, size_t n, float* out) {
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(out, bytes, n * 4);
+      break;
+    case DType::kF16:
+      Fp16ToFp32(reinterpret_cast<const uint16_t*>(bytes), out, n);
+      break;
+    case DType::kBF16:
+      Bf16ToFp32(reinterpret_cast<const uint16_t*>(bytes), out, n);
+      break;
+  }
+}
+
 void KvCache::ReadRowsF32(KvKind kind, uint32_t layer, uint32_t token, uint32_t n_tokens, float* out) const {
   const auto bytes = RowBytes(kind, layer, token, n_tokens);
   const size_t n = size_t{n_tokens} * shape_.row_elems();
   if (n == 0) return;  // empty spans may hold null pointers, which memcpy must not see
-  switch (dtype_) {
-    case DType::kF32:
-      std::memcpy(out, bytes.data(), n * 4);
-      break;
-    case DType::kF16:
-      Fp16ToFp32(reinterpret_cast<const uint16_t*>(bytes.data()), out, n);
-      break;
-    case DType::kBF16:
-      Bf16ToFp32(reinterpret_cast<const uint16_t*>(bytes.data()), out, n);
-      break;
-  }
+  BytesToF32(dtype_, bytes.data(), n, out);
 }
 
 void KvCache::WriteRowsF32(KvKind kind, uint32_t layer, uint32_t token, uint32_t n_tokens, const float* in) {
@@ -162,8 +166,29 @@ bool KvCache::operator==(const KvCache& other) const {
          v_ == other.v_;
 }
 
+Result<KvView> KvView::Over(const KvShape& shape, DType dtype, int32_t pos_begin, std::span<const uint8_t> k,
+                            std::span<const uint8_t> v) {
+  RETURN_IF_ERROR(ValidateShape(shape, dtype));
+  const size_t bytes = shape.elems() * DTypeSize(dtype);
+  if (k.size() != bytes || v.size() != bytes) {
+    return InvalidArgument(
+        FormatMessage("K and V of this shape hold %zu bytes each, not %zu and %zu", bytes, k.size(), v.size()));
+  }
+  KvView view;
+  view.outside_ = Outside{shape, dtype, pos_begin, k.data(), v.data()};
+  view.n_tokens_ = shape.n_tokens;
+  return view;
+}
+
+std::span<const uint8_t> KvView::OutsideRowBytes(KvKind kind, uint32_t layer, uint32_t token, uint32_t n) const {
+  const size_t row = outside_.shape.row_elems() * DTypeSize(outside_.dtype);
+  const size_t offset = (size_t{layer} * outside_.shape.n_tokens + token) * row;
+  const uint8_t* base = kind == KvKind::kKey ? outside_.k : outside_.v;
+  return {base + offset, size_t{n} * row};
+}
+
 KvShape KvView::shape() const {
-  KvShape s = cache_->shape();
+  KvShape s = cache_ ? cache_->shape() : outside_.shape;
   s.n_tokens = n_tokens_;
   return s;
 }

@@ -56,6 +56,9 @@ Status ValidateShape(const KvShape& shape, DType dtype);
 class KvView;
 class KvSlice;
 
+// Converting copy of n values stored as `dtype` to fp32 (every row read converts through it).
+void BytesToF32(DType dtype, const uint8_t* bytes, size_t n, float* out);
+
 class KvCache {
  public:
   KvCache() = default;
@@ -129,19 +132,32 @@ class KvView {
   KvView(const KvCache* cache, uint32_t token_begin, uint32_t n_tokens)
       : cache_(cache), token_begin_(token_begin), n_tokens_(n_tokens) {}
 
+  // A view of K and V held elsewhere, laid out as a KvCache holds them ([layer][token][kv_head]
+  // [channel], `dtype`), all of `shape`'s tokens: how arrays from outside (the Python package's)
+  // are encoded without a copy. The bytes must stay alive and unchanged while the view, or a copy
+  // of it, is used. kInvalidArgument for an invalid shape or spans of the wrong size.
+  static Result<KvView> Over(const KvShape& shape, DType dtype, int32_t pos_begin, std::span<const uint8_t> k,
+                             std::span<const uint8_t> v);
+
   KvShape shape() const;
-  DType dtype() const { return cache_->dtype(); }
-  int32_t pos_begin() const { return cache_->pos_begin() + static_cast<int32_t>(token_begin_); }
+  DType dtype() const { return cache_ ? cache_->dtype() : outside_.dtype; }
+  int32_t pos_begin() const {
+    return (cache_ ? cache_->pos_begin() : outside_.pos_begin) + static_cast<int32_t>(token_begin_);
+  }
   uint32_t token_begin() const { return token_begin_; }
   uint32_t n_tokens() const { return n_tokens_; }
 
   // Rows of this view's tokens [token, token + n) (relative to the view) in one layer.
   std::span<const uint8_t> RowBytes(KvKind kind, uint32_t layer, uint32_t token, uint32_t n) const {
-    return cache_->RowBytes(kind, layer, token_begin_ + token, n);
+    if (cache_) return cache_->RowBytes(kind, layer, token_begin_ + token, n);
+    return OutsideRowBytes(kind, layer, token_begin_ + token, n);
   }
   std::span<const uint8_t> LayerBytes(KvKind kind, uint32_t layer) const { return RowBytes(kind, layer, 0, n_tokens_); }
   void ReadRowsF32(KvKind kind, uint32_t layer, uint32_t token, uint32_t n, float* out) const {
-    cache_->ReadRowsF32(kind, layer, token_begin_ + token, n, out);
+    if (cache_) return cache_->ReadRowsF32(kind, layer, token_begin_ + token, n, out);
+    const size_t values = size_t{n} * outside_.shape.row_elems();
+    if (values > 0)
+      BytesToF32(outside_.dtype, OutsideRowBytes(kind, layer, token_begin_ + token, n).data(), values, out);
   }
   void ReadLayerF32(KvKind kind, uint32_t layer, float* out) const { ReadRowsF32(kind, layer, 0, n_tokens_, out); }
 
@@ -149,7 +165,18 @@ class KvView {
   Result<KvCache> Copy() const;
 
  private:
-  const KvCache* cache_ = nullptr;
+  // The bytes of a view made by Over: the whole shape, as a KvCache would hold it.
+  struct Outside {
+    KvShape shape;
+    DType dtype = DType::kF16;
+    int32_t pos_begin = 0;
+    const uint8_t* k = nullptr;
+    const uint8_t* v = nullptr;
+  };
+  std::span<const uint8_t> OutsideRowBytes(KvKind kind, uint32_t layer, uint32_t token, uint32_t n) const;
+
+  const KvCache* cache_ = nullptr;  // null for a view made by Over
+  Outside outside_;
   uint32_t token_begin_ = 0;
   uint32_t n_tokens_ = 0;
 };

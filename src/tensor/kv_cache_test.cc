@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <numeric>
+#include <vector>
+
+#include "tensor/synthetic_kv.h"
 
 namespace kvc {
 namespace {
@@ -97,6 +100,42 @@ TEST(KvCache, ZeroTokenCachesAreHandled) {
     EXPECT_EQ(*copy, empty);
     EXPECT_EQ(empty.Slice(0, 0).value().n_tokens(), 0u);
   }
+}
+
+TEST(KvView, OverOutsideBytesReadsAsTheCacheDoes) {
+  const KvShape shape{.n_layers = 3, .n_kv_heads = 2, .head_dim = 8, .n_tokens = 5};
+  for (DType dtype : {DType::kF16, DType::kBF16, DType::kF32}) {
+    const KvCache cache = NoiseKv(shape, dtype, 7, /*pos_begin=*/11);
+    auto view = KvView::Over(shape, dtype, 11, cache.Bytes(KvKind::kKey), cache.Bytes(KvKind::kValue));
+    ASSERT_TRUE(view.ok()) << view.status().ToString();
+    EXPECT_EQ(view->shape(), shape);
+    EXPECT_EQ(view->dtype(), dtype);
+    EXPECT_EQ(view->pos_begin(), 11);
+    std::vector<float> a(shape.layer_elems()), b(shape.layer_elems());
+    for (KvKind kind : kKvKinds) {
+      for (uint32_t l = 0; l < shape.n_layers; ++l) {
+        const auto ours = view->RowBytes(kind, l, 1, 3);
+        const auto theirs = cache.RowBytes(kind, l, 1, 3);
+        EXPECT_TRUE(std::equal(ours.begin(), ours.end(), theirs.begin(), theirs.end()));
+        EXPECT_EQ(ours.data(), theirs.data());  // the same memory, not a copy
+        view->ReadLayerF32(kind, l, a.data());
+        cache.View().ReadLayerF32(kind, l, b.data());
+        EXPECT_EQ(a, b);
+      }
+    }
+    auto copy = view->Copy();
+    ASSERT_TRUE(copy.ok());
+    EXPECT_TRUE(*copy == cache);
+  }
+}
+
+TEST(KvView, OverRefusesBytesThatDoNotMatchTheShape) {
+  const KvShape shape{.n_layers = 2, .n_kv_heads = 1, .head_dim = 4, .n_tokens = 3};
+  std::vector<uint8_t> k(shape.elems() * 2), v(shape.elems() * 2 - 2);
+  EXPECT_EQ(KvView::Over(shape, DType::kF16, 0, k, v).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(KvView::Over(shape, DType::kF32, 0, k, k).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(KvView::Over(KvShape{}, DType::kF16, 0, {}, {}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(KvView::Over(shape, DType::kF16, 0, k, k).ok());
 }
 
 }  // namespace
