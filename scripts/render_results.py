@@ -21,6 +21,7 @@ evals = load("results/eval/*.json")
 ablation = [r for r in load("results/ablation/*.json") if "level" in r]
 bench = load("results/bench/*.json")
 kvtc_cost = load("results/kvtc_cost.json")
+python_bench = load("results/python_bench.json")
 video_ablation = load("results/video/ablation.json")
 video_groups = load("results/video/group-*.json")
 ttft = load("results/ttft/ttft.json")
@@ -455,4 +456,21 @@ if kvtc_cost:
     for level in c["levels"]:
         widths = ", ".join(f"{b}: {n}" for b, n in level["components_by_bits"].items() if b != "0")
         print(f"| {level['level']} | {level['macs_per_token']:,} | {level['macs_per_output_byte']:.1f} | {widths} |")
+    print()
+
+if python_bench:
+    pb = python_bench[0]
+    print("## Python package: its own cost per chunk (kvtiny)\n")
+    print(f"`python/bench.py`: one {pb['rows'][0]['chunk_tokens']}-token chunk of the test model's KV "
+          f"({' x '.join(map(str, pb['shape']))}, {pb['dtype']}) through `kvcodec.encode` / `kvcodec.decode`, "
+          "against the same codec called from C++ with no Python in the loop (`time_codec`), the two "
+          f"interleaved in one run, {pb['rounds']} calls each; medians. The package reads numpy and torch arrays "
+          "in place and hands decoded ones out without a copy; what is left is the call itself and the copy "
+          "of the encoded file into a `bytes` object, which only shows against `raw` (a copy of its own).\n")
+    print("| codec | level | encode, C++ ms | encode, Python ms | overhead | decode, C++ ms | decode, Python ms | overhead |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for r in pb["rows"]:
+        print(f"| {r['codec']} | {r['level']} | {r['cpp_encode_s'] * 1e3:.3f} | {r['python_encode_s'] * 1e3:.3f} | "
+              f"{r['encode_overhead_pct']:+.1f}% | {r['cpp_decode_s'] * 1e3:.3f} | {r['python_decode_s'] * 1e3:.3f} | "
+              f"{r['decode_overhead_pct']:+.1f}% |")
     print()

@@ -135,6 +135,11 @@ for spec in raw: quant:8 quant:4 kvtc:16 kvtc:20 cachegen:medium cachegen:low vi
   $kvcodec bench codec --codec "$codec" ${level:+--level "$level"} --json > "$bench/$codec-$level.json"
 done
 
+# The Python package's own cost per chunk, against the codec called from C++ (python/bench.py).
+echo "== python bench" >&2
+PYTHONPATH=build/dev/python OPENBLAS_NUM_THREADS=1 KVCODEC_CLI=$kvcodec /usr/bin/python3 python/bench.py \
+  > results/python_bench.json
+
 # kvtc's decode arithmetic per level (from the calibration alone).
 /usr/bin/python3 scripts/kvcal_cost.py models/kvtiny/kvtiny.kvcal > results/kvtc_cost.json
 
