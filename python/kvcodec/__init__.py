@@ -102,8 +102,9 @@ def inspect(data) -> dict:
 
 
 def codecs() -> list:
-    """Every codec: name, levels (best quality first), default level, parameters."""
-    return _kvcodec.codecs()
+    """Every codec: name, levels (best quality first), default level, parameters, description,
+    whether it needs a calibration (as `kvcodec codecs --json`)."""
+    return json.loads(_kvcodec.codecs_json())
 
 
 class Store:

@@ -107,18 +107,7 @@ int kvc_codec_needs_calibration(const char* codec) {
 kvc_status kvc_codecs_json(char** out_json) {
   return Guard([&]() -> kvc_status {
     if (out_json == nullptr) return NullArgument("out_json");
-    nlohmann::ordered_json list = nlohmann::ordered_json::array();
-    for (const kvc::Codec* codec : kvc::AllCodecs()) {
-      const auto& info = codec->info();
-      list.push_back({{"name", info.name},
-                      {"id", info.id},
-                      {"version", info.version},
-                      {"levels", info.levels},
-                      {"default_level", info.default_level},
-                      {"params", info.params},
-                      {"description", info.description}});
-    }
-    *out_json = CopyString(kvc::DumpReport(list));
+    *out_json = CopyString(kvc::CodecListJson());
     return KVC_OK;
   });
 }

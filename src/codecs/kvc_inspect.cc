@@ -41,4 +41,20 @@ Result<std::string> InspectKvcJson(std::span<const uint8_t> bytes) {
   return DumpReport(j);
 }
 
+std::string CodecListJson() {
+  ReportJson list = ReportJson::array();
+  for (const Codec* codec : AllCodecs()) {
+    const CodecInfo& info = codec->info();
+    list.push_back({{"name", info.name},
+                    {"id", info.id},
+                    {"version", info.version},
+                    {"levels", info.levels},
+                    {"default_level", info.default_level},
+                    {"params", info.params},
+                    {"description", info.description},
+                    {"needs_calibration", info.needs_calibration}});
+  }
+  return DumpReport(list);
+}
+
 }  // namespace kvc

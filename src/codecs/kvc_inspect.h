@@ -1,6 +1,5 @@
-// What a .kvc file says about itself (its header and sections), as the JSON that `kvcodec
-// inspect`, kvc_inspect_json() and the Python package's inspect() all return. The header and
-// the section table are parsed and checked; the payload is not decoded.
+// The JSON reports on codecs and .kvc files that the C API, the command line and the Python
+// package all return, made in one place.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +10,14 @@
 
 namespace kvc {
 
+// What a .kvc file says about itself (its header and sections): `kvcodec inspect`,
+// kvc_inspect_json(), kvcodec.inspect(). The header and the section table are parsed and
+// checked; the payload is not decoded.
 Result<std::string> InspectKvcJson(std::span<const uint8_t> bytes);
+
+// Every codec: name, id, version, levels (best quality first), default level, parameters,
+// description, whether it needs a calibration: `kvcodec codecs --json`, kvc_codecs_json(),
+// kvcodec.codecs().
+std::string CodecListJson();
 
 }  // namespace kvc

@@ -350,22 +350,6 @@ std::string Inspect(const py::buffer& data) {
   return Take(InspectKvcJson(std::span(static_cast<const uint8_t*>(info.ptr), static_cast<size_t>(info.size))));
 }
 
-py::list Codecs() {
-  py::list out;
-  for (const Codec* c : AllCodecs()) {
-    const CodecInfo& info = c->info();
-    py::dict d;
-    d["name"] = info.name;
-    d["levels"] = info.levels;
-    d["default_level"] = info.default_level;
-    d["description"] = info.description;
-    d["params"] = info.params;
-    d["needs_calibration"] = info.needs_calibration;
-    out.append(d);
-  }
-  return out;
-}
-
 }  // namespace
 }  // namespace kvc
 
@@ -392,7 +376,7 @@ void DefineBindings(py::module_& m) {
         py::arg("params"), py::arg("model"), py::arg("pos_begin"));
   m.def("decode", &Decode, py::arg("data"), py::arg("model"));
   m.def("inspect_json", &Inspect, py::arg("data"));
-  m.def("codecs", &Codecs);
+  m.def("codecs_json", &CodecListJson);
   m.def("time_codec", &TimeCodec, py::arg("k"), py::arg("v"), py::arg("dtype"), py::arg("codec"), py::arg("level"),
         py::arg("model"), py::arg("rounds"));
   m.def("load_calibration", &LoadCalibration, py::arg("path"));
