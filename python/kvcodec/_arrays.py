@@ -17,11 +17,17 @@ def _torch():
     return torch
 
 
+def torch_of(x):
+    """torch, when x is a torch tensor (torch is then imported already; numpy users never load it)."""
+    torch = sys.modules.get("torch")
+    return torch if torch is not None and isinstance(x, torch.Tensor) else None
+
+
 def from_tensor(x, name: str):
     """(a C-contiguous buffer, kvcodec dtype name) for a numpy array or a CPU/GPU torch tensor.
     Copies only where the input is not contiguous (or lives on a GPU)."""
-    torch = sys.modules.get("torch")  # a torch tensor means torch is imported; numpy users never load it
-    if torch is not None and isinstance(x, torch.Tensor):
+    torch = torch_of(x)
+    if torch is not None:
         t = x.detach()
         if t.device.type != "cpu":
             t = t.cpu()

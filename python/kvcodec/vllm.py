@@ -15,6 +15,8 @@ Both work on numpy arrays and on torch tensors (on any device).
 
 from __future__ import annotations
 
+from ._arrays import torch_of
+
 LAYOUTS = ("NHD", "HND", "kv_first")
 
 
@@ -77,7 +79,7 @@ def _slots(cache, block_table, num_tokens, layout):
         raise ValueError(f"a block id is outside 0..{num_blocks - 1}")
     block = [table[t // block_size] for t in range(num_tokens)]
     offset = [t % block_size for t in range(num_tokens)]
-    torch = _torch_of(cache)
+    torch = torch_of(cache)
     if torch is not None:
         return (torch.tensor(block, dtype=torch.long, device=cache.device),
                 torch.tensor(offset, dtype=torch.long, device=cache.device))
@@ -105,17 +107,8 @@ def _write(cache, kind, block, offset, layout, values):
         cache[kind, block, offset] = values
 
 
-def _torch_of(x):
-    module = type(x).__module__
-    if module.startswith("torch"):
-        import torch
-
-        return torch
-    return None
-
-
 def _stack_fn(x):
-    torch = _torch_of(x)
+    torch = torch_of(x)
     if torch is not None:
         return torch.stack
     import numpy as np
@@ -125,7 +118,7 @@ def _stack_fn(x):
 
 def _like(values, cache):
     """values converted to the cache's kind, device and dtype."""
-    torch = _torch_of(cache)
+    torch = torch_of(cache)
     if torch is not None:
         if not isinstance(values, torch.Tensor):
             values = torch.from_numpy(values)

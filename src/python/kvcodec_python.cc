@@ -14,6 +14,7 @@
 
 #include "base/clock.h"
 #include "base/hash.h"
+#include "base/hex.h"
 #include "base/status.h"
 #include "codecs/codec.h"
 #include "codecs/kvc_inspect.h"
@@ -79,13 +80,6 @@ CalibrationRegistry& Calibrations() {
   return registry;
 }
 
-int HexDigit(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 // A model named as the C++ side names it: its 16-byte fingerprint, as bytes or 32 hex digits
 // (what `kvcodec inspect` and the .kvc header show). None: all zeros, a model not named.
 ModelFingerprint FingerprintFrom(const py::object& model) {
@@ -98,15 +92,31 @@ ModelFingerprint FingerprintFrom(const py::object& model) {
     std::memcpy(fp.data(), bytes.data(), fp.size());
     return fp;
   }
-  if (!py::isinstance<py::str>(model)) Raise(bad);
-  const std::string hex = model.cast<std::string>();
-  if (hex.size() != 2 * fp.size()) Raise(bad);
-  for (size_t i = 0; i < fp.size(); ++i) {
-    const int hi = HexDigit(hex[2 * i]), lo = HexDigit(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0) Raise(bad);
-    fp[i] = static_cast<uint8_t>(hi * 16 + lo);
-  }
+  if (!py::isinstance<py::str>(model) || !ParseHexBytes(model.cast<std::string>(), fp)) Raise(bad);
   return fp;
+}
+
+// A bytes-like argument (bytes, bytearray, a memoryview of bytes), requested for as long as this
+// lives.
+struct ByteBuffer {
+  py::buffer_info info;
+  std::span<const uint8_t> bytes() const {
+    return {static_cast<const uint8_t*>(info.ptr), static_cast<size_t>(info.size)};
+  }
+};
+
+ByteBuffer RequestBytes(const py::buffer& data) {
+  ByteBuffer buffer{data.request()};
+  if (buffer.info.ndim != 1 || buffer.info.itemsize != 1) {
+    Raise(InvalidArgument("data must be bytes (a 1-D byte buffer)"));
+  }
+  return buffer;
+}
+
+const Codec& CodecNamed(const std::string& name) {
+  const Codec* codec = FindCodec(name);
+  if (codec == nullptr) Raise(InvalidArgument("unknown codec '" + name + "'"));
+  return *codec;
 }
 
 // K or V as the Python layer hands it: a C-contiguous 4-D buffer whose item size matches dtype
@@ -161,8 +171,7 @@ ArraysKv ViewArrays(const py::buffer& k, const py::buffer& v, const std::string&
 py::bytes Encode(const py::buffer& k, const py::buffer& v, const std::string& dtype, const std::string& codec_name,
                  const std::string& level, const std::map<std::string, std::string>& params, const py::object& model,
                  int64_t pos_begin) {
-  const Codec* codec = FindCodec(codec_name);
-  if (codec == nullptr) Raise(InvalidArgument("unknown codec '" + codec_name + "'"));
+  const Codec& codec = CodecNamed(codec_name);
   const ArraysKv arrays = ViewArrays(k, v, dtype, pos_begin);
   const ModelFingerprint fp = FingerprintFrom(model);
   EncodeOptions options;
@@ -172,7 +181,7 @@ py::bytes Encode(const py::buffer& k, const py::buffer& v, const std::string& dt
   {
     py::gil_scoped_release unlocked;
     const CodecContext context{&Calibrations(), &fp, nullptr};
-    Result<std::vector<uint8_t>> encoded = EncodeKvc(*codec, arrays.view, options, fp, 0, context);
+    Result<std::vector<uint8_t>> encoded = EncodeKvc(codec, arrays.view, options, fp, 0, context);
     py::gil_scoped_acquire locked;
     bytes = Take(std::move(encoded));
   }
@@ -182,9 +191,8 @@ py::bytes Encode(const py::buffer& k, const py::buffer& v, const std::string& dt
 // K and V of a decoded file as two buffers sharing the decoded cache (no copy out), with the
 // file's dtype name, shape and first position; the Python layer makes numpy or torch of them.
 py::tuple Decode(const py::buffer& data, const py::object& model) {
-  const py::buffer_info info = data.request();
-  if (info.ndim != 1 || info.itemsize != 1) Raise(InvalidArgument("data must be bytes (a 1-D byte buffer)"));
-  const std::span<const uint8_t> bytes(static_cast<const uint8_t*>(info.ptr), static_cast<size_t>(info.size));
+  const ByteBuffer input = RequestBytes(data);
+  const std::span<const uint8_t> bytes = input.bytes();
   const bool check_model = !model.is_none();
   const ModelFingerprint fp = FingerprintFrom(model);
   auto cache = std::make_unique<KvCache>();
@@ -210,8 +218,7 @@ py::tuple Decode(const py::buffer& data, const py::object& model) {
 // denominator of the package's own overhead (python/bench.py). Seconds per call, per round.
 py::dict TimeCodec(const py::buffer& k, const py::buffer& v, const std::string& dtype, const std::string& codec_name,
                    const std::string& level, const py::object& model, uint32_t rounds) {
-  const Codec* codec = FindCodec(codec_name);
-  if (codec == nullptr) Raise(InvalidArgument("unknown codec '" + codec_name + "'"));
+  const Codec& codec = CodecNamed(codec_name);
   if (rounds == 0) Raise(InvalidArgument("rounds must be at least 1"));
   const ArraysKv arrays = ViewArrays(k, v, dtype, 0);
   const ModelFingerprint fp = FingerprintFrom(model);
@@ -225,7 +232,7 @@ py::dict TimeCodec(const py::buffer& k, const py::buffer& v, const std::string& 
     const CodecContext context{&Calibrations(), &fp, nullptr};
     for (uint32_t r = 0; r < rounds && failed.ok(); ++r) {
       const auto t0 = SteadyClock::now();
-      Result<std::vector<uint8_t>> encoded = EncodeKvc(*codec, arrays.view, options, fp, 0, context);
+      Result<std::vector<uint8_t>> encoded = EncodeKvc(codec, arrays.view, options, fp, 0, context);
       encode_s.push_back(SecondsSince(t0));
       if (!encoded.ok()) {
         failed = encoded.status();
@@ -279,9 +286,8 @@ class PyStore {
   }
   std::string url() const { return store_->url(); }
   void Put(const std::string& name, const py::buffer& data) {
-    const py::buffer_info info = data.request();
-    if (info.ndim != 1 || info.itemsize != 1) Raise(InvalidArgument("data must be bytes (a 1-D byte buffer)"));
-    const std::span<const uint8_t> bytes(static_cast<const uint8_t*>(info.ptr), static_cast<size_t>(info.size));
+    const ByteBuffer input = RequestBytes(data);
+    const std::span<const uint8_t> bytes = input.bytes();
     Status put = Status::Ok();
     {
       py::gil_scoped_release unlocked;
@@ -344,11 +350,7 @@ std::string ObjectName(const py::bytes& key, const std::string& codec, const std
   return name;
 }
 
-std::string Inspect(const py::buffer& data) {
-  const py::buffer_info info = data.request();
-  if (info.ndim != 1 || info.itemsize != 1) Raise(InvalidArgument("data must be bytes (a 1-D byte buffer)"));
-  return Take(InspectKvcJson(std::span(static_cast<const uint8_t*>(info.ptr), static_cast<size_t>(info.size))));
-}
+std::string Inspect(const py::buffer& data) { return Take(InspectKvcJson(RequestBytes(data).bytes())); }
 
 }  // namespace
 }  // namespace kvc

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/file_io.h"
+#include "base/hex.h"
 #include "base/utf8.h"
 #include "codecs/codec.h"
 #include "format/container.h"
@@ -18,20 +19,10 @@ namespace {
 constexpr std::string_view kFormatName = "kvcodec-quality-profile";
 using Json = nlohmann::ordered_json;
 
-int HexDigit(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  return -1;
-}
-
+// The profile writes fingerprints in lowercase (HexString) and reads only that form.
 bool ParseHex16(const std::string& s, std::array<uint8_t, 16>* out) {
-  if (s.size() != 32) return false;
-  for (size_t i = 0; i < 16; ++i) {
-    const int hi = HexDigit(s[2 * i]), lo = HexDigit(s[2 * i + 1]);
-    if (hi < 0 || lo < 0) return false;
-    (*out)[i] = static_cast<uint8_t>(hi * 16 + lo);
-  }
-  return true;
+  if (std::any_of(s.begin(), s.end(), [](char c) { return c >= 'A' && c <= 'F'; })) return false;
+  return ParseHexBytes(s, *out);
 }
 
 Json Body(const ModelProfile& p) {

@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/hex.h"
+
 namespace kvc {
 namespace {
 
@@ -161,13 +163,6 @@ std::string_view AsText(std::span<const uint8_t> bytes) {
 // ---------------------------------------------------------------------------------------------
 // Credentials
 
-int HexDigit(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 // `what` names the part ("user", "password"); the text itself is never quoted.
 Result<std::string> PercentDecode(std::string_view text, const char* what) {
   std::string out;
@@ -177,8 +172,8 @@ Result<std::string> PercentDecode(std::string_view text, const char* what) {
       out += text[i];
       continue;
     }
-    const int high = i + 2 < text.size() ? HexDigit(text[i + 1]) : -1;
-    const int low = i + 2 < text.size() ? HexDigit(text[i + 2]) : -1;
+    const int high = i + 2 < text.size() ? HexDigitValue(text[i + 1]) : -1;
+    const int low = i + 2 < text.size() ? HexDigitValue(text[i + 2]) : -1;
     if (high < 0 || low < 0) {
       return InvalidArgument(
           FormatMessage("redis URL: a '%%' in the %s is not followed by two hex digits "
