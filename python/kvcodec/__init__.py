@@ -9,6 +9,7 @@ they were encoded from. Errors are ``kvcodec.Error`` subclasses with the library
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from . import _kvcodec
 from ._arrays import from_tensor, to_output
@@ -25,25 +26,59 @@ DEFAULT_CHUNK_TOKENS = _kvcodec.default_chunk_tokens
 
 __all__ = [
     "Calibration", "CorruptError", "DEFAULT_CHUNK_TOKENS", "Error", "InternalError", "InvalidArgumentError",
-    "NotFoundError", "Store", "StoreIOError", "UnsupportedError", "chunk_keys", "chunk_object_name", "codecs",
-    "decode", "encode", "inspect",
+    "NotFoundError", "Rope", "Store", "StoreIOError", "UnsupportedError", "calibrate", "chunk_keys",
+    "chunk_object_name", "codecs", "decode", "encode", "inspect",
 ]
 
 
-class Calibration:
-    """A kvtc calibration (.kvcal), loaded into this process: kvtc encodes with it, and a .kvc file
-    made with it decodes once it is loaded (files name their calibration by hash)."""
+@dataclass(frozen=True)
+class Rope:
+    """The rotary position embedding a model applies to its keys before they are cached.
 
-    def __init__(self, info: dict):
+    style: "neox" rotates channel i with i + n_rot/2 (Hugging Face's ``rotate_half``: Llama,
+    Qwen, Mistral in transformers and vLLM); "normal" rotates adjacent pairs (2i, 2i+1: GPT-J,
+    and llama.cpp's LLaMA, whose converter permutes the weights for it). base: theta
+    (``rope_theta``). n_rot: rotated channels per head (0: all; partial rotary as in GPT-NeoX).
+    freq_scale: positions are multiplied by it (linear scaling; a ``factor`` f in Hugging Face's
+    ``rope_scaling`` is 1/f).
+    """
+
+    base: float = 10000.0
+    style: str = "neox"
+    n_rot: int = 0
+    freq_scale: float = 1.0
+
+
+class Calibration:
+    """A kvtc calibration (.kvcal), loaded into this process or fitted in it by ``calibrate``: kvtc
+    encodes with it, and a .kvc file made with it decodes once it is loaded (files name their
+    calibration by hash)."""
+
+    def __init__(self, info: dict, report: dict | None = None):
         self._info = dict(info)
+        self._report = report
 
     @classmethod
     def load(cls, path) -> "Calibration":
         return cls(_kvcodec.load_calibration(str(path)))
 
+    def save(self, path) -> None:
+        """Writes the .kvcal file (the format `kvcodec calibrate` writes and every kvcodec reads)."""
+        _kvcodec.save_calibration(self.hash, str(path))
+        if not self._info["path"]:
+            self._info["path"] = str(path)
+
     @property
-    def path(self) -> str:
-        return self._info["path"]
+    def path(self) -> str | None:
+        """The file it was loaded from or last saved to (None: fitted here and not saved)."""
+        return self._info["path"] or None
+
+    @property
+    def report(self) -> dict | None:
+        """For a fitted calibration, the fit's report (as `kvcodec calibrate --json`): the quantiser,
+        grouping and group size chosen and why, the candidates' errors, and per target ratio the
+        coded size and relative error measured on the held-back samples."""
+        return self._report
 
     @property
     def model(self) -> str:
@@ -58,8 +93,57 @@ class Calibration:
     def target_ratios(self) -> list:
         return list(self._info["target_ratios"])
 
+    @property
+    def keys_rope_undone(self) -> bool:
+        return self._info["keys_rope_undone"]
+
     def __repr__(self) -> str:
-        return f"Calibration({self.path!r}, model={self.model})"
+        return f"Calibration({self.path!r}, model={self.model}, hash={self.hash})"
+
+
+def calibrate(samples, *, model=None, rope: Rope | None, grouping: str | None = None, quantizer: str | None = None,
+              group_size: int = 0, chunk_tokens: int = 256, ratios=None, heldout_fraction: float = 0.2,
+              sinks: int = 4, threads: int = 0, progress: bool = False) -> Calibration:
+    """Fits a kvtc calibration on KV a model produced, with the rules of `kvcodec calibrate`.
+
+    samples: a sequence of (k, v) or (k, v, pos_begin), each k and v shaped [layers, tokens,
+    kv_heads, head_dim] (numpy or torch, any of the package's dtypes), as the model cached them for
+    a text starting at sequence position pos_begin (default 0). Use whole, varied texts: the last
+    ``heldout_fraction`` of the samples (at least one) are held back to measure the choice and the
+    sizes on, the rest fit the bases. Positions below ``sinks`` are left out.
+    model: the fingerprint (16 bytes or 32 hex digits) the calibration and its files are bound to
+    (None: all zeros). rope: the model's RoPE (``Rope``), so keys are fitted at position 0, as kvtc
+    codes them; pass None only for a model whose keys carry no RoPE (kvtc then codes keys as stored).
+    grouping ("layer", "layer-head", "all"), quantizer ("token-group", "component") and group_size
+    (token-group; 0: the best of 8, 16, 32) default to the best measured; ratios: the target ratios
+    of the ladder (default 4 to 64). The result is loaded in this process; ``save`` writes it.
+    """
+    samples = list(samples)
+    if len(samples) < 2:
+        raise InvalidArgumentError(f"calibration needs at least two samples (one held back), not {len(samples)}")
+    if not 0 < heldout_fraction < 1:
+        raise InvalidArgumentError("heldout_fraction must be in (0, 1)")
+    if rope is not None and not isinstance(rope, Rope):
+        raise InvalidArgumentError("rope must be a kvcodec.Rope or None")
+    n_heldout = max(1, int(len(samples) * heldout_fraction + 0.5))
+    n_fit = len(samples) - n_heldout
+    if n_fit < 1:
+        raise InvalidArgumentError(f"{len(samples)} samples leave none to fit on at heldout_fraction {heldout_fraction}")
+    windows = []
+    for i, sample in enumerate(samples):
+        if not isinstance(sample, (tuple, list)) or len(sample) not in (2, 3):
+            raise InvalidArgumentError(f"sample {i} is not (k, v) or (k, v, pos_begin)")
+        kb, dtype = from_tensor(sample[0], "k")
+        vb, v_dtype = from_tensor(sample[1], "v")
+        if dtype != v_dtype:
+            raise InvalidArgumentError(f"sample {i}: k is {dtype} but v is {v_dtype}")
+        pos = int(sample[2]) if len(sample) == 3 else 0
+        windows.append((kb, vb, dtype, pos, i >= n_fit))
+    rope_tuple = None if rope is None else (rope.style, int(rope.n_rot), float(rope.base), float(rope.freq_scale))
+    info, report = _kvcodec.calibrate(windows, model, rope_tuple, grouping or "", quantizer or "", int(group_size),
+                                      int(chunk_tokens), [float(r) for r in (ratios or [])], int(sinks),
+                                      int(threads), bool(progress))
+    return Calibration(info, json.loads(report))
 
 
 def encode(k, v, codec: str = "kvtc", level: str | None = None, *, calibration: Calibration | None = None,

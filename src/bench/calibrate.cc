@@ -1,286 +1,17 @@
 #include "bench/calibrate.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <cstdio>
 
+#include "base/clock.h"
 #include "base/progress.h"
-#include "base/report_json.h"
-#include "base/thread_pool.h"
 #include "bench/token_file.h"
-#include "codecs/codec.h"
-#include "kvtc/basis_layout.h"
-#include "kvtc/bit_allocation.h"
-#include "kvtc/calibration_registry.h"
-#include "kvtc/component_quantizer.h"
-#include "kvtc/kvcal.h"
-#include "kvtc/pca.h"
-#include "kvtc/quantizer.h"
-#include "kvtc/water_filling.h"
 #include "llama/model_files.h"
-#include "tensor/rope.h"
 
 namespace kvc {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-// Candidates are compared at these ratios: a low, a middle and a high rung.
-constexpr float kProbeRatios[] = {8, 16, 32};
-constexpr uint32_t kTokenGroupSizes[] = {8, 16, 32};
-// Held-back tokens the error tables are measured on, and chunks the coded sizes are measured
-// on: enough for stable figures, few enough that calibrating stays minutes on 2 cores.
-constexpr uint32_t kMaxStatTokens = 8192;
-constexpr uint32_t kMaxMeasureChunks = 24;
-// A rung's coded size is searched to within this fraction of its target.
-constexpr double kCodedSizeTolerance = 0.01;
-constexpr int kMaxSizeSearchSteps = 8;
-
-// The (kind, layer) tensor a basis belongs to, for weighting errors by that tensor's energy;
-// a basis spanning every layer is one tensor per kind.
-uint32_t TensorOf(const KvtcCalibration& c, uint32_t basis_index) {
-  const uint32_t n_bases = c.n_bases();
-  const uint32_t kind = basis_index / n_bases, basis = basis_index % n_bases;
-  switch (c.grouping) {
-    case KvtcGrouping::kLayerHead:
-      return kind * c.n_layers + basis / c.n_kv_heads;
-    case KvtcGrouping::kLayer:
-      return kind * c.n_layers + basis;
-    case KvtcGrouping::kAll:
-      return kind;
-  }
-  return 0;
-}
-
-uint32_t TensorCount(const KvtcCalibration& c) { return c.grouping == KvtcGrouping::kAll ? 2 : 2 * c.n_layers; }
-
-std::string RatioName(float ratio) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", ratio);
-  return buf;
-}
-
-// Bases fitted for one grouping, and the held-back tokens projected onto them.
-struct GroupingFit {
-  KvtcCalibration skeleton;                // header and bases; no allocations, no multipliers
-  std::vector<std::vector<float>> coeffs;  // per basis: [n_stat][dim]
-  uint32_t n_stat = 0;
-};
-
-// One unit of allocation (a token-group component group, or one component) and its errors.
-struct Unit {
-  uint32_t basis = 0;
-  uint32_t n_components = 1;
-  std::array<double, 9> error{};     // squared error per token at each width
-  std::array<double, 9> weighted{};  // error / its tensor's energy
-};
-
-// One candidate configuration with its measured tables, able to allocate at a budget.
-class CandidateModel {
- public:
-  CandidateModel(const GroupingFit& fit, KvtcQuantizer quantizer, uint32_t group_size, uint32_t chunk_tokens,
-                 ThreadPool* pool)
-      : cal_(fit.skeleton) {
-    cal_.quantizer = quantizer;
-    cal_.group_size = quantizer == KvtcQuantizer::kComponent ? 1 : group_size;
-    cal_.chunk_tokens = quantizer == KvtcQuantizer::kComponent ? chunk_tokens : 0;
-    const uint32_t n_bases = static_cast<uint32_t>(cal_.bases.size());
-    const uint32_t dim = cal_.basis_dim();
-    std::vector<std::vector<Unit>> per_basis(n_bases);
-    std::vector<std::vector<std::array<double, 9>>> rates(n_bases);
-    ParallelForOrSerial(pool, n_bases, [&](size_t i) {
-      const float* x = fit.coeffs[i].data();
-      if (quantizer == KvtcQuantizer::kComponent) {
-        PcaBasis& basis = cal_.bases[i];
-        basis.step_multipliers.assign(size_t{basis.n_components} * kKvtcWidths, 1.0f);
-        for (uint32_t c = 0; c < basis.n_components; ++c) {
-          const ComponentStats s = MeasureComponent(x + c, dim, fit.n_stat, chunk_tokens);
-          std::copy(s.multipliers.begin(), s.multipliers.end(),
-                    basis.step_multipliers.begin() + size_t{c} * kKvtcWidths);
-          per_basis[i].push_back({static_cast<uint32_t>(i), 1, s.error, {}});
-          std::array<double, 9> rate{};
-          for (uint32_t b = 1; b <= 8; ++b) rate[b] = s.entropy_bits[b] + 16.0 / chunk_tokens;
-          rates[i].push_back(rate);
-        }
-      } else {
-        const auto errors = MeasureGroupErrors(x, fit.n_stat, dim, cal_.group_size);
-        for (uint32_t k = 0; k < errors.size(); ++k) {
-          const uint32_t len = std::min(cal_.group_size, dim - k * cal_.group_size);
-          per_basis[i].push_back({static_cast<uint32_t>(i), len, errors[k], {}});
-        }
-      }
-    });
-    for (uint32_t i = 0; i < n_bases; ++i) {
-      units_.insert(units_.end(), per_basis[i].begin(), per_basis[i].end());
-      rates_.insert(rates_.end(), rates[i].begin(), rates[i].end());
-    }
-    // Weight each unit's error by 1 / its tensor's held-back energy: raw squared error would
-    // spend every bit on whichever tensor has the largest values and starve the others.
-    std::vector<double> energy(TensorCount(cal_), 0);
-    for (const Unit& u : units_) energy[TensorOf(cal_, u.basis)] += u.error[0];
-    for (Unit& u : units_) {
-      const double e = energy[TensorOf(cal_, u.basis)];
-      for (uint32_t b = 0; b < 9; ++b) u.weighted[b] = e > 0 ? u.error[b] / e : 0;
-    }
-  }
-
-  const KvtcCalibration& calibration() const { return cal_; }
-  std::string Name() const {
-    std::string name = std::string(KvtcQuantizerName(cal_.quantizer)) + "/" + KvtcGroupingName(cal_.grouping);
-    if (cal_.quantizer == KvtcQuantizer::kTokenGroup) name += "/" + std::to_string(cal_.group_size);
-    return name;
-  }
-
-  // Widths within `budget` bits per token of the cost model (allocated bits for token-group,
-  // measured code entropy plus amortised scales for component).
-  Result<std::vector<uint8_t>> Allocate(double budget) const {
-    if (cal_.quantizer == KvtcQuantizer::kComponent) {
-      std::vector<RateGroup> groups(units_.size());
-      for (size_t g = 0; g < units_.size(); ++g) groups[g] = {rates_[g], units_[g].weighted};
-      return AllocateBitsByRate(groups, budget);
-    }
-    std::vector<AllocationGroup> groups(units_.size());
-    for (size_t g = 0; g < units_.size(); ++g) groups[g] = {units_[g].n_components, units_[g].weighted};
-    return AllocateBits(groups, static_cast<uint64_t>(std::max(0.0, budget)));
-  }
-
-  double AllocatedBitsPerToken(const std::vector<uint8_t>& bits) const {
-    double total = 0;
-    for (size_t g = 0; g < units_.size(); ++g) {
-      if (bits[g] == 0) continue;
-      const double scale_bits = cal_.quantizer == KvtcQuantizer::kComponent ? 16.0 / cal_.chunk_tokens : 16.0;
-      total += static_cast<double>(bits[g]) * units_[g].n_components + scale_bits;
-    }
-    return total;
-  }
-
-  double RelMse(const std::vector<uint8_t>& bits) const {
-    double total = 0;
-    for (size_t g = 0; g < units_.size(); ++g) total += units_[g].weighted[bits[g]];
-    return total / TensorCount(cal_);
-  }
-
-  double SquaredError(const std::vector<uint8_t>& bits) const {
-    double total = 0;
-    for (size_t g = 0; g < units_.size(); ++g) total += units_[g].error[bits[g]];
-    return total;
-  }
-
-  std::vector<double> BasisErrors(const std::vector<uint8_t>& bits) const {
-    std::vector<double> out(cal_.bases.size(), 0);
-    for (size_t g = 0; g < units_.size(); ++g) out[units_[g].basis] += units_[g].error[bits[g]];
-    return out;
-  }
-
- private:
-  KvtcCalibration cal_;
-  std::vector<Unit> units_;
-  std::vector<std::array<double, 9>> rates_;  // component only
-};
-
-// Held-back windows' KV as the model produced it, and which chunks of them sizes are measured on.
-struct MeasureSet {
-  std::vector<KvCache> windows;
-  std::vector<std::pair<uint32_t, uint32_t>> chunks;  // (window, first token), each chunk_tokens long
-  uint32_t chunk_tokens = 0;
-  ModelFingerprint model{};
-};
-
-// Bits per KV value (codes, scales, headers: whole .kvc files) of the held-back chunks encoded
-// by the kvtc codec with `bits` as the allocation of `ratio`.
-Result<double> CodedBitsPerValue(const KvtcCalibration& base, float ratio, const std::vector<uint8_t>& bits,
-                                 const MeasureSet& set, ThreadPool* pool) {
-  KvtcCalibration cal = base;
-  cal.allocations.clear();
-  BitAllocation alloc;
-  alloc.target_ratio = ratio;
-  alloc.bits = bits;
-  cal.allocations.push_back(std::move(alloc));
-  CalibrationRegistry registry;
-  ASSIGN_OR_RETURN(auto loaded, registry.Add(std::move(cal)));
-  const Codec* codec = FindCodec("kvtc");
-  if (codec == nullptr) return Internal("kvtc codec not registered");
-  EncodeOptions options;
-  options.level = RatioName(ratio);
-  CodecContext context;
-  context.calibrations = &registry;
-  context.model = &set.model;
-  std::vector<uint64_t> bytes(set.chunks.size(), 0);
-  std::vector<Status> statuses(set.chunks.size());
-  ParallelForOrSerial(pool, set.chunks.size(), [&](size_t k) {
-    const auto [w, first] = set.chunks[k];
-    const KvView view(&set.windows[w], first, set.chunk_tokens);
-    auto file = EncodeKvc(*codec, view, options, set.model, first, context);
-    if (!file.ok()) {
-      statuses[k] = file.status();
-      return;
-    }
-    bytes[k] = file->size();
-  });
-  for (const Status& s : statuses) RETURN_IF_ERROR(s.WithContext("measuring a kvtc rung"));
-  uint64_t total = 0;
-  for (uint64_t b : bytes) total += b;
-  const KvShape shape = set.windows.front().shape();
-  const double values = static_cast<double>(set.chunks.size()) * set.chunk_tokens * 2.0 * shape.n_layers *
-                        shape.n_kv_heads * shape.head_dim;
-  return 8.0 * static_cast<double>(total) / values;
-}
-
-struct FittedRung {
-  std::vector<uint8_t> bits;
-  double coded_bits_per_value = 0;
-};
-
-// The allocation whose coded size is closest to 16 / ratio bits per value without exceeding it
-// by more than the tolerance: the cost model guesses the budget, the codec's bytes correct it.
-Result<FittedRung> FitRung(const CandidateModel& model, float ratio, const MeasureSet& set, double values_per_token,
-                           ThreadPool* pool) {
-  const double target = 16.0 / ratio;
-  double budget = target * values_per_token;
-  std::vector<std::pair<double, double>> tried;  // (budget, coded bits per value)
-  FittedRung best;
-  bool have = false;
-  auto better = [&](double coded) {
-    if (!have) return true;
-    const bool fits = coded <= target * (1 + kCodedSizeTolerance);
-    const bool best_fits = best.coded_bits_per_value <= target * (1 + kCodedSizeTolerance);
-    if (fits != best_fits) return fits;
-    return fits ? coded > best.coded_bits_per_value : coded < best.coded_bits_per_value;
-  };
-  for (int step = 0; step < kMaxSizeSearchSteps; ++step) {
-    ASSIGN_OR_RETURN(std::vector<uint8_t> bits, model.Allocate(budget));
-    ASSIGN_OR_RETURN(const double coded, CodedBitsPerValue(model.calibration(), ratio, bits, set, pool));
-    if (better(coded)) {
-      best = {std::move(bits), coded};
-      have = true;
-    }
-    if (std::fabs(coded - target) <= kCodedSizeTolerance * target) break;
-    tried.emplace_back(budget, coded);
-    double next = budget * target / std::max(coded, 1e-9);
-    if (tried.size() >= 2) {
-      const auto [b0, c0] = tried[tried.size() - 2];
-      const auto [b1, c1] = tried.back();
-      if (c1 != c0) next = b1 + (target - c1) * (b1 - b0) / (c1 - c0);
-    }
-    // The coded size is a step function of the budget: stay within a factor of 2 per step.
-    next = std::clamp(next, budget * 0.5, budget * 2.0);
-    if (std::fabs(next - budget) < 1e-6 * budget) break;
-    budget = next;
-  }
-  return best;
-}
-
-std::string Percent(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.4g", x);
-  return buf;
-}
-
-}  // namespace
 
 Result<CalibrateReport> RunCalibrate(const CalibrateOptions& options, KvtcCalibration* out) {
-  const auto t_start = Clock::now();
+  const auto t_start = SteadyClock::now();
   if (options.group_size > 4096) return InvalidArgument("--group-size must be in 1..4096");
   if (options.chunk_tokens < 16) return InvalidArgument("--chunk must be 16 tokens or more");
   if (!(options.heldout_fraction > 0 && options.heldout_fraction < 1))
@@ -310,56 +41,28 @@ Result<CalibrateReport> RunCalibrate(const CalibrateOptions& options, KvtcCalibr
   const size_t n_heldout_windows =
       std::max<size_t>(1, static_cast<size_t>(std::lround(n_windows * options.heldout_fraction)));
   const size_t n_fit_windows = n_windows - n_heldout_windows;
-  const uint32_t kept = window - options.sinks;
-  const uint32_t chunk_tokens = std::min(options.chunk_tokens, kept);
 
-  std::vector<KvtcGrouping> groupings;
-  if (options.grouping)
-    groupings = {*options.grouping};
-  else if (info.n_kv_heads == 1)
-    groupings = {KvtcGrouping::kLayer};  // layer-head would be the same bases
-  else
-    groupings = {KvtcGrouping::kLayer, KvtcGrouping::kLayerHead};
-  std::vector<KvtcQuantizer> quantizers;
-  if (options.quantizer)
-    quantizers = {*options.quantizer};
-  else
-    quantizers = {KvtcQuantizer::kTokenGroup, KvtcQuantizer::kComponent};
-  std::vector<uint32_t> group_sizes;
-  if (options.group_size != 0)
-    group_sizes = {options.group_size};
-  else
-    group_sizes.assign(std::begin(kTokenGroupSizes), std::end(kTokenGroupSizes));
-
-  KvtcCalibration header;
-  header.format_version = 2;
-  header.model_fingerprint = model->fingerprint();
-  header.n_layers = info.n_layers;
-  header.n_kv_heads = info.n_kv_heads;
-  header.head_dim = info.head_dim;
-  header.rope = info.rope;
-  header.keys_rope_undone = true;
-  const size_t row = size_t{info.n_kv_heads} * info.head_dim;
+  KvtcFitOptions fo;
+  fo.grouping = options.grouping;
+  fo.quantizer = options.quantizer;
+  fo.group_size = options.group_size;
+  fo.chunk_tokens = std::min(options.chunk_tokens, window - options.sinks);
+  fo.ratios = options.ratios;
+  fo.sinks = options.sinks;
+  fo.n_threads = options.session.n_threads;
+  fo.progress = options.progress;
+  const KvtcFitModel fit_model{.fingerprint = model->fingerprint(),
+                               .n_layers = info.n_layers,
+                               .n_kv_heads = info.n_kv_heads,
+                               .head_dim = info.head_dim,
+                               .rope = info.rope};
+  ASSIGN_OR_RETURN(std::unique_ptr<KvtcFitter> fitter, KvtcFitter::Create(fit_model, fo));
 
   SessionOptions so = options.session;
   so.n_ctx = window + 8;
   so.n_batch = 512;
   ASSIGN_OR_RETURN(auto session, LlamaSession::Create(*model, so));
-
-  std::vector<GroupingFit> fits(groupings.size());
-  std::vector<std::vector<CovarianceAccumulator>> acc(groupings.size());
-  for (size_t gi = 0; gi < groupings.size(); ++gi) {
-    fits[gi].skeleton = header;
-    fits[gi].skeleton.grouping = groupings[gi];
-    for (uint32_t i = 0; i < 2 * fits[gi].skeleton.n_bases(); ++i) acc[gi].emplace_back(fits[gi].skeleton.basis_dim());
-  }
-  MeasureSet set;
-  set.chunk_tokens = chunk_tokens;
-  set.model = model->fingerprint();
-  size_t fit_tokens = 0;
-
   ProgressBar progress("calibrate: prefill", n_windows, options.progress);
-  const RopeTable rope(info.rope, info.head_dim, static_cast<int32_t>(options.sinks), kept);
   std::vector<int32_t> doc(window);
   for (size_t w = 0; w < n_windows; ++w) {
     doc[0] = model->bos_token();
@@ -367,185 +70,13 @@ Result<CalibrateReport> RunCalibrate(const CalibrateOptions& options, KvtcCalibr
     session->Clear();
     RETURN_IF_ERROR(session->Eval(doc, false));
     ASSIGN_OR_RETURN(KvCache kv, session->ExtractKv());
-    if (w < n_fit_windows) {
-      std::array<std::vector<std::vector<float>>, 2> rows;
-      for (KvKind kind : kKvKinds) {
-        auto& layers = rows[static_cast<int>(kind)];
-        layers.assign(info.n_layers, std::vector<float>(kept * row));
-        for (uint32_t l = 0; l < info.n_layers; ++l) {
-          kv.ReadRowsF32(kind, l, options.sinks, kept, layers[l].data());
-          if (kind == KvKind::kKey) rope.Rotate(layers[l].data(), info.n_kv_heads, true);
-        }
-      }
-      for (size_t gi = 0; gi < groupings.size(); ++gi) {
-        const KvtcCalibration& c = fits[gi].skeleton;
-        std::vector<float> x(size_t{kept} * c.basis_dim());
-        for (uint32_t i = 0; i < 2 * c.n_bases(); ++i) {
-          GatherBasis(c, i % c.n_bases(), rows[i / c.n_bases()], kept, x.data());
-          acc[gi][i].Add(x.data(), kept);
-        }
-      }
-      fit_tokens += kept;
-    } else if (set.windows.size() * kept < kMaxStatTokens) {
-      set.windows.push_back(std::move(kv));
-    }
+    RETURN_IF_ERROR(w < n_fit_windows ? fitter->AddFitWindow(kv.View()) : fitter->AddHeldoutWindow(kv.View()));
     progress.Advance();
   }
   progress.Finish();
-  for (uint32_t w = 0; w < set.windows.size(); ++w) {
-    for (uint32_t t = options.sinks; t + chunk_tokens <= window && set.chunks.size() < kMaxMeasureChunks;
-         t += chunk_tokens) {
-      set.chunks.emplace_back(w, t);
-    }
-  }
-
-  // Held-back rows (keys rotated back), projected onto every grouping's bases.
-  const uint32_t n_stat = static_cast<uint32_t>(set.windows.size()) * kept;
-  std::array<std::vector<std::vector<float>>, 2> heldout;
-  for (auto& h : heldout) h.assign(info.n_layers, std::vector<float>(size_t{n_stat} * row));
-  for (uint32_t w = 0; w < set.windows.size(); ++w) {
-    for (KvKind kind : kKvKinds) {
-      for (uint32_t l = 0; l < info.n_layers; ++l) {
-        float* dst = heldout[static_cast<int>(kind)][l].data() + size_t{w} * kept * row;
-        set.windows[w].ReadRowsF32(kind, l, options.sinks, kept, dst);
-        if (kind == KvKind::kKey) rope.Rotate(dst, info.n_kv_heads, true);
-      }
-    }
-  }
-
-  CalibrateReport report;
-  report.window = window;
-  report.chunk_tokens = chunk_tokens;
-  report.fit_tokens = static_cast<uint32_t>(fit_tokens);
-  report.heldout_tokens = n_stat;
-  for (size_t gi = 0; gi < groupings.size(); ++gi) {
-    GroupingFit& fit = fits[gi];
-    KvtcCalibration& c = fit.skeleton;
-    c.fit_tokens = report.fit_tokens;
-    c.heldout_tokens = n_stat;
-    const uint32_t n_bases = c.n_bases(), dim = c.basis_dim();
-    c.bases.resize(2 * n_bases);
-    fit.coeffs.resize(2 * n_bases);
-    fit.n_stat = n_stat;
-    std::vector<float> hx(size_t{n_stat} * dim);
-    for (uint32_t i = 0; i < 2 * n_bases; ++i) {
-      ASSIGN_OR_RETURN(c.bases[i], acc[gi][i].Fit(dim));
-      GatherBasis(c, i % n_bases, heldout[i / n_bases], n_stat, hx.data());
-      fit.coeffs[i].resize(size_t{n_stat} * dim);
-      Project(c.bases[i], hx.data(), n_stat, dim, fit.coeffs[i].data());
-    }
-  }
-  for (auto& h : heldout) h.clear();
-
-  ThreadPool pool(options.session.n_threads > 0 ? static_cast<size_t>(options.session.n_threads) : 0);
-  const double values_per_token = 2.0 * info.n_layers * row;
-
-  // Every candidate at the probe ratios.
-  struct Tried {
-    std::unique_ptr<CandidateModel> model;
-    CalibrationCandidate summary;
-  };
-  std::vector<Tried> tried;
-  size_t n_candidates = 0;
-  for (KvtcQuantizer q : quantizers)
-    n_candidates += groupings.size() * (q == KvtcQuantizer::kComponent ? 1 : group_sizes.size());
-  ProgressBar choosing("calibrate: choosing", n_candidates, options.progress);
-  for (size_t gi = 0; gi < groupings.size(); ++gi) {
-    for (KvtcQuantizer q : quantizers) {
-      const std::vector<uint32_t> sizes = q == KvtcQuantizer::kComponent ? std::vector<uint32_t>{1} : group_sizes;
-      for (uint32_t gs : sizes) {
-        Tried t;
-        t.model = std::make_unique<CandidateModel>(fits[gi], q, gs, chunk_tokens, &pool);
-        t.summary.quantizer = KvtcQuantizerName(q);
-        t.summary.grouping = KvtcGroupingName(groupings[gi]);
-        t.summary.group_size = t.model->calibration().group_size;
-        for (float ratio : kProbeRatios) {
-          ASSIGN_OR_RETURN(FittedRung r, FitRung(*t.model, ratio, set, values_per_token, &pool));
-          const double rel = t.model->RelMse(r.bits);
-          t.summary.probe_ratios.push_back(ratio);
-          t.summary.probe_rel_mse.push_back(rel);
-          t.summary.score += std::log(std::max(rel, 1e-12)) / std::size(kProbeRatios);
-        }
-        tried.push_back(std::move(t));
-        choosing.Advance();
-      }
-    }
-  }
-  choosing.Finish();
-  size_t best = 0;
-  for (size_t k = 1; k < tried.size(); ++k) {
-    if (tried[k].summary.score < tried[best].summary.score) best = k;
-  }
-  const CandidateModel& winner = *tried[best].model;
-  std::string choice = winner.Name() + ": least held-out relative error at equal coded size (rel. MSE at ";
-  for (size_t p = 0; p < std::size(kProbeRatios); ++p) choice += (p ? "/" : "") + RatioName(kProbeRatios[p]);
-  choice += "x)";
-  for (const Tried& t : tried) {
-    choice += "; " + t.model->Name() + " ";
-    for (size_t p = 0; p < t.summary.probe_rel_mse.size(); ++p)
-      choice += (p ? "/" : "") + Percent(t.summary.probe_rel_mse[p]);
-  }
-  if (choice.size() > kMaxKvtcChoiceBytes) choice.resize(kMaxKvtcChoiceBytes);
-  for (const Tried& t : tried) report.candidates.push_back(t.summary);
-
-  KvtcCalibration& cal = *out;
-  cal = winner.calibration();
-  cal.choice = choice;
-  std::vector<float> ratios = options.ratios;
-  std::sort(ratios.begin(), ratios.end());
-  ratios.erase(std::unique(ratios.begin(), ratios.end()), ratios.end());
-  ProgressBar ladder("calibrate: ladder", ratios.size(), options.progress);
-  for (float ratio : ratios) {
-    ASSIGN_OR_RETURN(FittedRung r, FitRung(winner, ratio, set, values_per_token, &pool));
-    BitAllocation alloc;
-    alloc.target_ratio = ratio;
-    alloc.bits = r.bits;
-    alloc.heldout_rel_mse = winner.RelMse(r.bits);
-    alloc.coded_bits_per_value = r.coded_bits_per_value;
-    CalibrationRung rung;
-    rung.target_ratio = ratio;
-    rung.allocated_bits_per_value = winner.AllocatedBitsPerToken(r.bits) / values_per_token;
-    rung.coded_bits_per_value = r.coded_bits_per_value;
-    rung.coded_ratio = r.coded_bits_per_value > 0 ? 16.0 / r.coded_bits_per_value : 0;
-    rung.heldout_rel_mse = alloc.heldout_rel_mse;
-    rung.heldout_mse_per_value = winner.SquaredError(r.bits) / values_per_token;
-    const std::vector<double> basis_error = winner.BasisErrors(r.bits);
-    double rwf = 0;
-    for (size_t i = 0; i < cal.bases.size(); ++i) {
-      const auto& eig = cal.bases[i].eigenvalues;
-      rwf += ReverseWaterFillingRate(std::vector<double>(eig.begin(), eig.end()), basis_error[i]);
-    }
-    rung.rwf_bits_per_value = rwf / values_per_token;
-    cal.allocations.push_back(std::move(alloc));
-    report.rungs.push_back(rung);
-    ladder.Advance();
-  }
-  ladder.Finish();
-  RETURN_IF_ERROR(ValidateCalibration(cal));
-
-  report.quantizer = KvtcQuantizerName(cal.quantizer);
-  report.grouping = KvtcGroupingName(cal.grouping);
-  report.group_size = cal.group_size;
-  report.choice = cal.choice;
-  const uint32_t n_bases = cal.n_bases();
-  for (uint32_t i = 0; i < 2 * n_bases; ++i) {
-    double total = 0, top = 0;
-    for (uint32_t c = 0; c < cal.bases[i].n_components; ++c) {
-      total += cal.bases[i].eigenvalues[c];
-      if (c < 8) top += cal.bases[i].eigenvalues[c];
-    }
-    (i < n_bases ? report.key_variance_top8 : report.value_variance_top8) += total > 0 ? top / total / n_bases : 0;
-  }
-  report.seconds = std::chrono::duration<double>(Clock::now() - t_start).count();
+  ASSIGN_OR_RETURN(CalibrateReport report, fitter->Finish(out));
+  report.seconds = SecondsSince(t_start);
   return report;
 }
-
-KVC_REPORT_JSON(CalibrationCandidate, quantizer, grouping, group_size, probe_ratios, probe_rel_mse, score)
-KVC_REPORT_JSON(CalibrationRung, target_ratio, allocated_bits_per_value, coded_bits_per_value, coded_ratio,
-                heldout_rel_mse, heldout_mse_per_value, rwf_bits_per_value)
-KVC_REPORT_JSON(CalibrateReport, quantizer, grouping, group_size, window, chunk_tokens, fit_tokens, heldout_tokens,
-                key_variance_top8, value_variance_top8, choice, candidates, rungs, seconds)
-
-std::string CalibrateReportJson(const CalibrateReport& r) { return DumpReport(r); }
 
 }  // namespace kvc

@@ -3,17 +3,7 @@
 // quantiser, basis grouping and group size that lose least for this model, and finds for every
 // target ratio of the ladder the bit allocation whose entropy-coded size meets it.
 //
-// How the choice is made (nothing here is tuned to one model):
-// 1. Windows of `window` tokens are prefilled; the first 1 - heldout_fraction of them fit the
-//    bases of every grouping considered, the rest are held back.
-// 2. For each candidate (quantiser x grouping x group size), the error of every component
-//    group at every width is measured on the held-back tokens, weighted by 1 / the energy of
-//    its (K or V, layer) tensor so that K and V, and every layer, count alike on any model.
-// 3. At each probe ratio the allocation is searched whose kvtc files, encoded by the codec
-//    itself on held-back chunks of `chunk_tokens`, are that many times smaller than fp16; the
-//    candidate with the least mean log relative error over the probes wins.
-// 4. The winner's allocations for the whole ladder are made the same way and written, with the
-//    candidates' scores as the reason, into the .kvcal.
+// The fit itself, on the windows prefilled here, is KvtcFitter (src/codecs/kvtc/kvtc_fit.h).
 #pragma once
 
 #include <optional>
@@ -21,6 +11,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "codecs/kvtc/kvtc_fit.h"
 #include "kvtc/calibration.h"
 #include "llama/llama_engine.h"
 
@@ -43,45 +34,6 @@ struct CalibrateOptions {
   bool progress = true;
 };
 
-struct CalibrationRung {
-  float target_ratio = 0;
-  double allocated_bits_per_value = 0;  // the allocation's own cost model, before entropy coding
-  double coded_bits_per_value = 0;      // codes + scales of held-back chunks as the codec writes them
-  double coded_ratio = 0;               // 16 / coded_bits_per_value
-  double heldout_rel_mse = 0;           // mean over tensors of error / variance
-  double heldout_mse_per_value = 0;
-  // Gaussian reverse water-filling rate for the same squared error per basis, from the
-  // calibration eigenvalues: what an ideal coder of Gaussian coefficients would need.
-  double rwf_bits_per_value = 0;
-};
-
-// One configuration calibrate tried: its relative error at each probe ratio.
-struct CalibrationCandidate {
-  std::string quantizer;
-  std::string grouping;
-  uint32_t group_size = 0;
-  std::vector<float> probe_ratios;
-  std::vector<double> probe_rel_mse;
-  double score = 0;  // mean ln(rel MSE) over the probes; least wins
-};
-
-struct CalibrateReport {
-  std::string quantizer;
-  std::string grouping;
-  uint32_t group_size = 0;
-  uint32_t window = 0;
-  uint32_t chunk_tokens = 0;
-  uint32_t fit_tokens = 0;
-  uint32_t heldout_tokens = 0;
-  double key_variance_top8 = 0;  // share of key variance in the 8 largest components (mean over bases)
-  double value_variance_top8 = 0;
-  std::string choice;  // what was chosen and why (also in the .kvcal)
-  std::vector<CalibrationCandidate> candidates;
-  std::vector<CalibrationRung> rungs;
-  double seconds = 0;
-};
-
 Result<CalibrateReport> RunCalibrate(const CalibrateOptions& options, KvtcCalibration* calibration);
-std::string CalibrateReportJson(const CalibrateReport& report);
 
 }  // namespace kvc

@@ -145,6 +145,8 @@ kvc_status kvc_model_info_json(const kvc_model* model, char** out_json) {
                                 {"n_ctx_train", i.n_ctx_train},
                                 {"rope_type", i.rope.type == kvc::RopeType::kNormal ? "normal" : "neox"},
                                 {"rope_freq_base", i.rope.freq_base},
+                                {"rope_n_rot", i.rope.n_rot},
+                                {"rope_freq_scale", i.rope.freq_scale},
                                 {"fingerprint", kvc::HexString(model->model->fingerprint())}};
     *out_json = CopyString(kvc::DumpReport(j));
     return KVC_OK;

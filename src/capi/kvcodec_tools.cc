@@ -8,6 +8,7 @@
 #include "bench/evaluator.h"
 #include "bench/profile_measure.h"
 #include "bench/serve_bench.h"
+#include "bench/token_file.h"
 #include "bench/ttft_bench.h"
 #include "bench/video_ablation.h"
 #include "capi_support.h"
@@ -187,6 +188,20 @@ kvc_status kvc_eval_json(const kvc_eval_params* p, char** out_json) { return Jso
 
 kvc_status kvc_calibrate_json(const kvc_calibrate_params* p, char** out_json) {
   return JsonTool(p, out_json, CalibrateJsonReport);
+}
+
+kvc_status kvc_read_token_file(const char* path, uint32_t n_vocab, int32_t** out_tokens, size_t* out_n) {
+  return Guard([&]() -> kvc_status {
+    if (path == nullptr || out_tokens == nullptr || out_n == nullptr) return NullArgument("path or out");
+    auto docs = kvc::ReadTokenFile(path, n_vocab);
+    if (!docs.ok()) return Fail(docs.status());
+    std::vector<int32_t> ids;
+    for (const auto& d : *docs) ids.insert(ids.end(), d.begin(), d.end());
+    *out_tokens = reinterpret_cast<int32_t*>(
+        CopyBytes(std::span(reinterpret_cast<const uint8_t*>(ids.data()), ids.size() * sizeof(int32_t))));
+    *out_n = ids.size();
+    return KVC_OK;
+  });
 }
 
 kvc_status kvc_profile_json(const kvc_profile_params* p, char** out_json) {

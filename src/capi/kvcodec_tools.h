@@ -5,7 +5,9 @@
  * carries neither the evaluator, the calibration fit, the benchmarks nor their dependencies. */
 #pragma once
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "kvcodec/kvcodec.hpp"
 
@@ -57,6 +59,11 @@ kvc_status kvc_profile_json(const kvc_profile_params* params, char** out_json);
 
 /* Fits a KVTC calibration and writes it; the report is a JSON object (caller frees). */
 kvc_status kvc_calibrate_json(const kvc_calibrate_params* params, char** out_json);
+
+/* The ids of a token file (one document per line, ids separated by spaces or tabs, as calibrate and
+ * eval read with token_path), every document one after another, each id checked against n_vocab.
+ * The caller frees *out_tokens. */
+kvc_status kvc_read_token_file(const char* path, uint32_t n_vocab, int32_t** out_tokens, size_t* out_n);
 
 typedef struct kvc_bench_codec_params {
   const char* model_path;
@@ -156,6 +163,13 @@ Outcome<std::string> ToolJson(kvc_status (*tool)(const Params*, char**), const P
 }
 inline Outcome<std::string> EvalJson(const kvc_eval_params& p) { return ToolJson(kvc_eval_json, p); }
 inline Outcome<std::string> CalibrateJson(const kvc_calibrate_params& p) { return ToolJson(kvc_calibrate_json, p); }
+inline Outcome<std::vector<int32_t>> ReadTokenFile(const std::string& path, uint32_t n_vocab) {
+  int32_t* tokens = nullptr;
+  size_t n = 0;
+  if (kvc_status s = kvc_read_token_file(path.c_str(), n_vocab, &tokens, &n); s != KVC_OK) return LastError(s);
+  std::unique_ptr<int32_t, Freer> owned(tokens);
+  return std::vector<int32_t>(tokens, tokens + n);
+}
 inline Outcome<std::string> ProfileJson(const kvc_profile_params& p) { return ToolJson(kvc_profile_json, p); }
 inline Outcome<std::string> BenchCodecJson(const kvc_bench_codec_params& p) {
   return ToolJson(kvc_bench_codec_json, p);

@@ -9,7 +9,9 @@
 
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/clock.h"
@@ -18,7 +20,9 @@
 #include "base/status.h"
 #include "codecs/codec.h"
 #include "codecs/kvc_inspect.h"
+#include "codecs/kvtc/kvtc_fit.h"
 #include "kvtc/calibration_registry.h"
+#include "kvtc/kvcal.h"
 #include "store/chunk_key.h"
 #include "store/store.h"
 #include "tensor/kv_cache.h"
@@ -253,20 +257,108 @@ py::dict TimeCodec(const py::buffer& k, const py::buffer& v, const std::string& 
   return d;
 }
 
-py::dict LoadCalibration(const std::string& path) {
-  const std::shared_ptr<const LoadedCalibration> loaded = Take(Calibrations().Load(path));
-  const KvtcCalibration& c = loaded->calibration;
+// What the Python layer's Calibration shows of a loaded or fitted calibration.
+py::dict CalibrationInfo(const LoadedCalibration& loaded) {
+  const KvtcCalibration& c = loaded.calibration;
   py::dict d;
-  d["path"] = loaded->path;
-  d["hash"] = HexString(loaded->hash);
+  d["path"] = loaded.path;
+  d["hash"] = HexString(loaded.hash);
   d["model_fingerprint"] = HexString(c.model_fingerprint);
   d["n_layers"] = c.n_layers;
   d["n_kv_heads"] = c.n_kv_heads;
   d["head_dim"] = c.head_dim;
+  d["keys_rope_undone"] = c.keys_rope_undone;
+  d["quantizer"] = KvtcQuantizerName(c.quantizer);
+  d["grouping"] = KvtcGroupingName(c.grouping);
   std::vector<double> ratios;
   for (const BitAllocation& a : c.allocations) ratios.push_back(a.target_ratio);
   d["target_ratios"] = ratios;
   return d;
+}
+
+py::dict LoadCalibration(const std::string& path) { return CalibrationInfo(*Take(Calibrations().Load(path))); }
+
+// The calibration this process holds under `hash_hex` (loaded or fitted), written as a .kvcal.
+void SaveCalibration(const std::string& hash_hex, const std::string& path) {
+  Hash128 hash{};
+  if (!ParseHexBytes(hash_hex, hash)) Raise(InvalidArgument("a calibration hash is 32 hex digits"));
+  const std::shared_ptr<const LoadedCalibration> loaded = Calibrations().FindByHash(hash);
+  if (loaded == nullptr) Raise(NotFound("no calibration with hash " + hash_hex + " in this process"));
+  Status saved = Status::Ok();
+  {
+    py::gil_scoped_release unlocked;
+    saved = SaveKvcal(loaded->calibration, path);
+  }
+  Check(saved);
+}
+
+// RoPE as the Python layer passes it: None (keys fitted as stored) or (style, n_rot, base, scale).
+std::optional<RopeParams> RopeFrom(const py::object& rope) {
+  if (rope.is_none()) return std::nullopt;
+  const auto [style, n_rot, base, scale] = rope.cast<std::tuple<std::string, uint32_t, double, double>>();
+  RopeParams r;
+  if (style == "neox") {
+    r.type = RopeType::kNeox;
+  } else if (style != "normal") {
+    Raise(
+        InvalidArgument("rope style must be \"neox\" (halves rotated together, as Hugging Face's rotate_half) or "
+                        "\"normal\" (adjacent pairs, as GPT-J and llama.cpp's LLaMA)"));
+  }
+  r.n_rot = n_rot;
+  r.freq_base = static_cast<float>(base);
+  r.freq_scale = static_cast<float>(scale);
+  return r;
+}
+
+// Fits a kvtc calibration on windows of K and V: `windows` holds (k, v, dtype, pos_begin,
+// held_back) per window, the geometry is the first window's. The calibration joins this process's
+// registry (kvtc encodes with it at once); returns its info and the fit's report (JSON).
+py::tuple Calibrate(const py::list& windows, const py::object& model, const py::object& rope,
+                    const std::string& grouping, const std::string& quantizer, uint32_t group_size,
+                    uint32_t chunk_tokens, const std::vector<float>& ratios, uint32_t sinks, int threads,
+                    bool progress) {
+  if (windows.empty()) Raise(InvalidArgument("no samples to calibrate on"));
+  KvtcFitOptions options;
+  if (!grouping.empty()) options.grouping = Take(ParseKvtcGrouping(grouping));
+  if (!quantizer.empty()) options.quantizer = Take(ParseKvtcQuantizer(quantizer));
+  options.group_size = group_size;
+  options.chunk_tokens = chunk_tokens;
+  if (!ratios.empty()) options.ratios = ratios;
+  options.sinks = sinks;
+  options.n_threads = threads;
+  options.progress = progress;
+  std::unique_ptr<KvtcFitter> fitter;
+  for (size_t i = 0; i < windows.size(); ++i) {
+    const auto window = windows[i].cast<py::tuple>();
+    if (window.size() != 5) Raise(Internal("a calibration window is (k, v, dtype, pos_begin, held_back)"));
+    const ArraysKv arrays = ViewArrays(window[0].cast<py::buffer>(), window[1].cast<py::buffer>(),
+                                       window[2].cast<std::string>(), window[3].cast<int64_t>());
+    if (fitter == nullptr) {
+      const KvShape shape = arrays.view.shape();
+      const KvtcFitModel fit_model{.fingerprint = FingerprintFrom(model),
+                                   .n_layers = shape.n_layers,
+                                   .n_kv_heads = shape.n_kv_heads,
+                                   .head_dim = shape.head_dim,
+                                   .rope = RopeFrom(rope)};
+      fitter = Take(KvtcFitter::Create(fit_model, options));
+    }
+    const bool held_back = window[4].cast<bool>();
+    Status added = Status::Ok();
+    {
+      py::gil_scoped_release unlocked;
+      added = held_back ? fitter->AddHeldoutWindow(arrays.view) : fitter->AddFitWindow(arrays.view);
+    }
+    Check(added.WithContext(FormatMessage("sample %zu", i)));
+  }
+  KvtcCalibration calibration;
+  Result<CalibrateReport> report = Status::Ok();
+  {
+    py::gil_scoped_release unlocked;
+    report = fitter->Finish(&calibration);
+  }
+  const CalibrateReport fitted = Take(std::move(report));
+  const std::shared_ptr<const LoadedCalibration> loaded = Take(Calibrations().Add(std::move(calibration)));
+  return py::make_tuple(CalibrationInfo(*loaded), CalibrateReportJson(fitted));
 }
 
 // A store by URL; every call releases the GIL (Redis calls wait on the network).
@@ -382,6 +474,10 @@ void DefineBindings(py::module_& m) {
   m.def("time_codec", &TimeCodec, py::arg("k"), py::arg("v"), py::arg("dtype"), py::arg("codec"), py::arg("level"),
         py::arg("model"), py::arg("rounds"));
   m.def("load_calibration", &LoadCalibration, py::arg("path"));
+  m.def("save_calibration", &SaveCalibration, py::arg("hash"), py::arg("path"));
+  m.def("calibrate", &Calibrate, py::arg("windows"), py::arg("model"), py::arg("rope"), py::arg("grouping"),
+        py::arg("quantizer"), py::arg("group_size"), py::arg("chunk_tokens"), py::arg("ratios"), py::arg("sinks"),
+        py::arg("threads"), py::arg("progress"));
   m.def("chunk_keys", &ChunkKeysOf, py::arg("model"), py::arg("tokens"), py::arg("chunk_tokens"));
   m.def("chunk_object_name", &ObjectName, py::arg("key"), py::arg("codec"), py::arg("level"));
   m.attr("default_chunk_tokens") = kDefaultChunkTokens;

@@ -11,12 +11,14 @@
 #include "cli_files.h"
 #include "commands.h"
 #include "kvcodec/kvcodec.hpp"
+#include "kvcodec_tools.h"
 
 namespace kvcodec_cli {
 namespace {
 
 struct EncodeArgs {
-  std::string model = DefaultModel(), text, kv_dump, codec = "raw", level, out, cache_type = "f16", calibration;
+  std::string model = DefaultModel(), text, token_file, kv_dump, codec = "raw", level, out, cache_type = "f16",
+              calibration;
   std::vector<std::string> params;
   uint32_t tokens = 0, kv_heads = 0, token_begin = 0, n_tokens = 0;
 };
@@ -41,15 +43,25 @@ int RunEncode(const EncodeArgs& a) {
     if (!parsed.ok()) return Fail(parsed.error());
     kv = std::move(parsed.value());
   } else {
-    if (a.text.empty()) return Fail("give --text FILE (with --model) or --kv DUMP");
-    std::vector<uint8_t> text;
-    if (auto e = kvcodec_cli::ReadInputFile(a.text, kMaxTextFileBytes, &text); !e.empty()) return Fail(e);
+    if (a.text.empty() == a.token_file.empty())
+      return Fail("give --text FILE or --token-file FILE (with --model), or --kv DUMP");
     auto model = kvcodec::Model::Load(a.model);
     if (!model.ok()) return Fail(model.error());
     fingerprint = model.value().Fingerprint();
-    auto tokens = model.value().Tokenize(std::string(text.begin(), text.end()), true);
-    if (!tokens.ok()) return Fail(tokens.error());
-    std::vector<int32_t> ids = tokens.value();
+    std::vector<int32_t> ids;
+    if (!a.token_file.empty()) {
+      auto info = model.value().InfoJson();
+      if (!info.ok()) return Fail(info.error());
+      auto read = kvcodec::ReadTokenFile(a.token_file, nlohmann::json::parse(info.value())["n_vocab"].get<uint32_t>());
+      if (!read.ok()) return Fail(read.error());
+      ids = std::move(read.value());
+    } else {
+      std::vector<uint8_t> text;
+      if (auto e = kvcodec_cli::ReadInputFile(a.text, kMaxTextFileBytes, &text); !e.empty()) return Fail(e);
+      auto tokens = model.value().Tokenize(std::string(text.begin(), text.end()), true);
+      if (!tokens.ok()) return Fail(tokens.error());
+      ids = std::move(tokens.value());
+    }
     if (a.tokens > 0 && ids.size() > a.tokens) ids.resize(a.tokens);
     kvc_session_params sp;
     kvc_session_default_params(&sp);
@@ -82,6 +94,9 @@ Command AddEncodeCommand(CLI::App* parent) {
   encode->add_option("--model", en->model, "GGUF model (prefills --text; fingerprints the file)")
       ->capture_default_str();
   encode->add_option("--text", en->text, "Text file to prefill");
+  encode->add_option("--token-file", en->token_file,
+                     "Token ids to prefill instead of --text, as given (no BOS added): ids separated by spaces, "
+                     "lines one after another (`kvcodec tokenize` writes them)");
   encode->add_option("--tokens", en->tokens, "Keep at most this many tokens of the text");
   encode->add_option("--kv", en->kv_dump, "KV dump: llama.cpp sequence-state bytes (llama_state_seq_get_data)");
   encode->add_option("--kv-heads", en->kv_heads, "KV heads of the dump (default: from --model)");

@@ -25,5 +25,6 @@ Command AddBenchServeCommand(CLI::App* parent);
 Command AddRunCommand(CLI::App* parent);
 Command AddDecodeCommand(CLI::App* parent);
 Command AddInspectCommand(CLI::App* parent);
+Command AddTokenizeCommand(CLI::App* parent);
 
 }  // namespace kvcodec_cli

@@ -45,6 +45,7 @@ int Main(int argc, char** argv) {
   commands.push_back(kvcodec_cli::AddBenchServeCommand(bench));
   commands.push_back(kvcodec_cli::AddRunCommand(&app));
   commands.push_back(kvcodec_cli::AddInspectCommand(&app));
+  commands.push_back(kvcodec_cli::AddTokenizeCommand(&app));
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,182 @@
+#include "codecs/kvtc/kvtc_fit.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "codecs/codec.h"
+#include "codecs/kvtc/kvtc_test_calibration.h"
+#include "kvtc/calibration_registry.h"
+#include "kvtc/kvcal.h"
+#include "tensor/synthetic_kv.h"
+
+namespace kvc {
+namespace {
+
+using kvtc_test::kTestFingerprint;
+
+constexpr KvShape kGeometry{.n_layers = 2, .n_kv_heads = 2, .head_dim = 16, .n_tokens = 0};
+constexpr RopeParams kRope{.type = RopeType::kNeox, .n_rot = 0, .freq_base = 10000.0f, .freq_scale = 1.0f};
+
+// KV of rank 3 per (kind, layer) before RoPE, as a model's keys are near low rank at position 0,
+// with RoPE applied to the keys at the window's positions (as an engine's cache holds them).
+KvCache LowRankWindow(uint32_t n_tokens, int32_t pos_begin, uint32_t seed) {
+  KvShape shape = kGeometry;
+  shape.n_tokens = n_tokens;
+  kvtc_test::TestRng directions(7);  // the same subspace in every window
+  const size_t row = shape.row_elems();
+  std::vector<float> basis(2 * shape.n_layers * 3 * row);
+  for (float& b : basis) b = static_cast<float>(directions.Uniform());
+  kvtc_test::TestRng rng(seed);
+  std::vector<float> coeff(3);
+  KvCache kv = FillKv(shape, DType::kF16, pos_begin, [&](KvKind kind, uint32_t l, uint32_t, size_t c) {
+    if (c == 0) {
+      for (float& x : coeff) x = static_cast<float>(2 * rng.Uniform());
+    }
+    const float* b = basis.data() + (size_t{static_cast<uint32_t>(kind)} * shape.n_layers + l) * 3 * row;
+    return coeff[0] * b[c] + coeff[1] * b[row + c] + coeff[2] * b[2 * row + c] +
+           0.01f * static_cast<float>(rng.Uniform());
+  });
+  for (uint32_t l = 0; l < shape.n_layers; ++l) {
+    std::vector<float> rows(size_t{n_tokens} * row);
+    kv.ReadRowsF32(KvKind::kKey, l, 0, n_tokens, rows.data());
+    RotateRows(kRope, rows.data(), n_tokens, shape.n_kv_heads, shape.head_dim, pos_begin, false);
+    kv.WriteRowsF32(KvKind::kKey, l, 0, n_tokens, rows.data());
+  }
+  return kv;
+}
+
+KvtcFitModel Model(bool with_rope) {
+  return {.fingerprint = kTestFingerprint,
+          .n_layers = kGeometry.n_layers,
+          .n_kv_heads = kGeometry.n_kv_heads,
+          .head_dim = kGeometry.head_dim,
+          .rope = with_rope ? std::optional(kRope) : std::nullopt};
+}
+
+KvtcFitOptions SmallOptions() {
+  KvtcFitOptions o;
+  o.grouping = KvtcGrouping::kLayer;
+  o.quantizer = KvtcQuantizer::kTokenGroup;
+  o.group_size = 8;
+  o.chunk_tokens = 64;
+  o.ratios = {4, 8};
+  o.n_threads = 1;
+  o.progress = false;
+  return o;
+}
+
+// Fits on `n_fit` windows then holds back two; windows start at increasing positions, so RoPE
+// is undone at positions other than 0 and the sinks cut only the first.
+Result<CalibrateReport> Fit(bool with_rope, KvtcCalibration* out, uint32_t n_fit = 6) {
+  ASSIGN_OR_RETURN(auto fitter, KvtcFitter::Create(Model(with_rope), SmallOptions()));
+  for (uint32_t w = 0; w < n_fit + 2; ++w) {
+    const KvCache kv = LowRankWindow(128, static_cast<int32_t>(w * 128), 100 + w);
+    RETURN_IF_ERROR(w < n_fit ? fitter->AddFitWindow(kv.View()) : fitter->AddHeldoutWindow(kv.View()));
+  }
+  return fitter->Finish(out);
+}
+
+TEST(KvtcFit, FitsACalibrationTheCodecUsesAtItsRatios) {
+  KvtcCalibration cal;
+  auto report = Fit(true, &cal);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->fit_tokens, 6u * 128 - 4);  // the first window's sinks left out
+  EXPECT_EQ(report->heldout_tokens, 2u * 128);
+  EXPECT_EQ(report->window, 128u);
+  EXPECT_EQ(report->chunk_tokens, 64u);
+  EXPECT_TRUE(cal.keys_rope_undone);
+  EXPECT_EQ(cal.rope, kRope);
+  EXPECT_EQ(cal.model_fingerprint, kTestFingerprint);
+  ASSERT_EQ(report->rungs.size(), 2u);
+  for (const CalibrationRung& r : report->rungs) {
+    EXPECT_NEAR(r.coded_ratio, r.target_ratio, 0.015 * r.target_ratio) << r.target_ratio;
+  }
+  // Rank 3 of 32 features per layer: nearly all the variance is in the top 8 components.
+  EXPECT_GT(report->key_variance_top8, 0.99);
+  EXPECT_GT(report->value_variance_top8, 0.99);
+  ASSERT_TRUE(ReadKvcal(WriteKvcal(cal).value()).ok());
+
+  // A window it never saw, at a later position, encodes near the target and decodes close.
+  CalibrationRegistry registry;
+  ASSERT_TRUE(registry.Add(cal).ok());
+  const CodecContext context{&registry, &kTestFingerprint, nullptr};
+  const KvCache unseen = LowRankWindow(256, 5000, 999);
+  EncodeOptions options;
+  options.level = "8";
+  options.params["window"] = "0";
+  auto file = EncodeKvc(*FindCodec("kvtc"), unseen.View(), options, kTestFingerprint, 5000, context);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  auto decoded = DecodeKvc(*file, &kTestFingerprint, context);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  double err = 0, energy = 0;
+  std::vector<float> a(kGeometry.row_elems() * 256), b(a.size());
+  for (KvKind kind : kKvKinds) {
+    for (uint32_t l = 0; l < kGeometry.n_layers; ++l) {
+      unseen.ReadRowsF32(kind, l, 0, 256, a.data());
+      decoded->ReadRowsF32(kind, l, 0, 256, b.data());
+      for (size_t i = 0; i < a.size(); ++i) {
+        err += (a[i] - b[i]) * (a[i] - b[i]);
+        energy += a[i] * a[i];
+      }
+    }
+  }
+  EXPECT_LT(err / energy, 0.01);
+}
+
+TEST(KvtcFit, KnowingTheRopeFitsKeysBetter) {
+  KvtcCalibration with, without;
+  auto a = Fit(true, &with);
+  auto b = Fit(false, &without);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_FALSE(without.keys_rope_undone);
+  // RoPE spreads rank-3 keys over every rotated pair: as stored they need far more components.
+  EXPECT_GT(a->key_variance_top8, b->key_variance_top8 + 0.05);
+  EXPECT_LT(a->rungs[1].heldout_rel_mse, b->rungs[1].heldout_rel_mse);
+}
+
+TEST(KvtcFit, ReportJsonCarriesTheRungs) {
+  KvtcCalibration cal;
+  auto report = Fit(true, &cal);
+  ASSERT_TRUE(report.ok());
+  const auto j = nlohmann::json::parse(CalibrateReportJson(*report));
+  EXPECT_EQ(j["rungs"].size(), 2u);
+  EXPECT_EQ(j["quantizer"], "token-group");
+  EXPECT_EQ(j["fit_tokens"], report->fit_tokens);
+}
+
+TEST(KvtcFit, ClearErrors) {
+  KvtcFitModel bad = Model(true);
+  bad.rope->n_rot = 3;
+  EXPECT_EQ(KvtcFitter::Create(bad, SmallOptions()).status().code(), StatusCode::kInvalidArgument);
+  bad = Model(true);
+  bad.head_dim = 0;
+  EXPECT_EQ(KvtcFitter::Create(bad, SmallOptions()).status().code(), StatusCode::kInvalidArgument);
+  KvtcFitOptions o = SmallOptions();
+  o.ratios = {0.5f};
+  EXPECT_EQ(KvtcFitter::Create(Model(true), o).status().code(), StatusCode::kInvalidArgument);
+
+  auto fitter = KvtcFitter::Create(Model(true), SmallOptions());
+  ASSERT_TRUE(fitter.ok());
+  KvShape other = kGeometry;
+  other.n_tokens = 32;
+  other.head_dim = 8;
+  const KvCache wrong = NoiseKv(other, DType::kF16, 1);
+  const Status s = (*fitter)->AddFitWindow(wrong.View());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("the model has 2, 2 of 16"), std::string::npos) << s.message();
+  KvtcCalibration cal;
+  EXPECT_NE((*fitter)->Finish(&cal).status().message().find("no tokens to fit"), std::string::npos);
+
+  // Held-back windows too short for a 16-token chunk past the sinks.
+  auto short_heldout = KvtcFitter::Create(Model(true), SmallOptions());
+  ASSERT_TRUE(short_heldout.ok());
+  ASSERT_TRUE((*short_heldout)->AddFitWindow(LowRankWindow(128, 0, 1).View()).ok());
+  ASSERT_TRUE((*short_heldout)->AddHeldoutWindow(LowRankWindow(12, 0, 2).View()).ok());
+  const Status short_status = (*short_heldout)->Finish(&cal).status();
+  EXPECT_NE(short_status.message().find("chunks of 16 or more"), std::string::npos) << short_status.message();
+}
+
+}  // namespace
+}  // namespace kvc
