@@ -149,7 +149,7 @@ Result<std::string> RunTtftBenchJson(const TtftBenchOptions& o) {
       const std::string& name = codec->info().name;
       const std::vector<std::string> levels = floor.Levels(name);
       auto store = MakeMemoryStore({.capacity_bytes = uint64_t{64} << 30});
-      RETURN_IF_ERROR(StoreChunks(*store, kv, keys, 0, o.chunk_tokens, *codec, levels, fp, context).status());
+      RETURN_IF_ERROR(StoreChunks(*store, kv.View(), keys, 0, o.chunk_tokens, *codec, levels, fp, context).status());
       // Each stored variant's ratio and one-thread decode speed over all chunks (the projection's
       // inputs), at the first prefix length.
       for (const std::string& level : pi == 0 ? levels : std::vector<std::string>{}) {

@@ -194,7 +194,8 @@ TEST_P(RoundTrip, FetchedPrefixRestoredAsChunksArriveIsBitIdenticalToAWholeResto
     SCOPED_TRACE(codec);
     const std::string level = codec == std::string("raw") ? "fp16" : "8";
     auto store = MakeMemoryStore({});
-    const auto stored = StoreChunks(*store, kv, keys, 0, kChunk, *FindCodec(codec), {level}, Model().fingerprint(), {});
+    const auto stored =
+        StoreChunks(*store, kv.View(), keys, 0, kChunk, *FindCodec(codec), {level}, Model().fingerprint(), {});
     ASSERT_TRUE(stored.ok()) << stored.status().ToString();
     // The whole restore: every chunk decoded on its own, joined in an fp16 buffer (as the
     // fetcher's), restored at once.

@@ -9,6 +9,7 @@
 
 #include "codecs/codec.h"
 #include "fetch/fetcher.h"
+#include "fetch/store_chunks.h"
 #include "llama/llama_engine.h"
 #include "reuse/model_profile.h"
 #include "store/chunk_key.h"
@@ -16,12 +17,6 @@
 #include "store/store.h"
 
 namespace kvc {
-
-// One (codec, level) a chunk is stored at.
-struct StoredRung {
-  const Codec* codec = nullptr;
-  std::string level;
-};
 
 // What a request stores new chunks as: raw fp16 (what a fast link fetches, so reuse there
 // changes nothing), then `codec`'s levels within the model's quality floor (what slower links
@@ -109,38 +104,11 @@ Result<PrefixRestore> RestoreStoredPrefix(Store& store, LlamaSession& session, c
 // thread, which waits on the link and restores, is not one of them.
 size_t FetchPoolThreads(int fetch_threads);
 
-// "raw/fp16,kvtc/16,..." for reports.
-std::vector<std::string> RungNames(const std::vector<StoredRung>& rungs);
-
-struct StoredChunks {
-  uint32_t chunks = 0;
-  uint64_t bytes = 0;
-};
-
-// Chunk i's KV (tokens [i * chunk_tokens, (i + 1) * chunk_tokens)), which the source may keep
-// only until its next call.
-using ChunkKvSource = std::function<Result<KvView>(uint32_t chunk_index)>;
-
-// Stores chunks [first, keys.size()) at every rung, each chunk's manifest after its objects,
-// asking `chunk_kv` for one chunk at a time.
-Result<StoredChunks> StoreChunks(Store& store, const ChunkKvSource& chunk_kv, std::span<const ChunkKey> keys,
-                                 uint32_t first, uint32_t chunk_tokens, const std::vector<StoredRung>& rungs,
-                                 const ModelFingerprint& model, const CodecContext& codec_context);
-
-// The same from the session's sequence (which must start at position 0), each chunk copied out of
-// llama.cpp only when it is encoded (LlamaSession::ExtractKvRange): storing a long prompt holds
-// one chunk beside the session's cache, not a second copy of the whole cache.
+// StoreChunks (fetch/store_chunks.h) from the session's sequence (which must start at position 0), each chunk copied
+// out of llama.cpp only when it is encoded (LlamaSession::ExtractKvRange): storing a long prompt holds one chunk beside
+// the session's cache, not a second copy of the whole cache.
 Result<StoredChunks> StoreSessionChunks(Store& store, LlamaSession& session, std::span<const ChunkKey> keys,
                                         uint32_t first, uint32_t chunk_tokens, const std::vector<StoredRung>& rungs,
                                         const ModelFingerprint& model, const CodecContext& codec_context);
-
-// The same from `kv` (chunk i = tokens [i * chunk_tokens, ...)) at every level.
-Result<StoredChunks> StoreChunks(Store& store, const KvCache& kv, std::span<const ChunkKey> keys, uint32_t first,
-                                 uint32_t chunk_tokens, const Codec& codec, const std::vector<std::string>& levels,
-                                 const ModelFingerprint& model, const CodecContext& codec_context);
-// The same at every rung of a plan (codecs may differ).
-Result<StoredChunks> StoreChunks(Store& store, const KvCache& kv, std::span<const ChunkKey> keys, uint32_t first,
-                                 uint32_t chunk_tokens, const std::vector<StoredRung>& rungs,
-                                 const ModelFingerprint& model, const CodecContext& codec_context);
 
 }  // namespace kvc

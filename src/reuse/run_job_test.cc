@@ -86,7 +86,7 @@ TEST(StoreSessionChunks, StoresWhatAWholeExtractionStores) {
   for (uint32_t first : {0u, 1u}) {
     SCOPED_TRACE(first);
     auto whole = MakeMemoryStore({}), chunked = MakeMemoryStore({});
-    const auto a = StoreChunks(*whole, session->ExtractKv().value(), keys, first, 256, rungs, fp, context);
+    const auto a = StoreChunks(*whole, session->ExtractKv().value().View(), keys, first, 256, rungs, fp, context);
     const auto b = StoreSessionChunks(*chunked, *session, keys, first, 256, rungs, fp, context);
     ASSERT_TRUE(a.ok()) << a.status().ToString();
     ASSERT_TRUE(b.ok()) << b.status().ToString();

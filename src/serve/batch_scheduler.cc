@@ -497,7 +497,7 @@ void BatchScheduler::StoreLoop() {
     Result<StoredChunks> stored = Internal("not stored");
     try {
       stored = StoreChunks(
-          *reuse_.store, job.kv, job.keys, job.first, o_.chunk_tokens,
+          *reuse_.store, job.kv.View(), job.keys, job.first, o_.chunk_tokens,
           o_.rungs.empty() ? std::vector<StoredRung>{{reuse_.codec, reuse_.codec->info().default_level}} : o_.rungs,
           *reuse_.model, context);
     } catch (...) {

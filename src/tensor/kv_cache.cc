@@ -199,6 +199,14 @@ KvShape KvSlice::shape() const {
   return s;
 }
 
+Result<KvView> KvView::View(uint32_t token_begin, uint32_t n_tokens) const {
+  RETURN_IF_ERROR(CheckTokenRange(token_begin, n_tokens, n_tokens_));
+  KvView out = *this;
+  out.token_begin_ = token_begin_ + token_begin;
+  out.n_tokens_ = n_tokens;
+  return out;
+}
+
 Result<KvCache> KvView::Copy() const {
   ASSIGN_OR_RETURN(KvCache out, KvCache::CreateForOverwrite(shape(), dtype(), pos_begin()));  // every row copied below
   for (KvKind kind : kKvKinds) {

@@ -161,6 +161,10 @@ class KvView {
   }
   void ReadLayerF32(KvKind kind, uint32_t layer, float* out) const { ReadRowsF32(kind, layer, 0, n_tokens_, out); }
 
+  // Tokens [token_begin, token_begin + n_tokens) of this view (positions follow). kInvalidArgument
+  // for a range past its end.
+  Result<KvView> View(uint32_t token_begin, uint32_t n_tokens) const;
+
   // An owning copy of the range.
   Result<KvCache> Copy() const;
 

@@ -129,6 +129,28 @@ TEST(KvView, OverOutsideBytesReadsAsTheCacheDoes) {
   }
 }
 
+TEST(KvView, ViewsOfViewsAreTheCachesTokenRanges) {
+  const KvShape shape{.n_layers = 2, .n_kv_heads = 2, .head_dim = 4, .n_tokens = 10};
+  const KvCache cache = NoiseKv(shape, DType::kF16, 3, /*pos_begin=*/20);
+  auto over = KvView::Over(shape, DType::kF16, 20, cache.Bytes(KvKind::kKey), cache.Bytes(KvKind::kValue));
+  ASSERT_TRUE(over.ok());
+  for (const KvView& whole : {cache.View(1, 8).value(), over->View(1, 8).value()}) {
+    auto inner = whole.View(2, 5);
+    ASSERT_TRUE(inner.ok());
+    EXPECT_EQ(inner->n_tokens(), 5u);
+    EXPECT_EQ(inner->pos_begin(), 23);
+    for (KvKind kind : kKvKinds) {
+      const auto ours = inner->RowBytes(kind, 1, 0, 5);
+      const auto theirs = cache.RowBytes(kind, 1, 3, 5);
+      EXPECT_EQ(ours.data(), theirs.data());
+      EXPECT_EQ(ours.size(), theirs.size());
+    }
+    EXPECT_TRUE(whole.View(8, 0).ok());
+    EXPECT_EQ(whole.View(4, 5).status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(whole.View(9, 0).status().code(), StatusCode::kInvalidArgument);
+  }
+}
+
 TEST(KvView, OverRefusesBytesThatDoNotMatchTheShape) {
   const KvShape shape{.n_layers = 2, .n_kv_heads = 1, .head_dim = 4, .n_tokens = 3};
   std::vector<uint8_t> k(shape.elems() * 2), v(shape.elems() * 2 - 2);
