@@ -9,6 +9,7 @@ they were encoded from. Errors are ``kvcodec.Error`` subclasses with the library
 from __future__ import annotations
 
 import json
+import operator
 from dataclasses import dataclass
 
 from . import _kvcodec
@@ -27,7 +28,7 @@ DEFAULT_CHUNK_TOKENS = _kvcodec.default_chunk_tokens
 __all__ = [
     "Calibration", "CorruptError", "DEFAULT_CHUNK_TOKENS", "Error", "InternalError", "InvalidArgumentError",
     "NotFoundError", "Rope", "Store", "StoreIOError", "UnsupportedError", "calibrate", "chunk_keys",
-    "chunk_object_name", "codecs", "decode", "encode", "inspect",
+    "chunk_object_name", "codecs", "decode", "encode", "inspect", "store_chunks",
 ]
 
 
@@ -137,12 +138,15 @@ def calibrate(samples, *, model=None, rope: Rope | None, grouping: str | None = 
         vb, v_dtype = from_tensor(sample[1], "v")
         if dtype != v_dtype:
             raise InvalidArgumentError(f"sample {i}: k is {dtype} but v is {v_dtype}")
-        pos = int(sample[2]) if len(sample) == 3 else 0
+        pos = _int_in(sample[2], f"sample {i}'s pos_begin", 0, _I32) if len(sample) == 3 else 0
         windows.append((kb, vb, dtype, pos, i >= n_fit))
-    rope_tuple = None if rope is None else (rope.style, int(rope.n_rot), float(rope.base), float(rope.freq_scale))
-    info, report = _kvcodec.calibrate(windows, model, rope_tuple, grouping or "", quantizer or "", int(group_size),
-                                      int(chunk_tokens), [float(r) for r in (ratios or [])], int(sinks),
-                                      int(threads), bool(progress))
+    rope_tuple = None if rope is None else (str(rope.style), _int_in(rope.n_rot, "rope n_rot", 0, _U32),
+                                            float(rope.base), float(rope.freq_scale))
+    info, report = _kvcodec.calibrate(windows, model, rope_tuple, grouping or "", quantizer or "",
+                                      _int_in(group_size, "group_size", 0, _U32),
+                                      _int_in(chunk_tokens, "chunk_tokens", 0, _U32),
+                                      [float(r) for r in (ratios or [])], _int_in(sinks, "sinks", 0, _U32),
+                                      _int_in(threads, "threads", 0, 4096), bool(progress))
     return Calibration(info, json.loads(report))
 
 
@@ -159,14 +163,12 @@ def encode(k, v, codec: str = "kvtc", level: str | None = None, *, calibration: 
     vb, v_dtype = from_tensor(v, "v")
     if dtype != v_dtype:
         raise InvalidArgumentError(f"k is {dtype} but v is {v_dtype}")
-    if calibration is not None:
-        if model is not None and _fingerprint_hex(model) != calibration.model:
-            raise InvalidArgumentError("model differs from the calibration's model")
-        model = calibration.model
-    elif codec == "kvtc":
+    if calibration is None and codec == "kvtc":
         raise InvalidArgumentError("kvtc needs a calibration (kvcodec.Calibration.load(path))")
+    model = _model_of(model, calibration)
     return _kvcodec.encode(kb, vb, dtype, codec, "" if level is None else str(level),
-                           {str(a): str(b) for a, b in (params or {}).items()}, model, int(pos_begin))
+                           {str(a): str(b) for a, b in (params or {}).items()}, model,
+                           _int_in(pos_begin, "pos_begin", 0, _I32))
 
 
 def decode(data, *, model=None, framework: str | None = None):
@@ -197,7 +199,8 @@ class Store:
     ``secret``, by HMAC-SHA256 (only objects sealed with the same secret are read)."""
 
     def __init__(self, url: str | None = None, *, secret: str = "", capacity_bytes: int = 0, timeout_ms: int = 2000):
-        self._store = _kvcodec.Store(url or "", secret, int(capacity_bytes), int(timeout_ms))
+        self._store = _kvcodec.Store(url or "", secret, _int_in(capacity_bytes, "capacity_bytes", 0, (1 << 64) - 1),
+                                     _int_in(timeout_ms, "timeout_ms", 0, _U32))
 
     @property
     def url(self) -> str:
@@ -223,7 +226,32 @@ class Store:
 def chunk_keys(model, tokens, chunk_tokens: int = DEFAULT_CHUNK_TOKENS) -> list:
     """The 16-byte keys of the whole chunks of ``tokens``: chunk i's key hashes the model and every
     token up to its end, exactly as the C++ side (and so ``kvcodec run`` / ``serve``) computes it."""
-    return _kvcodec.chunk_keys(model, [int(t) for t in tokens], int(chunk_tokens))
+    return _kvcodec.chunk_keys(model, _token_ids(tokens), _int_in(chunk_tokens, "chunk_tokens", 1, _U32))
+
+
+def store_chunks(store: Store, k, v, tokens, *, model=None, calibration: Calibration | None = None, rungs=None,
+                 chunk_tokens: int = DEFAULT_CHUNK_TOKENS, first_chunk: int = 0) -> dict:
+    """Stores a sequence's whole chunks as ``kvcodec run`` and ``serve`` store theirs, so they find
+    and reuse them: each chunk at every (codec, level) of ``rungs``, then its manifest.
+
+    k, v: the sequence's KV from position 0 ([layers, tokens, kv_heads, head_dim]), holding at
+    least every whole chunk of ``tokens`` (the token ids it was computed from, BOS included as the
+    engine prefilled them; ``kvcodec tokenize`` gives llama.cpp's). Chunks before ``first_chunk``
+    are not written (already stored). rungs: (codec, level) pairs; default raw fp16 and quant 8,
+    what ``run`` stores for a model without a quality profile. kvtc needs a calibration (its model
+    names the chunks). Returns {"chunks": written, "bytes": their encoded bytes}.
+    """
+    kb, dtype = from_tensor(k, "k")
+    vb, v_dtype = from_tensor(v, "v")
+    if dtype != v_dtype:
+        raise InvalidArgumentError(f"k is {dtype} but v is {v_dtype}")
+    rungs = [("raw", "fp16"), ("quant", "8")] if rungs is None else [(str(c), str(l)) for c, l in rungs]
+    model = _model_of(model, calibration)
+    if any(codec == "kvtc" for codec, _ in rungs) and calibration is None:
+        raise InvalidArgumentError("a kvtc rung needs a calibration (kvcodec.Calibration.load(path))")
+    return store._store.store_chunks(kb, vb, dtype, _token_ids(tokens), model,
+                                     _int_in(chunk_tokens, "chunk_tokens", 1, _U32), rungs,
+                                     _int_in(first_chunk, "first_chunk", 0, _U32))
 
 
 def chunk_object_name(key: bytes, codec: str, level: str) -> str:
@@ -231,10 +259,45 @@ def chunk_object_name(key: bytes, codec: str, level: str) -> str:
     return _kvcodec.chunk_object_name(bytes(key), codec, str(level))
 
 
+_I32 = (1 << 31) - 1
+_U32 = (1 << 32) - 1
+
+
+def _int_in(value, name: str, lo: int, hi: int) -> int:
+    """value as an int in [lo, hi], or InvalidArgumentError (never a TypeError from the binding)."""
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise InvalidArgumentError(f"{name} must be an integer, not {type(value).__name__}") from None
+    if not lo <= v <= hi:
+        raise InvalidArgumentError(f"{name} must be in {lo}..{hi}, not {v}")
+    return v
+
+
+def _token_ids(tokens) -> list:
+    """Token ids as 32-bit ints (numpy and torch integers too), or InvalidArgumentError."""
+    try:
+        ids = [operator.index(t) for t in tokens]
+    except TypeError:
+        raise InvalidArgumentError("tokens must be integers") from None
+    if any(not -(1 << 31) <= t < (1 << 31) for t in ids):
+        raise InvalidArgumentError("a token id is outside the 32-bit range")
+    return ids
+
+
 def _as_bytes(data):
     if isinstance(data, (bytes, bytearray, memoryview)):
         return data
     raise InvalidArgumentError(f"expected bytes, not {type(data).__name__}")
+
+
+def _model_of(model, calibration):
+    """The model a call names: the calibration's, which ``model`` (if given) must match."""
+    if calibration is None:
+        return model
+    if model is not None and _fingerprint_hex(model) != calibration.model:
+        raise InvalidArgumentError("model differs from the calibration's model")
+    return calibration.model
 
 
 def _fingerprint_hex(model) -> str:

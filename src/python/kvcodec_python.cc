@@ -21,6 +21,7 @@
 #include "codecs/codec.h"
 #include "codecs/kvc_inspect.h"
 #include "codecs/kvtc/kvtc_fit.h"
+#include "fetch/store_chunks.h"
 #include "kvtc/calibration_registry.h"
 #include "kvtc/kvcal.h"
 #include "store/chunk_key.h"
@@ -361,6 +362,18 @@ py::tuple Calibrate(const py::list& windows, const py::object& model, const py::
   return py::make_tuple(CalibrationInfo(*loaded), CalibrateReportJson(fitted));
 }
 
+// The keys of the whole chunks of `tokens`, as the C++ side computes them.
+std::vector<ChunkKey> KeysOf(const py::object& model, const std::vector<int64_t>& tokens, uint32_t chunk_tokens) {
+  if (chunk_tokens == 0) Raise(InvalidArgument("chunk_tokens must be at least 1"));
+  std::vector<int32_t> ids;
+  ids.reserve(tokens.size());
+  for (int64_t t : tokens) {
+    if (t < INT32_MIN || t > INT32_MAX) Raise(InvalidArgument("a token id is outside the 32-bit range"));
+    ids.push_back(static_cast<int32_t>(t));
+  }
+  return ChunkKeys(FingerprintFrom(model), ids, chunk_tokens);
+}
+
 // A store by URL; every call releases the GIL (Redis calls wait on the network).
 class PyStore {
  public:
@@ -404,6 +417,36 @@ class PyStore {
     }
     return Take(std::move(exists));
   }
+  // The whole chunks of `tokens` (their KV: k and v, from position 0), chunk `first` on, at every
+  // (codec, level) of `rungs`, each chunk's manifest after its objects: what `kvcodec run` and
+  // `serve` look up and fetch.
+  py::dict StoreChunksOf(const py::buffer& k, const py::buffer& v, const std::string& dtype,
+                         const std::vector<int64_t>& tokens, const py::object& model, uint32_t chunk_tokens,
+                         const std::vector<std::pair<std::string, std::string>>& rungs, uint32_t first) {
+    const std::vector<ChunkKey> keys = KeysOf(model, tokens, chunk_tokens);
+    const ArraysKv arrays = ViewArrays(k, v, dtype, 0);
+    const uint64_t needed = uint64_t{chunk_tokens} * keys.size();
+    if (arrays.view.n_tokens() < needed) {
+      Raise(InvalidArgument(FormatMessage("%zu whole chunks of %u tokens need KV of %llu tokens; k and v hold %u",
+                                          keys.size(), chunk_tokens, static_cast<unsigned long long>(needed),
+                                          arrays.view.n_tokens())));
+    }
+    if (rungs.empty()) Raise(InvalidArgument("no rungs to store chunks at"));
+    std::vector<StoredRung> stored_rungs;
+    for (const auto& [codec, level] : rungs) stored_rungs.push_back({&CodecNamed(codec), level});
+    const ModelFingerprint fp = FingerprintFrom(model);
+    Result<StoredChunks> stored = Status::Ok();
+    {
+      py::gil_scoped_release unlocked;
+      const CodecContext context{&Calibrations(), &fp, nullptr};
+      stored = StoreChunks(*store_, arrays.view, keys, first, chunk_tokens, stored_rungs, fp, context);
+    }
+    const StoredChunks done = Take(std::move(stored));
+    py::dict d;
+    d["chunks"] = done.chunks;
+    d["bytes"] = done.bytes;
+    return d;
+  }
   void Delete(const std::string& name) {
     Status deleted = Status::Ok();
     {
@@ -418,15 +461,8 @@ class PyStore {
 };
 
 std::vector<py::bytes> ChunkKeysOf(const py::object& model, const std::vector<int64_t>& tokens, uint32_t chunk_tokens) {
-  if (chunk_tokens == 0) Raise(InvalidArgument("chunk_tokens must be at least 1"));
-  std::vector<int32_t> ids;
-  ids.reserve(tokens.size());
-  for (int64_t t : tokens) {
-    if (t < INT32_MIN || t > INT32_MAX) Raise(InvalidArgument("a token id is outside the 32-bit range"));
-    ids.push_back(static_cast<int32_t>(t));
-  }
   std::vector<py::bytes> out;
-  for (const ChunkKey& key : ChunkKeys(FingerprintFrom(model), ids, chunk_tokens)) {
+  for (const ChunkKey& key : KeysOf(model, tokens, chunk_tokens)) {
     out.emplace_back(reinterpret_cast<const char*>(key.data()), key.size());
   }
   return out;
@@ -488,7 +524,9 @@ void DefineBindings(py::module_& m) {
       .def("put", &PyStore::Put, py::arg("name"), py::arg("data"))
       .def("get", &PyStore::Get, py::arg("name"))
       .def("exists", &PyStore::Exists, py::arg("name"))
-      .def("delete", &PyStore::Delete, py::arg("name"));
+      .def("delete", &PyStore::Delete, py::arg("name"))
+      .def("store_chunks", &PyStore::StoreChunksOf, py::arg("k"), py::arg("v"), py::arg("dtype"), py::arg("tokens"),
+           py::arg("model"), py::arg("chunk_tokens"), py::arg("rungs"), py::arg("first"));
 }
 
 }  // namespace kvc

@@ -56,7 +56,8 @@ Command AddTokenizeCommand(CLI::App* parent) {
   tokenize->add_option("text", a->text, "Text file")->required();
   tokenize->add_option("--model", a->model, "GGUF model")->capture_default_str();
   tokenize->add_flag("--no-bos", a->no_bos, "Do not start with the model's BOS token");
-  tokenize->add_flag("--json", a->json, "Print {\"model\": the model's geometry, RoPE and fingerprint, \"tokens\": [...]}");
+  tokenize->add_flag("--json", a->json,
+                     "Print {\"model\": the model's geometry, RoPE and fingerprint, \"tokens\": [...]}");
   return {tokenize, [a] { return RunTokenize(*a); }};
 }
 

@@ -277,8 +277,8 @@ struct KvtcFitter::State {
   KvtcFitModel model;
   KvtcFitOptions options;
   std::vector<KvtcGrouping> groupings;
-  std::vector<GroupingFit> fits;                           // per grouping: header and, at Finish, bases
-  std::vector<std::vector<CovarianceAccumulator>> acc;     // per grouping, per basis (K bases, then V)
+  std::vector<GroupingFit> fits;                        // per grouping: header and, at Finish, bases
+  std::vector<std::vector<CovarianceAccumulator>> acc;  // per grouping, per basis (K bases, then V)
   MeasureSet set;
   std::vector<uint32_t> heldout_skip;  // per kept held-back window: its leading tokens inside the sinks
   uint64_t fit_tokens = 0;
@@ -295,8 +295,8 @@ struct KvtcFitter::State {
     const KvShape s = kv.shape();
     if (s.n_layers != model.n_layers || s.n_kv_heads != model.n_kv_heads || s.head_dim != model.head_dim) {
       return InvalidArgument(FormatMessage("a %s window has %u layers, %u KV heads of %u; the model has %u, %u of %u",
-                                           what, s.n_layers, s.n_kv_heads, s.head_dim, model.n_layers,
-                                           model.n_kv_heads, model.head_dim));
+                                           what, s.n_layers, s.n_kv_heads, s.head_dim, model.n_layers, model.n_kv_heads,
+                                           model.head_dim));
     }
     if (kv.pos_begin() < 0) return InvalidArgument(FormatMessage("a %s window starts at a negative position", what));
     return Status::Ok();
@@ -430,9 +430,9 @@ Result<CalibrateReport> KvtcFitter::Finish(KvtcCalibration* out) {
     longest_heldout = std::max(longest_heldout, s.set.windows[w].shape().n_tokens - s.heldout_skip[w]);
   const uint32_t chunk_tokens = std::min(options.chunk_tokens, longest_heldout);
   if (chunk_tokens < 16) {
-    return InvalidArgument(FormatMessage(
-        "the longest held-back window has %u tokens past the sinks: the sizes need chunks of 16 or more",
-        longest_heldout));
+    return InvalidArgument(
+        FormatMessage("the longest held-back window has %u tokens past the sinks: the sizes need chunks of 16 or more",
+                      longest_heldout));
   }
   MeasureSet& set = s.set;
   set.chunk_tokens = chunk_tokens;
