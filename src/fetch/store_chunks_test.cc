@@ -13,7 +13,8 @@ constexpr ModelFingerprint kModel{1, 2, 3};
 constexpr uint32_t kChunk = 32;
 
 TEST(StoreChunks, EveryRungThenTheManifestFromTheFirstChunkAsked) {
-  const KvCache kv = NoiseKv({.n_layers = 2, .n_kv_heads = 2, .head_dim = 8, .n_tokens = 3 * kChunk + 5}, DType::kF16, 1);
+  const KvCache kv =
+      NoiseKv({.n_layers = 2, .n_kv_heads = 2, .head_dim = 8, .n_tokens = 3 * kChunk + 5}, DType::kF16, 1);
   std::vector<int32_t> tokens(3 * kChunk + 5);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i * 7 % 100);
   const std::vector<ChunkKey> keys = ChunkKeys(kModel, tokens, kChunk);
@@ -53,8 +54,8 @@ TEST(StoreChunks, KvShorterThanTheKeysIsAnError) {
   const std::vector<int32_t> tokens(2 * kChunk, 5);
   auto owned = MakeMemoryStore({});
   Store& store = *owned;
-  auto stored = StoreChunks(store, kv.View(), ChunkKeys(kModel, tokens, kChunk), 0, kChunk, *FindCodec("raw"),
-                            {"fp16"}, kModel, {});
+  auto stored = StoreChunks(store, kv.View(), ChunkKeys(kModel, tokens, kChunk), 0, kChunk, *FindCodec("raw"), {"fp16"},
+                            kModel, {});
   EXPECT_EQ(stored.status().code(), StatusCode::kInvalidArgument);
   // The first chunk, whole, was stored before the second was found missing.
   EXPECT_TRUE(store.Exists(ChunkManifestName(ChunkKeys(kModel, tokens, kChunk)[0])).value());
