@@ -13,6 +13,7 @@
 #include "codecs/kvtc/kvtc_codec.h"
 #include "codecs/quant/quant_codec.h"
 #include "codecs/raw/raw_codec.h"
+#include "codecs/rotquant/rotquant_codec.h"
 #include "codecs/video/video_codec.h"
 
 namespace kvc {
@@ -27,7 +28,8 @@ const std::vector<const Codec*>& Registry() {
   static const KvtcCodec kvtc;
   static const CacheGenCodec cachegen;
   static const VideoCodec video;
-  static const std::vector<const Codec*> codecs = {&raw, &quant, &kvtc, &cachegen, &video};
+  static const RotQuantCodec rotquant;
+  static const std::vector<const Codec*> codecs = {&raw, &quant, &kvtc, &cachegen, &video, &rotquant};
   return codecs;
 }
 

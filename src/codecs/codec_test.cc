@@ -457,6 +457,9 @@ TEST(FuzzCorpus, DISABLED_Regenerate) {
        DType::kF16,
        4,
        2},
+      {"rotquant3_f16", "rotquant", {.level = "3"}, DType::kF16, 5, 1},
+      {"rotquant4_bf16_odd_dim", "rotquant", {.level = "4"}, DType::kBF16, 5, 2},
+      {"rotquant2_f32_seed", "rotquant", {.level = "2", .params = {{"seed", "7"}}}, DType::kF32, 5, 3},
   };
   std::filesystem::create_directories(kCorpus);
   for (const Seed& seed : seeds) {

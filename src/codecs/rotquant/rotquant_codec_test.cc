@@ -1,0 +1,216 @@
+#include "codecs/rotquant/rotquant_codec.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <tuple>
+
+#include "codecs/quant/quant_codec.h"
+#include "codecs/rotquant/rotquant_kernels.h"
+#include "base/half.h"
+#include "base/vector_isa.h"
+#include "codecs/test_kv.h"
+#include "tensor/synthetic_kv.h"
+
+namespace kvc {
+namespace {
+
+constexpr ModelFingerprint kFp{6, 5, 4};
+
+Result<std::vector<uint8_t>> Encode(const KvCache& cache, const EncodeOptions& options) {
+  return EncodeKvc(*FindCodec("rotquant"), cache.View(), options, kFp, 0);
+}
+
+// Squared error over squared signal, K and V together.
+double RelativeError(const KvCache& a, const KvCache& b) {
+  double err = 0, energy = 0;
+  std::vector<float> x(a.shape().layer_elems()), y(x.size());
+  for (KvKind kind : kKvKinds) {
+    for (uint32_t l = 0; l < a.shape().n_layers; ++l) {
+      a.View().ReadLayerF32(kind, l, x.data());
+      b.View().ReadLayerF32(kind, l, y.data());
+      for (size_t i = 0; i < x.size(); ++i) {
+        err += (double{x[i]} - y[i]) * (double{x[i]} - y[i]);
+        energy += double{x[i]} * x[i];
+      }
+    }
+  }
+  return energy > 0 ? err / energy : err;
+}
+
+// The Lloyd-Max quantiser's mean squared error on N(0, 1) at 2, 3, 4 bits: what a rotated
+// vector against its own RMS should lose, plus the scale code's rounding and fp16 output.
+constexpr double kLloydMaxMse[] = {0, 0, 0.1175, 0.03455, 0.009501};
+
+class RotQuantLevels : public ::testing::TestWithParam<std::tuple<uint32_t, uint32_t>> {};
+
+TEST_P(RotQuantLevels, ErrorIsTheGaussianQuantisersWhateverTheChannelStructure) {
+  const auto [bits, dim] = GetParam();
+  const KvShape shape{.n_layers = 2, .n_kv_heads = 3, .head_dim = dim, .n_tokens = 200};
+  // Keys with loud channels and offsets, values correlated in time: after the rotation both
+  // look Gaussian to the quantiser.
+  const KvCache cache = MakeCache(shape, 5);
+  auto bytes = Encode(cache, {.level = std::to_string(bits), .params = {}});
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  auto decoded = DecodeKvc(*bytes, &kFp);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  const double rel = RelativeError(cache, *decoded);
+  // A power-of-two dimension mixes every channel; others mix within their power-of-two blocks.
+  const double slack = (dim & (dim - 1)) == 0 ? 1.2 : 1.5;
+  EXPECT_LT(rel, kLloydMaxMse[bits] * slack) << bits << " bits, dim " << dim;
+  EXPECT_GT(rel, kLloydMaxMse[bits] * 0.6) << bits << " bits, dim " << dim;
+  // bits per value: the codes, one scale byte per vector, two bytes per layer, the container.
+  const double fp16 = 2.0 * shape.elems() * 2;
+  const double payload = 2.0 * shape.n_layers * (2 + 200.0 * 3 + std::ceil(200.0 * 3 * dim * bits / 8));
+  EXPECT_GT(fp16 / bytes->size(), 0.97 * fp16 / payload);
+}
+
+INSTANTIATE_TEST_SUITE_P(BitsAndHeadDims, RotQuantLevels,
+                         ::testing::Combine(::testing::Values(2u, 3u, 4u), ::testing::Values(64u, 128u, 96u, 24u)));
+
+// Every vector path gives the portable path's bits: rotated values and RMS, codes, and decoded
+// values, at every width and at head dims with one block, several, and none a multiple of 8.
+TEST(RotQuantKernels, EveryPathGivesTheSameBits) {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  for (VectorIsa isa : SupportedVectorIsas()) {
+    for (uint32_t dim : {3u, 8u, 16u, 24u, 64u, 96u, 128u, 256u}) {
+      for (uint32_t bits : {2u, 3u, 4u}) {
+        SCOPED_TRACE(testing::Message() << VectorIsaName(isa) << " dim " << dim << " bits " << bits);
+        const uint32_t heads = 3;
+        const uint64_t n = 20 * heads;
+        rotquant::LayerCoder coder(dim, heads, bits);
+        coder.SetSigns(7, 1, 5);
+        std::vector<float> x(n * dim);
+        for (float& v : x) v = 3 * normal(rng) + (rng() % 7 == 0 ? 40.0f : 0.0f);
+        std::vector<float> a = x, b = x;
+        std::vector<double> rms_a(n), rms_b(n);
+        coder.Rotate(a.data(), n, rms_a.data(), VectorIsa::kPortable);
+        coder.Rotate(b.data(), n, rms_b.data(), isa);
+        ASSERT_EQ(a, b);
+        ASSERT_EQ(rms_a, rms_b);
+        const float top = Fp16ToFp32(Fp32ToFp16Up(static_cast<float>(*std::max_element(rms_a.begin(), rms_a.end()))));
+        std::vector<uint8_t> scales(n);
+        for (uint64_t i = 0; i < n; ++i) scales[i] = rotquant::ScaleCode(rms_a[i], top);
+        std::vector<uint8_t> codes_a(coder.CodeBytes(n)), codes_b(codes_a.size());
+        coder.Quantise(a.data(), n, scales.data(), top, codes_a.data(), VectorIsa::kPortable);
+        coder.Quantise(a.data(), n, scales.data(), top, codes_b.data(), isa);
+        ASSERT_EQ(codes_a, codes_b);
+        std::vector<float> y_a(n * dim), y_b(n * dim);
+        coder.Reconstruct(codes_a.data(), n, scales.data(), top, y_a.data(), VectorIsa::kPortable);
+        coder.Reconstruct(codes_a.data(), n, scales.data(), top, y_b.data(), isa);
+        ASSERT_EQ(y_a, y_b);
+      }
+    }
+  }
+}
+
+TEST(RotQuantCodec, InfoAndRatios) {
+  const CodecInfo& info = FindCodec("rotquant")->info();
+  EXPECT_EQ(info.id, RotQuantCodec::kId);
+  EXPECT_EQ(info.levels, (std::vector<std::string>{"4", "3", "2"}));
+  EXPECT_FALSE(info.needs_calibration);
+  // 3 bits at head_dim 64: 64 * 3 + 8 bits per vector, 5.12x of fp16 before the container.
+  const KvCache cache = MakeCache({.n_layers = 2, .n_kv_heads = 2, .head_dim = 64, .n_tokens = 256}, 1);
+  const double fp16 = 2.0 * cache.shape().elems() * 2;
+  EXPECT_GT(fp16 / Encode(cache, {.level = "3"}).value().size(), 5.0);
+  EXPECT_GT(fp16 / Encode(cache, {.level = "4"}).value().size(), 3.85);  // 4 + 8 / 64 bits
+  EXPECT_GT(fp16 / Encode(cache, {.level = "2"}).value().size(), 7.5);
+  EXPECT_EQ(Encode(cache, {}).value(), Encode(cache, {.level = "3"}).value());
+}
+
+TEST(RotQuantCodec, BeatsUnrotatedFourBitsOnOutlierKeys) {
+  // Loud fixed channels are what KIVI's per-channel groups are for; the rotation spreads them.
+  const KvShape shape{.n_layers = 1, .n_kv_heads = 2, .head_dim = 64, .n_tokens = 256};
+  const KvCache keys = OutlierKeysKv(shape, DType::kF16, 3);
+  const auto rot = DecodeKvc(Encode(keys, {.level = "4"}).value()).value();
+  const auto kivi =
+      DecodeKvc(EncodeKvc(*FindCodec("quant"), keys.View(), {.level = "4", .params = {}}, kFp, 0).value()).value();
+  EXPECT_LT(RelativeError(keys, rot), RelativeError(keys, kivi));
+}
+
+TEST(RotQuantCodec, TheSeedPicksTheRotation) {
+  const KvCache cache = MakeCache({.n_layers = 1, .n_kv_heads = 2, .head_dim = 32, .n_tokens = 64}, 2);
+  const auto a = Encode(cache, {.level = "3", .params = {{"seed", "1"}}}).value();
+  const auto b = Encode(cache, {.level = "3", .params = {{"seed", "2"}}}).value();
+  EXPECT_NE(a, b);
+  EXPECT_EQ(a, Encode(cache, {.level = "3", .params = {{"seed", "1"}}}).value());
+  const double ea = RelativeError(cache, DecodeKvc(a).value());
+  const double eb = RelativeError(cache, DecodeKvc(b).value());
+  EXPECT_NEAR(ea, eb, 0.3 * ea);
+}
+
+TEST(RotQuantCodec, ZerosAndEmptyCaches) {
+  KvCache zeros = KvCache::Create({.n_layers = 2, .n_kv_heads = 1, .head_dim = 8, .n_tokens = 5}, DType::kF16).value();
+  auto decoded = DecodeKvc(Encode(zeros, {.level = "2"}).value());
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_TRUE(*decoded == zeros);
+  const KvCache empty = KvCache::Create({.n_layers = 2, .n_kv_heads = 1, .head_dim = 8, .n_tokens = 0}, DType::kF16)
+                            .value();
+  auto decoded_empty = DecodeKvc(Encode(empty, {.level = "4"}).value());
+  ASSERT_TRUE(decoded_empty.ok()) << decoded_empty.status().ToString();
+  EXPECT_EQ(decoded_empty->shape().n_tokens, 0u);
+}
+
+TEST(RotQuantCodec, ExtremeMagnitudesStayFinite) {
+  const KvShape shape{.n_layers = 1, .n_kv_heads = 1, .head_dim = 16, .n_tokens = 8};
+  const KvCache loud = FillKv(shape, DType::kF16, 0, [](KvKind, uint32_t, uint32_t t, size_t c) {
+    return (c + t) % 2 ? 65504.0f : -65504.0f;
+  });
+  auto decoded = DecodeKvc(Encode(loud, {.level = "2"}).value());
+  ASSERT_TRUE(decoded.ok());
+  std::vector<float> x(shape.layer_elems());
+  decoded->View().ReadLayerF32(KvKind::kKey, 0, x.data());
+  for (float v : x) EXPECT_TRUE(std::isfinite(v));
+}
+
+TEST(RotQuantCodec, BadOptionsAreClearErrors) {
+  const KvCache cache = MakeCache({.n_layers = 1, .n_kv_heads = 1, .head_dim = 8, .n_tokens = 4}, 1);
+  const std::vector<std::pair<EncodeOptions, std::string>> cases = {
+      {{.level = "8"}, "rotquant levels: 4, 3, 2"},
+      {{.level = "3", .params = {{"seed", "-1"}}}, "seed"},
+      {{.level = "3", .params = {{"group_size", "4"}}}, "group_size"},
+  };
+  for (const auto& [options, message] : cases) {
+    auto bytes = Encode(cache, options);
+    ASSERT_FALSE(bytes.ok()) << message;
+    EXPECT_EQ(bytes.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(bytes.status().message().find(message), std::string::npos) << bytes.status().ToString();
+  }
+}
+
+TEST(RotQuantCodec, DamagedFilesAreCorrupt) {
+  // 5 tokens x 1 head x 3 dims x 3 bits = 45 bits: each layer's last code byte has 3 padding bits.
+  const auto good = Encode(MakeCache({.n_layers = 2, .n_kv_heads = 1, .head_dim = 3, .n_tokens = 5}, 4),
+                           {.level = "3"})
+                        .value();
+  ASSERT_TRUE(DecodeKvc(good).ok());
+  using Edit = std::function<void(KvcHeader&, std::vector<KvcSection>&)>;
+  const std::vector<std::pair<const char*, Edit>> edits = {
+      {"short K", [](KvcHeader&, std::vector<KvcSection>& s) { s[0].bytes.pop_back(); }},
+      {"long V", [](KvcHeader&, std::vector<KvcSection>& s) { s[1].bytes.push_back(0); }},
+      {"missing V", [](KvcHeader&, std::vector<KvcSection>& s) { s.pop_back(); }},
+      {"no params", [](KvcHeader& h, std::vector<KvcSection>&) { h.codec_params.clear(); }},
+      {"long params", [](KvcHeader& h, std::vector<KvcSection>&) { h.codec_params.push_back(0); }},
+      {"bits 5",
+       [](KvcHeader& h, std::vector<KvcSection>&) {
+         h.codec_params[0] = 5;
+         h.level = "5";
+       }},
+      {"level says 4", [](KvcHeader& h, std::vector<KvcSection>&) { h.level = "4"; }},
+      {"more tokens", [](KvcHeader& h, std::vector<KvcSection>&) { ++h.shape.n_tokens; }},
+      {"inf top", [](KvcHeader&, std::vector<KvcSection>& s) { s[0].bytes[1] = 0x7c; }},
+      {"negative top", [](KvcHeader&, std::vector<KvcSection>& s) { s[1].bytes[1] |= 0x80; }},
+      {"padding bits", [](KvcHeader&, std::vector<KvcSection>& s) { s[0].bytes.back() |= 0x80; }},
+  };
+  for (const auto& [name, edit] : edits) {
+    auto decoded = DecodeKvc(Rewrite(good, edit));
+    ASSERT_FALSE(decoded.ok()) << name;
+    EXPECT_EQ(decoded.status().code(), StatusCode::kCorrupt) << name << ": " << decoded.status().ToString();
+  }
+}
+
+}  // namespace
+}  // namespace kvc
