@@ -175,9 +175,11 @@ std::vector<std::string> QualityFloor::Levels(const std::string& codec) const {
 
 QualityFloor NearLosslessFloor(std::string note) {
   QualityFloor f;
-  f.allowed = {{"raw", "fp16"}, {"quant", "8"}};
+  f.allowed = {{"raw", "fp16"}, {"quant", "8"}, {"rotquant", kUnprofiledRotQuantLevel}};
+  // Unmeasured on this model: ranked raw, quant 8, rotquant, as their error on any KV is.
   f.loss[{"raw", "fp16"}] = 0;
-  f.loss[{"quant", "8"}] = 1e-6;  // unmeasured: ranked after raw
+  f.loss[{"quant", "8"}] = 1e-6;
+  f.loss[{"rotquant", kUnprofiledRotQuantLevel}] = 1e-5;
   f.note = std::move(note);
   return f;
 }
@@ -225,14 +227,16 @@ Result<QualityFloor> LoadQualityFloor(const std::string& model_path, const std::
   const std::string beside = DefaultProfilePath(model_path);
   std::error_code ec;
   if (!std::filesystem::exists(beside, ec)) {
-    return NearLosslessFloor("no quality profile for this model: only raw and quant 8 are stored and fetched; " + how);
+    return NearLosslessFloor(
+        "no quality profile for this model: only raw, quant 8 and rotquant 3 are stored and fetched; " + how);
   }
   auto p = LoadProfile(beside);
   if (!p.ok()) {
-    return NearLosslessFloor("quality profile unusable (" + p.status().ToString() + "): only raw and quant 8; " + how);
+    return NearLosslessFloor("quality profile unusable (" + p.status().ToString() +
+                             "): only raw, quant 8 and rotquant 3; " + how);
   }
   if (p->model != model) {
-    return NearLosslessFloor(beside + " is another model's profile: only raw and quant 8; " + how);
+    return NearLosslessFloor(beside + " is another model's profile: only raw, quant 8 and rotquant 3; " + how);
   }
   QualityFloor f = FloorFromProfile(*p, limits, kvcal_hash);
   if (!p->calibration.empty() && p->calibration != kvcal_hash) {

@@ -72,6 +72,10 @@ struct QualityFloor {
 };
 
 // Without a profile: the rungs that lose nothing measurable on any model (raw fp16, quant 8).
+// The rotquant level a model without a profile stores and fetches: calibration-free, and within
+// the default limits (ppl +1.0%, top-1 0.97) on every model of the test zoo (docs/results-zoo.md);
+// the 2-bit level is not (top-1 0.942 on kvh32).
+inline constexpr const char* kUnprofiledRotQuantLevel = "3";
 QualityFloor NearLosslessFloor(std::string note);
 // The profile's rungs within the limits (raw fp16 always; kvtc rungs only when measured with
 // `kvcal_hash`, the calibration loaded now).

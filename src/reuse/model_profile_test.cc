@@ -109,7 +109,10 @@ TEST(QualityFloor, WithoutAProfileOnlyNearLosslessRungsAndANote) {
   auto f = LoadQualityFloor(model, "", p.model, none, {});
   ASSERT_TRUE(f.ok());
   EXPECT_FALSE(f->from_profile());
-  EXPECT_EQ(f->allowed.size(), 2u);
+  // raw, quant 8 and the calibration-free rotquant level, ranked in that order.
+  EXPECT_EQ(f->allowed, (std::vector<std::pair<std::string, std::string>>{
+                            {"raw", "fp16"}, {"quant", "8"}, {"rotquant", kUnprofiledRotQuantLevel}}));
+  EXPECT_LT(f->loss.at({"quant", "8"}), f->loss.at({"rotquant", kUnprofiledRotQuantLevel}));
   EXPECT_NE(f->note.find("kvcodec profile --model"), std::string::npos) << f->note;
   // The profile beside the model is used; kvtc is left out without the calibration it was measured with.
   ASSERT_TRUE(SaveProfile(p, DefaultProfilePath(model)).ok());

@@ -17,10 +17,15 @@ Result<StorePlan> PlanStoredRungs(const QualityFloor& floor, const std::string& 
   if (codec == "raw") return plan;
   for (const std::string& level : floor.Levels(codec)) plan.rungs.push_back({requested, level});
   if (plan.rungs.size() > 1) return plan;
-  const bool quant8 = floor.Allows("quant", "8");
-  if (quant8) plan.rungs.push_back({FindCodec("quant"), "8"});
-  plan.note = "no " + codec + " rung is within the quality floor for this model: storing raw/fp16" +
-              (quant8 ? " and quant/8" : "");
+  // No rung of the codec asked for: the calibration-free ones the floor allows.
+  std::string stored;
+  for (const auto& [name, level] : {std::pair<std::string, std::string>{"quant", "8"},
+                                    std::pair<std::string, std::string>{"rotquant", kUnprofiledRotQuantLevel}}) {
+    if (!floor.Allows(name, level)) continue;
+    plan.rungs.push_back({FindCodec(name), level});
+    stored += " and " + name + "/" + level;
+  }
+  plan.note = "no " + codec + " rung is within the quality floor for this model: storing raw/fp16" + stored;
   return plan;
 }
 

@@ -21,7 +21,7 @@ namespace kvc {
 // What a request stores new chunks as: raw fp16 (what a fast link fetches, so reuse there
 // changes nothing), then `codec`'s levels within the model's quality floor (what slower links
 // fetch), or, when the floor allows none of them (no profile yet, or every rung over it), the
-// near-lossless quant 8 if allowed, with a note saying so.
+// calibration-free quant 8 and rotquant 3 where the floor allows them, with a note saying so.
 struct StorePlan {
   std::vector<StoredRung> rungs;
   std::string note;  // empty when the requested codec is stored

@@ -204,7 +204,7 @@ TEST(RunJob, WithoutAProfileOnlyNearLosslessRungsAreStored) {
   o.model_path = (dir / "m.gguf").string();
   const auto r = RunJob(o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->stored_levels, (std::vector<std::string>{"raw/fp16", "quant/8"}));
+  EXPECT_EQ(r->stored_levels, (std::vector<std::string>{"raw/fp16", "quant/8", "rotquant/3"}));
   EXPECT_NE(r->quality_floor.find("kvcodec profile --model"), std::string::npos) << r->quality_floor;
   std::filesystem::remove_all(dir);
 }

@@ -88,8 +88,9 @@ const CodecInfo& RotQuantCodec::info() const {
       .version = 1,
       .levels = {"4", "3", "2"},
       .default_level = "3",
-      .description = "calibration-free: seeded random Hadamard rotation per head, then Lloyd-Max scalar quantisation "
-                     "of each vector at 4, 3 or 2 bits against its own RMS",
+      .description =
+          "calibration-free: seeded random Hadamard rotation per head, then Lloyd-Max scalar quantisation "
+          "of each vector at 4, 3 or 2 bits against its own RMS",
       .params = {"seed=" + std::to_string(kDefaultSeed)},
   };
   return info;

@@ -7,10 +7,10 @@
 #include <random>
 #include <tuple>
 
-#include "codecs/quant/quant_codec.h"
-#include "codecs/rotquant/rotquant_kernels.h"
 #include "base/half.h"
 #include "base/vector_isa.h"
+#include "codecs/quant/quant_codec.h"
+#include "codecs/rotquant/rotquant_kernels.h"
 #include "codecs/test_kv.h"
 #include "tensor/synthetic_kv.h"
 
@@ -147,8 +147,8 @@ TEST(RotQuantCodec, ZerosAndEmptyCaches) {
   auto decoded = DecodeKvc(Encode(zeros, {.level = "2"}).value());
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
   EXPECT_TRUE(*decoded == zeros);
-  const KvCache empty = KvCache::Create({.n_layers = 2, .n_kv_heads = 1, .head_dim = 8, .n_tokens = 0}, DType::kF16)
-                            .value();
+  const KvCache empty =
+      KvCache::Create({.n_layers = 2, .n_kv_heads = 1, .head_dim = 8, .n_tokens = 0}, DType::kF16).value();
   auto decoded_empty = DecodeKvc(Encode(empty, {.level = "4"}).value());
   ASSERT_TRUE(decoded_empty.ok()) << decoded_empty.status().ToString();
   EXPECT_EQ(decoded_empty->shape().n_tokens, 0u);
@@ -156,9 +156,8 @@ TEST(RotQuantCodec, ZerosAndEmptyCaches) {
 
 TEST(RotQuantCodec, ExtremeMagnitudesStayFinite) {
   const KvShape shape{.n_layers = 1, .n_kv_heads = 1, .head_dim = 16, .n_tokens = 8};
-  const KvCache loud = FillKv(shape, DType::kF16, 0, [](KvKind, uint32_t, uint32_t t, size_t c) {
-    return (c + t) % 2 ? 65504.0f : -65504.0f;
-  });
+  const KvCache loud = FillKv(
+      shape, DType::kF16, 0, [](KvKind, uint32_t, uint32_t t, size_t c) { return (c + t) % 2 ? 65504.0f : -65504.0f; });
   auto decoded = DecodeKvc(Encode(loud, {.level = "2"}).value());
   ASSERT_TRUE(decoded.ok());
   std::vector<float> x(shape.layer_elems());
@@ -183,9 +182,8 @@ TEST(RotQuantCodec, BadOptionsAreClearErrors) {
 
 TEST(RotQuantCodec, DamagedFilesAreCorrupt) {
   // 5 tokens x 1 head x 3 dims x 3 bits = 45 bits: each layer's last code byte has 3 padding bits.
-  const auto good = Encode(MakeCache({.n_layers = 2, .n_kv_heads = 1, .head_dim = 3, .n_tokens = 5}, 4),
-                           {.level = "3"})
-                        .value();
+  const auto good =
+      Encode(MakeCache({.n_layers = 2, .n_kv_heads = 1, .head_dim = 3, .n_tokens = 5}, 4), {.level = "3"}).value();
   ASSERT_TRUE(DecodeKvc(good).ok());
   using Edit = std::function<void(KvcHeader&, std::vector<KvcSection>&)>;
   const std::vector<std::pair<const char*, Edit>> edits = {

@@ -21,9 +21,8 @@ constexpr uint8_t kMaxScaleCode = 254;
 // rounded to float once here.
 constexpr float kHalf2[] = {0.4527800381183624f, 1.5104175806045532f};
 constexpr float kHalf3[] = {0.2450941801071167f, 0.7560052871704102f, 1.3439092636108398f, 2.1519455909729004f};
-constexpr float kHalf4[] = {0.12839503586292267f, 0.38804829120635986f, 0.6567591428756714f,
-                            0.9423404335975647f,  1.2562311887741089f,  1.6180464029312134f,
-                            2.069017171859741f,   2.7325894832611084f};
+constexpr float kHalf4[] = {0.12839503586292267f, 0.38804829120635986f, 0.6567591428756714f, 0.9423404335975647f,
+                            1.2562311887741089f,  1.6180464029312134f,  2.069017171859741f,  2.7325894832611084f};
 
 // 2^(-j/16) for j in 0..15, correctly rounded: scale codes decode with these and exact powers of
 // two only, so every machine rebuilds the same scale.
@@ -152,8 +151,8 @@ __attribute__((target("avx2"), always_inline)) inline void ButterfliesInRegister
 // One block of kN values from kBits codes at `in`: level * step, butterflies, signs, clamp, into w.
 template <uint32_t kN, uint32_t kBits>
 __attribute__((target("avx2"), always_inline)) inline void ReconstructBlock(const uint8_t* in, __m256 lv_lo,
-                                                                                __m256 lv_hi, const float* signs,
-                                                                                float* w) {
+                                                                            __m256 lv_hi, const float* signs,
+                                                                            float* w) {
   __m256 r[kN / 8];
   for (uint32_t i = 0; i < kN / 8; ++i) {
     const __m256i q = Codes8<kBits>(in + i * kBits);
@@ -212,9 +211,10 @@ __attribute__((target("avx2"))) void QuantiseAvx2(const float* x, uint64_t n_vec
 // One block of kN values rotated in place: signs, butterflies, norm; acc gets the squares.
 template <uint32_t kN>
 __attribute__((target("avx2"), always_inline)) inline void RotateBlock(float* w, const float* signs, __m256 norm,
-                                                                           __m256* acc) {
+                                                                       __m256* acc) {
   __m256 r[kN / 8];
-  for (uint32_t i = 0; i < kN / 8; ++i) r[i] = _mm256_mul_ps(_mm256_loadu_ps(w + 8 * i), _mm256_loadu_ps(signs + 8 * i));
+  for (uint32_t i = 0; i < kN / 8; ++i)
+    r[i] = _mm256_mul_ps(_mm256_loadu_ps(w + 8 * i), _mm256_loadu_ps(signs + 8 * i));
   ButterfliesInRegisters<kN>(r);
   for (uint32_t i = 0; i < kN / 8; ++i) {
     const __m256 y = _mm256_mul_ps(r[i], norm);
@@ -223,8 +223,7 @@ __attribute__((target("avx2"), always_inline)) inline void RotateBlock(float* w,
   }
 }
 
-__attribute__((target("avx2"))) bool RotateBlockOf(uint32_t n, float* w, const float* signs, __m256 norm,
-                                                       __m256* acc) {
+__attribute__((target("avx2"))) bool RotateBlockOf(uint32_t n, float* w, const float* signs, __m256 norm, __m256* acc) {
   switch (n) {
     case 8:
       RotateBlock<8>(w, signs, norm, acc);
@@ -249,7 +248,7 @@ __attribute__((target("avx2"))) bool RotateBlockOf(uint32_t n, float* w, const f
 // ReconstructBlock for a block size and width known only at run time.
 template <uint32_t kBits>
 __attribute__((target("avx2"))) bool ReconstructBlockOf(uint32_t n, const uint8_t* in, __m256 lv_lo, __m256 lv_hi,
-                                                           const float* signs, float* w) {
+                                                        const float* signs, float* w) {
   switch (n) {
     case 8:
       ReconstructBlock<8, kBits>(in, lv_lo, lv_hi, signs, w);
@@ -348,7 +347,8 @@ void LayerCoder::Rotate(float* x, uint64_t n_vectors, double* rms, VectorIsa isa
         _mm256_storeu_ps(partial, acc);
         rms[vi] = RmsOfPartials(partial, dim_);
       }
-    }();
+    }
+    ();
     return;
   }
 #endif
@@ -405,8 +405,8 @@ void LayerCoder::Quantise(const float* x, uint64_t n_vectors, const uint8_t* sca
   if (filled > 0) *out = static_cast<uint8_t>(acc);
 }
 
-void LayerCoder::Reconstruct(const uint8_t* codes, uint64_t n_vectors, const uint8_t* scale_codes, float top,
-                             float* x, VectorIsa isa) const {
+void LayerCoder::Reconstruct(const uint8_t* codes, uint64_t n_vectors, const uint8_t* scale_codes, float top, float* x,
+                             VectorIsa isa) const {
   isa = ResolveVectorIsa(isa);
 #if defined(__x86_64__)
   if (isa != VectorIsa::kPortable && dim_ % 8 == 0) {
@@ -431,12 +431,13 @@ void LayerCoder::Reconstruct(const uint8_t* codes, uint64_t n_vectors, const uin
           if (!done) {  // blocks over 128: through memory
             float* w = v + offset;
             for (uint32_t j = 0; j < n; j += 8) {
-              const __m256i q = bits_ == 2 ? Codes8<2>(in + j / 8 * 2) : bits_ == 3 ? Codes8<3>(in + j / 8 * 3)
-                                                                                    : Codes8<4>(in + j / 8 * 4);
+              const __m256i q = bits_ == 2   ? Codes8<2>(in + j / 8 * 2)
+                                : bits_ == 3 ? Codes8<3>(in + j / 8 * 3)
+                                             : Codes8<4>(in + j / 8 * 4);
               const __m256 upper = _mm256_permutevar8x32_ps(lv_hi, q);
               const __m256 y = _mm256_permutevar8x32_ps(lv_lo, q);
-              _mm256_storeu_ps(w + j, bits_ == 4 ? _mm256_blendv_ps(y, upper, _mm256_castsi256_ps(_mm256_slli_epi32(q, 28)))
-                                                 : y);
+              _mm256_storeu_ps(
+                  w + j, bits_ == 4 ? _mm256_blendv_ps(y, upper, _mm256_castsi256_ps(_mm256_slli_epi32(q, 28))) : y);
             }
             ButterfliesAvx2(w, n);
             for (uint32_t j = 0; j < n; j += 8) {
@@ -448,7 +449,8 @@ void LayerCoder::Reconstruct(const uint8_t* codes, uint64_t n_vectors, const uin
         }
         if (scale == 0) std::fill_n(v, dim_, 0.0f);  // +0, not the -0 of a negative level times 0
       }
-    }();
+    }
+    ();
     return;
   }
 #endif
