@@ -120,12 +120,17 @@ __attribute__((target("avx2"))) void ButterfliesAvx2(float* v, uint32_t n) {
 }
 
 // The 8 codes of kBits bits starting at `p` (8 codes are kBits whole bytes).
-template <uint32_t kBits>
+// `spare`: a byte past the 8 codes may be read (one 32-bit load for 3-bit codes).
+template <uint32_t kBits, bool kSpare = false>
 __attribute__((target("avx2"), always_inline)) inline __m256i Codes8(const uint8_t* p) {
-  // Byte by byte: a 3-byte memcpy is a library call here.
-  uint32_t word = p[0] | uint32_t{p[1]} << 8;
-  if constexpr (kBits >= 3) word |= uint32_t{p[2]} << 16;
-  if constexpr (kBits >= 4) word |= uint32_t{p[3]} << 24;
+  uint32_t word;
+  if constexpr (kBits == 4 || (kBits == 3 && kSpare)) {
+    std::memcpy(&word, p, 4);
+  } else {
+    // Byte by byte: a 3-byte memcpy is a library call here.
+    word = p[0] | uint32_t{p[1]} << 8;
+    if constexpr (kBits >= 3) word |= uint32_t{p[2]} << 16;
+  }
   const __m256i shifts = _mm256_setr_epi32(0, kBits, 2 * kBits, 3 * kBits, 4 * kBits, 5 * kBits, 6 * kBits, 7 * kBits);
   return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(word)), shifts),
                           _mm256_set1_epi32((1 << kBits) - 1));
@@ -155,7 +160,8 @@ __attribute__((target("avx2"), always_inline)) inline void ReconstructBlock(cons
                                                                             float* w) {
   __m256 r[kN / 8];
   for (uint32_t i = 0; i < kN / 8; ++i) {
-    const __m256i q = Codes8<kBits>(in + i * kBits);
+    // Every group but the block's last has the next group's bytes after it.
+    const __m256i q = i + 1 < kN / 8 ? Codes8<kBits, true>(in + i * kBits) : Codes8<kBits>(in + i * kBits);
     r[i] = _mm256_permutevar8x32_ps(lv_lo, q);
     if constexpr (kBits == 4) {
       r[i] = _mm256_blendv_ps(r[i], _mm256_permutevar8x32_ps(lv_hi, q), _mm256_castsi256_ps(_mm256_slli_epi32(q, 28)));
