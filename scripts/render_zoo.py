@@ -63,6 +63,23 @@ if HELD_OUT in zoo:
         print(f"| {c} | {b['ratio']:.1f}x | {b['level']} |" if b else f"| {c} | none | |")
 print()
 
+if any(r["codec"] == "rotquant" for p in zoo.values() for r in p["rungs"]):
+    print("## kvtc against rotquant at equal quality\n")
+    print("rotquant needs no calibration; kvtc does (`kvcodec calibrate`). For each rotquant level, the highest")
+    print("kvtc ratio whose mean KL divergence from the uncompressed run is no larger: up to that ratio kvtc")
+    print("beats rotquant at equal quality, by the factor shown.\n")
+    print("| model | rotquant level | its ratio | its kl_mean | kvtc at equal quality | kvtc level | kvtc / rotquant |")
+    print("|---|---|---:|---:|---:|---|---:|")
+    for m in order:
+        rungs = zoo[m]["rungs"]
+        kvtc = [r for r in rungs if r["codec"] == "kvtc"]
+        for rq in (r for r in rungs if r["codec"] == "rotquant"):
+            same = [r for r in kvtc if r["kl_mean"] <= rq["kl_mean"]]
+            b = max(same, key=lambda r: r["ratio"]) if same else None
+            cells = f"{b['ratio']:.1f}x | {b['level']} | {b['ratio'] / rq['ratio']:.1f}x" if b else "none | | "
+            print(f"| {m} | {rq['level']} | {rq['ratio']:.2f}x | {rq['kl_mean']:.5f} | {cells} |")
+    print()
+
 for m in order:
     mm, p = meta(m), zoo[m]
     print(f"## {m}{' (held out: no default tuned on it)' if m == HELD_OUT else ''}\n")
