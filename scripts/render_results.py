@@ -6,6 +6,9 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from zoo_compare import has_rotquant, load_zoo, print_kvtc_against_rotquant, print_side_by_side  # noqa: E402
+
 docs, ctx, cont = sys.argv[1:4]
 
 
@@ -457,6 +460,16 @@ if kvtc_cost:
         widths = ", ".join(f"{b}: {n}" for b, n in level["components_by_bits"].items() if b != "0")
         print(f"| {level['level']} | {level['macs_per_token']:,} | {level['macs_per_output_byte']:.1f} | {widths} |")
     print()
+
+zoo, zoo_order = load_zoo()
+if has_rotquant(zoo):
+    print("## rotquant beside quant and kvtc on the model zoo\n")
+    print("The rungs of `scripts/results_zoo.sh` (which results.sh runs; each model at its training context, the")
+    print("settings of docs/results-zoo.md): rotquant needs nothing but the KV, quant neither, kvtc a calibration")
+    print("per model. *within*: `ppl_delta_pct <= 1.0` and `top1_agreement >= 0.95`.\n")
+    print_side_by_side(zoo, zoo_order, 1.0, 0.95)
+    print("### Where kvtc stops beating rotquant at equal quality\n")
+    print_kvtc_against_rotquant(zoo, zoo_order)
 
 if python_bench:
     pb = python_bench[0]

@@ -1,17 +1,17 @@
 #!/usr/bin/python3
 """Renders docs/results-zoo.md from results/zoo/<model>.json (scripts/results_zoo.sh)."""
 
-import glob
 import json
 import os
+import sys
 
-# The model no default was tuned on: reported apart.
-HELD_OUT = "kvjargon"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from zoo_compare import HELD_OUT, has_rotquant, load_zoo, print_kvtc_against_rotquant  # noqa: E402
+
 MAX_PPL, MIN_TOP1 = 1.0, 0.95
 
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-zoo = {os.path.basename(p)[:-5]: json.load(open(p)) for p in sorted(glob.glob("results/zoo/*.json"))}
-order = sorted(zoo, key=lambda m: (m == HELD_OUT, m))
+zoo, order = load_zoo()
 
 
 def meta(m):
@@ -63,22 +63,9 @@ if HELD_OUT in zoo:
         print(f"| {c} | {b['ratio']:.1f}x | {b['level']} |" if b else f"| {c} | none | |")
 print()
 
-if any(r["codec"] == "rotquant" for p in zoo.values() for r in p["rungs"]):
+if has_rotquant(zoo):
     print("## kvtc against rotquant at equal quality\n")
-    print("rotquant needs no calibration; kvtc does (`kvcodec calibrate`). For each rotquant level, the highest")
-    print("kvtc ratio whose mean KL divergence from the uncompressed run is no larger: up to that ratio kvtc")
-    print("beats rotquant at equal quality, by the factor shown.\n")
-    print("| model | rotquant level | its ratio | its kl_mean | kvtc at equal quality | kvtc level | kvtc / rotquant |")
-    print("|---|---|---:|---:|---:|---|---:|")
-    for m in order:
-        rungs = zoo[m]["rungs"]
-        kvtc = [r for r in rungs if r["codec"] == "kvtc"]
-        for rq in (r for r in rungs if r["codec"] == "rotquant"):
-            same = [r for r in kvtc if r["kl_mean"] <= rq["kl_mean"]]
-            b = max(same, key=lambda r: r["ratio"]) if same else None
-            cells = f"{b['ratio']:.1f}x | {b['level']} | {b['ratio'] / rq['ratio']:.1f}x" if b else "none | | "
-            print(f"| {m} | {rq['level']} | {rq['ratio']:.2f}x | {rq['kl_mean']:.5f} | {cells} |")
-    print()
+    print_kvtc_against_rotquant(zoo, order)
 
 for m in order:
     mm, p = meta(m), zoo[m]

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Regenerates docs/results.md: `kvcodec eval` for every codec and level on each test model,
-# the kvtc entropy stages side by side, a kvtc grouping/group-size ablation, the video codec's
-# layout ablation and quantiser groups, and codec speeds.
+# Regenerates docs/results.md (and docs/results-zoo.md): `kvcodec eval` for every codec and level
+# on each test model, rotquant beside quant and kvtc on the model zoo, the kvtc entropy stages side
+# by side, a kvtc grouping/group-size ablation, the video codec's layout ablation and quantiser
+# groups, and codec speeds.
 # Every figure in that file comes from this command.
 #   scripts/results.sh [--docs N] [--ctx N] [--cont N] [--no-ablation]
 set -euo pipefail
@@ -129,7 +130,8 @@ $kvcodec bench serve --json --quiet > "$serve/serve.json"
 bench=results/bench
 mkdir -p "$bench"
 rm -f "$bench"/*.json
-for spec in raw: quant:8 quant:4 kvtc:16 kvtc:20 cachegen:medium cachegen:low video:8 video:4; do
+for spec in raw: quant:8 quant:4 rotquant:4 rotquant:3 rotquant:2 kvtc:16 kvtc:20 cachegen:medium cachegen:low video:8 \
+            video:4; do
   codec=${spec%%:*} level=${spec#*:}
   echo "== bench $codec $level" >&2
   $kvcodec bench codec --codec "$codec" ${level:+--level "$level"} --json > "$bench/$codec-$level.json"
@@ -139,6 +141,10 @@ done
 echo "== python bench" >&2
 PYTHONPATH=build/dev/python OPENBLAS_NUM_THREADS=1 KVCODEC_CLI=$kvcodec /usr/bin/python3 python/bench.py \
   > results/python_bench.json
+
+# Every codec on every model of the zoo (docs/results-zoo.md; results.md's rotquant/quant/kvtc
+# comparison reads the same files).
+scripts/results_zoo.sh
 
 # kvtc's decode arithmetic per level (from the calibration alone).
 /usr/bin/python3 scripts/kvcal_cost.py models/kvtiny/kvtiny.kvcal > results/kvtc_cost.json
