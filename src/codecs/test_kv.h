@@ -1,12 +1,15 @@
 // Helpers shared by the codec tests: synthetic KV caches and damaged-file builders.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <functional>
 #include <random>
 #include <span>
 #include <vector>
 
+#include "codecs/codec.h"
 #include "format/container.h"
 #include "tensor/kv_cache.h"
 #include "tensor/synthetic_kv.h"
@@ -44,6 +47,14 @@ inline std::vector<uint8_t> Rewrite(std::span<const uint8_t> bytes,
   for (const auto& s : file.sections) sections.push_back({s.tag, {s.bytes.begin(), s.bytes.end()}});
   edit(file.header, sections);
   return WriteKvc(file.header, sections).value();
+}
+
+// `good` after `edit` (fresh CRCs) must decode to kCorrupt: the codec's own checks catch it.
+inline void ExpectEditIsCorrupt(std::span<const uint8_t> good, const char* name,
+                                const std::function<void(KvcHeader&, std::vector<KvcSection>&)>& edit) {
+  auto decoded = DecodeKvc(Rewrite(good, edit));
+  ASSERT_FALSE(decoded.ok()) << name;
+  EXPECT_EQ(decoded.status().code(), StatusCode::kCorrupt) << name << ": " << decoded.status().ToString();
 }
 
 }  // namespace kvc

@@ -1,8 +1,6 @@
 #include "codecs/rotquant/rotquant_codec.h"
 
 #include <algorithm>
-#include <array>
-#include <cmath>
 
 #include "base/byte_io.h"
 #include "base/half.h"
@@ -17,8 +15,7 @@ namespace {
 //           code 255: a zero vector
 //   codes:  n_tokens x n_kv_heads x head_dim codes of `bits` bits, LSB first, the layer's
 //           last byte padded with zero bits
-// A code q stands for the rotated coordinate scale * kLevels[bits][q]; the vector is the inverse
-// rotation of those coordinates.
+// The rotation, the levels a code stands for and the packing: rotquant_kernels.h.
 constexpr float kFp16Max = 65504.0f;
 using rotquant::kMaxBits;
 using rotquant::kMinBits;
