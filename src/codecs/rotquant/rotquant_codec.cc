@@ -16,7 +16,6 @@ namespace {
 //   codes:  n_tokens x n_kv_heads x head_dim codes of `bits` bits, LSB first, the layer's
 //           last byte padded with zero bits
 // The rotation, the levels a code stands for and the packing: rotquant_kernels.h.
-constexpr float kFp16Max = 65504.0f;
 using rotquant::kMaxBits;
 using rotquant::kMinBits;
 
@@ -76,6 +75,15 @@ LayerLayout LayoutOf(const KvShape& shape, uint32_t bits) {
   return l;
 }
 
+// A layer's fp16 values where the view holds them as such (and aligned, as a KvCache's are): the
+// encoder converts them as it rotates instead of in a pass of its own.
+const uint16_t* Fp16Layer(const KvView& kv, KvKind kind, uint32_t layer) {
+  if (kv.dtype() != DType::kF16) return nullptr;
+  const uint8_t* bytes = kv.LayerBytes(kind, layer).data();
+  return reinterpret_cast<uintptr_t>(bytes) % alignof(uint16_t) == 0 ? reinterpret_cast<const uint16_t*>(bytes)
+                                                                     : nullptr;
+}
+
 }  // namespace
 
 const CodecInfo& RotQuantCodec::info() const {
@@ -103,30 +111,27 @@ Result<EncodedKv> RotQuantCodec::Encode(const KvView& kv, const EncodeOptions& o
   EncodedKv out;
   out.level = std::to_string(p.bits);
   out.params = WriteParams(p);
-  std::vector<float> x(shape.layer_elems());
-  std::vector<double> rms(layout.vectors);
+  std::vector<float> x(kv.dtype() == DType::kF16 ? 0 : shape.layer_elems());
   for (KvKind kind : kKvKinds) {
     KvcSection& section = out.sections.emplace_back();
     section.tag = KvSectionTag(kind);
     section.bytes.assign(layout.block_bytes() * shape.n_layers, 0);
     for (uint32_t l = 0; l < shape.n_layers; ++l) {
       uint8_t* block = section.bytes.data() + l * layout.block_bytes();
-      if (layout.vectors == 0) {
-        block[0] = block[1] = 0;
-        continue;
-      }
-      kv.ReadLayerF32(kind, l, x.data());
+      if (layout.vectors == 0) continue;  // top 0, no scales, no codes
+      uint8_t* scale_codes = block + 2;
+      uint8_t* codes = scale_codes + layout.vectors;
       coder.SetSigns(p.seed, static_cast<uint32_t>(kind), l);
-      coder.Rotate(x.data(), layout.vectors, rms.data());
-      const double top = *std::max_element(rms.begin(), rms.end());
-      // The RMS of fp16-range values is within it, but for the rounding of the sum.
-      const uint16_t top_h = Fp32ToFp16Up(std::min(static_cast<float>(top), kFp16Max));
-      const float top_f = Fp16ToFp32(top_h);
+      uint16_t top_h;
+      if (const uint16_t* fp16 = Fp16Layer(kv, kind, l)) {
+        top_h = coder.CodeFp16(fp16, layout.vectors, scale_codes, codes);
+      } else {
+        if (x.empty()) x.resize(shape.layer_elems());  // an fp16 view not aligned to 2 bytes
+        kv.ReadLayerF32(kind, l, x.data());
+        top_h = coder.Code(x.data(), layout.vectors, scale_codes, codes);
+      }
       block[0] = static_cast<uint8_t>(top_h);
       block[1] = static_cast<uint8_t>(top_h >> 8);
-      uint8_t* scale_codes = block + 2;
-      for (uint64_t vi = 0; vi < layout.vectors; ++vi) scale_codes[vi] = rotquant::ScaleCode(rms[vi], top_f);
-      coder.Quantise(x.data(), layout.vectors, scale_codes, top_f, scale_codes + layout.vectors);
     }
   }
   return out;
@@ -150,7 +155,7 @@ Status RotQuantCodec::DecodeInto(const KvcFile& file, const CodecContext&, const
   if (layout.vectors == 0) return Status::Ok();
 
   rotquant::LayerCoder coder(shape.head_dim, shape.n_kv_heads, p.bits);
-  std::vector<float> x(shape.layer_elems());
+  std::vector<float> x(out.dtype() == DType::kF16 ? 0 : shape.layer_elems());
   for (KvKind kind : kKvKinds) {
     const auto section = SectionOf(sections, kind);
     for (uint32_t l = 0; l < shape.n_layers; ++l) {
@@ -163,8 +168,13 @@ Status RotQuantCodec::DecodeInto(const KvcFile& file, const CodecContext&, const
       KVC_CHECK_CORRUPT(coder.PaddingIsZero(codes, layout.vectors), "%s layer %u: non-zero padding bits",
                         KvKindName(kind), l);
       coder.SetSigns(p.seed, static_cast<uint32_t>(kind), l);
-      coder.Reconstruct(codes, layout.vectors, scale_codes, Fp16ToFp32(top_h), x.data());
-      out.WriteRowsF32(kind, l, 0, shape.n_tokens, x.data());
+      if (out.dtype() == DType::kF16) {  // straight into the cache's rows
+        uint16_t* rows = reinterpret_cast<uint16_t*>(out.RowBytes(kind, l, 0, shape.n_tokens).data());
+        coder.ReconstructFp16(codes, layout.vectors, scale_codes, Fp16ToFp32(top_h), rows);
+      } else {
+        coder.Reconstruct(codes, layout.vectors, scale_codes, Fp16ToFp32(top_h), x.data());
+        out.WriteRowsF32(kind, l, 0, shape.n_tokens, x.data());
+      }
     }
   }
   return Status::Ok();

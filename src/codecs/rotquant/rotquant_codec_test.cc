@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -85,6 +86,11 @@ TEST(RotQuantKernels, EveryPathGivesTheSameBits) {
         coder.SetSigns(7, 1, 5);
         std::vector<float> x(n * dim);
         for (float& v : x) v = 3 * normal(rng) + (rng() % 7 == 0 ? 40.0f : 0.0f);
+        std::vector<uint16_t> x16(x.size());
+        for (size_t i = 0; i < x.size(); ++i) {
+          x16[i] = Fp32ToFp16(x[i]);
+          x[i] = Fp16ToFp32(x16[i]);  // values an fp16 cache holds, so both inputs agree
+        }
         std::vector<float> a = x, b = x;
         std::vector<double> rms_a(n), rms_b(n);
         coder.Rotate(a.data(), n, rms_a.data(), VectorIsa::kPortable);
@@ -98,12 +104,54 @@ TEST(RotQuantKernels, EveryPathGivesTheSameBits) {
         coder.Quantise(a.data(), n, scales.data(), top, codes_a.data(), VectorIsa::kPortable);
         coder.Quantise(a.data(), n, scales.data(), top, codes_b.data(), isa);
         ASSERT_EQ(codes_a, codes_b);
+        // The encoder's one pass: the same bits on every path and from fp16, and the codes of
+        // Rotate then Quantise but for a rare last-bit difference in a value's scaling.
+        std::vector<uint8_t> one_scales_a(n), one_scales_b(n), one_scales_c(n);
+        std::vector<uint8_t> one_a(codes_a.size()), one_b(codes_a.size()), one_c(codes_a.size());
+        const uint16_t top_a = coder.Code(x.data(), n, one_scales_a.data(), one_a.data(), VectorIsa::kPortable);
+        ASSERT_EQ(coder.Code(x.data(), n, one_scales_b.data(), one_b.data(), isa), top_a);
+        ASSERT_EQ(coder.CodeFp16(x16.data(), n, one_scales_c.data(), one_c.data(), isa), top_a);
+        ASSERT_EQ(one_scales_a, one_scales_b);
+        ASSERT_EQ(one_scales_a, one_scales_c);
+        ASSERT_EQ(one_a, one_b);
+        ASSERT_EQ(one_a, one_c);
+        EXPECT_EQ(Fp16ToFp32(top_a), top);
+        size_t same_scales = 0, same_bytes = 0;
+        for (uint64_t i = 0; i < n; ++i) same_scales += one_scales_a[i] == scales[i];
+        for (size_t i = 0; i < one_a.size(); ++i) same_bytes += one_a[i] == codes_a[i];
+        EXPECT_GE(same_scales, n - 2);
+        EXPECT_GE(same_bytes, one_a.size() * 99 / 100);
         std::vector<float> y_a(n * dim), y_b(n * dim);
         coder.Reconstruct(codes_a.data(), n, scales.data(), top, y_a.data(), VectorIsa::kPortable);
         coder.Reconstruct(codes_a.data(), n, scales.data(), top, y_b.data(), isa);
         ASSERT_EQ(y_a, y_b);
+        std::vector<uint16_t> h_a(n * dim), h_b(n * dim);
+        coder.ReconstructFp16(codes_a.data(), n, scales.data(), top, h_a.data(), VectorIsa::kPortable);
+        coder.ReconstructFp16(codes_a.data(), n, scales.data(), top, h_b.data(), isa);
+        ASSERT_EQ(h_a, h_b);
+        for (size_t i = 0; i < h_a.size(); ++i) ASSERT_EQ(h_a[i], Fp32ToFp16(y_a[i])) << i;
       }
     }
+  }
+}
+
+// fp16 caches are read and written in the rotation's own pass; other dtypes through fp32 rows.
+// Both give the same codes and, rounded to fp16, the same values, at every head dim kind.
+TEST(RotQuantCodec, Fp16AndFp32CachesCodeAndDecodeAlike) {
+  for (uint32_t dim : {64u, 96u, 256u, 12u}) {
+    SCOPED_TRACE(dim);
+    const KvCache half = MakeCache({.n_layers = 2, .n_kv_heads = 2, .head_dim = dim, .n_tokens = 33}, 4);
+    const KvCache single = half.ConvertTo(DType::kF32).value();
+    const std::vector<uint8_t> bytes_half = Encode(half, {}).value(), bytes_single = Encode(single, {}).value();
+    const KvcFile file_half = ReadKvc(bytes_half).value(), file_single = ReadKvc(bytes_single).value();
+    ASSERT_EQ(file_half.sections.size(), file_single.sections.size());
+    for (size_t i = 0; i < file_half.sections.size(); ++i)
+      EXPECT_TRUE(std::ranges::equal(file_half.sections[i].bytes, file_single.sections[i].bytes)) << i;
+    const KvCache back_half = DecodeKvc(bytes_half).value();
+    const KvCache back_single = DecodeKvc(bytes_single).value();
+    EXPECT_EQ(back_half.dtype(), DType::kF16);
+    EXPECT_EQ(back_single.dtype(), DType::kF32);
+    EXPECT_TRUE(back_single.ConvertTo(DType::kF16).value() == back_half);
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "base/vector_isa.h"
@@ -31,15 +32,37 @@ class LayerCoder {
   // into `codes` (CodeBytes(n_vectors) of them, zeroed by the caller).
   void Quantise(const float* x, uint64_t n_vectors, const uint8_t* scale_codes, float top, uint8_t* codes,
                 VectorIsa isa = VectorIsa::kAuto) const;
+  // A layer coded as the codec does, each vector in one pass: its RMS (of its values as given,
+  // which the rotation keeps), the layer's top (the largest RMS rounded up to fp16, returned as
+  // fp16 bits), the scale codes, and the codes of the rotated vectors, which are never stored.
+  // The codes are those of Rotate then Quantise but for the last bit of a value's scaling here
+  // and there (one product by norm / scale instead of two). `codes` zeroed by the caller.
+  uint16_t Code(const float* x, uint64_t n_vectors, uint8_t* scale_codes, uint8_t* codes,
+                VectorIsa isa = VectorIsa::kAuto) const;
+  uint16_t CodeFp16(const uint16_t* x, uint64_t n_vectors, uint8_t* scale_codes, uint8_t* codes,
+                    VectorIsa isa = VectorIsa::kAuto) const;
   // x ([token][head][dim]) from codes and scales; every value within +-65504.
   void Reconstruct(const uint8_t* codes, uint64_t n_vectors, const uint8_t* scale_codes, float top, float* x,
                    VectorIsa isa = VectorIsa::kAuto) const;
+  // The same as fp16, each value Reconstruct's rounded to nearest even: one pass to an fp16 cache.
+  void ReconstructFp16(const uint8_t* codes, uint64_t n_vectors, const uint8_t* scale_codes, float top, uint16_t* x,
+                       VectorIsa isa = VectorIsa::kAuto) const;
   // Whether the bits past the last code in the last byte are all zero (what the encoder writes).
   bool PaddingIsZero(const uint8_t* codes, uint64_t n_vectors) const;
 
   uint64_t CodeBytes(uint64_t n_vectors) const { return (n_vectors * dim_ * bits_ + 7) / 8; }
+  // The values codes stand for, in units of a vector's scale (ascending), and the thresholds
+  // between them: code q of a value u is the number of thresholds below u.
+  std::span<const float> levels() const { return {levels_.data(), n_levels_}; }
+  std::span<const float> thresholds() const { return {thresholds_.data(), n_levels_ - 1}; }
 
  private:
+  template <typename In>
+  uint16_t CodeFrom(const In* in, uint64_t n_vectors, uint8_t* scale_codes, uint8_t* codes, VectorIsa isa) const;
+  template <typename Out>
+  void ReconstructInto(const uint8_t* codes, uint64_t n_vectors, const uint8_t* scale_codes, float top, Out* x,
+                       VectorIsa isa) const;
+
   uint32_t dim_, heads_, bits_;
   // The power-of-two blocks of dim, largest first; norm = 1 / sqrt(size).
   uint32_t n_blocks_ = 0;
