@@ -7,6 +7,7 @@
 #include "bench/codec_bench.h"
 #include "bench/evaluator.h"
 #include "bench/profile_measure.h"
+#include "bench/rotquant_ablation.h"
 #include "bench/serve_bench.h"
 #include "bench/token_file.h"
 #include "bench/ttft_bench.h"
@@ -149,6 +150,17 @@ kvc::Result<std::string> BenchVideoJsonReport(const kvc_bench_video_params* p) {
   return kvc::RunVideoAblationJson(o);
 }
 
+kvc::Result<std::string> BenchRotQuantJsonReport(const kvc_bench_rotquant_params* p) {
+  kvc::RotQuantAblationOptions o;
+  o.model_path = p->model_path;
+  if (p->text_path) o.text_path = p->text_path;
+  if (p->ctx) o.ctx = p->ctx;
+  if (p->chunk) o.chunk = p->chunk;
+  if (p->min_seconds > 0) o.min_seconds = p->min_seconds;
+  o.progress = p->quiet == 0;
+  return kvc::RunRotQuantAblationJson(o);
+}
+
 kvc::Result<std::string> BenchServeJsonReport(const kvc_bench_serve_params* p) {
   kvc::ServeBenchOptions o;
   o.model_path = p->model_path;
@@ -218,6 +230,10 @@ kvc_status kvc_bench_ttft_json(const kvc_bench_ttft_params* p, char** out_json) 
 
 kvc_status kvc_bench_video_json(const kvc_bench_video_params* p, char** out_json) {
   return JsonTool(p, out_json, BenchVideoJsonReport);
+}
+
+kvc_status kvc_bench_rotquant_json(const kvc_bench_rotquant_params* p, char** out_json) {
+  return JsonTool(p, out_json, BenchRotQuantJsonReport);
 }
 
 kvc_status kvc_bench_serve_json(const kvc_bench_serve_params* p, char** out_json) {

@@ -96,6 +96,20 @@ typedef struct kvc_bench_video_params {
  * the neighbouring-token difference ratio (JSON, caller frees). */
 kvc_status kvc_bench_video_json(const kvc_bench_video_params* params, char** out_json);
 
+typedef struct kvc_bench_rotquant_params {
+  const char* model_path;
+  const char* text_path; /* NULL: eval.txt beside the model */
+  uint32_t ctx;          /* 0: 1024 */
+  uint32_t chunk;        /* 0: 256 */
+  double min_seconds;    /* 0: 0.3, per decode-speed measurement */
+  int32_t quiet;         /* non-zero: no progress line on stderr */
+} kvc_bench_rotquant_params;
+
+/* rotquant's optional parts on a real KV cache, per bit width: entropy-coded codes and scales
+ * (size, decode MB/s beside the plain decoder), a residual sign bit, a QJL residual sketch, and
+ * keys coded with RoPE undone (relative errors) (JSON, caller frees). */
+kvc_status kvc_bench_rotquant_json(const kvc_bench_rotquant_params* params, char** out_json);
+
 typedef struct kvc_bench_ttft_params {
   const char* model_path;
   const char* text_path;   /* NULL: eval.txt beside the model */
@@ -176,6 +190,9 @@ inline Outcome<std::string> BenchCodecJson(const kvc_bench_codec_params& p) {
 }
 inline Outcome<std::string> BenchVideoJson(const kvc_bench_video_params& p) {
   return ToolJson(kvc_bench_video_json, p);
+}
+inline Outcome<std::string> BenchRotQuantJson(const kvc_bench_rotquant_params& p) {
+  return ToolJson(kvc_bench_rotquant_json, p);
 }
 inline Outcome<std::string> BenchTtftJson(const kvc_bench_ttft_params& p) { return ToolJson(kvc_bench_ttft_json, p); }
 inline Outcome<std::string> BenchServeJson(const kvc_bench_serve_params& p) {

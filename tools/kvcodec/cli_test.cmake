@@ -66,6 +66,20 @@ foreach(key "\"steps\"" "\"zstd-19\"" "\"deflate-12\"" "\"ffv1\"" "\"k_token_ord
     message(FATAL_ERROR "bench video JSON lacks ${key}:\n${out}")
   endif()
 endforeach()
+# rotquant's ablation, small: per width, a residual sign bit lowers the error, entropy coding
+# lowers the size, and the plain error is near the Lloyd-Max quantiser's on N(0, 1).
+run(TRUE "${KVCODEC}" bench rotquant --ctx 256 --chunk 128 --min-seconds 0.01 --json --quiet)
+foreach(i 0 1 2)
+  string(JSON plain_k GET "${out}" levels ${i} plain rel_err_k)
+  string(JSON plain_bits GET "${out}" levels ${i} plain bits_per_value)
+  string(JSON sign_k GET "${out}" levels ${i} sign_refined rel_err_k)
+  string(JSON entropy_bits GET "${out}" levels ${i} entropy_coded bits_per_value)
+  string(JSON rope_k GET "${out}" levels ${i} keys_rope_undone rel_err_k)
+  if(NOT (sign_k LESS plain_k AND entropy_bits LESS plain_bits AND plain_k GREATER 0.003 AND plain_k LESS 0.2
+          AND rope_k GREATER 0.003 AND rope_k LESS 0.2))
+    message(FATAL_ERROR "bench rotquant level ${i}: implausible figures:\n${out}")
+  endif()
+endforeach()
 
 # Bad input: one clear line and a non-zero exit.
 run(FALSE "${KVCODEC}" decode "${WORK}/missing.kvc")

@@ -19,6 +19,7 @@ Command AddEncodeCommand(CLI::App* parent);
 Command AddCalibrateCommand(CLI::App* parent);
 Command AddBenchCodecCommand(CLI::App* parent);
 Command AddBenchVideoCommand(CLI::App* parent);
+Command AddBenchRotQuantCommand(CLI::App* parent);
 Command AddServeCommand(CLI::App* parent);
 Command AddBenchTtftCommand(CLI::App* parent);
 Command AddBenchServeCommand(CLI::App* parent);

@@ -40,6 +40,7 @@ int Main(int argc, char** argv) {
   bench->require_subcommand(1);
   commands.push_back(kvcodec_cli::AddBenchCodecCommand(bench));
   commands.push_back(kvcodec_cli::AddBenchVideoCommand(bench));
+  commands.push_back(kvcodec_cli::AddBenchRotQuantCommand(bench));
   commands.push_back(kvcodec_cli::AddServeCommand(&app));
   commands.push_back(kvcodec_cli::AddBenchTtftCommand(bench));
   commands.push_back(kvcodec_cli::AddBenchServeCommand(bench));
