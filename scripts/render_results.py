@@ -471,6 +471,58 @@ if has_rotquant(zoo):
     print("### Where kvtc stops beating rotquant at equal quality\n")
     print_kvtc_against_rotquant(zoo, zoo_order)
 
+rotquant_ablation = load("results/rotquant/*.json")
+if rotquant_ablation:
+    print("### rotquant's optional parts: what each would earn (`kvcodec bench rotquant`)\n")
+    print("Each zoo model's KV of the first `ctx` tokens of its eval.txt, in chunks, coded as rotquant codes it "
+          "and with each option beside it. Errors are squared error over squared signal (K and V "
+          "separately); *dot* is sum <k_hat, k> / sum |k|^2 of the decoded keys, the factor by which their "
+          "inner products with any query shrink on average. *+ sign bit*: one more bit per value saying "
+          "which half of its quantiser cell the value lies in (decoded at that half's N(0, 1) mean), beside "
+          "the plain quantiser one bit wider; *QJL*: TurboQuant's inner-product variant, a quantiser one bit "
+          "narrower plus the signs of a d x d Gaussian sketch of the residual (its norm taken as exact, a byte "
+          "counted), unbiased in inner products; *RoPE undone*: the keys rotated back to position 0 before "
+          "coding; *rANS*: the codes and scale bytes of each (chunk, kind, layer) entropy-coded with one "
+          "order-0 table each (tables and two stream lengths counted), decoded by kvcodec's rANS and then "
+          "the same reconstruction, beside the plain decoder timed in the same run (fp16 MB/s, one thread). "
+          "Bits are per value, without the container.\n")
+    print("| model | bits | plain: bits, K, V, dot | + sign bit: bits, K | QJL: bits, K, dot | RoPE undone: K | "
+          "rANS: bits, code entropy, decode MB/s (plain) |")
+    print("|---|---:|---|---|---|---:|---|")
+    for r in sorted(rotquant_ablation, key=lambda r: zoo_order.index(model_name(r)) if model_name(r) in zoo_order else 99):
+        for lv in r["levels"]:
+            p, sb, e = lv["plain"], lv["sign_refined"], lv["entropy_coded"]
+            q = lv.get("qjl")
+            qjl = f"{q['bits_per_value']:.3f}, {q['rel_err_k']:.4f}, {q['key_dot_scale']:.3f}" if q else "-"
+            print(f"| {model_name(r)} | {lv['bits']} | {p['bits_per_value']:.3f}, {p['rel_err_k']:.4f}, "
+                  f"{p['rel_err_v']:.4f}, {p['key_dot_scale']:.3f} | {sb['bits_per_value']:.3f}, "
+                  f"{sb['rel_err_k']:.4f} | {qjl} | {lv['keys_rope_undone']['rel_err_k']:.4f} | "
+                  f"{e['bits_per_value']:.3f}, {e['code_entropy_bits']:.3f}, {e['decode_mb_s']:.0f} "
+                  f"({p['decode_mb_s']:.0f}) |")
+    print()
+    by_bits = {}
+    for r in rotquant_ablation:
+        for lv in r["levels"]:
+            by_bits.setdefault(lv["bits"], []).append(lv)
+    saving = [1 - lv["entropy_coded"]["bits_per_value"] / lv["plain"]["bits_per_value"]
+              for lvs in by_bits.values() for lv in lvs]
+    slowdown = [lv["plain"]["decode_mb_s"] / lv["entropy_coded"]["decode_mb_s"] for lvs in by_bits.values() for lv in lvs]
+    sign_vs_wider = [lv["sign_refined"]["rel_err_k"] / wider["plain"]["rel_err_k"]
+                     for b, lvs in by_bits.items() if b + 1 in by_bits
+                     for lv, wider in zip(lvs, by_bits[b + 1])]
+    rope = [lv["keys_rope_undone"]["rel_err_k"] / lv["plain"]["rel_err_k"] for lvs in by_bits.values() for lv in lvs]
+    qjl = [lv["qjl"]["rel_err_k"] / narrower["plain"]["rel_err_k"]
+           for b, lvs in by_bits.items() if b - 1 in by_bits
+           for lv, narrower in zip(lvs, by_bits[b - 1])]
+    print(f"Over these models and widths: entropy coding would make files {min(saving):.1%} to {max(saving):.1%} "
+          f"smaller and decode {min(slowdown):.1f}x to {max(slowdown):.1f}x slower (kept out: rotquant is the fast "
+          f"floor, kvtc the small one); a residual sign bit gives {min(sign_vs_wider):.2f}x to "
+          f"{max(sign_vs_wider):.2f}x the key error of the plain quantiser one bit wider at the same bits (kept "
+          f"out); QJL's keys carry {min(qjl):.1f}x to {max(qjl):.1f}x the error of the plain quantiser one bit "
+          f"*narrower* (unbiased, but a decoder that rebuilds the cache pays its variance; kept out); keys with "
+          f"RoPE undone get {min(rope):.2f}x to {max(rope):.2f}x the error of keys coded as stored (kept as "
+          f"stored).\n")
+
 if python_bench:
     pb = python_bench[0]
     print("## Python package: its own cost per chunk (kvtiny)\n")

@@ -146,6 +146,20 @@ PYTHONPATH=build/dev/python OPENBLAS_NUM_THREADS=1 KVCODEC_CLI=$kvcodec /usr/bin
 # comparison reads the same files).
 scripts/results_zoo.sh
 
+# rotquant's optional parts on every zoo model (entropy coding, a residual sign bit, QJL, RoPE).
+rq=results/rotquant
+mkdir -p "$rq"
+rm -f "$rq"/*.json
+for meta in models/*/model.json; do
+  m=$(basename "$(dirname "$meta")")
+  read -r rq_ctx rq_chunk < <(/usr/bin/python3 -c '
+import json
+t = min(1024, json.load(open("'"$meta"'"))["train_ctx"])
+print(t, min(256, t))')
+  echo "== bench rotquant $m" >&2
+  $kvcodec bench rotquant --model "models/$m/$m.gguf" --ctx "$rq_ctx" --chunk "$rq_chunk" --json --quiet > "$rq/$m.json"
+done
+
 # kvtc's decode arithmetic per level (from the calibration alone).
 /usr/bin/python3 scripts/kvcal_cost.py models/kvtiny/kvtiny.kvcal > results/kvtc_cost.json
 
