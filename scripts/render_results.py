@@ -397,13 +397,13 @@ if serve:
         cut = f" (shared-prefix p50 {shared_p50['kv-aware'] / shared_p50['none']:.2f}x of no reuse's here)"
     rates = [c["completion_tokens_per_s"] for c in sv["configs"]]
     if rates and min(rates) >= 0.95 * max(rates):
-        load = "Throughput is alike in all three: the load is below saturation."
+        saturation = "Throughput is alike in all three: the load is below saturation."
     else:
         none_rate = by_name.get("none", {}).get("completion_tokens_per_s", min(rates) if rates else 0)
-        load = (f"Throughput is not alike ({', '.join(f'{r:.1f}' for r in rates)} completion tokens/s): without "
-                f"reuse this machine cannot keep up with the arrivals ({none_rate:.1f} tokens/s), its queue grows "
-                "and every no-reuse TTFT with it, so ratios against no reuse say more about the machine than "
-                "about the schedulers; FIFO against KV-aware is the scheduler's own effect.")
+        saturation = (f"Throughput is not alike ({', '.join(f'{r:.1f}' for r in rates)} completion tokens/s): without "
+                      f"reuse this machine cannot keep up with the arrivals ({none_rate:.1f} tokens/s), its queue grows "
+                      "and every no-reuse TTFT with it, so ratios against no reuse say more about the machine than "
+                      "about the schedulers; FIFO against KV-aware is the scheduler's own effect.")
     print("Where the time goes. Without reuse, a no-prefix request is admitted at once but its prefill shares each "
           "llama.cpp batch with 512-token slices of the documents being recomputed, so its first token waits for "
           "those steps, and the documents' own TTFT is their whole prefill under load. With reuse the documents "
@@ -412,7 +412,7 @@ if serve:
           "so a no-prefix request that arrives while a document is being fetched waits for that fetch" + waited + ". "
           "The KV-fetch-aware scheduler looks the prompt up "
           "on arrival and sends a request with nothing stored straight to the batch, so its no-prefix TTFT is its "
-          "own short prefill. " + load + "\n")
+          "own short prefill. " + saturation + "\n")
 
 if ablation:
     print("## kvtc ablation on kvtiny: quantiser, basis grouping and scale group size\n")
@@ -511,6 +511,9 @@ if rotquant_ablation:
                      for b, lvs in by_bits.items() if b + 1 in by_bits
                      for lv, wider in zip(lvs, by_bits[b + 1])]
     rope = [lv["keys_rope_undone"]["rel_err_k"] / lv["plain"]["rel_err_k"] for lvs in by_bits.values() for lv in lvs]
+    rope_better = sorted({model_name(r) for r in rotquant_ablation for lv in r["levels"]
+                          if lv["keys_rope_undone"]["rel_err_k"] < lv["plain"]["rel_err_k"]})
+    rope_where = f"lower only on {', '.join(rope_better)}" if rope_better else "never lower"
     qjl = [lv["qjl"]["rel_err_k"] / narrower["plain"]["rel_err_k"]
            for b, lvs in by_bits.items() if b - 1 in by_bits
            for lv, narrower in zip(lvs, by_bits[b - 1])]
@@ -520,8 +523,8 @@ if rotquant_ablation:
           f"{max(sign_vs_wider):.2f}x the key error of the plain quantiser one bit wider at the same bits (kept "
           f"out); QJL's keys carry {min(qjl):.1f}x to {max(qjl):.1f}x the error of the plain quantiser one bit "
           f"*narrower* (unbiased, but a decoder that rebuilds the cache pays its variance; kept out); keys with "
-          f"RoPE undone get {min(rope):.2f}x to {max(rope):.2f}x the error of keys coded as stored (kept as "
-          f"stored).\n")
+          f"RoPE undone get {min(rope):.2f}x to {max(rope):.2f}x the error of keys coded as stored ({rope_where}; "
+          f"kept as stored, which also needs no RoPE parameters).\n")
 
 if python_bench:
     pb = python_bench[0]
