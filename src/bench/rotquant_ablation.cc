@@ -232,15 +232,12 @@ class LevelMeasurer {
   // Codes x (n vectors) as the codec does into b, and adds the decoded error to `sums`.
   Status Code(const std::vector<float>& x, uint64_t n, Block* b, ErrorSums* sums, KvKind kind) {
     const uint32_t d = shape_.head_dim;
-    rotated_ = x;
+    b->scale_codes.resize(n);
+    b->codes.assign(coder_.CodeBytes(n), 0);
+    b->top = Fp16ToFp32(coder_.Code(x.data(), n, b->scale_codes.data(), b->codes.data()));
+    rotated_ = x;  // the rotated values, for the options measured beside the codes
     std::vector<double> rms(n);
     coder_.Rotate(rotated_.data(), n, rms.data());
-    b->top =
-        Fp16ToFp32(Fp32ToFp16Up(std::min(static_cast<float>(*std::max_element(rms.begin(), rms.end())), 65504.0f)));
-    b->scale_codes.resize(n);
-    for (uint64_t i = 0; i < n; ++i) b->scale_codes[i] = rotquant::ScaleCode(rms[i], b->top);
-    b->codes.assign(coder_.CodeBytes(n), 0);
-    coder_.Quantise(rotated_.data(), n, b->scale_codes.data(), b->top, b->codes.data());
     decoded_.resize(n * d);
     coder_.Reconstruct(b->codes.data(), n, b->scale_codes.data(), b->top, decoded_.data());
     double err = 0, energy = 0, dot = 0;
