@@ -297,23 +297,6 @@ __attribute__((target("avx2"), always_inline)) inline void Pack8(__m256i q, uint
   for (uint32_t k = 0; k < kBits; ++k) out[k] = static_cast<uint8_t>(word >> (8 * k));
 }
 
-// Codes of kBits for n_vectors rotated vectors of dim (a multiple of 8) values.
-template <uint32_t kBits>
-__attribute__((target("avx2"))) void QuantiseAvx2(const float* x, uint64_t n_vectors, uint32_t dim,
-                                                  const uint8_t* scale_codes, float top, const float* padded,
-                                                  uint8_t* out) {
-  const __m256 thr_lo = _mm256_loadu_ps(padded);
-  const __m256 thr_hi = _mm256_loadu_ps(padded + 8);
-  for (uint64_t vi = 0; vi < n_vectors; ++vi) {
-    const float scale = ScaleOf(top, scale_codes[vi]);
-    const __m256 inv = _mm256_set1_ps(scale > 0 ? 1.0f / scale : 0.0f);
-    const float* v = x + vi * dim;
-    for (uint32_t c = 0; c < dim; c += 8, out += kBits) {
-      Pack8<kBits>(Quantise8<kBits>(_mm256_mul_ps(_mm256_loadu_ps(v + c), inv), thr_lo, thr_hi), out);
-    }
-  }
-}
-
 // One block of kN values from `in` coded straight from registers: signs, butterflies, times
 // `factor` (the block's norm over the vector's scale), codes into kN / 8 * kBits bytes at `out`.
 template <uint32_t kN, uint32_t kBits, typename In>
@@ -594,44 +577,6 @@ void LayerCoder::Rotate(float* x, uint64_t n_vectors, double* rms, VectorIsa isa
     for (uint32_t c = 0; c < dim_; ++c) partial[c % 8] += v[c] * v[c];
     rms[vi] = RmsOfPartials(partial, dim_);
   }
-}
-
-void LayerCoder::Quantise(const float* x, uint64_t n_vectors, const uint8_t* scale_codes, float top, uint8_t* codes,
-                          VectorIsa isa) const {
-  isa = ResolveVectorIsa(isa);
-  const uint32_t n_thresholds = n_levels_ - 1;
-#if defined(__x86_64__)
-  if (isa != VectorIsa::kPortable && dim_ % 8 == 0) {
-    std::array<float, 16> padded;  // thresholds, then +inf
-    padded.fill(std::numeric_limits<float>::infinity());
-    std::copy_n(thresholds_.begin(), n_thresholds, padded.begin());
-    if (bits_ == 2) QuantiseAvx2<2>(x, n_vectors, dim_, scale_codes, top, padded.data(), codes);
-    if (bits_ == 3) QuantiseAvx2<3>(x, n_vectors, dim_, scale_codes, top, padded.data(), codes);
-    if (bits_ == 4) QuantiseAvx2<4>(x, n_vectors, dim_, scale_codes, top, padded.data(), codes);
-    return;
-  }
-#endif
-  uint64_t acc = 0;
-  uint32_t filled = 0;
-  uint8_t* out = codes;
-  for (uint64_t vi = 0; vi < n_vectors; ++vi) {
-    const float scale = ScaleOf(top, scale_codes[vi]);
-    const float inv = scale > 0 ? 1.0f / scale : 0.0f;
-    const float* v = x + vi * dim_;
-    for (uint32_t c = 0; c < dim_; ++c) {
-      const float u = v[c] * inv;
-      uint32_t q = 0;
-      for (uint32_t t = 0; t < n_thresholds; ++t) q += u > thresholds_[t] ? 1u : 0u;
-      acc |= uint64_t{q} << filled;
-      filled += bits_;
-      while (filled >= 8) {
-        *out++ = static_cast<uint8_t>(acc);
-        acc >>= 8;
-        filled -= 8;
-      }
-    }
-  }
-  if (filled > 0) *out = static_cast<uint8_t>(acc);
 }
 
 template <typename In>

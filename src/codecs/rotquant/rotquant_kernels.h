@@ -28,15 +28,12 @@ class LayerCoder {
 
   // Rotates n_vectors vectors ([token][head][dim]) of x in place; rms gets each one's RMS.
   void Rotate(float* x, uint64_t n_vectors, double* rms, VectorIsa isa = VectorIsa::kAuto) const;
-  // Codes of rotated vectors against their scales (top * 2^(-scale_code / 16)), packed LSB first
-  // into `codes` (CodeBytes(n_vectors) of them, zeroed by the caller).
-  void Quantise(const float* x, uint64_t n_vectors, const uint8_t* scale_codes, float top, uint8_t* codes,
-                VectorIsa isa = VectorIsa::kAuto) const;
   // A layer coded as the codec does, each vector in one pass: its RMS (of its values as given,
   // which the rotation keeps), the layer's top (the largest RMS rounded up to fp16, returned as
   // fp16 bits), the scale codes, and the codes of the rotated vectors, which are never stored.
-  // The codes are those of Rotate then Quantise but for the last bit of a value's scaling here
-  // and there (one product by norm / scale instead of two). `codes` zeroed by the caller.
+  // Each code is the number of thresholds below its rotated value over the vector's scale
+  // (top * 2^(-scale_code / 16)), computed as one product by norm / scale; packed LSB first into
+  // `codes` (CodeBytes(n_vectors) of them, zeroed by the caller).
   uint16_t Code(const float* x, uint64_t n_vectors, uint8_t* scale_codes, uint8_t* codes,
                 VectorIsa isa = VectorIsa::kAuto) const;
   uint16_t CodeFp16(const uint16_t* x, uint64_t n_vectors, uint8_t* scale_codes, uint8_t* codes,
