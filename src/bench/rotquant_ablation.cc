@@ -7,6 +7,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numbers>
+#include <numeric>
 #include <random>
 
 #include "base/byte_io.h"
@@ -35,7 +36,7 @@ double NormalCdf(double x) { return 0.5 * std::erfc(-x / std::numbers::sqrt2); }
 // E[X | lo < X < hi] for X ~ N(0, 1).
 double TruncatedMean(double lo, double hi) { return (NormalPdf(lo) - NormalPdf(hi)) / (NormalCdf(hi) - NormalCdf(lo)); }
 
-// The code of u: how many thresholds lie below it, as LayerCoder::Quantise counts.
+// The code of u: how many thresholds lie below it, as rotquant counts.
 uint32_t CodeOf(std::span<const float> thresholds, float u) {
   uint32_t q = 0;
   for (float t : thresholds) q += u > t ? 1u : 0u;
@@ -76,10 +77,13 @@ struct Block {
   uint32_t layer = 0;
 };
 
-Result<std::unique_ptr<FrequencyTable>> TableOf(std::span<const uint8_t> symbols, uint32_t alphabet,
-                                                uint64_t* table_bytes) {
+std::vector<uint64_t> Counts(std::span<const uint8_t> symbols, uint32_t alphabet) {
   std::vector<uint64_t> counts(alphabet);
   for (uint8_t s : symbols) ++counts[s];
+  return counts;
+}
+
+Result<std::unique_ptr<FrequencyTable>> TableOf(const std::vector<uint64_t>& counts, uint64_t* table_bytes) {
   ASSIGN_OR_RETURN(FrequencyTable table, FrequencyTable::FromCounts(counts, kTableScaleBits));
   ByteWriter w;
   table.AppendTo(&w);
@@ -87,15 +91,25 @@ Result<std::unique_ptr<FrequencyTable>> TableOf(std::span<const uint8_t> symbols
   return std::make_unique<FrequencyTable>(std::move(table));
 }
 
-// Order-0 entropy of `symbols`, in bits.
-double EntropyBits(std::span<const uint8_t> symbols, uint32_t alphabet) {
-  std::vector<uint64_t> counts(alphabet);
-  for (uint8_t s : symbols) ++counts[s];
+// Order-0 entropy of symbols with these counts, in bits.
+double EntropyBits(const std::vector<uint64_t>& counts) {
+  const double total = static_cast<double>(std::accumulate(counts.begin(), counts.end(), uint64_t{0}));
   double bits = 0;
   for (uint64_t c : counts) {
-    if (c) bits -= static_cast<double>(c) * std::log2(static_cast<double>(c) / static_cast<double>(symbols.size()));
+    if (c) bits -= static_cast<double>(c) * std::log2(static_cast<double>(c) / total);
   }
   return bits;
+}
+
+// Codes of `bits` packed LSB first (rotquant's layout), one a byte.
+std::vector<uint8_t> Unpack(std::span<const uint8_t> packed, uint64_t n, uint32_t bits) {
+  std::vector<uint8_t> symbols(n);
+  for (uint64_t i = 0, at = 0; i < n; ++i) {
+    uint32_t q = 0;
+    for (uint32_t k = 0; k < bits; ++k, ++at) q |= ((packed[at / 8] >> (at % 8)) & 1u) << k;
+    symbols[i] = static_cast<uint8_t>(q);
+  }
+  return symbols;
 }
 
 void Pack(std::span<const uint8_t> symbols, uint32_t bits, uint8_t* out) {
@@ -159,13 +173,13 @@ class LevelMeasurer {
     b.kind = kind;
     b.layer = layer;
     b.vectors = n;
-    RETURN_IF_ERROR(Code(x_, n, &b, &r->plain, kind));
+    Code(x_, n, &b, &r->plain, kind);
     r->values += n * d;
     r->plain_bytes += 2 + n + b.codes.size();
 
     // In the rotated domain (orthogonal, so errors are those of the values): the sign bit and
     // the QJL sketch beside the plain codes.
-    std::vector<uint8_t> symbols(n * d);
+    const std::vector<uint8_t> symbols = Unpack(b.codes, n * d, bits_);
     std::vector<float> residual(d), coarse(d), sketch_signs(d), estimate(d);
     const bool with_qjl = bits_ > rotquant::kMinBits;
     for (uint64_t vi = 0; vi < n; ++vi) {
@@ -175,8 +189,7 @@ class LevelMeasurer {
       double energy = 0, err_sign = 0, err_qjl = 0, dot_qjl = 0;
       for (uint32_t c = 0; c < d; ++c) {
         const float u = v[c] * inv;
-        const uint32_t q = CodeOf(coder_.thresholds(), u);
-        symbols[vi * d + c] = static_cast<uint8_t>(q);
+        const uint32_t q = symbols[vi * d + c];
         energy += double{v[c]} * v[c];
         const float refined = refined_[q][u > coder_.levels()[q] ? 1 : 0] * scale;
         err_sign += (double{v[c]} - refined) * (v[c] - refined);
@@ -207,12 +220,13 @@ class LevelMeasurer {
       }
       r->qjl.Add(kind, err_qjl, energy, dot_qjl);
     }
-    r->code_entropy_bits += EntropyBits(symbols, 1u << bits_);
+    const std::vector<uint64_t> code_counts = Counts(symbols, 1u << bits_);
+    r->code_entropy_bits += EntropyBits(code_counts);
 
     // Entropy coding: one order-0 table per block for the codes and one for the scale bytes.
     uint64_t table_bytes = 0;
-    ASSIGN_OR_RETURN(b.code_table, TableOf(symbols, 1u << bits_, &table_bytes));
-    ASSIGN_OR_RETURN(b.scale_table, TableOf(b.scale_codes, 256, &table_bytes));
+    ASSIGN_OR_RETURN(b.code_table, TableOf(code_counts, &table_bytes));
+    ASSIGN_OR_RETURN(b.scale_table, TableOf(Counts(b.scale_codes, 256), &table_bytes));
     ASSIGN_OR_RETURN(b.code_stream, RansEncodeBytes(*b.code_table, symbols));
     ASSIGN_OR_RETURN(b.scale_stream, RansEncodeBytes(*b.scale_table, b.scale_codes));
     r->entropy_bytes += 2 + kStreamLengthBytes + table_bytes + b.code_stream.size() + b.scale_stream.size();
@@ -221,16 +235,14 @@ class LevelMeasurer {
       const RopeTable rope(rope_, d, view.pos_begin(), view.n_tokens());
       rope.Rotate(x_.data(), shape_.n_kv_heads, /*inverse=*/true);
       Block scratch;
-      RETURN_IF_ERROR(Code(x_, n, &scratch, &r->rope_undone, kind));
+      Code(x_, n, &scratch, &r->rope_undone, kind);
     }
     return Status::Ok();
   }
 
-  const LayerCoder& coder() const { return coder_; }
-
  private:
   // Codes x (n vectors) as the codec does into b, and adds the decoded error to `sums`.
-  Status Code(const std::vector<float>& x, uint64_t n, Block* b, ErrorSums* sums, KvKind kind) {
+  void Code(const std::vector<float>& x, uint64_t n, Block* b, ErrorSums* sums, KvKind kind) {
     const uint32_t d = shape_.head_dim;
     b->scale_codes.resize(n);
     b->codes.assign(coder_.CodeBytes(n), 0);
@@ -247,7 +259,6 @@ class LevelMeasurer {
       dot += double{x[i]} * decoded_[i];
     }
     sums->Add(kind, err, energy, dot);
-    return Status::Ok();
   }
 
   KvShape shape_;
