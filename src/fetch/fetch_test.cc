@@ -1,12 +1,18 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <filesystem>
 #include <mutex>
+#include <new>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "base/thread_pool.h"
 #include "fetch/fetcher.h"
+#include "store/chunk_manifest.h"
 #include "store/memory_store.h"
+#include "store/store_contract.h"
 #include "tensor/synthetic_kv.h"
 #include "video/video_decoder.h"
 
@@ -133,8 +139,9 @@ struct StoredRun {
 };
 
 StoredRun StoreRun(uint32_t n, const std::vector<std::pair<std::string, std::string>>& variants,
-                   const KvShape& shape = kChunkShape) {
+                   const KvShape& shape = kChunkShape, std::unique_ptr<Store> store = nullptr) {
   StoredRun run;
+  if (store) run.store = std::move(store);
   std::vector<int32_t> tokens(n * shape.n_tokens);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i % 1000);
   run.keys = ChunkKeys(kFp, tokens, shape.n_tokens);
@@ -316,6 +323,214 @@ TEST(Fetcher, APlannedRecomputeIsNotDamage) {
   EXPECT_FALSE(report->stopped_on_damage);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Hostile stores: bounded reads, lying manifests, stores that throw
+
+// A store in front of another, recording every read and its bound; a read of `throw_on` throws
+// std::bad_alloc (as a store that allocated what a 20 GiB object asks for did).
+class WatchedStore final : public Store {
+ public:
+  explicit WatchedStore(Store& store, std::string throw_on = "") : store_(store), throw_on_(std::move(throw_on)) {}
+  std::string url() const override { return "watched+" + store_.url(); }
+  Status Put(std::string_view name, std::span<const uint8_t> bytes) override { return store_.Put(name, bytes); }
+  Result<std::vector<uint8_t>> Get(std::string_view name, uint64_t max_bytes) override {
+    {
+      std::lock_guard lock(mu_);
+      reads_.emplace(std::string(name), max_bytes);
+    }
+    if (name == throw_on_) throw std::bad_alloc();
+    return store_.Get(name, max_bytes);
+  }
+  Result<bool> Exists(std::string_view name) override { return store_.Exists(name); }
+  Status Delete(std::string_view name) override { return store_.Delete(name); }
+  Result<StoreStats> Stats() override { return store_.Stats(); }
+  std::map<std::string, uint64_t> reads() const {
+    std::lock_guard lock(mu_);
+    return reads_;
+  }
+
+ private:
+  Store& store_;
+  const std::string throw_on_;
+  mutable std::mutex mu_;
+  std::map<std::string, uint64_t> reads_;  // name: the bound it was read with
+};
+
+// Chunk 2's manifest says its object is a byte shorter than it is: the store refuses the object
+// unread (with a bound of the manifest's size), and the run stops there on a damaged chunk.
+// Before, the object was read whole whatever the manifest said.
+TEST(Fetcher, AnObjectLargerThanItsManifestSaysIsRefusedUnread) {
+  StoredRun run = StoreRun(4, {{"quant", "8"}});
+  run.manifests[2].variants[0].bytes -= 1;
+  WatchedStore store(*run.store);
+  LinkShaper link;
+  ThreadPool pool(3);
+  Fetcher fetcher(store, link, kFp, {}, {.pool = &pool, .kv_shape = kChunkShape});
+  auto report = fetcher.Run(run.keys, run.manifests, run.prefix, [](FetchedChunk&&) { return Status::Ok(); });
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->chunks, 2u);
+  EXPECT_TRUE(report->stopped_on_damage);
+  EXPECT_NE(report->stop_reason.find("chunk 2"), std::string::npos) << report->stop_reason;
+  EXPECT_NE(report->stop_reason.find("bytes, more than the"), std::string::npos) << report->stop_reason;
+  // Every object was read with its manifest's size as the bound.
+  for (uint32_t i = 0; i <= 2; ++i) {
+    EXPECT_EQ(store.reads().at(ChunkObjectName(run.keys[i], "quant", "8")), run.manifests[i].variants[0].bytes) << i;
+  }
+}
+
+// A manifest that gives a variant 20 GB, for chunks of 64 tokens of a model whose raw fp16 chunk is
+// 32 KiB: the run stops at that chunk as damaged, and the store is never asked for the object
+// (nor the planner for its price). Before, the fetcher read whatever the manifest named.
+TEST(Fetcher, AManifestClaimingMoreThanAChunkCanTakeIsRefusedBeforeFetching) {
+  StoredRun run = StoreRun(3, {{"quant", "8"}});
+  run.manifests[1].variants[0].bytes = 20'000'000'000;
+  WatchedStore store(*run.store);
+  LinkShaper link;
+  Fetcher fetcher(store, link, kFp, {}, {.kv_shape = kChunkShape});
+  auto report = fetcher.Run(run.keys, run.manifests, run.prefix, [](FetchedChunk&&) { return Status::Ok(); });
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->chunks, 1u);
+  EXPECT_TRUE(report->stopped_on_damage);
+  EXPECT_NE(report->stop_reason.find("chunk 1: manifest: variant quant/8 claims 20000000000 bytes, more than the"),
+            std::string::npos)
+      << report->stop_reason;
+  EXPECT_EQ(store.reads().count(ChunkObjectName(run.keys[1], "quant", "8")), 0u) << "the object was read";
+  EXPECT_EQ(store.reads().size(), 1u);
+  // Without the model's geometry the bound is the stores' default.
+  run.manifests[1].variants[0].bytes = kDefaultMaxObjectBytes + 1;
+  Fetcher blind(store, link, kFp, {}, {});
+  report = blind.Run(run.keys, run.manifests, run.prefix, [](FetchedChunk&&) { return Status::Ok(); });
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->chunks, 1u);
+  EXPECT_TRUE(report->stopped_on_damage);
+}
+
+// No codec writes more than MaxChunkObjectBytes for a chunk, at any level, even for KV that does
+// not compress (noise) and chunks of a token or a few, where per-channel tables weigh most.
+TEST(Fetcher, EveryCodecFitsTheChunkSizeBound) {
+  const KvShape shapes[] = {
+      kChunkShape,
+      {.n_layers = 3, .n_kv_heads = 3, .head_dim = 24, .n_tokens = 7},
+      {.n_layers = 2, .n_kv_heads = 8, .head_dim = 128, .n_tokens = 1},
+      {.n_layers = 2, .n_kv_heads = 8, .head_dim = 128, .n_tokens = 16},
+  };
+  for (const Codec* codec : AllCodecs()) {
+    if (codec->info().needs_calibration) continue;
+    for (const std::string& level : codec->info().levels) {
+      for (const KvShape& shape : shapes) {
+        const auto bytes = EncodeKvc(*codec, RandomKv(7, shape).View(), {.level = level, .params = {}}, kFp, 0);
+        if (!bytes.ok()) continue;  // a shape the codec does not take
+        const double raw = static_cast<double>(shape.fp16_bytes());
+        EXPECT_LE(bytes->size(), MaxChunkObjectBytes(shape, shape.n_tokens))
+            << codec->info().name << "/" << level << " at " << shape.n_tokens << " tokens: " << bytes->size() / raw
+            << "x raw";
+      }
+    }
+  }
+  // Saturates, for geometries no model has.
+  EXPECT_EQ(MaxChunkObjectBytes({.n_layers = ~0u, .n_kv_heads = ~0u, .head_dim = ~0u}, ~0u), ~uint64_t{0});
+}
+
+// kMaxChunkManifestBytes is the largest manifest ReadChunkManifest reads.
+TEST(Fetcher, TheManifestBoundIsTheLargestManifest) {
+  ChunkManifest largest{.chunk_tokens = 256, .chunk_index = 0, .variants = {}};
+  for (size_t i = 0; i < kMaxManifestVariants; ++i) {
+    largest.variants.push_back({std::string(kMaxLevelNameBytes, 'c'), std::string(kMaxLevelNameBytes, 'l'), ~0ull});
+  }
+  const std::vector<uint8_t> bytes = WriteChunkManifest(largest);
+  EXPECT_EQ(bytes.size(), kMaxChunkManifestBytes);
+  EXPECT_TRUE(ReadChunkManifest(bytes).ok());
+  largest.variants[0].codec += "c";
+  EXPECT_FALSE(ReadChunkManifest(WriteChunkManifest(largest)).ok()) << "a longer name is read: raise the bound";
+}
+
+// A video decoder that takes its time and counts the decodes running, so that a run's end can be
+// checked against the decodes it started.
+class SlowVideoDecoder final : public VideoDecoderBackend {
+ public:
+  const char* name() const override { return "slow"; }
+  Status Decode(std::span<const uint8_t> stream, const PictureShape& expected, uint32_t expected_frames,
+                std::span<uint8_t> out) const override {
+    ++running_;
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    const Status s = CpuVideoDecoder().Decode(stream, expected, expected_frames, out);
+    --running_;
+    return s;
+  }
+  int running() const { return running_.load(); }
+
+ private:
+  mutable std::atomic<int> running_{0};
+};
+
+// The store throws (std::bad_alloc) on chunk 3's read while chunks 0 to 2 are still decoding on
+// the pool: the run ends at chunk 3 with the reason, and only after those decodes finished.
+// Before, the exception unwound Run past its wait for the decodes, which then wrote into its dead
+// frame (the SIGSEGV of `kvcodec run` on an oversized dir:// object).
+TEST(Fetcher, AStoreThatThrowsEndsTheRunAfterTheDecodesInFlight) {
+  StoredRun run = StoreRun(5, {{"video", "8"}});
+  WatchedStore store(*run.store, ChunkObjectName(run.keys[3], "video", "8"));
+  SlowVideoDecoder decoder;
+  const CodecContext context{nullptr, nullptr, nullptr, &decoder};
+  LinkShaper link;
+  ThreadPool pool(4);
+  Fetcher fetcher(store, link, kFp, context, {.pool = &pool, .inflight = 5, .kv_shape = kChunkShape});
+  std::optional<Result<FetchReport>> report;
+  EXPECT_NO_THROW(
+      report.emplace(fetcher.Run(run.keys, run.manifests, run.prefix, [](FetchedChunk&&) { return Status::Ok(); })));
+  EXPECT_EQ(decoder.running(), 0) << "Run returned while decodes were running";
+  ASSERT_TRUE(report && report->ok()) << (report ? report->status().ToString() : "threw");
+  EXPECT_EQ((*report)->chunks, 3u);
+  EXPECT_FALSE((*report)->stopped_on_damage);
+  EXPECT_NE((*report)->stop_reason.find("chunk 3"), std::string::npos) << (*report)->stop_reason;
+  EXPECT_NE((*report)->stop_reason.find("out of memory"), std::string::npos) << (*report)->stop_reason;
+
+  // An exception from on_chunk is an error of the run, also returned after the decodes.
+  Fetcher again(*run.store, link, kFp, context, {.pool = &pool, .inflight = 5, .kv_shape = kChunkShape});
+  std::optional<Result<FetchReport>> failed;
+  EXPECT_NO_THROW(failed.emplace(again.Run(run.keys, run.manifests, run.prefix, [](FetchedChunk&& c) -> Status {
+    if (c.index == 1) throw std::runtime_error("the caller failed");
+    return Status::Ok();
+  })));
+  EXPECT_EQ(decoder.running(), 0) << "Run returned while decodes were running";
+  ASSERT_TRUE(failed.has_value());
+  EXPECT_EQ(failed->status().code(), StatusCode::kInternal);
+  EXPECT_NE(failed->status().message().find("the caller failed"), std::string::npos) << failed->status().ToString();
+}
+
+// What `kvcodec run` met: a dir:// store in which a chunk's object was made 20 GiB long (sparse),
+// read under an address-space limit far below that, with decodes on a pool. The run ends at that
+// chunk, as damaged, and the child exits cleanly. Before, it died (std::bad_alloc, then a
+// SIGSEGV in a decode writing into the unwound Run).
+TEST(Fetcher, AHugeObjectInADirStoreIsADamagedChunkUnderAMemoryLimit) {
+  const auto dir = std::filesystem::temp_directory_path() / ("kvc-fetch-huge-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  StoredRun run = StoreRun(4, {{"quant", "8"}}, kChunkShape, OpenStore("dir://" + dir.string()).value());
+  const std::string name = ChunkObjectName(run.keys[2], "quant", "8");
+  std::filesystem::path file;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir / "objects")) {
+    if (e.path().filename() == name) file = e.path();
+  }
+  ASSERT_FALSE(file.empty());
+  std::filesystem::resize_file(file, uint64_t{20} << 30);
+  const std::string said = RunInChild(
+      [&]() -> std::string {
+        ThreadPool pool(4);
+        LinkShaper link;
+        Fetcher fetcher(*run.store, link, kFp, {}, {.pool = &pool, .kv_shape = kChunkShape});
+        auto report = fetcher.Run(run.keys, run.manifests, run.prefix, [](FetchedChunk&&) { return Status::Ok(); });
+        if (!report.ok()) return "run: " + report.status().ToString();
+        if (report->chunks != 2 || !report->stopped_on_damage ||
+            report->stop_reason.find("more than the") == std::string::npos) {
+          return "delivered " + std::to_string(report->chunks) + ", stopped: " + report->stop_reason;
+        }
+        return "";
+      },
+      {.alarm_s = 60, .address_space_headroom = uint64_t{1} << 30});
+  EXPECT_EQ(said, "");
+  std::filesystem::remove_all(dir);
+}
+
 // The CPU video decoder, recording the picture and frame count of every stream it decodes.
 class RecordingVideoDecoder final : public VideoDecoderBackend {
  public:
@@ -358,6 +573,8 @@ TEST(Fetcher, AnObjectOfAnotherShapeIsRejectedBeforeDecoding) {
     other.set_pos_begin(64);
     const auto bytes = EncodeKvc(*FindCodec("video"), other.View(), {.level = "8", .params = {}}, kFp, 64).value();
     ASSERT_TRUE(run.store->Put(ChunkObjectName(run.keys[1], "video", "8"), bytes).ok());
+    // With a manifest that gives its size, as its writer's would: the header is what refuses it.
+    run.manifests[1].variants[0].bytes = bytes.size();
     RecordingVideoDecoder decoder;
     const CodecContext context{nullptr, nullptr, nullptr, &decoder};
     LinkShaper link;

@@ -137,13 +137,32 @@ Result<FetchReport> Fetcher::RunWithPlaces(std::span<const ChunkKey> keys, std::
     }
     finish(i, std::move(out));
   };
+  // Decodes still running write into the caller's buffers and touch this frame (mu, done, the
+  // lambdas above): on every way out of here, an early return or an exception included, wait
+  // them out. Declared after everything they use, so it runs before any of it is destroyed.
+  struct DecodesDrained {
+    std::mutex& mu;
+    std::condition_variable& cv;
+    const uint32_t& decoding;
+    void Wait() {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return decoding == 0; });
+    }
+    ~DecodesDrained() { Wait(); }
+  } drained{mu, cv, decoding};
+
   // Chunk i's transfer, one at a time in chunk order: each variant is chosen only when the link
   // is free for it, so the previous transfer's bandwidth picks it and a change of the link shows
   // in the very next choice. The link is one pipe, so this costs no throughput.
   auto transfer = [&](uint32_t i) {
     Outcome out;
-    const auto choice = planner_.Choose(manifests[i], bandwidth_.BytesPerSecond());
-    if (!choice) {
+    const Status sizes = CheckManifestSizes(manifests[i]);
+    const auto choice = sizes.ok() ? planner_.Choose(manifests[i], bandwidth_.BytesPerSecond()) : std::nullopt;
+    if (!sizes.ok()) {
+      // Before the planner prices its sizes or the store is asked for them.
+      out.failure = FormatMessage("chunk %u: manifest: %s", i, sizes.message().c_str());
+      out.damaged = true;
+    } else if (!choice) {
       out.failure = FormatMessage("chunk %u: no allowed variant stored", i);
     } else if (choice->recompute) {
       out.failure = FormatMessage("chunk %u: recomputing is predicted faster (%.3f s) at %.3f Gbps", i,
@@ -151,28 +170,58 @@ Result<FetchReport> Fetcher::RunWithPlaces(std::span<const ChunkKey> keys, std::
     } else {
       std::string name = ChunkObjectName(keys[i], choice->variant.codec, choice->variant.level);
       const auto t0 = SteadyClock::now();
-      auto object = store_.Get(name);
+      // No more than the manifest says: a larger object is refused by the store unread.
+      Result<std::vector<uint8_t>> object = Internal("not read");
+      try {
+        object = store_.Get(name, choice->variant.bytes);
+      } catch (...) {
+        // Stores return errors; a Store of someone else's that throws ends the run here all the same.
+        object = StatusOfCurrentException("reading it");
+      }
       if (!object.ok()) {
         out.failure = FormatMessage("chunk %u: %s: %s", i, name.c_str(), object.status().ToString().c_str());
         out.damaged = object.status().code() == StatusCode::kCorrupt;
       } else {
-        const auto t1 = link_.Acquire(object->size());
+        const uint64_t size = object->size();
+        const auto t1 = link_.Acquire(size);
         const auto t_end = std::max(t1, SteadyClock::now());
-        bandwidth_.Add(object->size(), t0, t_end);
+        bandwidth_.Add(size, t0, t_end);
+        auto task = [&decode, &finish, &mu, &cv, &decoding, i, out_place = place(i), name = std::move(name),
+                     object = std::move(*object), choice = *choice, transfer_s = Seconds(t0, t_end), t_end]() mutable {
+          // However the decode ends, it is counted out, or Run would wait for it for ever.
+          struct CountedOut {
+            std::mutex& mu;
+            std::condition_variable& cv;
+            uint32_t& decoding;
+            ~CountedOut() {
+              std::lock_guard lock(mu);
+              --decoding;
+              cv.notify_all();
+            }
+          } counted_out{mu, cv, decoding};
+          try {
+            decode(i, out_place, name, std::move(object), choice, transfer_s, t_end);
+          } catch (...) {
+            Outcome failed;
+            failed.failure = FormatMessage("chunk %u: %s: %s", i, name.c_str(),
+                                           StatusOfCurrentException("decoding it").ToString().c_str());
+            finish(i, std::move(failed));
+          }
+        };
         {
           std::lock_guard lock(mu);
-          bytes += object->size();
+          bytes += size;
           ++decoding;
         }
-        auto task = [&decode, &mu, &cv, &decoding, i, out_place = place(i), name = std::move(name),
-                     object = std::move(*object), choice = *choice, transfer_s = Seconds(t0, t_end), t_end]() mutable {
-          decode(i, out_place, name, std::move(object), choice, transfer_s, t_end);
-          std::lock_guard lock(mu);
-          --decoding;
-          cv.notify_all();
-        };
         if (pool != nullptr) {
-          pool->Submit(std::move(task));
+          try {
+            pool->Submit(std::move(task));
+          } catch (...) {
+            // Not queued: the task never runs, so it is counted out here.
+            std::lock_guard lock(mu);
+            --decoding;
+            throw;
+          }
         } else {
           task();
         }
@@ -185,49 +234,83 @@ Result<FetchReport> Fetcher::RunWithPlaces(std::span<const ChunkKey> keys, std::
   FetchReport report;
   Status status = Status::Ok();
   uint32_t next_to_transfer = 0;
-  for (;;) {
-    std::optional<Outcome> ready;
-    bool may_transfer = false;
-    {
-      std::unique_lock lock(mu);
-      if (delivered >= stop_at) {
-        if (auto it = done.find(stop_at); it != done.end()) {
-          report.stop_reason = it->second.failure;
-          report.stopped_on_damage = it->second.damaged;
+  try {
+    for (;;) {
+      std::optional<Outcome> ready;
+      bool may_transfer = false;
+      {
+        std::unique_lock lock(mu);
+        if (delivered >= stop_at) {
+          if (auto it = done.find(stop_at); it != done.end()) {
+            report.stop_reason = it->second.failure;
+            report.stopped_on_damage = it->second.damaged;
+          }
+          break;
         }
-        break;
+        if (auto it = done.find(delivered); it != done.end()) {
+          ready = std::move(it->second);
+          done.erase(it);
+        } else {
+          may_transfer = next_to_transfer < stop_at && next_to_transfer < delivered + inflight;
+          // Nothing to deliver and no transfer to start: a decode will finish (or fail) first.
+          if (!may_transfer) cv.wait(lock, [&] { return done.count(delivered) > 0 || delivered >= stop_at; });
+        }
       }
-      if (auto it = done.find(delivered); it != done.end()) {
-        ready = std::move(it->second);
-        done.erase(it);
-      } else {
-        may_transfer = next_to_transfer < stop_at && next_to_transfer < delivered + inflight;
-        // Nothing to deliver and no transfer to start: a decode will finish (or fail) first.
-        if (!may_transfer) cv.wait(lock, [&] { return done.count(delivered) > 0 || delivered >= stop_at; });
+      if (ready) {
+        FetchedChunk& chunk = *ready->chunk;
+        report.variants.push_back(chunk.variant);
+        report.decode_s += chunk.decode_s;
+        report.transfer_s += chunk.transfer_s;
+        status = on_chunk(std::move(chunk));
+        ++delivered;
+        if (!status.ok()) break;
+      } else if (may_transfer) {
+        transfer(next_to_transfer++);
       }
     }
-    if (ready) {
-      FetchedChunk& chunk = *ready->chunk;
-      report.variants.push_back(chunk.variant);
-      report.decode_s += chunk.decode_s;
-      report.transfer_s += chunk.transfer_s;
-      status = on_chunk(std::move(chunk));
-      ++delivered;
-      if (!status.ok()) break;
-    } else if (may_transfer) {
-      transfer(next_to_transfer++);
-    }
+  } catch (...) {
+    // A failed allocation here, or an exception from on_chunk: an error of the run, returned
+    // once the decodes in flight are done (drained, above).
+    status = StatusOfCurrentException(FormatMessage("fetching chunk %u", delivered));
   }
-  // Decodes still running write into `prefix` and touch this frame: wait them out.
-  {
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return decoding == 0; });
-  }
+  drained.Wait();
   RETURN_IF_ERROR(status);
   report.chunks = delivered;
   report.bytes = bytes;
   report.wall_s = Seconds(start, SteadyClock::now());
   return report;
+}
+
+Status Fetcher::CheckManifestSizes(const ChunkManifest& manifest) const {
+  const uint64_t most =
+      options_.kv_shape ? MaxChunkObjectBytes(*options_.kv_shape, manifest.chunk_tokens) : kDefaultMaxObjectBytes;
+  for (const ChunkVariant& v : manifest.variants) {
+    if (v.bytes > most) {
+      return Corrupt(
+          FormatMessage("variant %s/%s claims %llu bytes, more than the %llu a chunk of %u tokens of this "
+                        "model can take",
+                        v.codec.c_str(), v.level.c_str(), static_cast<unsigned long long>(v.bytes),
+                        static_cast<unsigned long long>(most), manifest.chunk_tokens));
+    }
+  }
+  return Status::Ok();
+}
+
+uint64_t MaxChunkObjectBytes(const KvShape& shape, uint32_t chunk_tokens) {
+  constexpr uint64_t kMost = std::numeric_limits<uint64_t>::max();
+  auto times = [](uint64_t a, uint64_t b) {
+    const unsigned __int128 p = static_cast<unsigned __int128>(a) * b;
+    return p > kMost ? kMost : static_cast<uint64_t>(p);
+  };
+  auto plus = [](uint64_t a, uint64_t b) { return a > kMost - b ? kMost : a + b; };
+  // K and V, 2 bytes a value (the raw codec's sections), for the chunk's tokens and, as room for
+  // the per-channel tables codecs keep (scales, frequency tables), kChunkTableTokens more: a
+  // chunk of a few tokens of a wide model is not judged by its KV alone.
+  const uint64_t row = times(times(times(2 * 2, shape.n_layers), shape.n_kv_heads), shape.head_dim);
+  const uint64_t kv = times(row, plus(chunk_tokens, kChunkTableTokens));
+  // The largest .kvc header (codec params at their limit) and section table, and some slack.
+  const uint64_t header = kMaxCodecParamsBytes + uint64_t{kMaxSections} * (4 + 8 + 4) + 4096;
+  return plus(times(kChunkSizeFactor, kv), header);
 }
 
 }  // namespace kvc

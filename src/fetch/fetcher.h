@@ -8,6 +8,10 @@
 // caller's own work on a delivered chunk (restoring it into llama.cpp) too. A chunk that is
 // missing, fails to decode, or is planned for recompute ends the run there: the caller
 // recomputes from that chunk on, and the report says why.
+//
+// Every read is bounded (store.h): a manifest by the largest manifest there can be, a chunk's
+// object by the size its manifest gives, and that size by what a chunk of the model can take in
+// any codec, so neither a hostile object nor a lying manifest makes a run allocate more.
 #pragma once
 
 #include <functional>
@@ -27,6 +31,23 @@
 namespace kvc {
 
 class ThreadPool;
+
+// The largest manifest ReadChunkManifest accepts (kMaxManifestVariants variants, each name of
+// kMaxLevelNameBytes): the bound manifests are read with. Magic, version, chunk_tokens,
+// chunk_index, count; per variant two u32-prefixed names and a u64 size; the CRC32C.
+inline constexpr uint64_t kMaxChunkManifestBytes =
+    4 + 4 + 4 + 4 + 4 + kMaxManifestVariants * (4 + kMaxLevelNameBytes + 4 + kMaxLevelNameBytes + 8) + 4;
+
+// The most bytes one stored variant (a .kvc file) of a chunk of `chunk_tokens` tokens of a model
+// of `shape` (n_tokens ignored) may take, whatever its codec: kChunkSizeFactor times the raw fp16
+// KV of chunk_tokens + kChunkTableTokens tokens (the extra tokens: room for a codec's per-channel
+// tables, which weigh most in a chunk of a few tokens), plus the largest .kvc header and section
+// table. No codec comes near it (fetch_test checks every one on noise); a manifest that gives a
+// variant more is damaged, and the fetcher stops there without reading it. Saturates instead of
+// overflowing.
+inline constexpr uint64_t kChunkSizeFactor = 2;
+inline constexpr uint64_t kChunkTableTokens = 64;
+uint64_t MaxChunkObjectBytes(const KvShape& shape, uint32_t chunk_tokens);
 
 struct FetchOptions {
   // Where chunks are decoded (and what codecs may use inside one decode): the one pool fetch,
@@ -70,7 +91,8 @@ struct FetchReport {
   std::vector<ChunkVariant> variants;  // per delivered chunk
   std::string stop_reason;             // empty when every chunk was delivered
   // The run stopped on a damaged chunk: its object was there but unusable (the store found it
-  // corrupt, or it failed to decode, or was made for another model, shape or place). False
+  // corrupt or larger than its manifest says, or it failed to decode, or was made for another
+  // model, shape or place), or its manifest gives a size no chunk of the model can have. False
   // when it stopped on a missing object, a store error, no allowed variant or a planned
   // recompute, and when every chunk was delivered.
   bool stopped_on_damage = false;
@@ -86,7 +108,9 @@ class Fetcher {
   // run) must cover them. on_chunk runs on the calling thread, in chunk order; an error from it
   // stops the run (and is returned). Store and decode failures are not errors of Run: they end
   // the run early with stop_reason set. After a run that stopped early, the tokens of the chunks
-  // past the last one delivered hold an unspecified mix.
+  // past the last one delivered hold an unspecified mix. Nothing throws out of Run (an exception
+  // from the store or on_chunk becomes a stop reason or an error), and Run returns only once
+  // every decode it started has finished, on every path.
   Result<FetchReport> Run(std::span<const ChunkKey> keys, std::span<const ChunkManifest> manifests, KvCache& prefix,
                           const std::function<Status(FetchedChunk&&)>& on_chunk);
 
@@ -107,6 +131,10 @@ class Fetcher {
   Result<FetchReport> RunWithPlaces(std::span<const ChunkKey> keys, std::span<const ChunkManifest> manifests,
                                     const std::function<KvSlice(uint32_t)>& place, unsigned max_inflight,
                                     const std::function<Status(FetchedChunk&&)>& on_chunk);
+  // kCorrupt when a variant of `manifest` claims more bytes than a chunk can take
+  // (MaxChunkObjectBytes with the model's geometry; without one, kDefaultMaxObjectBytes).
+  Status CheckManifestSizes(const ChunkManifest& manifest) const;
+
   Store& store_;
   LinkShaper& link_;
   ModelFingerprint model_;

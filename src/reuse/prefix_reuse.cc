@@ -68,7 +68,8 @@ PrefixLookup LookupStoredPrefix(Store& store, std::span<const ChunkKey> keys, ui
   const auto t_lookup = SteadyClock::now();
   std::vector<std::string> names;
   for (const ChunkKey& k : keys) names.push_back(ChunkManifestName(k));
-  const auto got = store.GetMany(names);
+  // Bounded by the largest manifest: a huge object under a manifest's name is refused unread.
+  const auto got = store.GetMany(names, kMaxChunkManifestBytes);
   for (size_t i = 0; i < got.size(); ++i) {
     if (!got[i].ok()) {
       if (got[i].status().code() != StatusCode::kNotFound) {

@@ -2,7 +2,8 @@
 // GetMany open and check against the name asked for. OpenStore returns every backend behind it,
 // so everything that reads a store (the fetcher, `run`, `serve`) gets only objects that were
 // written under the name it asked for, and, with a secret, only objects written by a holder of
-// that secret. Exists, Delete and Stats pass through (Stats counts envelope bytes too).
+// that secret. Exists, Delete and Stats pass through (Stats counts envelope bytes too). A read's
+// bound is on the payload: the backend is asked for at most that plus the envelope.
 #pragma once
 
 #include <memory>

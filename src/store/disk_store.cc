@@ -33,6 +33,15 @@ constexpr auto kStaleTemp = std::chrono::minutes(10);
 
 Status Errno(const std::string& what) { return IoError(what + ": " + std::strerror(errno)); }
 
+const char* FileKind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "a file of another kind";
+}
+
 class DiskStore final : public Store {
  public:
   DiskStore(fs::path root, uint64_t capacity) : root_(std::move(root)), capacity_(capacity) {}
@@ -42,7 +51,9 @@ class DiskStore final : public Store {
     fs::create_directories(root_ / "objects", ec);
     if (!ec) fs::create_directories(root_ / "tmp", ec);
     if (ec) return IoError("cannot create store folder " + root_.string() + ": " + ec.message());
-    const int fd = ::open((root_ / "lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    // O_NONBLOCK here and for eviction: whatever someone left under the lock's name (a FIFO)
+    // must not block the open; flock blocks only where it should.
+    const int fd = ::open((root_ / "lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
     if (fd < 0) return Errno("cannot open " + (root_ / "lock").string());
     ::close(fd);
     // Temp files a crashed writer left behind; recent ones may belong to a live writer.
@@ -59,6 +70,60 @@ class DiskStore final : public Store {
   std::string url() const override { return "dir://" + root_.string(); }
 
   Status Put(std::string_view name, std::span<const uint8_t> bytes) override {
+    try {
+      return Write(name, bytes);
+    } catch (...) {
+      return StatusOfCurrentException("storing '" + std::string(name) + "' in " + url());
+    }
+  }
+
+  Result<std::vector<uint8_t>> Get(std::string_view name, uint64_t max_bytes) override {
+    try {
+      return Read(name, max_bytes);
+    } catch (...) {
+      return StatusOfCurrentException("reading '" + std::string(name) + "' from " + url());
+    }
+  }
+
+  Result<bool> Exists(std::string_view name) override {
+    try {
+      RETURN_IF_ERROR(CheckObjectName(name));
+      // stat opens nothing, so whatever is under the name (a FIFO) cannot block it.
+      struct stat st {};
+      if (::stat(ObjectPath(name).c_str(), &st) == 0) return true;
+      if (errno == ENOENT) return false;
+      return Errno("stat " + ObjectPath(name).string());
+    } catch (...) {
+      return StatusOfCurrentException("looking up '" + std::string(name) + "' in " + url());
+    }
+  }
+
+  Status Delete(std::string_view name) override {
+    try {
+      RETURN_IF_ERROR(CheckObjectName(name));
+      if (::unlink(ObjectPath(name).c_str()) != 0 && errno != ENOENT) {
+        return Errno("unlink " + ObjectPath(name).string());
+      }
+      return Status::Ok();
+    } catch (...) {
+      return StatusOfCurrentException("deleting '" + std::string(name) + "' from " + url());
+    }
+  }
+
+  Result<StoreStats> Stats() override {
+    try {
+      ASSIGN_OR_RETURN(const Scan scan, ScanObjects());
+      return StoreStats{.objects = scan.files.size(),
+                        .bytes = scan.bytes,
+                        .capacity_bytes = capacity_,
+                        .evictions = evictions_.load()};
+    } catch (...) {
+      return StatusOfCurrentException("reading the statistics of " + url());
+    }
+  }
+
+ private:
+  Status Write(std::string_view name, std::span<const uint8_t> bytes) {
     RETURN_IF_ERROR(CheckObjectName(name));
     if (bytes.size() > capacity_) {
       return InvalidArgument(FormatMessage("object of %zu bytes exceeds the store's capacity of %llu", bytes.size(),
@@ -91,10 +156,14 @@ class DiskStore final : public Store {
     return Status::Ok();
   }
 
-  Result<std::vector<uint8_t>> Get(std::string_view name) override {
+  Result<std::vector<uint8_t>> Read(std::string_view name, uint64_t max_bytes) {
     RETURN_IF_ERROR(CheckObjectName(name));
     const fs::path path = ObjectPath(name);
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: the open of a FIFO or device under an object's name returns at once (a FIFO
+    // would block until a writer came); O_NOCTTY: a terminal there is not adopted. Anything but
+    // a regular file is refused below, before a byte is read. Reads of a regular file ignore
+    // O_NONBLOCK.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
       if (errno == ENOENT) return NotFound("no object '" + std::string(name) + "'");
       return Errno("cannot open " + path.string());
@@ -102,7 +171,14 @@ class DiskStore final : public Store {
     ScopedFd closer(fd);
     struct stat st {};
     if (::fstat(fd, &st) != 0) return Errno("stat " + path.string());
-    std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
+    if (!S_ISREG(st.st_mode)) {
+      return Corrupt(FormatMessage("object '%s' (%s) is %s, not a regular file", std::string(name).c_str(),
+                                   path.c_str(), FileKind(st.st_mode)));
+    }
+    const auto size = static_cast<uint64_t>(st.st_size);
+    // Checked before anything is allocated: the file's size is whatever its writer made it.
+    if (size > max_bytes) return ObjectTooLarge(name, size, max_bytes);
+    std::vector<uint8_t> bytes(static_cast<size_t>(size));
     size_t done = 0;
     while (done < bytes.size()) {
       const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
@@ -112,34 +188,14 @@ class DiskStore final : public Store {
       done += static_cast<size_t>(n);
     }
     // Files are replaced by rename, never rewritten: a short read means a broken file system.
-    if (done != bytes.size())
+    if (done != bytes.size()) {
       return IoError(FormatMessage("%s: read %zu of %zu bytes", path.c_str(), done, bytes.size()));
+    }
     // Marks the object used for LRU eviction; a failure only makes it look older.
     (void)::futimens(fd, nullptr);
     return bytes;
   }
 
-  Result<bool> Exists(std::string_view name) override {
-    RETURN_IF_ERROR(CheckObjectName(name));
-    struct stat st {};
-    if (::stat(ObjectPath(name).c_str(), &st) == 0) return true;
-    if (errno == ENOENT) return false;
-    return Errno("stat " + ObjectPath(name).string());
-  }
-
-  Status Delete(std::string_view name) override {
-    RETURN_IF_ERROR(CheckObjectName(name));
-    if (::unlink(ObjectPath(name).c_str()) != 0 && errno != ENOENT) return Errno("unlink " + ObjectPath(name).string());
-    return Status::Ok();
-  }
-
-  Result<StoreStats> Stats() override {
-    ASSIGN_OR_RETURN(const Scan scan, ScanObjects());
-    return StoreStats{
-        .objects = scan.files.size(), .bytes = scan.bytes, .capacity_bytes = capacity_, .evictions = evictions_.load()};
-  }
-
- private:
   struct File {
     fs::path path;
     uint64_t bytes;
@@ -185,7 +241,7 @@ class DiskStore final : public Store {
   // the capacity when the folder holds more than the capacity.
   Status Evict() {
     std::lock_guard lock(evict_mu_);
-    const int fd = ::open((root_ / "lock").c_str(), O_RDWR | O_CLOEXEC);
+    const int fd = ::open((root_ / "lock").c_str(), O_RDWR | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return Errno("open " + (root_ / "lock").string());
     ScopedFd closer(fd);
     if (::flock(fd, LOCK_EX) != 0) return Errno("flock " + (root_ / "lock").string());
@@ -219,10 +275,15 @@ class DiskStore final : public Store {
 }  // namespace
 
 Result<std::unique_ptr<Store>> OpenDiskStore(const std::string& root, const StoreOptions& options) {
-  auto store = std::make_unique<DiskStore>(
-      fs::path(root).lexically_normal(), options.capacity_bytes != 0 ? options.capacity_bytes : kDefaultDiskStoreBytes);
-  RETURN_IF_ERROR(store->Init());
-  return std::unique_ptr<Store>(std::move(store));
+  try {
+    auto store =
+        std::make_unique<DiskStore>(fs::path(root).lexically_normal(),
+                                    options.capacity_bytes != 0 ? options.capacity_bytes : kDefaultDiskStoreBytes);
+    RETURN_IF_ERROR(store->Init());
+    return std::unique_ptr<Store>(std::move(store));
+  } catch (...) {
+    return StatusOfCurrentException("opening the store in " + root);
+  }
 }
 
 }  // namespace kvc

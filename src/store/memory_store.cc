@@ -13,43 +13,47 @@ class MemoryStore final : public Store {
   std::string url() const override { return "mem://"; }
 
   Status Put(std::string_view name, std::span<const uint8_t> bytes) override {
-    RETURN_IF_ERROR(CheckObjectName(name));
-    if (bytes.size() > capacity_) {
-      return InvalidArgument(FormatMessage("object of %zu bytes exceeds the store's capacity of %llu", bytes.size(),
-                                           static_cast<unsigned long long>(capacity_)));
+    try {
+      return PutUnguarded(name, bytes);
+    } catch (...) {
+      return StatusOfCurrentException("storing '" + std::string(name) + "'");
     }
-    std::lock_guard lock(mu_);
-    EraseLocked(std::string(name));
-    lru_.push_front(Entry{std::string(name), {bytes.begin(), bytes.end()}});
-    index_[lru_.front().name] = lru_.begin();
-    bytes_ += bytes.size();
-    while (bytes_ > capacity_) {
-      EraseLocked(lru_.back().name);
-      ++evictions_;
-    }
-    return Status::Ok();
   }
 
-  Result<std::vector<uint8_t>> Get(std::string_view name) override {
-    RETURN_IF_ERROR(CheckObjectName(name));
-    std::lock_guard lock(mu_);
-    auto it = index_.find(std::string(name));
-    if (it == index_.end()) return NotFound("no object '" + std::string(name) + "'");
-    lru_.splice(lru_.begin(), lru_, it->second);
-    return it->second->bytes;
+  Result<std::vector<uint8_t>> Get(std::string_view name, uint64_t max_bytes) override {
+    try {
+      RETURN_IF_ERROR(CheckObjectName(name));
+      std::lock_guard lock(mu_);
+      auto it = index_.find(std::string(name));
+      if (it == index_.end()) return NotFound("no object '" + std::string(name) + "'");
+      const std::vector<uint8_t>& bytes = it->second->bytes;
+      if (bytes.size() > max_bytes) return ObjectTooLarge(name, bytes.size(), max_bytes);
+      lru_.splice(lru_.begin(), lru_, it->second);
+      return bytes;
+    } catch (...) {
+      return StatusOfCurrentException("reading '" + std::string(name) + "'");
+    }
   }
 
   Result<bool> Exists(std::string_view name) override {
-    RETURN_IF_ERROR(CheckObjectName(name));
-    std::lock_guard lock(mu_);
-    return index_.count(std::string(name)) > 0;
+    try {
+      RETURN_IF_ERROR(CheckObjectName(name));
+      std::lock_guard lock(mu_);
+      return index_.count(std::string(name)) > 0;
+    } catch (...) {
+      return StatusOfCurrentException("looking up '" + std::string(name) + "'");
+    }
   }
 
   Status Delete(std::string_view name) override {
-    RETURN_IF_ERROR(CheckObjectName(name));
-    std::lock_guard lock(mu_);
-    EraseLocked(std::string(name));
-    return Status::Ok();
+    try {
+      RETURN_IF_ERROR(CheckObjectName(name));
+      std::lock_guard lock(mu_);
+      EraseLocked(std::string(name));
+      return Status::Ok();
+    } catch (...) {
+      return StatusOfCurrentException("deleting '" + std::string(name) + "'");
+    }
   }
 
   Result<StoreStats> Stats() override {
@@ -62,6 +66,33 @@ class MemoryStore final : public Store {
     std::string name;
     std::vector<uint8_t> bytes;
   };
+
+  Status PutUnguarded(std::string_view name, std::span<const uint8_t> bytes) {
+    RETURN_IF_ERROR(CheckObjectName(name));
+    if (bytes.size() > capacity_) {
+      return InvalidArgument(FormatMessage("object of %zu bytes exceeds the store's capacity of %llu", bytes.size(),
+                                           static_cast<unsigned long long>(capacity_)));
+    }
+    // The copy first, and the list and index changed so that a failed allocation (an exception
+    // Put turns into a Status) leaves them consistent.
+    Entry entry{std::string(name), {bytes.begin(), bytes.end()}};
+    std::lock_guard lock(mu_);
+    EraseLocked(entry.name);
+    lru_.push_front(std::move(entry));
+    try {
+      index_[lru_.front().name] = lru_.begin();
+    } catch (...) {
+      lru_.pop_front();
+      throw;
+    }
+    bytes_ += bytes.size();
+    while (bytes_ > capacity_) {
+      EraseLocked(lru_.back().name);
+      ++evictions_;
+    }
+    return Status::Ok();
+  }
+
   void EraseLocked(const std::string& name) {
     auto it = index_.find(name);
     if (it == index_.end()) return;

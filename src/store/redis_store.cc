@@ -3,12 +3,14 @@
 #include <hiredis/hiredis.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <initializer_list>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -757,104 +759,182 @@ class RedisStore final : public Store {
   std::string url() const override { return router_->url(); }
 
   Status Put(std::string_view name, std::span<const uint8_t> bytes) override {
-    RETURN_IF_ERROR(CheckObjectName(name));
-    const std::string key = KeyOf(name);
-    ASSIGN_OR_RETURN(Answer answer, RunOne({key, Command({"SET", key, AsText(bytes)})}));
-    const redisReply* r = answer.reply.get();
-    if (r->type != REDIS_REPLY_STATUS || ReplyText(*r) != "OK") return UnexpectedReply(answer, "SET " + key);
-    return Status::Ok();
+    try {
+      RETURN_IF_ERROR(CheckObjectName(name));
+      const std::string key = KeyOf(name);
+      ASSIGN_OR_RETURN(Answer answer, RunOne({key, Command({"SET", key, AsText(bytes)})}));
+      const redisReply* r = answer.reply.get();
+      if (r->type != REDIS_REPLY_STATUS || ReplyText(*r) != "OK") return UnexpectedReply(answer, "SET " + key);
+      return Status::Ok();
+    } catch (...) {
+      return StatusOfCurrentException("storing '" + std::string(name) + "' in " + url());
+    }
   }
 
-  Result<std::vector<uint8_t>> Get(std::string_view name) override {
-    RETURN_IF_ERROR(CheckObjectName(name));
-    const std::string key = KeyOf(name);
-    return BytesFrom(RunOne({key, Command({"GET", key})}), key);
+  Result<std::vector<uint8_t>> Get(std::string_view name, uint64_t max_bytes) override {
+    try {
+      RETURN_IF_ERROR(CheckObjectName(name));
+      std::vector<KeyedCommand> commands;
+      AppendRead(commands, KeyOf(name), max_bytes);
+      std::vector<Result<Answer>> answers = router_->Run(commands);
+      if (answers.size() != commands.size()) return Internal("router did not answer every command");
+      return BytesFrom(answers, commands[0].key, max_bytes);
+    } catch (...) {
+      return StatusOfCurrentException("reading '" + std::string(name) + "' from " + url());
+    }
   }
 
   Result<bool> Exists(std::string_view name) override {
-    RETURN_IF_ERROR(CheckObjectName(name));
-    const std::string key = KeyOf(name);
-    return ExistsFrom(RunOne({key, Command({"EXISTS", key})}), key);
+    try {
+      RETURN_IF_ERROR(CheckObjectName(name));
+      const std::string key = KeyOf(name);
+      return ExistsFrom(RunOne({key, Command({"EXISTS", key})}), key);
+    } catch (...) {
+      return StatusOfCurrentException("looking up '" + std::string(name) + "' in " + url());
+    }
   }
 
   Status Delete(std::string_view name) override {
-    RETURN_IF_ERROR(CheckObjectName(name));
-    const std::string key = KeyOf(name);
-    ASSIGN_OR_RETURN(Answer answer, RunOne({key, Command({"DEL", key})}));
-    if (!IsInteger(answer.reply.get())) return UnexpectedReply(answer, "DEL " + key);
-    return Status::Ok();
+    try {
+      RETURN_IF_ERROR(CheckObjectName(name));
+      const std::string key = KeyOf(name);
+      ASSIGN_OR_RETURN(Answer answer, RunOne({key, Command({"DEL", key})}));
+      if (!IsInteger(answer.reply.get())) return UnexpectedReply(answer, "DEL " + key);
+      return Status::Ok();
+    } catch (...) {
+      return StatusOfCurrentException("deleting '" + std::string(name) + "' from " + url());
+    }
   }
 
-  std::vector<Result<std::vector<uint8_t>>> GetMany(std::span<const std::string> names) override {
-    std::vector<Result<std::vector<uint8_t>>> out;
-    out.reserve(names.size());
-    std::vector<KeyedCommand> commands;
-    std::vector<size_t> slot_of_command;
-    for (size_t i = 0; i < names.size(); ++i) {
-      Status valid = CheckObjectName(names[i]);
-      out.push_back(valid.ok() ? Internal("not fetched") : valid);
-      if (!valid.ok()) continue;
-      std::string key = KeyOf(names[i]);
-      std::string wire = Command({"GET", key});
-      commands.push_back({std::move(key), std::move(wire)});
-      slot_of_command.push_back(i);
+  std::vector<Result<std::vector<uint8_t>>> GetMany(std::span<const std::string> names, uint64_t max_bytes) override {
+    try {
+      std::vector<Result<std::vector<uint8_t>>> out;
+      out.reserve(names.size());
+      std::vector<KeyedCommand> commands;
+      std::vector<size_t> slot_of_read;
+      for (size_t i = 0; i < names.size(); ++i) {
+        Status valid = CheckObjectName(names[i]);
+        out.push_back(valid.ok() ? Internal("not fetched") : valid);
+        if (!valid.ok()) continue;
+        AppendRead(commands, KeyOf(names[i]), max_bytes);
+        slot_of_read.push_back(i);
+      }
+      std::vector<Result<Answer>> answers = router_->Run(commands);
+      if (answers.size() != commands.size()) {
+        return std::vector<Result<std::vector<uint8_t>>>(names.size(), Internal("router did not answer every command"));
+      }
+      for (size_t c = 0; c < slot_of_read.size(); ++c) {
+        out[slot_of_read[c]] = BytesFrom(std::span(answers).subspan(c * kReadCommands, kReadCommands),
+                                         commands[c * kReadCommands].key, max_bytes);
+      }
+      return out;
+    } catch (...) {
+      return std::vector<Result<std::vector<uint8_t>>>(names.size(),
+                                                       StatusOfCurrentException("reading a batch from " + url()));
     }
-    std::vector<Result<Answer>> answers = router_->Run(commands);
-    for (size_t c = 0; c < commands.size(); ++c) {
-      out[slot_of_command[c]] = BytesFrom(std::move(answers[c]), commands[c].key);
-    }
-    return out;
   }
 
   Result<std::vector<bool>> ExistsMany(std::span<const std::string> names) override {
-    std::vector<KeyedCommand> commands;
-    commands.reserve(names.size());
-    for (const std::string& name : names) {
-      RETURN_IF_ERROR(CheckObjectName(name));
-      std::string key = KeyOf(name);
-      std::string wire = Command({"EXISTS", key});
-      commands.push_back({std::move(key), std::move(wire)});
+    try {
+      std::vector<KeyedCommand> commands;
+      commands.reserve(names.size());
+      for (const std::string& name : names) {
+        RETURN_IF_ERROR(CheckObjectName(name));
+        std::string key = KeyOf(name);
+        std::string wire = Command({"EXISTS", key});
+        commands.push_back({std::move(key), std::move(wire)});
+      }
+      std::vector<Result<Answer>> answers = router_->Run(commands);
+      std::vector<bool> out;
+      out.reserve(names.size());
+      for (size_t c = 0; c < commands.size(); ++c) {
+        ASSIGN_OR_RETURN(const bool exists, ExistsFrom(std::move(answers[c]), commands[c].key));
+        out.push_back(exists);
+      }
+      return out;
+    } catch (...) {
+      return StatusOfCurrentException("looking up a batch in " + url());
     }
-    std::vector<Result<Answer>> answers = router_->Run(commands);
-    std::vector<bool> out;
-    out.reserve(names.size());
-    for (size_t c = 0; c < commands.size(); ++c) {
-      ASSIGN_OR_RETURN(const bool exists, ExistsFrom(std::move(answers[c]), commands[c].key));
-      out.push_back(exists);
-    }
-    return out;
   }
 
   Result<StoreStats> Stats() override {
-    ASSIGN_OR_RETURN(const std::vector<std::shared_ptr<Node>> nodes, router_->DataNodes());
-    StoreStats stats;
-    bool every_node_bounded = !nodes.empty();
-    uint64_t capacity = 0;
-    for (const std::shared_ptr<Node>& node : nodes) {
-      ASSIGN_OR_RETURN(const NodeStats n, ReadNodeStats(*node));
-      stats.objects += n.objects;
-      stats.bytes += n.bytes;
-      capacity += n.maxmemory;
-      every_node_bounded = every_node_bounded && n.maxmemory > 0;
+    try {
+      ASSIGN_OR_RETURN(const std::vector<std::shared_ptr<Node>> nodes, router_->DataNodes());
+      StoreStats stats;
+      bool every_node_bounded = !nodes.empty();
+      uint64_t capacity = 0;
+      for (const std::shared_ptr<Node>& node : nodes) {
+        ASSIGN_OR_RETURN(const NodeStats n, ReadNodeStats(*node));
+        stats.objects += n.objects;
+        stats.bytes += n.bytes;
+        capacity += n.maxmemory;
+        every_node_bounded = every_node_bounded && n.maxmemory > 0;
+      }
+      // One unbounded master makes the whole store unbounded.
+      stats.capacity_bytes = every_node_bounded ? capacity : 0;
+      return stats;
+    } catch (...) {
+      return StatusOfCurrentException("reading the statistics of " + url());
     }
-    // One unbounded master makes the whole store unbounded.
-    stats.capacity_bytes = every_node_bounded ? capacity : 0;
-    return stats;
   }
 
  private:
+  // A bounded read of one key is these commands, pipelined to the key's node (one slot, so a
+  // cluster redirects them alike): GETRANGE transfers at most max_bytes + 1 bytes however large
+  // the value, one byte more than allowed telling a value that is too large; STRLEN says how
+  // large it is, for the message; EXISTS tells a missing key from an empty value (GETRANGE
+  // answers "" for both).
+  static constexpr size_t kReadCommands = 3;
+
+  static void AppendRead(std::vector<KeyedCommand>& commands, std::string key, uint64_t max_bytes) {
+    // GETRANGE's end is inclusive and a signed 64-bit number.
+    const uint64_t last = std::min<uint64_t>(max_bytes, std::numeric_limits<int64_t>::max() - 1);
+    std::string range = Command({"GETRANGE", key, "0", std::to_string(last)});
+    std::string length = Command({"STRLEN", key});
+    std::string exists = Command({"EXISTS", key});
+    commands.push_back({key, std::move(range)});
+    commands.push_back({key, std::move(length)});
+    commands.push_back({std::move(key), std::move(exists)});
+  }
+
   Result<Answer> RunOne(KeyedCommand command) {
     std::vector<Result<Answer>> answers = router_->Run(std::span<const KeyedCommand>(&command, 1));
     if (answers.size() != 1) return Internal("router gave no answer");
     return std::move(answers[0]);
   }
 
-  static Result<std::vector<uint8_t>> BytesFrom(Result<Answer> answer, const std::string& key) {
-    if (!answer.ok()) return answer.status();
-    const redisReply* r = answer->reply.get();
-    if (r->type == REDIS_REPLY_NIL) return NotFound("no object '" + key.substr(kRedisKeyPrefix.size()) + "'");
-    if (r->type != REDIS_REPLY_STRING) return UnexpectedReply(*answer, "GET " + key);
-    const std::string_view text = ReplyText(*r);
+  static bool IsWrongType(const redisReply* r) {
+    return r != nullptr && r->type == REDIS_REPLY_ERROR && ReplyText(*r).starts_with("WRONGTYPE");
+  }
+
+  // The object from the answers to AppendRead's commands, in their order.
+  static Result<std::vector<uint8_t>> BytesFrom(std::span<const Result<Answer>> answers, const std::string& key,
+                                                uint64_t max_bytes) {
+    const std::string name = key.substr(kRedisKeyPrefix.size());
+    for (const Result<Answer>& a : answers) {
+      if (!a.ok()) return a.status();
+    }
+    const Answer& range = *answers[0];
+    const Answer& length = *answers[1];
+    const Answer& exists = *answers[2];
+    // Someone else's hash or list under our prefix: not an object, and never one of ours.
+    if (IsWrongType(range.reply.get()) || IsWrongType(length.reply.get())) {
+      return Corrupt("object '" + name + "': key " + key + " is not a string (GETRANGE answered " +
+                     DescribeReply(range.reply.get()) + ")");
+    }
+    if (!IsString(range.reply.get())) return UnexpectedReply(range, "GETRANGE " + key);
+    if (!IsInteger(length.reply.get()) || length.reply->integer < 0) return UnexpectedReply(length, "STRLEN " + key);
+    const redisReply* e = exists.reply.get();
+    if (!IsInteger(e) || e->integer < 0 || e->integer > 1) return UnexpectedReply(exists, "EXISTS " + key);
+    const std::string_view text = ReplyText(*range.reply);
+    if (text.size() > max_bytes) {
+      // STRLEN came after GETRANGE: a value replaced in between may be shorter by now.
+      return ObjectTooLarge(name, std::max<uint64_t>(text.size(), static_cast<uint64_t>(length.reply->integer)),
+                            max_bytes);
+    }
+    // An empty GETRANGE is an empty object only if the key was there, empty, after it: else the
+    // key was missing when GETRANGE ran (and may have been written since).
+    if (text.empty() && (e->integer == 0 || length.reply->integer != 0)) return NotFound("no object '" + name + "'");
     return std::vector<uint8_t>(text.begin(), text.end());
   }
 

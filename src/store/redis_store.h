@@ -1,8 +1,11 @@
 // redis:// and redis-cluster:// stores through hiredis (design brief §3).
 //
-// Objects live under the key kRedisKeyPrefix + name as plain strings (SET/GET), so that the
-// database may hold other data too and Stats counts only ours. Eviction is the server's
-// business (its maxmemory policy); kvcodec never evicts from Redis itself.
+// Objects live under the key kRedisKeyPrefix + name as plain strings, so that the database may
+// hold other data too and Stats counts only ours. Eviction is the server's business (its
+// maxmemory policy); kvcodec never evicts from Redis itself. Objects are written with SET and
+// read with GETRANGE key 0 max_bytes (with STRLEN and EXISTS in the same pipeline), so a read
+// transfers at most one byte more than its bound, whatever value someone put under the key; a
+// key of another type under our prefix reads as kCorrupt.
 //
 // Credentials (redis://user:password@host:port) are sent with AUTH on every new connection, to
 // every node of a cluster, before anything else; a refused AUTH fails that call with an

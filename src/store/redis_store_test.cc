@@ -131,10 +131,13 @@ TEST(RedisStore, ObjectsAreKvcPrefixedStringsAndStatsCountOnlyThose) {
   EXPECT_EQ(stats.objects, 1u);
   EXPECT_EQ(stats.bytes, sealed.size());
   EXPECT_EQ(stats.evictions, 0u);
-  // A reply of the wrong type is an error that names it, not a crash or garbage bytes.
+  // A key of another type under an object's name is a damaged object that says what it is, not a
+  // crash or garbage bytes.
   const Result<std::vector<uint8_t>> wrong = store->Get("not-ours");
-  EXPECT_EQ(wrong.status().code(), StatusCode::kIoError);
+  EXPECT_EQ(wrong.status().code(), StatusCode::kCorrupt);
   EXPECT_NE(wrong.status().message().find("WRONGTYPE"), std::string::npos) << wrong.status().ToString();
+  EXPECT_NE(wrong.status().message().find("not a string"), std::string::npos) << wrong.status().ToString();
+  EXPECT_EQ(store->GetMany(std::vector<std::string>{"not-ours"})[0].status().code(), StatusCode::kCorrupt);
   EXPECT_TRUE(store->Exists("not-ours").value());
 }
 
@@ -161,6 +164,56 @@ TEST(RedisStore, LargeObjectsAndBatchesWithBadNames) {
   EXPECT_EQ(got[1].status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(got[2].status().code(), StatusCode::kNotFound);
   EXPECT_EQ(store->ExistsMany(names).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A value far larger than the read's bound under an object's key (junk, or a chunk a larger
+// model wrote) is refused after at most bound + 1 of its bytes crossed the wire: checked in a
+// child whose address space could not hold the value and whose resident set grows by far less
+// than it. Before, the whole value was read first and then found not to be an object.
+TEST(RedisStore, AValueLargerThanTheBoundIsRefusedWithoutBeingRead) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, OpenEmptyServerStore());
+  ASSERT_OK_AND_ASSIGN(RedisTestServer * server, SharedServer());
+  const std::string name = "00000000000000000000000000000004.quant.8";
+  constexpr uint64_t kJunk = uint64_t{128} << 20;
+  // Made on the server (SETRANGE pads with zero bytes): none of it passes through this process.
+  ASSERT_OK(server->Command({"SETRANGE", KeyOf(name), std::to_string(kJunk - 1), "x"}).status());
+  const std::string url = "redis://" + server->address();
+  const std::string said = RunInChild(
+      [&] {
+        // Stores of the child's own, so that no connection is shared with the parent.
+        Result<std::unique_ptr<Store>> bound = OpenStore(url);
+        Result<std::unique_ptr<Store>> bare = OpenBackendStore(url);
+        if (!bound.ok() || !bare.ok()) return std::string("cannot open the stores");
+        const uint64_t rss0 = MaxRssBytes();
+        std::string failures;
+        auto expect_too_large = [&](const Result<std::vector<uint8_t>>& got, const char* what) {
+          if (got.ok()) {
+            failures += std::string(what) + ": read " + std::to_string(got->size()) + " bytes; ";
+          } else if (got.status().code() != StatusCode::kCorrupt ||
+                     got.status().message().find(name + "' is 134217728 bytes, more than") == std::string::npos) {
+            failures += std::string(what) + ": " + got.status().ToString() + "; ";
+          }
+        };
+        expect_too_large((*bound)->Get(name, 64 << 10), "get");
+        expect_too_large((*bare)->Get(name, 1000), "bare get");
+        const auto batch = (*bound)->GetMany(std::vector<std::string>{"absent", name}, 64 << 10);
+        if (batch.size() != 2 || batch[0].status().code() != StatusCode::kNotFound) failures += "batch: absent; ";
+        if (batch.size() == 2) expect_too_large(batch[1], "batch");
+        const uint64_t grew = MaxRssBytes() - rss0;
+        if (grew > (uint64_t{32} << 20)) failures += "the resident set grew by " + std::to_string(grew) + " bytes; ";
+        return failures;
+      },
+      {.alarm_s = 30, .address_space_headroom = uint64_t{96} << 20});
+  EXPECT_EQ(said, "");
+  // Within the bound, the value is read whole (then found not to be an object in an envelope).
+  ASSERT_OK(server->Command({"SET", KeyOf(name), std::string(5000, 'j')}).status());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> bare, OpenBackendStore(url));
+  EXPECT_EQ(bare->Get(name, 5000).value(), std::vector<uint8_t>(5000, 'j'));
+  EXPECT_EQ(bare->Get(name, 4999).status().code(), StatusCode::kCorrupt);
+  const Status junk = store->Get(name).status();
+  EXPECT_EQ(junk.code(), StatusCode::kCorrupt);
+  EXPECT_NE(junk.message().find("bad magic"), std::string::npos) << junk.ToString();
+  ASSERT_OK(server->Command({"DEL", KeyOf(name)}).status());
 }
 
 TEST(RedisStore, MalformedAddressesAreInvalidArgument) {

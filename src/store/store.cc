@@ -1,9 +1,12 @@
 #include "store/store.h"
 
 #include <cstdlib>
+#include <exception>
+#include <new>
 #include <optional>
 #include <utility>
 
+#include "base/utf8.h"
 #include "store/bound_store.h"
 #include "store/disk_store.h"
 #include "store/memory_store.h"
@@ -11,11 +14,35 @@
 
 namespace kvc {
 
-std::vector<Result<std::vector<uint8_t>>> Store::GetMany(std::span<const std::string> names) {
+std::vector<Result<std::vector<uint8_t>>> Store::GetMany(std::span<const std::string> names, uint64_t max_bytes) {
   std::vector<Result<std::vector<uint8_t>>> out;
-  out.reserve(names.size());
-  for (const std::string& n : names) out.push_back(Get(n));
+  try {
+    out.reserve(names.size());
+    for (const std::string& n : names) out.push_back(Get(n, max_bytes));
+  } catch (...) {
+    const Status failed = StatusOfCurrentException("reading a batch of objects");
+    out.clear();
+    out.resize(names.size(), failed);
+  }
   return out;
+}
+
+Status ObjectTooLarge(std::string_view name, uint64_t size, uint64_t max_bytes) {
+  return Corrupt(FormatMessage("object '%s' is %llu bytes, more than the %llu this read allows (not read)",
+                               PrintableOneLine(name).c_str(), static_cast<unsigned long long>(size),
+                               static_cast<unsigned long long>(max_bytes)));
+}
+
+Status StatusOfCurrentException(std::string_view what) {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    return IoError("out of memory " + std::string(what));
+  } catch (const std::exception& e) {
+    return Internal(std::string(what) + ": " + e.what());
+  } catch (...) {
+    return Internal(std::string(what) + ": an unknown exception");
+  }
 }
 
 Result<std::vector<bool>> Store::ExistsMany(std::span<const std::string> names) {

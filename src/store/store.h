@@ -9,6 +9,11 @@
 // Objects are opaque bytes under names made by chunk_key.h. OpenStore seals each in an envelope
 // that binds it to its name (stored_object.h, bound_store.h). Every backend is safe to call from
 // several threads at once.
+//
+// What a store holds is hostile (anyone who can write to it can put anything under any name), so
+// every read is bounded: a reader says how many bytes the object may have (the chunk's manifest
+// knows it), and a larger object is refused before it is read or anything is allocated for it.
+// No Store method throws: an exception inside a backend (a failed allocation) becomes a Status.
 #pragma once
 
 #include <cstddef>
@@ -42,6 +47,10 @@ struct StoreStats {
   uint64_t evictions = 0;       // objects this process evicted
 };
 
+// The bound of Get(name) and GetMany(names) without one: for tools that read an object by name.
+// Chunk variants and manifests are read with their own bounds (fetcher.h), far below this.
+inline constexpr uint64_t kDefaultMaxObjectBytes = uint64_t{1} << 30;
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -51,16 +60,25 @@ class Store {
   // Stores `bytes` under `name`, replacing any previous object. Readers never see a partial
   // object: either the old bytes, the new bytes or (after eviction) nothing.
   virtual Status Put(std::string_view name, std::span<const uint8_t> bytes) = 0;
-  // kNotFound when there is no such object.
-  virtual Result<std::vector<uint8_t>> Get(std::string_view name) = 0;
+  // The object, if it has at most `max_bytes` bytes (through OpenStore: payload bytes, the
+  // envelope aside). kNotFound when there is no such object; kCorrupt (ObjectTooLarge) for a
+  // larger one, whose bytes are not read (Redis transfers at most max_bytes + 1 of them), and
+  // for something under the name that cannot be an object (a FIFO in a dir:// store, a Redis key
+  // that is not a string): the reader treats it as a damaged chunk. A read never blocks on
+  // what it finds, and never allocates more than the bound (and an envelope) for the object.
+  virtual Result<std::vector<uint8_t>> Get(std::string_view name, uint64_t max_bytes) = 0;
+  Result<std::vector<uint8_t>> Get(std::string_view name) { return Get(name, kDefaultMaxObjectBytes); }
   virtual Result<bool> Exists(std::string_view name) = 0;
   // Deleting an absent object is not an error.
   virtual Status Delete(std::string_view name) = 0;
 
   // Batched forms: one round trip where the backend can (Redis pipelines / MGET per node). One
   // result per name, in order; a missing object is kNotFound in its slot. A failure of the
-  // whole batch (connection lost) is every slot's error.
-  virtual std::vector<Result<std::vector<uint8_t>>> GetMany(std::span<const std::string> names);
+  // whole batch (connection lost) is every slot's error. `max_bytes` bounds each object, as in Get.
+  virtual std::vector<Result<std::vector<uint8_t>>> GetMany(std::span<const std::string> names, uint64_t max_bytes);
+  std::vector<Result<std::vector<uint8_t>>> GetMany(std::span<const std::string> names) {
+    return GetMany(names, kDefaultMaxObjectBytes);
+  }
   virtual Result<std::vector<bool>> ExistsMany(std::span<const std::string> names);
 
   virtual Result<StoreStats> Stats() = 0;
@@ -85,6 +103,13 @@ std::string RedactedUrl(std::string_view url);
 std::string DefaultStoreUrl();
 
 inline constexpr size_t kMaxObjectNameBytes = 200;
+
+// The kCorrupt of a read that found `name` holding `size` bytes, more than its `max_bytes`.
+Status ObjectTooLarge(std::string_view name, uint64_t size, uint64_t max_bytes);
+
+// For backends and decorators, inside `catch (...)`: the exception in flight as a Status (a
+// failed allocation is kIoError "out of memory ..."), `what` saying what was being done.
+Status StatusOfCurrentException(std::string_view what);
 
 // Object names are what chunk_key.h makes: [A-Za-z0-9._-], 1..200 characters. Anything else is
 // kInvalidArgument in every backend (names become file names and Redis keys).

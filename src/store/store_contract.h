@@ -4,7 +4,13 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cstring>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <ostream>
@@ -42,5 +48,95 @@ inline std::vector<uint8_t> Bytes(size_t n, uint32_t seed) {
 inline void PrintTo(const StoreFactory& factory, std::ostream* os) { *os << factory.name; }
 
 class StoreContract : public ::testing::TestWithParam<StoreFactory> {};
+
+// ---------------------------------------------------------------------------------------------
+// For tests of what a hostile store does to a reader (here and in the fetcher's tests): the check
+// runs in a forked child, so that a crash, a hang or an allocation past a memory limit fails the
+// test instead of taking the test binary down with it.
+
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kUnderAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kUnderAddressSanitizer = true;
+#else
+inline constexpr bool kUnderAddressSanitizer = false;
+#endif
+#else
+inline constexpr bool kUnderAddressSanitizer = false;
+#endif
+
+// The process's mapped address space now (what RLIMIT_AS counts).
+inline uint64_t AddressSpaceBytes() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t pages = 0;
+  statm >> pages;
+  return pages * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+// The peak resident set of this process, in bytes.
+inline uint64_t MaxRssBytes() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<uint64_t>(usage.ru_maxrss) * 1024;
+}
+
+struct ChildLimits {
+  unsigned alarm_s = 30;  // SIGALRM past this: a check that hangs fails instead of hanging the suite
+  // RLIMIT_AS at the child's address space plus this much (0: no limit). Not under
+  // AddressSanitizer, whose shadow memory needs terabytes of address space.
+  uint64_t address_space_headroom = 0;
+};
+
+// Runs `check` in a forked child under `limits`: "" when it returned "" and the child exited
+// cleanly, else what it returned or how the child died (a signal: SIGALRM when it hung, SIGSEGV
+// when it crashed), or the exception that escaped it. `check` must not use gtest assertions.
+inline std::string RunInChild(const std::function<std::string()>& check, const ChildLimits& limits = {}) {
+  int fds[2];
+  if (::pipe(fds) != 0) return "pipe failed";
+  const pid_t pid = ::fork();
+  if (pid < 0) return "fork failed";
+  if (pid == 0) {
+    ::close(fds[0]);
+    ::alarm(limits.alarm_s);
+    if (limits.address_space_headroom > 0 && !kUnderAddressSanitizer) {
+      const rlimit limit{AddressSpaceBytes() + limits.address_space_headroom, RLIM_INFINITY};
+      ::setrlimit(RLIMIT_AS, &limit);
+    }
+    std::string said;
+    // An exception must end the child here: past this frame gtest would catch it and go on
+    // running the parent's remaining tests in the child.
+    try {
+      said = check();
+    } catch (const std::exception& e) {
+      said = std::string("an exception escaped: ") + e.what();
+    } catch (...) {
+      said = "an exception escaped";
+    }
+    for (size_t at = 0; at < said.size();) {
+      const ssize_t n = ::write(fds[1], said.data() + at, said.size() - at);
+      if (n <= 0) break;
+      at += static_cast<size_t>(n);
+    }
+    // No destructors, atexit handlers or gtest teardown of the parent's state in the child.
+    ::_exit(said.empty() ? 0 : 1);
+  }
+  ::close(fds[1]);
+  std::string said;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) said.append(buf, static_cast<size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    return std::string("the child was killed by signal ") + std::to_string(sig) + " (" + ::strsignal(sig) + ")" +
+           (sig == SIGALRM ? ": it hung" : "") + (said.empty() ? "" : ", after saying: " + said);
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return "the child exited with status " + std::to_string(WEXITSTATUS(status)) + ": " + said;
+  }
+  return said;
+}
 
 }  // namespace kvc

@@ -63,6 +63,40 @@ TEST_P(StoreContract, BatchedCallsKeepOrderAndReportMissingPerSlot) {
   EXPECT_TRUE(store->GetMany({}).empty());
 }
 
+// Every read is bounded: an object larger than the bound is refused as corrupt, naming it and
+// its size, without being read; one within it (the bound itself included) is read whole. Through
+// OpenStore the bound is on the payload, the envelope aside.
+TEST_P(StoreContract, AnObjectLargerThanTheReadsBoundIsCorrupt) {
+  auto store = Open();
+  ASSERT_TRUE(store);
+  const auto a = Bytes(1000, 7);
+  ASSERT_TRUE(store->Put("bounded", a).ok());
+  EXPECT_EQ(store->Get("bounded", 1000).value(), a);
+  EXPECT_EQ(store->Get("bounded", 1 << 20).value(), a);
+  for (uint64_t bound : {uint64_t{999}, uint64_t{1}, uint64_t{0}}) {
+    const Status over = store->Get("bounded", bound).status();
+    EXPECT_EQ(over.code(), StatusCode::kCorrupt) << bound << ": " << over.ToString();
+    EXPECT_NE(over.message().find("'bounded'"), std::string::npos) << over.ToString();
+    EXPECT_NE(over.message().find("bytes, more than the"), std::string::npos) << over.ToString();
+  }
+  EXPECT_EQ(store->Get("absent", 0).status().code(), StatusCode::kNotFound) << "a missing object is missing";
+  ASSERT_TRUE(store->Put("empty", {}).ok());
+  EXPECT_TRUE(store->Get("empty", 0).value().empty()) << "an empty object fits any bound";
+
+  ASSERT_TRUE(store->Put("small", Bytes(10, 8)).ok());
+  const std::vector<std::string> names = {"bounded", "absent", "empty", "small"};
+  const auto got = store->GetMany(names, 999);
+  ASSERT_EQ(got.size(), names.size());
+  EXPECT_EQ(got[0].status().code(), StatusCode::kCorrupt) << got[0].status().ToString();
+  EXPECT_EQ(got[1].status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(got[2].value().empty());
+  EXPECT_EQ(got[3].value(), Bytes(10, 8));
+  EXPECT_EQ(store->GetMany(names, 1000)[0].value(), a);
+  // A refused read leaves the object as it was.
+  EXPECT_EQ(store->Get("bounded").value(), a);
+  EXPECT_EQ(store->GetMany(names)[0].value(), a);
+}
+
 TEST_P(StoreContract, RejectsBadNames) {
   auto store = Open();
   ASSERT_TRUE(store);

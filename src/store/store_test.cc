@@ -1,8 +1,13 @@
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <initializer_list>
+#include <string_view>
 
 #include "store/disk_store.h"
 #include "store/memory_store.h"
@@ -92,6 +97,149 @@ TEST(DiskStore, ObjectsSurviveReopenAndSecondInstancesShareThem) {
 
 TEST(DiskStore, UnwritableFolderIsAnIoError) {
   EXPECT_EQ(OpenDiskStore("/proc/kvc-cannot-exist", {}).status().code(), StatusCode::kIoError);
+}
+
+// Where a dir:// store keeps `name` (found, not computed: the layout is the store's business).
+std::filesystem::path ObjectFile(const std::filesystem::path& root, const std::string& name) {
+  for (const auto& e : std::filesystem::recursive_directory_iterator(root / "objects")) {
+    if (e.path().filename() == name) return e.path();
+  }
+  return {};
+}
+
+// "" when `got` is a kCorrupt whose message holds every one of `says`, else what it is.
+template <class T>
+std::string ExpectCorrupt(const Result<T>& got, std::initializer_list<std::string_view> says) {
+  if (got.ok()) return "read as an object; ";
+  if (got.status().code() != StatusCode::kCorrupt) return got.status().ToString() + " (expected kCorrupt); ";
+  for (std::string_view s : says) {
+    if (got.status().message().find(s) == std::string::npos) {
+      return got.status().ToString() + " (does not say '" + std::string(s) + "'); ";
+    }
+  }
+  return "";
+}
+
+// A chunk object made 20 GiB long (sparse: no disk used) is refused on its size, before anything
+// is allocated: under an address-space limit far below 20 GiB the read is a clean kCorrupt, and
+// with a bound above its size the failed allocation is a clean error too, never an exception.
+// Before, Get allocated the whole file: std::bad_alloc escaped (and took `run` down).
+TEST(DiskStore, AHugeObjectIsRefusedOnItsSizeUnderAMemoryLimit) {
+  const auto dir = FreshDir("huge");
+  const std::string name = "00000000000000000000000000000001.raw.fp16";
+  {
+    auto store = OpenStore("dir://" + dir.string()).value();
+    ASSERT_TRUE(store->Put(name, Bytes(1000, 1)).ok());
+  }
+  const auto file = ObjectFile(dir, name);
+  ASSERT_FALSE(file.empty());
+  std::filesystem::resize_file(file, uint64_t{20} << 30);
+  const std::string said = RunInChild(
+      [&] {
+        std::string failures;
+        auto store = OpenStore("dir://" + dir.string());
+        if (!store.ok()) return "open: " + store.status().ToString();
+        // The default bound, a manifest's bound, and a batch.
+        failures += ExpectCorrupt((*store)->Get(name), {name, "21474836480 bytes, more than"});
+        failures += ExpectCorrupt((*store)->Get(name, 1000), {name, "more than"});
+        const std::vector<std::string> names = {name};
+        failures += ExpectCorrupt((*store)->GetMany(names, 1000)[0], {name, "more than"});
+        if (!kUnderAddressSanitizer) {
+          // Allowed, but more than the process may map: an error, not an exception.
+          const Result<std::vector<uint8_t>> big = (*store)->Get(name, uint64_t{21} << 30);
+          if (big.ok() || big.status().message().find("out of memory") == std::string::npos) {
+            failures += "a 20 GiB read under a 1 GiB limit: " + (big.ok() ? "ok" : big.status().ToString()) + "; ";
+          }
+        }
+        // The store still works, and counts the object at its size.
+        if (!(*store)->Put("next", Bytes(10, 2)).ok()) failures += "put after; ";
+        return failures;
+      },
+      {.alarm_s = 60, .address_space_headroom = uint64_t{1} << 30});
+  EXPECT_EQ(said, "");
+  std::filesystem::remove_all(dir);
+}
+
+// A FIFO where an object or a manifest should be (anyone with write access to the folder can
+// make one) is refused at once: before, the open blocked until a writer came, for ever. Every
+// other call on the name returns too, and a Put replaces it. In a child under alarm(), so that a
+// regression fails instead of hanging the suite.
+TEST(DiskStore, AFifoOrADirectoryUnderAnObjectsNameIsRefusedAtOnce) {
+  const auto dir = FreshDir("fifo");
+  const std::vector<std::string> names = {"00000000000000000000000000000002.quant.8",
+                                          "00000000000000000000000000000002.manifest"};
+  for (const bool bound : {false, true}) {
+    SCOPED_TRACE(bound ? "through OpenStore" : "the bare backend");
+    std::filesystem::remove_all(dir);
+    auto store = (bound ? OpenStore("dir://" + dir.string()) : OpenBackendStore("dir://" + dir.string())).value();
+    for (const std::string& name : names) {
+      ASSERT_TRUE(store->Put(name, Bytes(100, 3)).ok());
+      const auto file = ObjectFile(dir, name);
+      ASSERT_FALSE(file.empty());
+      std::filesystem::remove(file);
+      ASSERT_EQ(::mkfifo(file.c_str(), 0644), 0) << std::strerror(errno);
+    }
+    ASSERT_TRUE(store->Put("00000000000000000000000000000003.quant.8", Bytes(100, 4)).ok());
+    const auto dir_object = ObjectFile(dir, "00000000000000000000000000000003.quant.8");
+    std::filesystem::remove(dir_object);
+    std::filesystem::create_directory(dir_object);
+    const std::string said = RunInChild(
+        [&] {
+          std::string failures;
+          for (const std::string& name : names) {
+            failures += ExpectCorrupt(store->Get(name), {name, "a FIFO, not a regular file"});
+            failures += ExpectCorrupt(store->Get(name, 200), {name, "a FIFO"});
+          }
+          // A batch, as the lookup of a prompt's manifests reads them.
+          for (const auto& got : store->GetMany(names, 10'000)) failures += ExpectCorrupt(got, {"a FIFO"});
+          failures += ExpectCorrupt(store->Get("00000000000000000000000000000003.quant.8"), {"a directory"});
+          // Looking and counting open nothing.
+          const Result<bool> exists = store->Exists(names[0]);
+          if (!exists.ok() || !*exists) failures += "exists; ";
+          if (!store->Stats().ok()) failures += "stats: " + store->Stats().status().ToString() + "; ";
+          // A new object replaces the FIFO, and deleting one removes it.
+          if (!store->Put(names[0], Bytes(50, 5)).ok()) failures += "put over the FIFO; ";
+          const Result<std::vector<uint8_t>> replaced = store->Get(names[0]);
+          if (!replaced.ok() || *replaced != Bytes(50, 5)) failures += "get after put; ";
+          const Result<bool> deleted = store->Delete(names[1]).ok() ? store->Exists(names[1]) : Result<bool>(true);
+          if (!deleted.ok() || *deleted) failures += "delete; ";
+          return failures;
+        },
+        {.alarm_s = 20});
+    EXPECT_EQ(said, "");
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// Neither opening a store nor evicting from it opens what lies in its folder: a FIFO in place of
+// an object, or of the lock file, blocks neither.
+TEST(DiskStore, FifosInTheFolderBlockNeitherOpeningNorEvicting) {
+  const auto dir = FreshDir("fifo-evict");
+  {
+    auto store = OpenDiskStore(dir.string(), {.capacity_bytes = 10'000}).value();
+    ASSERT_TRUE(store->Put("victim", Bytes(100, 1)).ok());
+    const auto file = ObjectFile(dir, "victim");
+    std::filesystem::remove(file);
+    ASSERT_EQ(::mkfifo(file.c_str(), 0644), 0) << std::strerror(errno);
+  }
+  std::filesystem::remove(dir / "lock");
+  ASSERT_EQ(::mkfifo((dir / "lock").c_str(), 0644), 0) << std::strerror(errno);
+  const std::string said = RunInChild(
+      [&] {
+        auto store = OpenDiskStore(dir.string(), {.capacity_bytes = 10'000});
+        if (!store.ok()) return "open: " + store.status().ToString();
+        std::string failures;
+        // Past the capacity: eviction runs, under the lock.
+        for (int i = 0; i < 8; ++i) {
+          const Status put = (*store)->Put("obj-" + std::to_string(i), Bytes(2000, i));
+          if (!put.ok()) failures += "put: " + put.ToString() + "; ";
+        }
+        if (!(*store)->Stats().ok()) failures += "stats; ";
+        return failures;
+      },
+      {.alarm_s = 20});
+  EXPECT_EQ(said, "");
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
