@@ -22,6 +22,7 @@
 #include "serve/batch_scheduler.h"
 #include "serve/completion_request.h"
 #include "serve/http_server.h"
+#include "store/reconnecting_store.h"
 
 namespace kvc {
 namespace {
@@ -107,7 +108,7 @@ struct CompletionServer::Impl {
   ServerOptions o;
   std::unique_ptr<LlamaModel> model;
   CalibrationRegistry calibrations;
-  std::unique_ptr<Store> store;
+  std::unique_ptr<ReconnectingStore> store;  // may be down: requests then recompute
   std::unique_ptr<LlamaSession> session;
   std::string model_name;
   std::string chat_template;             // empty: "role: content" lines (PlainChatPrompt)
@@ -131,6 +132,16 @@ struct CompletionServer::Impl {
     out += FormatMessage("kvcodec_queue_length{queue=\"waiting\"} %d\n", g.waiting);
     out += FormatMessage("kvcodec_queue_length{queue=\"running\"} %d\n", g.running);
     out += FormatMessage("kvcodec_queue_length{queue=\"store\"} %d\n", g.store_pending);
+    const StoreHealth health = store->health();
+    WriteMetricFamily(out, "kvcodec_store_up", "gauge",
+                      "1 while the KV store answers; 0 while it is down (requests recompute, reconnects back off).");
+    out += FormatMessage("kvcodec_store_up %d\n", health.up ? 1 : 0);
+    WriteMetricFamily(out, "kvcodec_store_errors_total", "counter",
+                      "I/O errors of the KV store: failed calls and failed reconnect attempts.");
+    out += FormatMessage("kvcodec_store_errors_total %llu\n", static_cast<unsigned long long>(health.errors));
+    WriteMetricFamily(out, "kvcodec_store_reconnects_total", "counter",
+                      "Times the KV store came back after being down.");
+    out += FormatMessage("kvcodec_store_reconnects_total %llu\n", static_cast<unsigned long long>(health.reconnects));
     if (auto stats = store->Stats(); stats.ok()) {
       WriteMetricFamily(out, "kvcodec_store_bytes", "gauge", "Bytes held by the KV store.");
       out += FormatMessage("kvcodec_store_bytes %llu\n", static_cast<unsigned long long>(stats->bytes));
@@ -138,6 +149,20 @@ struct CompletionServer::Impl {
       out += FormatMessage("kvcodec_store_objects %llu\n", static_cast<unsigned long long>(stats->objects));
     }
     return out;
+  }
+
+  // GET /health: 200 and "ok" while the server answers requests, which it does with the store
+  // down too (by recomputing); "store" says whether reuse works, and why not.
+  std::string HealthText() const {
+    const StoreHealth h = store->health();
+    Json s = {{"url", PrintableOneLine(h.url)}, {"up", h.up}};
+    if (!h.up) {
+      s["error"] = h.last_error;
+      s["down_s"] = h.down_s;
+      s["retry_in_s"] = h.retry_in_s;
+      s["consecutive_failures"] = h.consecutive_failures;
+    }
+    return Dump(Json{{"status", "ok"}, {"store", std::move(s)}});
   }
 
   // A checked request: what it asks for, its prompt as tokens, and the prompt's text (for echo).
@@ -210,8 +235,9 @@ struct CompletionServer::Impl {
   }
 
   // The body, read here rather than by httplib, which bounds only a body with a Content-Length:
-  // a chunked one is cut off at the limit too. False: the answer (413, 408 or 400) is set, and
-  // the connection closes after it (the rest of the body is never read).
+  // a chunked one is cut off at the limit too. Every POST endpoint reads its body here. False:
+  // the answer (413, 408 or 400) is set, and the connection closes after it (the rest of the
+  // body is never read).
   bool ReadBody(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
                 const std::string& endpoint, std::string* body) {
     HttpConnection* c = CurrentHttpConnection();
@@ -241,7 +267,8 @@ struct CompletionServer::Impl {
     }
     if (read) return true;
     if (c != nullptr) c->close = true;
-    if (too_large || res.status == 413) {
+    // A chunked body whose framing outgrew its budget (tiny chunks) is too large as sent.
+    if (too_large || res.status == 413 || (c != nullptr && c->budget_spent)) {
       Reply(res, endpoint, 413,
             FormatMessage("the request body is larger than the server's limit of %zu bytes", o.max_body_bytes));
     } else if (c != nullptr && c->deadline_passed) {
@@ -252,7 +279,8 @@ struct CompletionServer::Impl {
     return false;
   }
 
-  // A Content-Length over the body limit. (One that is not a number is httplib's to refuse.)
+  // A Content-Length over the body limit. (One that is not a number never gets here: HttpServer
+  // refuses it.)
   bool ContentLengthOverLimit(const httplib::Request& req) const {
     const std::string length = req.get_header_value("Content-Length");
     const bool digits =
@@ -263,8 +291,11 @@ struct CompletionServer::Impl {
   // POST /tokenize, as llama.cpp's server has it: {"content", "add_special" (false),
   // "parse_special" (true), "with_pieces" (false)} -> {"tokens": [id | {"id", "piece"}]}; a piece
   // that is not valid UTF-8 (part of a character) comes as its bytes.
-  void HandleTokenize(const httplib::Request& req, httplib::Response& res) {
-    const Json body = Json::parse(req.body, nullptr, false);
+  void HandleTokenize(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+    std::string text;
+    if (!ReadBody(req, res, reader, "tokenize", &text)) return;
+    const Json body = Json::parse(text, nullptr, false);
+    text = std::string();
     auto flag = [&](const char* name, bool fallback) -> std::optional<bool> {
       if (!body.contains(name) || body[name].is_null()) return fallback;
       if (!body[name].is_boolean()) return std::nullopt;
@@ -297,8 +328,11 @@ struct CompletionServer::Impl {
   }
 
   // POST /detokenize: {"tokens": [ids]} -> {"content": their text, as valid UTF-8}.
-  void HandleDetokenize(const httplib::Request& req, httplib::Response& res) {
-    const Json body = Json::parse(req.body, nullptr, false);
+  void HandleDetokenize(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+    std::string text;
+    if (!ReadBody(req, res, reader, "detokenize", &text)) return;
+    const Json body = Json::parse(text, nullptr, false);
+    text = std::string();
     const bool shaped =
         !body.is_discarded() && body.is_object() && body.contains("tokens") && body["tokens"].is_array();
     std::vector<int32_t> tokens;
@@ -582,6 +616,8 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
   if (!(o.request_timeout_s > 0 && o.request_timeout_s <= 86400))
     return InvalidArgument("the request timeout must be in (0, 86400] s");
   if (o.max_connections < 1 || o.max_connections > 65536) return InvalidArgument("max connections must be in 1..65536");
+  if (!(o.store_retry_max_s > 0 && o.store_retry_max_s <= 3600))
+    return InvalidArgument("the store's retry wait must be in (0, 3600] s");
   auto impl = std::make_unique<Impl>();
   impl->o = o;
   const Codec* codec = FindCodec(o.codec);
@@ -599,11 +635,17 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
         floor, LoadQualityFloor(o.model_path, o.profile, impl->model->fingerprint(), impl->calibrations, o.quality));
     KVC_LOG_INFO("quality floor: %s", PrintableOneLine(floor.note).c_str());
     ASSIGN_OR_RETURN(StorePlan plan, PlanStoredRungs(floor, o.codec));
-    if (!plan.note.empty()) KVC_LOG_WARN("%s", plan.note.c_str());
+    if (!plan.note.empty()) KVC_LOG_WARN("%s", PrintableOneLine(plan.note).c_str());
     impl->stored_rungs = plan.rungs;
   }
-  ASSIGN_OR_RETURN(impl->store, OpenStore(o.store_url.empty() ? DefaultStoreUrl() : o.store_url,
-                                          StoreOptions{.secret = o.store_secret}));
+  // A store that is down (Redis stopped, a wrong password) is no reason not to serve: requests
+  // recompute while it is retried in the background. A malformed URL is still an error.
+  ReconnectOptions reconnect;
+  reconnect.max_retry =
+      std::max(reconnect.first_retry,
+               std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(o.store_retry_max_s)));
+  ASSIGN_OR_RETURN(impl->store, ReconnectingStore::Open(o.store_url.empty() ? DefaultStoreUrl() : o.store_url,
+                                                        StoreOptions{.secret = o.store_secret}, reconnect));
   SessionOptions so;
   so.n_ctx = o.n_ctx;
   so.n_seq = static_cast<uint32_t>(o.parallel);
@@ -640,15 +682,25 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
   }
   const ReuseContext reuse{impl->store.get(), codec, &impl->calibrations, &impl->model->fingerprint()};
   impl->scheduler = std::make_unique<BatchScheduler>(*impl->model, *impl->session, reuse, so2, impl->metrics);
-  impl->http = std::make_unique<HttpServer>(o.request_timeout_s);
+  HttpServerOptions http;
+  http.request_timeout_s = o.request_timeout_s;
+  http.max_connections = static_cast<size_t>(o.max_connections);
+  http.reserved_paths = {"/health", "/metrics"};
+  http.refusal_body = [s = impl.get()](const HttpRefusal& r) {
+    if (const std::string endpoint = Endpoint(r.path); !endpoint.empty()) {
+      s->metrics.CountRequest(endpoint, std::to_string(r.status));
+    }
+    return ErrorJson(r.message, ErrorType(r.status));
+  };
+  impl->http = std::make_unique<HttpServer>(std::move(http));
   return std::unique_ptr<CompletionServer>(new CompletionServer(std::move(impl)));
 }
 
 Status CompletionServer::Start() {
   Impl& s = *impl_;
   httplib::Server& http = *s.http;
-  http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(R"({"status":"ok"})", "application/json");
+  http.Get("/health", [&s](const httplib::Request&, httplib::Response& res) {
+    res.set_content(s.HealthText(), "application/json");
   });
   http.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
     res.set_content(s.MetricsText(), "text/plain; version=0.0.4");
@@ -659,8 +711,10 @@ Status CompletionServer::Start() {
     res.set_content(Dump(Json{{"object", "list"}, {"data", Json::array({model})}}), "application/json");
     s.metrics.CountRequest("models", "200");
   });
-  http.Post("/tokenize", [&s](const httplib::Request& req, httplib::Response& res) { s.HandleTokenize(req, res); });
-  http.Post("/detokenize", [&s](const httplib::Request& req, httplib::Response& res) { s.HandleDetokenize(req, res); });
+  http.Post("/tokenize", [&s](const httplib::Request& req, httplib::Response& res,
+                              const httplib::ContentReader& reader) { s.HandleTokenize(req, res, reader); });
+  http.Post("/detokenize", [&s](const httplib::Request& req, httplib::Response& res,
+                                const httplib::ContentReader& reader) { s.HandleDetokenize(req, res, reader); });
   http.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
     return s.Unauthorized(req, res) ? httplib::Server::HandlerResponse::Handled
                                     : httplib::Server::HandlerResponse::Unhandled;
@@ -673,10 +727,6 @@ Status CompletionServer::Start() {
             [&s](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
               s.HandleCompletion(req, res, reader, true);
             });
-  // Connection threads as needed, up to the limit (see ConnectionThreads): with a fixed pool,
-  // clients would queue inside the HTTP library behind slow ones, unseen by the scheduler.
-  const size_t connection_threads = static_cast<size_t>(s.o.max_connections);
-  http.new_task_queue = [connection_threads] { return NewConnectionThreads(connection_threads); };
   http.set_payload_max_length(s.o.max_body_bytes);  // bodies httplib reads itself (other paths)
   // A client that asks before sending its body (curl, for large ones) is told 413 instead of
   // "100 Continue", and sends nothing.
@@ -710,12 +760,21 @@ Status CompletionServer::Start() {
       case 413:
         message = FormatMessage("the request body is larger than the server's limit of %zu bytes", s.o.max_body_bytes);
         break;
+      case 414:
+        message = "the request line is too long";
+        break;
+      case 431:
+        message = "the request's headers are too large";
+        break;
       default:
         message = FormatMessage("HTTP %d", res.status);
         break;
     }
     // The request's bytes may not all have been read: the connection cannot carry another.
-    if (c != nullptr && (res.status == 400 || res.status == 408 || res.status == 413)) c->close = true;
+    if (c != nullptr &&
+        (res.status == 400 || res.status == 408 || res.status == 413 || res.status == 414 || res.status == 431)) {
+      c->close = true;
+    }
     res.set_content(ErrorJson(message, ErrorType(res.status)), "application/json");
     if (const std::string endpoint = Endpoint(req.path); !endpoint.empty()) {
       s.metrics.CountRequest(endpoint, std::to_string(res.status));

@@ -4,7 +4,9 @@
 // /tokenize and /detokenize (as llama.cpp's server has them), GET /health and GET /metrics
 // (Prometheus text); optional bearer-key auth. Each request restores its prompt's longest stored prefix
 // through the fetcher, prefills the rest and generates; its new chunks are encoded and stored
-// by a background thread after the response.
+// by a background thread after the response. The store may be down (Redis stopped, a wrong
+// password): the server starts and serves anyway, by recomputing, reports the store on /health
+// and /metrics, and reconnects with back-off (store/reconnecting_store.h).
 //
 // Continuous batching: up to `parallel` requests decode together in one llama.cpp batch, each on
 // its own sequence; a request joins the running batch as soon as a sequence is free and its KV
@@ -65,6 +67,9 @@ struct ServerOptions {
   enum class Scheduler { kKvAware, kFifo };
   Scheduler scheduler = Scheduler::kKvAware;
   bool reuse = true;  // false: never look up, fetch or store chunks (the no-reuse baseline)
+  // A store that is down is tried again after 0.5 s, then after twice as long each time, up to
+  // this many seconds.
+  double store_retry_max_s = 30;
 
   // Limits for clients that send too much or too slowly (the server reads hostile input).
   // A request body over this many bytes is refused with a 413 (a JSON error) before it is read.
@@ -73,8 +78,10 @@ struct ServerOptions {
   // byte, or it gets a 408 and its connection is closed; a client that waits more than 5 s
   // between two bytes is cut off at once.
   double request_timeout_s = 30;
-  // Connections served at once, each by its own thread (started as needed): a client that sends
-  // slowly holds only its own. Beyond this, new connections wait for a thread.
+  // Requests served at once, each on its own thread (started as needed): a client that sends
+  // its body slowly holds only its own, and one that sends its head slowly holds none (heads
+  // are read before a thread is given). Beyond this, requests wait for a thread; /health and
+  // /metrics are answered meanwhile on a few threads of their own.
   int max_connections = 512;
 };
 

@@ -8,6 +8,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +20,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "base/clock.h"
 #include "base/utf8.h"
@@ -180,7 +183,10 @@ TEST_F(ServerTest, HealthAndMetrics) {
   auto health = Client().Get("/health");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
-  EXPECT_EQ(Json::parse(health->body)["status"], "ok");
+  const Json h = Json::parse(health->body);
+  EXPECT_EQ(h["status"], "ok");
+  EXPECT_EQ(h["store"]["up"], true) << health->body;
+  EXPECT_EQ(h["store"]["url"], "dir://" + store_.string()) << health->body;
   Post("/v1/completions", {{"prompt", "And it came to pass"}, {"max_tokens", 3}});
   auto metrics = Client().Get("/metrics");
   ASSERT_TRUE(metrics);
@@ -188,7 +194,8 @@ TEST_F(ServerTest, HealthAndMetrics) {
        {"kvcodec_requests_total{endpoint=\"completions\",status=\"200\"}", "kvcodec_ttft_seconds_bucket",
         "kvcodec_stage_seconds_count{stage=\"prefill\"}", "kvcodec_cached_prompt_tokens_total",
         "kvcodec_fetched_bytes_total", "kvcodec_queue_length{queue=\"waiting\"}",
-        "kvcodec_queue_length{queue=\"store\"}", "kvcodec_store_bytes"}) {
+        "kvcodec_queue_length{queue=\"store\"}", "kvcodec_store_bytes", "kvcodec_store_up 1",
+        "kvcodec_store_errors_total 0", "kvcodec_store_reconnects_total 0"}) {
     EXPECT_NE(metrics->body.find(series), std::string::npos) << series;
   }
   // Every family has its # HELP then its # TYPE line, and every series belongs to a family
@@ -1098,6 +1105,195 @@ TEST_F(ServerLimits, ASecondServerOnABusyPortFails) {
   httplib::Client c("127.0.0.1", first->port());
   EXPECT_EQ(c.Get("/health")->status, 200);
   first->Stop();
+}
+
+// Sends `request` on a new connection and reads until the server closes it (or `timeout_s`
+// passes): what the server answered, and whether it closed the connection.
+std::pair<std::string, bool> Exchange(int port, const std::string& request, double timeout_s = 20) {
+  const int sock = Connect(port);
+  if (sock < 0) return {"", false};
+  (void)SendAll(sock, request);  // the server may stop reading before the end
+  auto got = ReadUntilClosed(sock, timeout_s);
+  ::close(sock);
+  return got;
+}
+
+// The statuses of the HTTP answers in `bytes`, in order.
+std::vector<int> Statuses(const std::string& bytes) {
+  std::vector<int> out;
+  for (size_t at = bytes.find("HTTP/1.1 "); at != std::string::npos; at = bytes.find("HTTP/1.1 ", at + 1)) {
+    out.push_back(std::atoi(bytes.c_str() + at + 9));
+  }
+  return out;
+}
+
+// The JSON error message of a single answer ("" when its body is not one).
+std::string ErrorMessage(const std::string& answer) {
+  const size_t body = answer.find("\r\n\r\n");
+  if (body == std::string::npos) return "";
+  const Json j = Json::parse(answer.substr(body + 4), nullptr, false);
+  if (j.is_discarded() || !j.contains("error") || !j["error"]["message"].is_string()) return "";
+  return j["error"]["message"];
+}
+
+// A request whose head leaves where its body ends open to two readings (RFC 9112 §6.3: several
+// or malformed Content-Length values, Transfer-Encoding beside Content-Length or with another
+// coding, a body on a GET, a header a proxy and httplib read apart) is refused with one JSON
+// error, and its connection closed: the request in its body is never answered (behind a proxy
+// that read the head the other way, it would be another client's request, smuggled).
+TEST_F(ServerTest, AmbiguousRequestFramingIsRefusedAndTheConnectionClosed) {
+  const std::string smuggled = "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::string post = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n";
+  struct Case {
+    std::string name, request;
+    int status;
+  };
+  const Case cases[] = {
+      {"two lengths", post + "Content-Length: 2\r\nContent-Length: 60\r\n\r\n{}" + smuggled, 400},
+      {"one length twice", post + "Content-Length: 2\r\nContent-Length: 2\r\n\r\n{}" + smuggled, 400},
+      {"a negative length", post + "Content-Length: -5\r\n\r\n{}" + smuggled, 400},
+      {"a list of lengths", post + "Content-Length: 2, 2\r\n\r\n{}" + smuggled, 400},
+      {"a signed length", post + "Content-Length: +2\r\n\r\n{}" + smuggled, 400},
+      {"chunked and a length", post + "Transfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n0\r\n\r\n" + smuggled,
+       400},
+      {"a length and chunked", post + "Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + smuggled,
+       400},
+      {"chunked twice", post + "Transfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n" + smuggled, 400},
+      {"another coding", post + "Transfer-Encoding: gzip\r\n\r\n" + smuggled, 501},
+      {"a space before the colon", post + "Content-Length : 60\r\nContent-Length: 2\r\n\r\n{}" + smuggled, 400},
+      {"a folded line", post + "X-A: b\r\n Content-Length: 60\r\nContent-Length: 2\r\n\r\n{}" + smuggled, 400},
+      {"a bare LF", post + "Content-Length: 60\nContent-Length: 2\r\n\r\n{}" + smuggled, 400},
+      {"a GET with a body",
+       "GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(smuggled.size()) + "\r\n\r\n" + smuggled,
+       400},
+      {"a POST without a length", post + "\r\n" + smuggled, 411},
+  };
+  for (const Case& c : cases) {
+    const auto [got, closed] = Exchange(server_->port(), c.request);
+    EXPECT_TRUE(closed) << c.name;
+    EXPECT_EQ(Statuses(got), std::vector<int>{c.status}) << c.name << ": " << PrintableOneLine(got);
+    EXPECT_NE(ErrorMessage(got), "") << c.name << ": " << PrintableOneLine(got);
+  }
+  EXPECT_EQ(Client().Get("/health")->status, 200);
+}
+
+// A request line too long is a 414 and headers too large a 431, each with a JSON error (a 70 KB
+// URL got an empty reply, a long header line a bare 400).
+TEST_F(ServerTest, LongRequestLinesAre414AndLargeHeaders431) {
+  std::string many = "GET /health HTTP/1.1\r\nHost: x\r\n";
+  for (int i = 0; i < 1000; ++i) many += "X-Header-" + std::to_string(i) + ": " + std::string(80, 'c') + "\r\n";
+  many += "\r\n";
+  struct Case {
+    std::string name, request;
+    int status;
+  };
+  const Case cases[] = {
+      {"a 70 KB URL", "GET /v1/" + std::string(70000, 'a') + " HTTP/1.1\r\nHost: x\r\n\r\n", 414},
+      {"a 9 KB URL", "GET /v1/" + std::string(9000, 'a') + " HTTP/1.1\r\nHost: x\r\n\r\n", 414},
+      {"a 10 KB header", "GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(10000, 'b') + "\r\n\r\n", 431},
+      {"90 KB of headers", many, 431},
+  };
+  for (const Case& c : cases) {
+    const auto [got, closed] = Exchange(server_->port(), c.request);
+    EXPECT_TRUE(closed) << c.name;
+    EXPECT_EQ(Statuses(got), std::vector<int>{c.status}) << c.name << ": " << PrintableOneLine(got.substr(0, 300));
+    EXPECT_NE(ErrorMessage(got), "") << c.name << ": " << PrintableOneLine(got.substr(0, 300));
+  }
+  EXPECT_EQ(Client().Get("/health")->status, 200);
+}
+
+// /tokenize and /detokenize read their bodies as the completions do: up to the body limit
+// (1 MiB here; they got a bare 400 past 64 KiB), and a 413 with a JSON error past it.
+TEST_F(ServerTest, TokenizeAndDetokenizeTakeBodiesUpToTheLimit) {
+  std::string text;
+  while (text.size() < 300000) text += "And it came to pass, that the LORD spake. ";
+  const Json tokens = Post("/tokenize", {{"content", text}});
+  ASSERT_TRUE(tokens.contains("tokens") && tokens["tokens"].is_array()) << tokens.dump().substr(0, 200);
+  EXPECT_GT(tokens["tokens"].size(), 10000u);
+  const Json back = Post("/detokenize", {{"tokens", tokens["tokens"]}});
+  EXPECT_EQ(back["content"], text);
+  const Json over = Post("/tokenize", {{"content", std::string(2 << 20, 'a')}}, 413);
+  EXPECT_NE(over["error"]["message"].get<std::string>().find("1048576 bytes"), std::string::npos) << over.dump();
+}
+
+// A chunked body over the limit is a 413, on every POST endpoint, whether its chunks are large
+// or so small that their framing outgrows the bytes allowed for it (it was a 400).
+TEST_F(ServerTest, ChunkedBodyOverTheLimitIs413) {
+  auto chunked = [](const std::string& path, const std::string& start, size_t chunk, size_t chunks) {
+    std::string out = "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+                      "Transfer-Encoding: chunked\r\n\r\n" + FormatMessage("%zx\r\n", start.size()) + start + "\r\n";
+    const std::string piece = FormatMessage("%zx\r\n", chunk) + std::string(chunk, 'x') + "\r\n";
+    for (size_t i = 0; i < chunks; ++i) out += piece;
+    return out + "0\r\n\r\n";
+  };
+  struct Case {
+    std::string name, request;
+  };
+  const Case cases[] = {
+      {"tokenize, 64 KiB chunks", chunked("/tokenize", R"({"content": ")", 64 << 10, 20)},
+      {"completions, 64 KiB chunks", chunked("/v1/completions", R"({"prompt": ")", 64 << 10, 20)},
+      {"completions, 1-byte chunks", chunked("/v1/completions", R"({"prompt": ")", 1, 400000)},
+  };
+  for (const Case& c : cases) {
+    const auto [got, closed] = Exchange(server_->port(), c.request);
+    EXPECT_TRUE(closed) << c.name;
+    EXPECT_EQ(Statuses(got), std::vector<int>{413}) << c.name << ": " << PrintableOneLine(got.substr(0, 300));
+    EXPECT_NE(ErrorMessage(got).find("1048576 bytes"), std::string::npos) << c.name << ": " << PrintableOneLine(got);
+  }
+}
+
+// More clients than --max-connections, each holding a connection thread with a body it sends a
+// byte a second (under every timeout), and more sending their heads as slowly: /health and
+// /metrics are still answered, on the threads kept for them, while every slow client is still
+// connected (they waited for a thread, until the slow requests' 30 s deadline).
+TEST_F(ServerLimits, HealthIsAnsweredWhileSlowClientsHoldEveryConnectionThread) {
+  ServerOptions o = TestServerOptions(store_);
+  o.max_connections = 2;
+  auto server = CompletionServer::Create(o).value();
+  ASSERT_TRUE(server->Start().ok());
+  const std::string body_head =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{";
+  const std::string head_only = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+  std::vector<int> slow;
+  std::mutex mu;
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {
+    while (!stop) {
+      for (int k = 0; k < 10 && !stop; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::lock_guard lock(mu);
+      for (const int sock : slow) (void)SendAll(sock, " ");
+    }
+  });
+  struct Cleanup {
+    std::function<void()> fn;
+    ~Cleanup() { fn(); }
+  } cleanup{[&] {
+    stop = true;
+    trickle.join();
+    for (const int sock : slow) ::close(sock);
+  }};
+  for (int i = 0; i < 8; ++i) {
+    const int sock = Connect(server->port());
+    ASSERT_GE(sock, 0);
+    ASSERT_TRUE(SendAll(sock, i < 4 ? body_head : head_only));
+    std::lock_guard lock(mu);
+    slow.push_back(sock);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // both threads are taken
+  for (const char* path : {"/health", "/metrics", "/health"}) {
+    httplib::Client c("127.0.0.1", server->port());
+    c.set_connection_timeout(10, 0);
+    c.set_read_timeout(10, 0);  // generous: answered at once when nothing starves it
+    auto res = c.Get(path);
+    ASSERT_TRUE(res) << "GET " << path << " failed with every connection thread held by a slow client";
+    EXPECT_EQ(res->status, 200) << path;
+  }
+  // The slow clients were not cut off to make room.
+  std::lock_guard lock(mu);
+  for (const int sock : slow) {
+    pollfd p{sock, static_cast<short>(POLLIN | POLLRDHUP), 0};
+    EXPECT_EQ(::poll(&p, 1, 0), 0) << "a slow client's connection was closed or answered";
+  }
 }
 
 }  // namespace

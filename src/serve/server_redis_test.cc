@@ -1,5 +1,6 @@
 // End to end: the completion server on loopback over a real redis-server, under concurrent
-// streaming and non-streaming clients, with Redis stopped mid-run and started again.
+// streaming and non-streaming clients, with Redis stopped mid-run and started again, stopped
+// before the server starts, and refusing the server's password.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -8,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "base/clock.h"
 #include "llama/model_files.h"
 #include "serve/completion_client.h"
 #include "serve/completion_server.h"
@@ -58,6 +60,27 @@ std::string Malformed(const httplib::Result& res, bool stream, uint32_t max_toke
   return "";
 }
 
+// GET /health's JSON (null when it did not answer 200).
+Json Health(int port) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(10, 0);
+  auto res = c.Get("/health");
+  if (!res || res->status != 200) return nullptr;
+  return Json::parse(res->body, nullptr, false);
+}
+
+// Waits (up to 40 s: the retries back off, and the machine may be busy) until /health says
+// the store is up.
+bool WaitForStoreUp(int port) {
+  const auto start = SteadyClock::now();
+  while (SecondsSince(start) < 40) {
+    const Json h = Health(port);
+    if (h.is_object() && h["store"]["up"] == true) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
 uint64_t Counter(int port, const std::string& name) {
   httplib::Client c("127.0.0.1", port);
   auto res = c.Get("/metrics");
@@ -76,6 +99,7 @@ TEST(ServerWithRedis, KeepsServingWellFormedAnswersWhenRedisStopsMidRun) {
   o.port = 0;
   o.n_ctx = 2048;
   o.plan_recompute = false;  // fetch whatever is stored, so Redis is on every shared request's path
+  o.store_retry_max_s = 1;   // the test waits for the reconnect
   auto server = CompletionServer::Create(o);
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   ASSERT_TRUE((*server)->Start().ok());
@@ -133,14 +157,106 @@ TEST(ServerWithRedis, KeepsServingWellFormedAnswersWhenRedisStopsMidRun) {
   // The store's absence was noticed (lookups or stores failed) and answered by recomputing.
   EXPECT_GT(Counter(port, "kvcodec_reuse_failures_total") + Counter(port, "kvcodec_store_failures_total"), 0u);
 
-  // With Redis back (empty: nothing was persisted) the server stores and reuses again.
+  // With Redis back (empty: nothing was persisted) the server stores and reuses again, once its
+  // next retry has found it.
   ASSERT_TRUE((*redis)->Restart().ok());
+  ASSERT_TRUE(WaitForStoreUp(port)) << Health(port).dump();
   ASSERT_EQ(Malformed(post(shared, true, 3), true, 3), "");
   wait_for_stores();
   const uint64_t cached_again = Counter(port, "kvcodec_cached_prompt_tokens_total");
   const auto again = post(shared, false, 3);
   ASSERT_EQ(Malformed(again, false, 3), "");
   EXPECT_GE(Counter(port, "kvcodec_cached_prompt_tokens_total") - cached_again, 256u);
+  (*server)->Stop();
+}
+
+// A store is a cache: `serve` starts with Redis down (it refused to, "cannot connect", exit 1),
+// answers by recomputing, says so on /health and /metrics, and once Redis is back on its port
+// stores new chunks and reuses them, giving the text the recompute gave.
+TEST(ServerWithRedis, StartsWhileRedisIsDownAndReusesOnceItIsBack) {
+  auto redis = RedisTestServer::Start();
+  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
+  (*redis)->Stop();  // nothing listens on its port now
+  ServerOptions o;
+  o.model_path = KVCODEC_TEST_MODEL;
+  o.store_url = "redis://" + (*redis)->address();
+  o.codec = "raw";  // lossless: a reused prefix gives the text a recompute gives
+  o.port = 0;
+  o.n_ctx = 2048;
+  o.plan_recompute = false;
+  o.store_retry_max_s = 1;
+  auto server = CompletionServer::Create(o);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  ASSERT_TRUE((*server)->Start().ok());
+  const int port = (*server)->port();
+
+  const Json down = Health(port);
+  ASSERT_TRUE(down.is_object());
+  EXPECT_EQ(down["status"], "ok");
+  EXPECT_EQ(down["store"]["up"], false) << down.dump();
+  EXPECT_NE(down["store"]["error"].get<std::string>(), "") << down.dump();
+  EXPECT_EQ(down["store"]["url"], "redis://" + (*redis)->address());
+  EXPECT_EQ(Counter(port, "kvcodec_store_up"), 0u);
+
+  auto post = [&](const std::string& prompt) {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(120, 0);
+    auto res = c.Post("/v1/completions", Json{{"prompt", prompt}, {"max_tokens", 4}}.dump(), "application/json");
+    EXPECT_EQ(Malformed(res, false, 4), "");
+    return res && res->status == 200 ? Json::parse(res->body) : Json();
+  };
+  const std::string prompt =
+      ReadTextFile(std::filesystem::path(KVCODEC_TEST_MODEL).parent_path() / "eval.txt").value().substr(0, 2000);
+  const Json recomputed = post(prompt);
+  ASSERT_TRUE(recomputed.is_object());
+  EXPECT_EQ(recomputed["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+
+  ASSERT_TRUE((*redis)->Restart().ok());  // the same port
+  ASSERT_TRUE(WaitForStoreUp(port)) << Health(port).dump();
+  EXPECT_EQ(Counter(port, "kvcodec_store_up"), 1u);
+  EXPECT_GE(Counter(port, "kvcodec_store_reconnects_total"), 1u);
+  EXPECT_GE(Counter(port, "kvcodec_store_errors_total"), 1u);
+
+  ASSERT_TRUE(post(prompt).is_object());  // its chunks are stored now
+  const Status drained = WaitForServerStores("http://127.0.0.1:" + std::to_string(port), 30);
+  ASSERT_TRUE(drained.ok()) << drained.ToString();
+  EXPECT_GT(std::stoull((*redis)->Command({"DBSIZE"}).value()), 0u);
+  const Json reused = post(prompt);
+  ASSERT_TRUE(reused.is_object());
+  EXPECT_GE(reused["usage"]["prompt_tokens_details"]["cached_tokens"].get<uint32_t>(), 256u);
+  EXPECT_EQ(reused["choices"][0]["text"], recomputed["choices"][0]["text"]);
+  (*server)->Stop();
+}
+
+// A Redis that refuses the password is a store that is down, not a server that does not start;
+// the password shows nowhere.
+TEST(ServerWithRedis, StartsWhenRedisRefusesThePassword) {
+  RedisTestServerOptions ro;
+  ro.password = "the-right-one";
+  auto redis = RedisTestServer::Start(ro);
+  ASSERT_TRUE(redis.ok()) << redis.status().ToString();
+  ServerOptions o;
+  o.model_path = KVCODEC_TEST_MODEL;
+  o.store_url = "redis://:a-wrong-one@" + (*redis)->address();
+  o.codec = "raw";
+  o.port = 0;
+  o.n_ctx = 2048;
+  auto server = CompletionServer::Create(o);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  ASSERT_TRUE((*server)->Start().ok());
+  const int port = (*server)->port();
+  const Json health = Health(port);
+  ASSERT_TRUE(health.is_object());
+  EXPECT_EQ(health["store"]["up"], false) << health.dump();
+  EXPECT_EQ(health.dump().find("a-wrong-one"), std::string::npos) << health.dump();
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(120, 0);
+  auto res =
+      c.Post("/v1/completions", Json{{"prompt", "And it came to pass"}, {"max_tokens", 3}}.dump(), "application/json");
+  EXPECT_EQ(Malformed(res, false, 3), "");
+  auto metrics = c.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->body.find("a-wrong-one"), std::string::npos);
   (*server)->Stop();
 }
 

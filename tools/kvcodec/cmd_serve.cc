@@ -86,7 +86,8 @@ Command AddServeCommand(CLI::App* parent) {
   AddModelOption(serve, &sv->model);
   serve->add_option("--store", sv->store,
                     "Store URL: dir:///path, mem://, redis://[user[:password]@]host:port, "
-                    "redis-cluster://[user[:password]@]h:p,... (default: the embedded disk store)");
+                    "redis-cluster://[user[:password]@]h:p,... (default: the embedded disk store). A store that is "
+                    "down is retried in the background while requests recompute");
   serve->add_option("--store-secret", sv->store_secret, kStoreSecretHelp)->envname("KVCODEC_STORE_SECRET");
   serve->add_option("--max-body", sv->max_body, "Largest request body in bytes (larger: 413)")
       ->capture_default_str()
@@ -96,7 +97,10 @@ Command AddServeCommand(CLI::App* parent) {
                    "Seconds a request may take to arrive whole (slower: 408, connection closed)")
       ->capture_default_str()
       ->check(CLI::Range(0.001, 86400.0));
-  serve->add_option("--max-connections", sv->max_connections, "Connections served at once, a thread each")
+  serve
+      ->add_option("--max-connections", sv->max_connections,
+                   "Requests served at once, a thread each (a slow head holds none; /health and /metrics have "
+                   "threads of their own)")
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));
   serve->add_option("--codec", sv->codec, "Codec for new chunks")->capture_default_str();
