@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import operator
+import os
 from dataclasses import dataclass
 
 from . import _kvcodec
@@ -61,13 +62,13 @@ class Calibration:
 
     @classmethod
     def load(cls, path) -> "Calibration":
-        return cls(_kvcodec.load_calibration(str(path)))
+        return cls(_kvcodec.load_calibration(_path(path)))
 
     def save(self, path) -> None:
         """Writes the .kvcal file (the format `kvcodec calibrate` writes and every kvcodec reads)."""
-        _kvcodec.save_calibration(self.hash, str(path))
+        _kvcodec.save_calibration(self.hash, _path(path))
         if not self._info["path"]:
-            self._info["path"] = str(path)
+            self._info["path"] = os.fsdecode(_path(path))
 
     @property
     def path(self) -> str | None:
@@ -140,9 +141,11 @@ def calibrate(samples, *, model=None, rope: Rope | None, grouping: str | None = 
             raise InvalidArgumentError(f"sample {i}: k is {dtype} but v is {v_dtype}")
         pos = _int_in(sample[2], f"sample {i}'s pos_begin", 0, _I32) if len(sample) == 3 else 0
         windows.append((kb, vb, dtype, pos, i >= n_fit))
-    rope_tuple = None if rope is None else (str(rope.style), _int_in(rope.n_rot, "rope n_rot", 0, _U32),
-                                            float(rope.base), float(rope.freq_scale))
-    info, report = _kvcodec.calibrate(windows, model, rope_tuple, grouping or "", quantizer or "",
+    rope_tuple = None if rope is None else (_text(str(rope.style), "rope style"),
+                                            _int_in(rope.n_rot, "rope n_rot", 0, _U32), float(rope.base),
+                                            float(rope.freq_scale))
+    info, report = _kvcodec.calibrate(windows, model, rope_tuple, _text(grouping or "", "grouping"),
+                                      _text(quantizer or "", "quantizer"),
                                       _int_in(group_size, "group_size", 0, _U32),
                                       _int_in(chunk_tokens, "chunk_tokens", 0, _U32),
                                       [float(r) for r in (ratios or [])], _int_in(sinks, "sinks", 0, _U32),
@@ -166,8 +169,9 @@ def encode(k, v, codec: str = "kvtc", level: str | None = None, *, calibration: 
     if calibration is None and codec == "kvtc":
         raise InvalidArgumentError("kvtc needs a calibration (kvcodec.Calibration.load(path))")
     model = _model_of(model, calibration)
-    return _kvcodec.encode(kb, vb, dtype, codec, "" if level is None else str(level),
-                           {str(a): str(b) for a, b in (params or {}).items()}, model,
+    return _kvcodec.encode(kb, vb, dtype, _text(codec, "codec"), _text("" if level is None else str(level), "level"),
+                           {_text(str(a), "a param's name"): _text(str(b), "a param's value")
+                            for a, b in (params or {}).items()}, model,
                            _int_in(pos_begin, "pos_begin", 0, _I32))
 
 
@@ -199,7 +203,8 @@ class Store:
     ``secret``, by HMAC-SHA256 (only objects sealed with the same secret are read)."""
 
     def __init__(self, url: str | None = None, *, secret: str = "", capacity_bytes: int = 0, timeout_ms: int = 2000):
-        self._store = _kvcodec.Store(url or "", secret, _int_in(capacity_bytes, "capacity_bytes", 0, (1 << 64) - 1),
+        self._store = _kvcodec.Store(_text(url or "", "url"), _text(secret, "secret"),
+                                     _int_in(capacity_bytes, "capacity_bytes", 0, (1 << 64) - 1),
                                      _int_in(timeout_ms, "timeout_ms", 0, _U32))
 
     @property
@@ -207,17 +212,17 @@ class Store:
         return self._store.url
 
     def put(self, name: str, data) -> None:
-        self._store.put(name, _as_bytes(data))
+        self._store.put(_text(name, "object name"), _as_bytes(data))
 
     def get(self, name: str) -> bytes:
         """The object's bytes; NotFoundError when there is none."""
-        return self._store.get(name)
+        return self._store.get(_text(name, "object name"))
 
     def exists(self, name: str) -> bool:
-        return self._store.exists(name)
+        return self._store.exists(_text(name, "object name"))
 
     def delete(self, name: str) -> None:
-        self._store.delete(name)
+        self._store.delete(_text(name, "object name"))
 
     def __repr__(self) -> str:
         return f"Store({self.url!r})"
@@ -245,7 +250,8 @@ def store_chunks(store: Store, k, v, tokens, *, model=None, calibration: Calibra
     vb, v_dtype = from_tensor(v, "v")
     if dtype != v_dtype:
         raise InvalidArgumentError(f"k is {dtype} but v is {v_dtype}")
-    rungs = [("raw", "fp16"), ("quant", "8")] if rungs is None else [(str(c), str(l)) for c, l in rungs]
+    rungs = [("raw", "fp16"), ("quant", "8")] if rungs is None else [
+        (_text(str(c), "a rung's codec"), _text(str(l), "a rung's level")) for c, l in rungs]
     model = _model_of(model, calibration)
     if any(codec == "kvtc" for codec, _ in rungs) and calibration is None:
         raise InvalidArgumentError("a kvtc rung needs a calibration (kvcodec.Calibration.load(path))")
@@ -256,7 +262,7 @@ def store_chunks(store: Store, k, v, tokens, *, model=None, calibration: Calibra
 
 def chunk_object_name(key: bytes, codec: str, level: str) -> str:
     """The store object name of one encoded variant of a chunk: "<32 hex>.<codec>.<level>"."""
-    return _kvcodec.chunk_object_name(bytes(key), codec, str(level))
+    return _kvcodec.chunk_object_name(bytes(key), _text(codec, "codec"), _text(str(level), "level"))
 
 
 _I32 = (1 << 31) - 1
@@ -272,6 +278,29 @@ def _int_in(value, name: str, lo: int, hi: int) -> int:
     if not lo <= v <= hi:
         raise InvalidArgumentError(f"{name} must be in {lo}..{hi}, not {v}")
     return v
+
+
+def _text(value, name: str) -> str:
+    """value as a str the native part takes (it passes strings on as UTF-8), or
+    InvalidArgumentError: a str holding a lone surrogate ("\\ud800", or what os.fsdecode makes of
+    a byte that is not UTF-8) has no UTF-8 form, and the binding would raise TypeError."""
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"{name} must be a str, not {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidArgumentError(f"{name} is not valid text: a lone surrogate at index {e.start}") from None
+    return value
+
+
+def _path(path) -> bytes:
+    """A file path as the bytes the file system names it by (os.fsencode), or InvalidArgumentError."""
+    try:
+        return os.fsencode(path)
+    except TypeError:
+        raise InvalidArgumentError(f"a path must be str, bytes or os.PathLike, not {type(path).__name__}") from None
+    except UnicodeEncodeError as e:
+        raise InvalidArgumentError(f"path is not valid text: a lone surrogate at index {e.start}") from None
 
 
 def _token_ids(tokens) -> list:

@@ -25,26 +25,33 @@ def torch_of(x):
 
 def from_tensor(x, name: str):
     """(a C-contiguous buffer, kvcodec dtype name) for a numpy array or a CPU/GPU torch tensor.
-    Copies only where the input is not contiguous (or lives on a GPU)."""
+    Copies only where the input is not contiguous (or lives on a GPU). The dtype and shape are
+    checked first: a broadcast view (np.broadcast_to, Tensor.expand) can claim a shape whose copy
+    would not fit in memory, and must get the library's error, not numpy's MemoryError."""
     torch = torch_of(x)
     if torch is not None:
         t = x.detach()
+        dtype = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}.get(t.dtype)
+        if dtype is None:
+            raise _error(f"{name} is {t.dtype}; kvcodec takes float16, bfloat16 or float32")
+        _check_shape(name, t.shape, dtype)
         if t.device.type != "cpu":
             t = t.cpu()
         t = t.contiguous()
-        if t.dtype == torch.bfloat16:
-            return t.view(torch.int16).numpy(), "bf16"
-        if t.dtype == torch.float16:
-            return t.numpy(), "f16"
-        if t.dtype == torch.float32:
-            return t.numpy(), "f32"
-        raise _error(f"{name} is {t.dtype}; kvcodec takes float16, bfloat16 or float32")
+        return (t.view(torch.int16) if dtype == "bf16" else t).numpy(), dtype
     if isinstance(x, np.ndarray):
         dtype = _NUMPY_DTYPES.get(x.dtype)
         if dtype is None:
             raise _error(f"{name} is {x.dtype}; kvcodec takes float16 or float32 (bfloat16 through torch)")
+        _check_shape(name, x.shape, dtype)
         return np.ascontiguousarray(x), dtype
     raise _error(f"{name} must be a numpy array or a torch tensor, not {type(x).__name__}")
+
+
+def _check_shape(name: str, shape, dtype: str) -> None:
+    from . import _kvcodec
+
+    _kvcodec.check_shape(name, [int(d) for d in shape], dtype)
 
 
 def to_output(arr: np.ndarray, dtype: str, framework: str | None):

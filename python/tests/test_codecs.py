@@ -122,3 +122,39 @@ def test_corrupt_files_raise_and_never_crash(real_kv):
         kvcodec.decode(b"")
     with pytest.raises(kvcodec.CorruptError):
         kvcodec.inspect(bytes(data[:20]))
+
+
+def test_a_huge_broadcast_shape_is_refused_before_it_is_copied():
+    # A broadcast view of one value claims a pebibyte; copying it into a contiguous buffer would
+    # fail with numpy's MemoryError (torch's RuntimeError) before the binding saw the shape.
+    one = np.zeros((1, 1, 1, 1), np.float16)
+    huge = np.broadcast_to(one, (1024, 1 << 22, 1024, 128))
+    with pytest.raises(kvcodec.InvalidArgumentError, match="limit"):
+        kvcodec.encode(huge, huge, "raw")
+    with pytest.raises(kvcodec.InvalidArgumentError, match="every dimension"):
+        kvcodec.encode(np.broadcast_to(one, (1, 1 << 23, 1, 8)), one, "raw")
+    with pytest.raises(kvcodec.InvalidArgumentError, match="4 dimensions"):
+        kvcodec.encode(np.broadcast_to(np.zeros(1, np.float16), (1 << 40,)), one, "raw")
+    torch = pytest.importorskip("torch")
+    expanded = torch.zeros((1, 1, 1, 1), dtype=torch.bfloat16).expand(1024, 1 << 22, 1024, 128)
+    with pytest.raises(kvcodec.InvalidArgumentError, match="limit"):
+        kvcodec.encode(expanded, expanded, "raw")
+
+
+def test_text_that_has_no_utf8_form_raises_invalid_argument():
+    k = np.zeros((1, 4, 1, 8), np.float16)
+    lone = "\ud800"
+    calls = [
+        lambda: kvcodec.encode(k, k, "quant", lone),
+        lambda: kvcodec.encode(k, k, lone),
+        lambda: kvcodec.encode(k, k, "quant", "8", params={lone: "1"}),
+        lambda: kvcodec.encode(k, k, "raw", model=lone * 32),
+        lambda: kvcodec.chunk_object_name(bytes(16), "quant", lone),
+        lambda: kvcodec.Store("mem://").put(lone, b"x"),
+        lambda: kvcodec.Store("mem://").get("a" + lone),
+        lambda: kvcodec.Store(lone),
+        lambda: kvcodec.Calibration.load(lone + ".kvcal"),
+    ]
+    for call in calls:
+        with pytest.raises(kvcodec.InvalidArgumentError):
+            call()

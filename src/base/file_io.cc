@@ -105,17 +105,19 @@ Status ReplaceFileAtomically(const std::string& path, std::span<const uint8_t> b
   for (int attempt = 0; attempt < 16 && raw_fd < 0; ++attempt) {
     tmp = FormatMessage("%s.tmp.%ld.%" PRIu64, path.c_str(), static_cast<long>(::getpid()), counter.fetch_add(1));
     raw_fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (raw_fd < 0 && errno != EEXIST) return IoError("cannot create " + tmp + ": " + ErrnoMessage(errno));
+    // The message names the path asked for: the temporary name is ours, and a missing or
+    // read-only folder is the same error for both.
+    if (raw_fd < 0 && errno != EEXIST) return IoError("cannot create " + path + ": " + ErrnoMessage(errno));
   }
-  if (raw_fd < 0) return IoError("cannot create a temporary file beside " + path);
+  if (raw_fd < 0) return IoError("cannot create " + path + ": no free temporary name beside it");
   ScopedFd fd(raw_fd);
   Status status = Status::Ok();
   if (mode >= 0 && ::fchmod(fd.get(), static_cast<mode_t>(mode)) != 0) {
-    status = IoError("cannot set the mode of " + tmp + ": " + ErrnoMessage(errno));
+    status = IoError("cannot set the mode of " + path + ": " + ErrnoMessage(errno));
   }
   if (status.ok()) status = WriteAllToFd(fd.get(), bytes, path);
   // Without it a crash after the rename could leave the new name pointing at missing data.
-  if (status.ok() && ::fsync(fd.get()) != 0) status = IoError("cannot sync " + tmp + ": " + ErrnoMessage(errno));
+  if (status.ok() && ::fsync(fd.get()) != 0) status = IoError("cannot sync " + path + ": " + ErrnoMessage(errno));
   if (!fd.Close() && status.ok()) status = IoError("cannot write " + path + ": " + ErrnoMessage(errno));
   if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
     status = IoError("cannot rename " + tmp + " to " + path + ": " + ErrnoMessage(errno));

@@ -41,6 +41,17 @@ TEST(ReplaceFileAtomically, ReplacesAndLeavesNoTemporary) {
   std::filesystem::remove_all(dir);
 }
 
+// The temporary file is ours: an error names the path the caller gave.
+TEST(ReplaceFileAtomically, AMissingFolderIsReportedForThePathGiven) {
+  const auto dir = std::filesystem::temp_directory_path() / ("kvc_missing_" + std::to_string(getpid()));
+  const std::string path = (dir / "missing" / "out.kvc").string();
+  std::filesystem::create_directories(dir);
+  const Status s = ReplaceFileAtomically(path, {});
+  EXPECT_EQ(s.code(), StatusCode::kIoError);
+  EXPECT_EQ(s.message(), "cannot create " + path + ": No such file or directory");
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ReplaceFileAtomically, SetsTheModeItIsGiven) {
   const auto dir = std::filesystem::temp_directory_path() / ("kvc_mode_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/utf8.h"
+
 namespace kvc {
 
 static LogLevel LevelFromEnv() {
@@ -33,7 +35,9 @@ void Log(LogLevel level, const char* fmt, ...) {
   va_start(args, fmt);
   std::vsnprintf(buf, sizeof buf, fmt, args);
   va_end(args);
-  std::fprintf(stderr, "kvcodec %s: %s\n", kNames[static_cast<int>(level)], buf);
+  // Messages quote files, requests and models (paths, names, exception texts): one printable
+  // line each, so none can forge a log line or send an escape sequence to a terminal.
+  std::fprintf(stderr, "kvcodec %s: %s\n", kNames[static_cast<int>(level)], PrintableOneLine(buf).c_str());
 }
 
 }  // namespace kvc

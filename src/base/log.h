@@ -1,4 +1,5 @@
-// Minimal leveled logging to stderr. KVCODEC_LOG=debug|info|warn|error sets the threshold.
+// Minimal leveled logging to stderr, one line per message (control characters escaped as by
+// PrintableOneLine, base/utf8.h). KVCODEC_LOG=debug|info|warn|error sets the threshold.
 #pragma once
 
 namespace kvc {

@@ -5,6 +5,7 @@
 #include <random>
 #include <string>
 
+#include "base/log.h"
 #include "base/status.h"
 
 namespace kvc {
@@ -99,6 +100,18 @@ TEST(Utf8, PrintableOneLineEscapesControls) {
 TEST(Utf8, StatusMessagesPrintOnOneLine) {
   const Status s = Corrupt("level '\n\x1B[2J\xFF'");
   EXPECT_EQ(s.ToString(), "corrupt: level '\\x0A\\x1B[2J" + kFffd + "'");
+}
+
+// A log line quotes files, requests and exception texts: it cannot forge another line or reach
+// the terminal as an escape sequence either.
+TEST(Utf8, LogMessagesPrintOnOneLine) {
+  const LogLevel was = GetLogLevel();
+  SetLogLevel(LogLevel::kWarn);
+  testing::internal::CaptureStderr();
+  KVC_LOG_WARN("reuse failed: %s", "a\x1B[2J\nkvcodec: error: forged\xFF");
+  const std::string err = testing::internal::GetCapturedStderr();
+  SetLogLevel(was);
+  EXPECT_EQ(err, "kvcodec warn: reuse failed: a\\x1B[2J\\x0Akvcodec: error: forged" + kFffd + "\n");
 }
 
 }  // namespace

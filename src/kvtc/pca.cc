@@ -2,12 +2,17 @@
 
 #include <cblas.h>
 #include <lapacke.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cassert>
+#include <cerrno>
 #include <climits>
 #include <cmath>
+#include <condition_variable>
+#include <cstring>
 #include <mutex>
+#include <utility>
 
 #include "kvtc/reconstruct_rows.h"
 
@@ -20,6 +25,87 @@ void UseSingleThreadedBlas() {
   static std::once_flag once;
   std::call_once(once, [] { openblas_set_num_threads(1); });
 }
+
+// OpenBLAS keeps a pool of working buffers (BUFFER_SIZE: 128 MiB of address space each on
+// x86-64 unless built otherwise): a call takes a free one, maps a new one when every buffer is
+// held by another call, and keeps it for good. When that mmap fails (an address-space limit,
+// ulimit -v) it retries forever: the call spins a core and never returns. So the calls here run
+// in sections that admit no more of them at once than there are buffers known to fit: before a
+// section would need one buffer more, the room for it is checked (mapped and given back); without
+// room the section waits for another to end, or fails when none is running. An allocation
+// elsewhere between the check and OpenBLAS's own mmap can still take the room: this narrows the
+// window, it cannot close it.
+constexpr size_t kBlasBufferBytes = size_t{129} << 20;  // a buffer and its page of slack, rounded up
+
+class BlasBuffers {
+ public:
+  Status Enter() {
+    std::unique_lock lock(mutex_);
+    while (running_ >= room_for_) {
+      if (RoomForOneMore()) {
+        ++room_for_;
+        break;
+      }
+      if (running_ == 0) {
+        return Internal(
+            FormatMessage("no address space for a BLAS working buffer (%zu MiB) (%s); is `ulimit -v` too low?",
+                          kBlasBufferBytes >> 20, std::strerror(errno)));
+      }
+      ended_.wait(lock);
+    }
+    ++running_;
+    return Status::Ok();
+  }
+
+  void Exit() {
+    {
+      const std::lock_guard lock(mutex_);
+      --running_;
+    }
+    ended_.notify_one();
+  }
+
+ private:
+  // The mapping OpenBLAS makes (private, anonymous, read-write), so it counts against the same limits.
+  static bool RoomForOneMore() {
+    void* room = ::mmap(nullptr, kBlasBufferBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (room == MAP_FAILED) return false;
+    ::munmap(room, kBlasBufferBytes);
+    return true;
+  }
+
+  std::mutex mutex_;
+  std::condition_variable ended_;
+  size_t running_ = 0;   // sections in BLAS now, each holding at most one buffer at a time
+  size_t room_for_ = 0;  // buffers known to fit: those OpenBLAS has mapped, or had room for
+};
+
+// Never destroyed: worker threads may still leave a section while the process exits.
+BlasBuffers& Buffers() {
+  static BlasBuffers* const buffers = new BlasBuffers;
+  return *buffers;
+}
+
+// One section of BLAS calls made one after another (each holds one buffer while it runs).
+class BlasSection {
+ public:
+  static Result<BlasSection> Enter() {
+    UseSingleThreadedBlas();
+    RETURN_IF_ERROR(Buffers().Enter());
+    return BlasSection();
+  }
+  BlasSection(BlasSection&& other) noexcept : entered_(std::exchange(other.entered_, false)) {}
+  BlasSection(const BlasSection&) = delete;
+  BlasSection& operator=(const BlasSection&) = delete;
+  BlasSection& operator=(BlasSection&&) = delete;
+  ~BlasSection() {
+    if (entered_) Buffers().Exit();
+  }
+
+ private:
+  BlasSection() = default;
+  bool entered_ = true;
+};
 
 // Rows per Add block: enough for syrk to run near peak, few enough that the double copy of a
 // block stays around 2 MiB at any dim.
@@ -37,20 +123,22 @@ bool AllFinite(const std::vector<double>& v) {
 
 CovarianceAccumulator::CovarianceAccumulator(uint32_t dim) : dim_(dim), mean_(dim, 0.0), m2_(size_t{dim} * dim, 0.0) {}
 
-void CovarianceAccumulator::Add(const float* rows, size_t n_rows) {
+Status CovarianceAccumulator::Add(const float* rows, size_t n_rows) {
   if (dim_ == 0) {
     count_ += n_rows;
-    return;
+    return Status::Ok();
   }
+  if (n_rows == 0) return Status::Ok();
+  ASSIGN_OR_RETURN(const BlasSection section, BlasSection::Enter());
   const size_t block = BlockRows(dim_);
   for (size_t r = 0; r < n_rows; r += block) {
     AddBlock(rows + r * dim_, std::min(block, n_rows - r));
   }
+  return Status::Ok();
 }
 
 void CovarianceAccumulator::AddBlock(const float* rows, size_t n_rows) {
   if (n_rows == 0) return;
-  UseSingleThreadedBlas();
   const size_t dim = dim_;
   block_.resize(n_rows * dim);
   std::vector<double> block_mean(dim, 0.0);
@@ -84,16 +172,17 @@ void CovarianceAccumulator::AddBlock(const float* rows, size_t n_rows) {
   count_ += n_rows;
 }
 
-void CovarianceAccumulator::Merge(const CovarianceAccumulator& other) {
+Status CovarianceAccumulator::Merge(const CovarianceAccumulator& other) {
   assert(other.dim_ == dim_);
-  if (other.dim_ != dim_ || other.count_ == 0) return;
+  if (other.dim_ != dim_) return InvalidArgument("PCA merge of accumulators of different dimensions");
+  if (other.count_ == 0) return Status::Ok();
   if (count_ == 0) {
     count_ = other.count_;
     mean_ = other.mean_;
     m2_ = other.m2_;
-    return;
+    return Status::Ok();
   }
-  UseSingleThreadedBlas();
+  ASSIGN_OR_RETURN(const BlasSection section, BlasSection::Enter());
   const double n_a = static_cast<double>(count_);
   const double n_b = static_cast<double>(other.count_);
   const double n = n_a + n_b;
@@ -107,6 +196,7 @@ void CovarianceAccumulator::Merge(const CovarianceAccumulator& other) {
   }
   for (size_t d = 0; d < dim_; ++d) mean_[d] += delta[d] * (n_b / n);
   count_ += other.count_;
+  return Status::Ok();
 }
 
 Result<PcaBasis> CovarianceAccumulator::Fit(uint32_t max_components) const {
@@ -117,7 +207,7 @@ Result<PcaBasis> CovarianceAccumulator::Fit(uint32_t max_components) const {
   if (dim_ == 0) return InvalidArgument("PCA fit of 0-dimensional rows");
   if (max_components == 0) return InvalidArgument("PCA fit asked for 0 components");
   if (!AllFinite(mean_) || !AllFinite(m2_)) return InvalidArgument("PCA fit: the rows hold inf or NaN");
-  UseSingleThreadedBlas();
+  ASSIGN_OR_RETURN(const BlasSection section, BlasSection::Enter());
 
   const uint32_t dim = dim_;
   const uint32_t k = std::min(max_components, dim);
@@ -179,24 +269,25 @@ void CentreRows(const PcaBasis& basis, const float* x, size_t x_stride, size_t r
 // Centring before the product (rather than subtracting mean . component afterwards) avoids
 // fp32 cancellation on channels whose mean dwarfs their spread.
 template <typename Product>
-void ProjectInBlocks(const PcaBasis& basis, const float* x, size_t x_stride, size_t n, uint32_t n_keep,
-                     Product&& product) {
+Status ProjectInBlocks(const PcaBasis& basis, const float* x, size_t x_stride, size_t n, uint32_t n_keep,
+                       Product&& product) {
   assert(n_keep <= basis.n_components && x_stride >= basis.dim && n <= size_t{INT_MAX});
-  if (n == 0 || n_keep == 0) return;
-  UseSingleThreadedBlas();
+  if (n == 0 || n_keep == 0) return Status::Ok();
+  ASSIGN_OR_RETURN(const BlasSection section, BlasSection::Enter());
   std::vector<float> centred(std::min(n, kGemmRows) * basis.dim);
   for (size_t r0 = 0; r0 < n; r0 += kGemmRows) {
     const size_t rows = std::min(kGemmRows, n - r0);
     CentreRows(basis, x, x_stride, r0, rows, centred.data());
     product(r0, rows, centred.data());
   }
+  return Status::Ok();
 }
 
 }  // namespace
 
-void Project(const PcaBasis& basis, const float* x, size_t n, uint32_t n_keep, float* coeffs) {
+Status Project(const PcaBasis& basis, const float* x, size_t n, uint32_t n_keep, float* coeffs) {
   const int dim = static_cast<int>(basis.dim);
-  ProjectInBlocks(basis, x, basis.dim, n, n_keep, [&](size_t r0, size_t rows, const float* centred) {
+  return ProjectInBlocks(basis, x, basis.dim, n, n_keep, [&](size_t r0, size_t rows, const float* centred) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(n_keep), dim, 1.0f,
                 centred, dim, basis.components.data(), dim, 0.0f, coeffs + r0 * n_keep, static_cast<int>(n_keep));
   });
@@ -212,10 +303,10 @@ void Reconstruct(const PcaBasis& basis, const float* coeffs, size_t n, uint32_t 
                   {.token_stride = n_keep, .component_stride = 1}, n, n_keep, x, x_stride);
 }
 
-void ProjectByComponent(const PcaBasis& basis, const float* x, size_t x_stride, size_t n, uint32_t n_keep,
-                        float* coeffs) {
+Status ProjectByComponent(const PcaBasis& basis, const float* x, size_t x_stride, size_t n, uint32_t n_keep,
+                          float* coeffs) {
   const int dim = static_cast<int>(basis.dim);
-  ProjectInBlocks(basis, x, x_stride, n, n_keep, [&](size_t r0, size_t rows, const float* centred) {
+  return ProjectInBlocks(basis, x, x_stride, n, n_keep, [&](size_t r0, size_t rows, const float* centred) {
     // coeffs[:, r0 .. r0 + rows) = components[n_keep][dim] . centred^T
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n_keep), static_cast<int>(rows), dim, 1.0f,
                 basis.components.data(), dim, centred, dim, 0.0f, coeffs + r0, static_cast<int>(n));

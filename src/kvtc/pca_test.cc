@@ -1,12 +1,18 @@
 #include "kvtc/pca.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <numeric>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -68,7 +74,7 @@ Gaussian MakeGaussian(uint32_t dim, double mean_offset, double mean_spread, uint
 
 PcaBasis FitRows(const std::vector<float>& rows, uint32_t dim, uint32_t max_components) {
   CovarianceAccumulator acc(dim);
-  acc.Add(rows.data(), rows.size() / dim);
+  EXPECT_TRUE(acc.Add(rows.data(), rows.size() / dim).ok());
   auto basis = acc.Fit(max_components);
   EXPECT_TRUE(basis.ok()) << basis.status().ToString();
   return basis.ok() ? *basis : PcaBasis{};
@@ -148,7 +154,7 @@ TEST(Pca, ProjectThenReconstructWithAllComponentsIsIdentity) {
   const size_t n = x.size() / kDim;
   std::vector<float> coeffs(n * kDim);
   std::vector<float> back(x.size());
-  Project(basis, x.data(), n, kDim, coeffs.data());
+  ASSERT_TRUE(Project(basis, x.data(), n, kDim, coeffs.data()).ok());
   Reconstruct(basis, coeffs.data(), n, kDim, back.data());
   for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(back[i], x[i], 1e-4 * (1.0 + std::abs(x[i]))) << i;
 }
@@ -161,7 +167,7 @@ TEST(Pca, ProjectMatchesDefinition) {
   const std::vector<float> x = g.Sample(10, rng);
   constexpr uint32_t kKeep = 7;
   std::vector<float> coeffs(size_t{10} * kKeep);
-  Project(basis, x.data(), 10, kKeep, coeffs.data());
+  ASSERT_TRUE(Project(basis, x.data(), 10, kKeep, coeffs.data()).ok());
   for (size_t t = 0; t < 10; ++t) {
     for (uint32_t c = 0; c < kKeep; ++c) {
       double want = 0;
@@ -186,8 +192,8 @@ TEST(Pca, ByComponentIsTheTransposeInPlace) {
   for (size_t t = 0; t < n; ++t) std::copy_n(&x[t * kDim], kDim, &wide[t * kStride + kOffset]);
 
   std::vector<float> by_token(n * kKeep), by_component(n * kKeep);
-  Project(basis, x.data(), n, kKeep, by_token.data());
-  ProjectByComponent(basis, wide.data() + kOffset, kStride, n, kKeep, by_component.data());
+  ASSERT_TRUE(Project(basis, x.data(), n, kKeep, by_token.data()).ok());
+  ASSERT_TRUE(ProjectByComponent(basis, wide.data() + kOffset, kStride, n, kKeep, by_component.data()).ok());
   for (size_t t = 0; t < n; ++t) {
     for (uint32_t c = 0; c < kKeep; ++c) {
       ASSERT_NEAR(by_component[c * n + t], by_token[t * kKeep + c], 1e-4 * (1 + std::abs(by_token[t * kKeep + c])));
@@ -220,7 +226,7 @@ TEST(Pca, ProjectionErrorIsTheDroppedEigenvalues) {
   for (const uint32_t keep : {0u, 1u, 4u, 10u, 20u}) {
     std::vector<float> coeffs(n * keep);
     std::vector<float> back(rows.size());
-    Project(basis, rows.data(), n, keep, coeffs.data());
+    ASSERT_TRUE(Project(basis, rows.data(), n, keep, coeffs.data()).ok());
     Reconstruct(basis, coeffs.data(), n, keep, back.data());
     double err = 0;
     for (size_t i = 0; i < rows.size(); ++i) err += (double{rows[i]} - back[i]) * (double{rows[i]} - back[i]);
@@ -250,19 +256,19 @@ TEST(Pca, MergeEqualsOneAccumulator) {
   std::mt19937 rng(16);
   const std::vector<float> rows = g.Sample(5000, rng);
   CovarianceAccumulator whole(kDim);
-  whole.Add(rows.data(), 5000);
+  ASSERT_TRUE(whole.Add(rows.data(), 5000).ok());
 
   // Uneven parts, one added in odd-sized pieces, and an empty one.
   CovarianceAccumulator a(kDim), b(kDim), c(kDim), empty(kDim);
-  a.Add(rows.data(), 1);
-  for (size_t r = 1; r < 3001; r += 7) b.Add(rows.data() + r * kDim, std::min<size_t>(7, 3001 - r));
-  c.Add(rows.data() + size_t{3001} * kDim, 1999);
+  ASSERT_TRUE(a.Add(rows.data(), 1).ok());
+  for (size_t r = 1; r < 3001; r += 7) ASSERT_TRUE(b.Add(rows.data() + r * kDim, std::min<size_t>(7, 3001 - r)).ok());
+  ASSERT_TRUE(c.Add(rows.data() + size_t{3001} * kDim, 1999).ok());
   CovarianceAccumulator merged(kDim);
-  merged.Merge(empty);
-  merged.Merge(a);
-  merged.Merge(b);
-  merged.Merge(empty);
-  merged.Merge(c);
+  ASSERT_TRUE(merged.Merge(empty).ok());
+  ASSERT_TRUE(merged.Merge(a).ok());
+  ASSERT_TRUE(merged.Merge(b).ok());
+  ASSERT_TRUE(merged.Merge(empty).ok());
+  ASSERT_TRUE(merged.Merge(c).ok());
   ASSERT_EQ(merged.count(), whole.count());
   for (uint32_t d = 0; d < kDim; ++d) {
     EXPECT_NEAR(merged.mean()[d], whole.mean()[d], 1e-12 * (1 + std::abs(whole.mean()[d])));
@@ -280,10 +286,10 @@ TEST(Pca, MergeIntoItselfDoublesTheRows) {
   std::mt19937 rng(18);
   const std::vector<float> rows = g.Sample(300, rng);
   CovarianceAccumulator self(kDim), twice(kDim);
-  self.Add(rows.data(), 300);
-  self.Merge(self);
-  twice.Add(rows.data(), 300);
-  twice.Add(rows.data(), 300);
+  ASSERT_TRUE(self.Add(rows.data(), 300).ok());
+  ASSERT_TRUE(self.Merge(self).ok());
+  ASSERT_TRUE(twice.Add(rows.data(), 300).ok());
+  ASSERT_TRUE(twice.Add(rows.data(), 300).ok());
   ASSERT_EQ(self.count(), 600u);
   const PcaBasis ps = *self.Fit(kDim);
   const PcaBasis pt = *twice.Fit(kDim);
@@ -324,14 +330,14 @@ TEST(Pca, FitErrors) {
   CovarianceAccumulator acc(3);
   EXPECT_EQ(acc.Fit(3).status().code(), StatusCode::kInvalidArgument);
   const float row[3] = {1, 2, 3};
-  acc.Add(row, 1);
+  ASSERT_TRUE(acc.Add(row, 1).ok());
   EXPECT_EQ(acc.Fit(3).status().code(), StatusCode::kInvalidArgument);
   const float row2[3] = {2, 2, 5};
-  acc.Add(row2, 1);
+  ASSERT_TRUE(acc.Add(row2, 1).ok());
   EXPECT_TRUE(acc.Fit(3).ok());
   EXPECT_EQ(acc.Fit(0).status().code(), StatusCode::kInvalidArgument);
   const float bad[3] = {1, std::numeric_limits<float>::quiet_NaN(), 0};
-  acc.Add(bad, 1);
+  ASSERT_TRUE(acc.Add(bad, 1).ok());
   EXPECT_EQ(acc.Fit(3).status().code(), StatusCode::kInvalidArgument);
 }
 
@@ -343,17 +349,88 @@ TEST(Pca, ConcurrentProjectionsAgree) {
   const PcaBasis basis = FitRows(g.Sample(2000, rng), kDim, kDim);
   const std::vector<float> x = g.Sample(512, rng);
   std::vector<float> want(size_t{512} * kKeep);
-  Project(basis, x.data(), 512, kKeep, want.data());
+  ASSERT_TRUE(Project(basis, x.data(), 512, kKeep, want.data()).ok());
   std::vector<std::vector<float>> got(4, std::vector<float>(size_t{512} * kKeep));
   std::vector<std::thread> threads;
   threads.reserve(got.size());
   for (auto& out : got) {
     threads.emplace_back([&basis, &x, &out] {
-      for (int rep = 0; rep < 20; ++rep) Project(basis, x.data(), 512, kKeep, out.data());
+      for (int rep = 0; rep < 20; ++rep) EXPECT_TRUE(Project(basis, x.data(), 512, kKeep, out.data()).ok());
     });
   }
   for (auto& t : threads) t.join();
   for (const auto& out : got) EXPECT_EQ(out, want);
+}
+
+// ---- OpenBLAS's buffer under an address-space limit -----------------------------------------
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kUnderAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kUnderAddressSanitizer = true;
+#else
+constexpr bool kUnderAddressSanitizer = false;
+#endif
+#else
+constexpr bool kUnderAddressSanitizer = false;
+#endif
+
+// The process's mapped address space (what RLIMIT_AS counts).
+uint64_t AddressSpaceBytes() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t pages = 0;
+  statm >> pages;
+  return pages * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+// Death-test bodies, run in a fresh process (threadsafe style): OpenBLAS's pool then holds no
+// free buffer, so the first call here needs a new one. Each exits, 0 on success, saying what
+// happened on stderr; an alarm ends one that hangs (killed by SIGALRM: the test fails).
+
+// Rows added on a new thread with the address space capped at `headroom` above what it is now.
+[[noreturn]] void AddUnderALimitAndExit(uint64_t headroom) {
+  ::alarm(30);
+  std::vector<float> rows(size_t{64} * 8, 1.0f);
+  rows[3] = 2.0f;
+  CovarianceAccumulator acc(8);
+  const rlimit limit{AddressSpaceBytes() + headroom, RLIM_INFINITY};
+  if (::setrlimit(RLIMIT_AS, &limit) != 0) std::_Exit(3);
+  Status added = Internal("not run");
+  std::thread([&] { added = acc.Add(rows.data(), 64); }).join();
+  std::fprintf(stderr, "%s\n", added.ok() ? "ok" : added.ToString().c_str());
+  std::_Exit(added.ok() ? 0 : 1);
+}
+
+// The address space the first call maps, which the check must cover.
+[[noreturn]] void FirstAddGrowthAndExit() {
+  ::alarm(30);
+  std::vector<float> rows(size_t{256} * 16, 1.0f);
+  rows[5] = 3.0f;
+  CovarianceAccumulator acc(16);
+  const uint64_t before = AddressSpaceBytes();
+  const bool ok = acc.Add(rows.data(), 256).ok();
+  const uint64_t grown = AddressSpaceBytes() - before;
+  std::fprintf(stderr, "grew %llu MiB\n", static_cast<unsigned long long>(grown >> 20));
+  std::_Exit(ok && grown <= (uint64_t{129} << 20) ? 0 : 1);
+}
+
+// OpenBLAS retries a buffer it cannot map forever; without room for one the call fails instead,
+// and with room it is not refused.
+TEST(Pca, WithoutRoomForABlasBufferTheCallFailsInsteadOfHanging) {
+  if (kUnderAddressSanitizer) GTEST_SKIP() << "AddressSanitizer's shadow needs terabytes of address space";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(AddUnderALimitAndExit(uint64_t{48} << 20), testing::ExitedWithCode(1),
+              "internal error: no address space for a BLAS working buffer .*ulimit -v");
+  EXPECT_EXIT(AddUnderALimitAndExit(uint64_t{1} << 30), testing::ExitedWithCode(0), "ok");
+}
+
+// The check looks for 129 MiB: as much as OpenBLAS maps for a buffer (BUFFER_SIZE, 128 MiB in
+// upstream's and Debian's x86-64 builds). An OpenBLAS with larger buffers would make the check
+// too small, and a limit could hang a call again: this notices.
+TEST(Pca, ABlasBufferIsNoLargerThanTheCheckLooksFor) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(FirstAddGrowthAndExit(), testing::ExitedWithCode(0), "grew");
 }
 
 }  // namespace

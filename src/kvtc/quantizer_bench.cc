@@ -5,6 +5,8 @@
 #include <benchmark/benchmark.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <random>
 #include <utility>
@@ -20,6 +22,13 @@ namespace {
 
 constexpr uint32_t kTokens = 256;
 constexpr uint32_t kGroupSize = 16;
+
+// PCA calls fail only without room for BLAS's buffer: a machine that cannot run the benchmark.
+void Must(const Status& status) {
+  if (status.ok()) return;
+  std::fprintf(stderr, "quantizer_bench: %s\n", status.ToString().c_str());
+  std::abort();
+}
 
 // Correlated data with a decaying spectrum, like KV after RoPE is undone.
 std::vector<float> Rows(uint32_t dim, size_t n, uint32_t seed) {
@@ -42,7 +51,7 @@ const PcaBasis& Basis(uint32_t dim) {
   if (it == cache.end()) {
     CovarianceAccumulator acc(dim);
     const std::vector<float> x = Rows(dim, 4 * size_t{dim}, 1);
-    acc.Add(x.data(), 4 * size_t{dim});
+    Must(acc.Add(x.data(), 4 * size_t{dim}));
     it = cache.emplace(dim, acc.Fit(dim).value()).first;
   }
   return it->second;
@@ -68,7 +77,7 @@ Block MakeBlock(uint32_t dim, uint32_t n_keep) {
   Block b;
   b.x = Rows(dim, kTokens, 2);
   b.coeffs.resize(size_t{kTokens} * n_keep);
-  Project(Basis(dim), b.x.data(), kTokens, n_keep, b.coeffs.data());
+  Must(Project(Basis(dim), b.x.data(), kTokens, n_keep, b.coeffs.data()));
   b.bits = Widths(n_keep);
   QuantizeBlock(b.coeffs.data(), kTokens, n_keep, kGroupSize, b.bits, &b.q);
   return b;
@@ -140,7 +149,7 @@ void BM_ProjectAndQuantize(benchmark::State& state) {
   const auto n_keep = static_cast<uint32_t>(state.range(1));
   Block b = MakeBlock(dim, n_keep);
   for (auto _ : state) {  // NOLINT(clang-analyzer-deadcode.DeadStores)
-    Project(Basis(dim), b.x.data(), kTokens, n_keep, b.coeffs.data());
+    Must(Project(Basis(dim), b.x.data(), kTokens, n_keep, b.coeffs.data()));
     QuantizeBlock(b.coeffs.data(), kTokens, n_keep, kGroupSize, b.bits, &b.q);
     benchmark::ClobberMemory();
   }
@@ -175,7 +184,7 @@ void BM_CovarianceAdd(benchmark::State& state) {
   const std::vector<float> x = Rows(dim, 4096, 3);
   CovarianceAccumulator acc(dim);
   for (auto _ : state) {  // NOLINT(clang-analyzer-deadcode.DeadStores)
-    acc.Add(x.data(), 4096);
+    Must(acc.Add(x.data(), 4096));
   }
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * 4096);
 }
@@ -186,7 +195,7 @@ void BM_PcaFit(benchmark::State& state) {
   const auto dim = static_cast<uint32_t>(state.range(0));
   const std::vector<float> x = Rows(dim, 2 * size_t{dim}, 4);
   CovarianceAccumulator acc(dim);
-  acc.Add(x.data(), 2 * size_t{dim});
+  Must(acc.Add(x.data(), 2 * size_t{dim}));
   for (auto _ : state) {  // NOLINT(clang-analyzer-deadcode.DeadStores)
     auto basis = acc.Fit(dim);
     benchmark::DoNotOptimize(basis);

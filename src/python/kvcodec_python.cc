@@ -97,7 +97,11 @@ ModelFingerprint FingerprintFrom(const py::object& model) {
     std::memcpy(fp.data(), bytes.data(), fp.size());
     return fp;
   }
-  if (!py::isinstance<py::str>(model) || !ParseHexBytes(model.cast<std::string>(), fp)) Raise(bad);
+  if (!py::isinstance<py::str>(model)) Raise(bad);
+  Py_ssize_t size = 0;
+  const char* utf8 = PyUnicode_AsUTF8AndSize(model.ptr(), &size);
+  if (utf8 == nullptr) PyErr_Clear();  // a lone surrogate: no UTF-8 form, so no hex digits either
+  if (utf8 == nullptr || !ParseHexBytes(std::string_view(utf8, static_cast<size_t>(size)), fp)) Raise(bad);
   return fp;
 }
 
@@ -143,6 +147,27 @@ py::buffer_info Tensor(const py::buffer& b, const char* which, DType dtype) {
     stride *= info.shape[d];
   }
   return info;
+}
+
+// What a K or V shape must be, checked on the shape alone: every dimension in 1..2^22 and the
+// cache within the library's limits (ValidateShape). The Python layer asks before it copies an
+// array into a contiguous buffer, so a broadcast view of a huge shape is refused here rather
+// than allocated (or failed by numpy's MemoryError); the buffers are checked again below.
+void CheckShape(const std::string& which, const std::vector<int64_t>& dims, const std::string& dtype_name) {
+  const DType dtype = Take(ParseDType(dtype_name));
+  if (dims.size() != 4) {
+    Raise(InvalidArgument(FormatMessage("%s must have 4 dimensions [layers, tokens, kv_heads, head_dim], not %zu",
+                                        which.c_str(), dims.size())));
+  }
+  for (int64_t d : dims) {
+    if (d <= 0 || d > static_cast<int64_t>(kMaxTokens))
+      Raise(InvalidArgument(which + " needs every dimension in 1..2^22"));
+  }
+  const KvShape shape{.n_layers = static_cast<uint32_t>(dims[0]),
+                      .n_kv_heads = static_cast<uint32_t>(dims[2]),
+                      .head_dim = static_cast<uint32_t>(dims[3]),
+                      .n_tokens = static_cast<uint32_t>(dims[1])};
+  Check(ValidateShape(shape, dtype).WithContext(which));
 }
 
 // K and V as the codecs read them, straight from the arrays' memory (their layout is kvcodec's):
@@ -262,7 +287,12 @@ py::dict TimeCodec(const py::buffer& k, const py::buffer& v, const std::string& 
 py::dict CalibrationInfo(const LoadedCalibration& loaded) {
   const KvtcCalibration& c = loaded.calibration;
   py::dict d;
-  d["path"] = loaded.path;
+  // The path's bytes as os.fsdecode gives them (the Python layer passes os.fsencode's bytes in),
+  // so a file name that is not UTF-8 round-trips instead of failing the conversion.
+  py::object path = py::reinterpret_steal<py::object>(
+      PyUnicode_DecodeFSDefaultAndSize(loaded.path.data(), static_cast<Py_ssize_t>(loaded.path.size())));
+  if (!path) throw py::error_already_set();
+  d["path"] = path;
   d["hash"] = HexString(loaded.hash);
   d["model_fingerprint"] = HexString(c.model_fingerprint);
   d["n_layers"] = c.n_layers;
@@ -507,6 +537,7 @@ void DefineBindings(py::module_& m) {
   m.def("decode", &Decode, py::arg("data"), py::arg("model"));
   m.def("inspect_json", &Inspect, py::arg("data"));
   m.def("codecs_json", &CodecListJson);
+  m.def("check_shape", &CheckShape, py::arg("name"), py::arg("shape"), py::arg("dtype"));
   m.def("time_codec", &TimeCodec, py::arg("k"), py::arg("v"), py::arg("dtype"), py::arg("codec"), py::arg("level"),
         py::arg("model"), py::arg("rounds"));
   m.def("load_calibration", &LoadCalibration, py::arg("path"));

@@ -126,8 +126,11 @@ Result<ModelProfile> ParseProfile(std::string_view text) {
     ProfileRung rung;
     RETURN_IF_ERROR(GetString(r, "codec", kMaxLevelNameBytes, &rung.codec));
     RETURN_IF_ERROR(GetString(r, "level", kMaxLevelNameBytes, &rung.level));
-    if (!CheckName(rung.codec, "codec").ok() || rung.codec.empty() || !CheckName(rung.level, "level").ok()) {
-      return Corrupt(FormatMessage("profile: rung %zu: codec or level outside [A-Za-z0-9._+-]", i));
+    // CheckName admits "" (a .kvc header's level may be empty); a rung names a level, so here
+    // both names are 1..64 bytes, as docs/format.md says.
+    if (rung.codec.empty() || rung.level.empty() || !CheckName(rung.codec, "codec").ok() ||
+        !CheckName(rung.level, "level").ok()) {
+      return Corrupt(FormatMessage("profile: rung %zu: codec or level is empty or outside [A-Za-z0-9._+-]", i));
     }
     RETURN_IF_ERROR(GetNumber(r, "ratio", 1e-6, 1e9, &rung.ratio));
     RETURN_IF_ERROR(GetNumber(r, "ppl_delta_pct", -100, 1e9, &rung.ppl_delta_pct));

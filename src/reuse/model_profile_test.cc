@@ -140,5 +140,20 @@ TEST(QualityFloor, WithoutAProfileOnlyNearLosslessRungsAndANote) {
   std::filesystem::remove_all(dir);
 }
 
+// A rung's level is 1..64 bytes (docs/format.md), even in a profile whose checksum is right.
+TEST(ModelProfile, ALevelOutsideOneTo64BytesIsRefusedNamingTheRung) {
+  ModelProfile p = Sample();
+  p.rungs[2].level = "";
+  Status s = ParseProfile(WriteProfile(p)).status();
+  EXPECT_EQ(s.code(), StatusCode::kCorrupt) << s.ToString();
+  EXPECT_NE(s.message().find("rung 2"), std::string::npos) << s.message();
+  p = Sample();
+  p.rungs[2].level = std::string(65, '1');
+  s = ParseProfile(WriteProfile(p)).status();
+  EXPECT_EQ(s.code(), StatusCode::kCorrupt) << s.ToString();
+  p.rungs[2].level = std::string(64, '1');
+  EXPECT_TRUE(ParseProfile(WriteProfile(p)).ok());
+}
+
 }  // namespace
 }  // namespace kvc

@@ -3,24 +3,22 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "base/utf8.h"
+
 namespace kvcodec_cli {
 
 int Fail(const std::string& message) {
-  std::string line;
-  for (unsigned char c : message) {
-    if (c < 0x20 || c == 0x7F) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02X", c);
-      line += buf;
-    } else {
-      line += static_cast<char>(c);
-    }
-  }
-  std::fprintf(stderr, "kvcodec: error: %s\n", line.c_str());
+  std::fprintf(stderr, "kvcodec: error: %s\n", Printable(message).c_str());
   return 1;
 }
 
 int Fail(const kvcodec::Error& error) { return Fail(error.message); }
+
+std::string Printable(const std::string& text) { return kvc::PrintableOneLine(text); }
+
+std::string Printable(const nlohmann::json& value) {
+  return value.is_string() ? Printable(value.get_ref<const std::string&>()) : Printable(value.dump());
+}
 
 std::string DefaultModel() {
   const char* env = std::getenv("KVCODEC_MODEL");

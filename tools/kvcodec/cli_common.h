@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,14 @@ namespace kvcodec_cli {
 // (The library's own messages are already escaped this way.) Returns the exit status, 1.
 int Fail(const std::string& message);
 int Fail(const kvcodec::Error& error);
+
+// `text` as one printable line (kvc::PrintableOneLine): every string a report prints goes through
+// it, since most come from files (a profile's text, a .kvc header's names, a calibration's
+// choice) or from the command line, and a control character in one would otherwise reach the
+// terminal as an escape sequence or forge a line such as "kvcodec: error: ...".
+std::string Printable(const std::string& text);
+// The same for a JSON member that holds a string.
+std::string Printable(const nlohmann::json& value);
 
 // $KVCODEC_MODEL, else the test model of the source tree.
 std::string DefaultModel();

@@ -45,8 +45,8 @@ int RunBenchCodec(const BenchArgs& a) {
     return 0;
   }
   const auto j = nlohmann::json::parse(report.value());
-  std::printf("codec %s level %s: %u chunks of %u tokens, ratio %.2fx\n", j["codec"].get<std::string>().c_str(),
-              j["level"].get<std::string>().c_str(), j["n_chunks"].get<unsigned>(), j["chunk"].get<unsigned>(),
+  std::printf("codec %s level %s: %u chunks of %u tokens, ratio %.2fx\n", Printable(j["codec"]).c_str(),
+              Printable(j["level"]).c_str(), j["n_chunks"].get<unsigned>(), j["chunk"].get<unsigned>(),
               j["compression_ratio"].get<double>());
   std::printf("  %-8s %12s %12s %12s\n", "", "encode MB/s", "decode MB/s", "memcpy MB/s");
   std::printf("  %-8s %12.0f %12.0f %12.0f\n", "1 thread", j["encode_mb_s_1t"].get<double>(),

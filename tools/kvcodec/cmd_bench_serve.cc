@@ -64,15 +64,15 @@ int RunBenchServe(const BenchServeArgs& a) {
       "generated each; %s\n",
       o["requests"].get<unsigned>(), o["rate"].get<double>(), 100 * o["shared_fraction"].get<double>(),
       o["prefixes"].get<unsigned>(), o["prefix_tokens"].get<unsigned>(), o["max_tokens"].get<unsigned>(),
-      against.c_str());
+      Printable(against).c_str());
   std::printf("  %-9s %-13s %4s %4s %8s %8s %8s %8s %9s %8s\n", "config", "class", "n", "err", "TTFT p50", "p90", "p99",
               "hit rate", "tok/s", "req/s");
   for (const auto& c : j["configs"]) {
     bool first = true;
     for (const char* cls : {"shared_prefix", "no_prefix"}) {
       const auto& k = c["classes"][cls];
-      std::printf("  %-9s %-13s %4d %4d %8.3f %8.3f %8.3f %8.3f", first ? c["name"].get<std::string>().c_str() : "",
-                  cls, k["n"].get<int>(), k["errors"].get<int>(), k["ttft_s"]["p50"].get<double>(),
+      std::printf("  %-9s %-13s %4d %4d %8.3f %8.3f %8.3f %8.3f", first ? Printable(c["name"]).c_str() : "", cls,
+                  k["n"].get<int>(), k["errors"].get<int>(), k["ttft_s"]["p50"].get<double>(),
                   k["ttft_s"]["p90"].get<double>(), k["ttft_s"]["p99"].get<double>(), k["hit_rate"].get<double>());
       if (first) {
         std::printf(" %9.1f %8.2f", c["completion_tokens_per_s"].get<double>(), c["requests_per_s"].get<double>());
@@ -81,7 +81,8 @@ int RunBenchServe(const BenchServeArgs& a) {
       first = false;
     }
   }
-  for (const auto& [key, value] : j["criteria"].items()) std::printf("  %s: %s\n", key.c_str(), value.dump().c_str());
+  for (const auto& [key, value] : j["criteria"].items())
+    std::printf("  %s: %s\n", Printable(key).c_str(), Printable(value.dump()).c_str());
   return 0;
 }
 

@@ -53,12 +53,12 @@ int RunBenchTtft(const BenchTtftArgs& a) {
               "decode", "restore", "prefill", "bound", "/bound", "peak MB");
   for (const auto& r : j["rows"]) {
     std::printf("  %7u %-9s %8g %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %7.3f %9.1f\n", r["prefix_tokens"].get<unsigned>(),
-                r["codec"].get<std::string>().c_str(), r["link_gbps"].get<double>(), r["ttft_s"].get<double>(),
+                Printable(r["codec"]).c_str(), r["link_gbps"].get<double>(), r["ttft_s"].get<double>(),
                 r["fetch_s"].get<double>(), r["decode_s"].get<double>(), r["restore_s"].get<double>(),
                 r["prefill_s"].get<double>(), r["bound_s"].get<double>(), r["ttft_over_bound"].get<double>(),
                 r["peak_rss_bytes"].get<double>() / 1e6);
   }
-  std::printf("  (%s: see --json)\n", j["projection"]["label"].get<std::string>().c_str());
+  std::printf("  (%s: see --json)\n", Printable(j["projection"]["label"]).c_str());
   return 0;
 }
 

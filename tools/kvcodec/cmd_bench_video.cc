@@ -43,9 +43,8 @@ int RunBenchVideo(const BenchVideoArgs& a) {
               j["chunk"].get<unsigned>(), j["quant8_ratio"].get<double>());
   std::printf("  %-56s %-10s %8s %12s\n", "step", "coder", "ratio", "decode MB/s");
   for (const auto& s : j["steps"]) {
-    std::printf("  %-56s %-10s %8.3f %12.1f\n", s["step"].get<std::string>().c_str(),
-                s["coder"].get<std::string>().c_str(), s["compression_ratio"].get<double>(),
-                s["decode_mb_s"].get<double>());
+    std::printf("  %-56s %-10s %8.3f %12.1f\n", Printable(s["step"]).c_str(), Printable(s["coder"]).c_str(),
+                s["compression_ratio"].get<double>(), s["decode_mb_s"].get<double>());
   }
   std::printf("  neighbouring-token difference variance / variance (2 = independent tokens):\n");
   for (const auto& l : j["neighbour_difference_ratio"]) {

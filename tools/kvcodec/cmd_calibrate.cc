@@ -68,10 +68,10 @@ int RunCalibrate(const CalibrateArgs& a) {
   std::printf(
       "wrote %s: quantizer %s, grouping %s, group size %u; windows of %u tokens, fitted on %u tokens, "
       "measured on %u held back (chunks of %u)\n",
-      j["out"].get<std::string>().c_str(), j["quantizer"].get<std::string>().c_str(),
-      j["grouping"].get<std::string>().c_str(), j["group_size"].get<unsigned>(), j["window"].get<unsigned>(),
-      j["fit_tokens"].get<unsigned>(), j["heldout_tokens"].get<unsigned>(), j["chunk_tokens"].get<unsigned>());
-  std::printf("  chose %s\n", j["choice"].get<std::string>().c_str());
+      Printable(j["out"]).c_str(), Printable(j["quantizer"]).c_str(), Printable(j["grouping"]).c_str(),
+      j["group_size"].get<unsigned>(), j["window"].get<unsigned>(), j["fit_tokens"].get<unsigned>(),
+      j["heldout_tokens"].get<unsigned>(), j["chunk_tokens"].get<unsigned>());
+  std::printf("  chose %s\n", Printable(j["choice"]).c_str());
   std::printf("  variance in the top 8 components: keys %.1f%%, values %.1f%%\n",
               100 * j["key_variance_top8"].get<double>(), 100 * j["value_variance_top8"].get<double>());
   std::printf("  %8s %12s %12s %10s %14s %14s\n", "ratio", "alloc b/val", "coded b/val", "coded x", "rel. MSE",

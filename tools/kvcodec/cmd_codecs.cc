@@ -30,25 +30,26 @@ int RunModelFloor(const CodecsArgs& a) {
     return 0;
   }
   const auto j = nlohmann::json::parse(floor.value());
-  std::printf("%s: %s\n", a.model.c_str(), j["note"].get<std::string>().c_str());
+  std::printf("%s: %s\n", Printable(a.model).c_str(), Printable(j["note"]).c_str());
   std::set<std::string> allowed;
   for (const auto& r : j["allowed"]) allowed.insert(r.get<std::string>());
   if (!j["profile"].is_null()) {
     const auto& p = j["profile"];
+    // The profile's text is the file's to say (any UTF-8): shown as one printable line.
     std::printf("profile: %u documents of %u + %u tokens from %s\n", p["docs"].get<unsigned>(),
-                p["ctx"].get<unsigned>(), p["cont"].get<unsigned>(), p["text"].get<std::string>().c_str());
+                p["ctx"].get<unsigned>(), p["cont"].get<unsigned>(), Printable(p["text"]).c_str());
     std::printf("  %-9s %-7s %8s %10s %8s %10s  %s\n", "codec", "level", "ratio", "ppl delta", "top-1", "KL", "");
     for (const auto& r : p["rungs"]) {
       const std::string name = r["codec"].get<std::string>() + "/" + r["level"].get<std::string>();
-      std::printf("  %-9s %-7s %8.2f %+9.3f%% %8.4f %10.6f  %s\n", r["codec"].get<std::string>().c_str(),
-                  r["level"].get<std::string>().c_str(), r["ratio"].get<double>(), r["ppl_delta_pct"].get<double>(),
+      std::printf("  %-9s %-7s %8.2f %+9.3f%% %8.4f %10.6f  %s\n", Printable(r["codec"]).c_str(),
+                  Printable(r["level"]).c_str(), r["ratio"].get<double>(), r["ppl_delta_pct"].get<double>(),
                   r["top1_agreement"].get<double>(), r["kl_mean"].get<double>(),
                   allowed.count(name) ? "allowed" : "over the floor");
     }
   } else {
     std::string list;
     for (const auto& r : allowed) list += (list.empty() ? "" : ", ") + r;
-    std::printf("allowed: %s\n", list.c_str());
+    std::printf("allowed: %s\n", Printable(list).c_str());
   }
   return 0;
 }
@@ -67,9 +68,9 @@ int RunCodecs(const CodecsArgs& a) {
     for (const auto& l : c["levels"]) levels += (levels.empty() ? "" : ", ") + l.get<std::string>();
     std::string params;
     for (const auto& p : c["params"]) params += (params.empty() ? "" : ", ") + p.get<std::string>();
-    std::printf("%-10s levels: %s (default %s)%s%s\n           %s\n", c["name"].get<std::string>().c_str(),
-                levels.c_str(), c["default_level"].get<std::string>().c_str(),
-                params.empty() ? "" : "; params: ", params.c_str(), c["description"].get<std::string>().c_str());
+    std::printf("%-10s levels: %s (default %s)%s%s\n           %s\n", Printable(c["name"]).c_str(),
+                Printable(levels).c_str(), Printable(c["default_level"]).c_str(),
+                params.empty() ? "" : "; params: ", Printable(params).c_str(), Printable(c["description"]).c_str());
   }
   return 0;
 }

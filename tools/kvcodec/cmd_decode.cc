@@ -40,8 +40,9 @@ int RunDecode(const std::string& in, const std::string& out, const std::string& 
     if (!state.ok()) return Fail(state.error());
     if (auto e = kvcodec_cli::WriteOutputFile(out, state.value()); !e.empty()) return Fail(e);
   }
-  std::printf("decoded %s: %u layers x %u tokens x %u kv heads x %u dims%s%s\n", in.c_str(), s.n_layers, s.n_tokens,
-              s.n_kv_heads, s.head_dim, out.empty() ? "" : " -> llama.cpp sequence state ", out.c_str());
+  std::printf("decoded %s: %u layers x %u tokens x %u kv heads x %u dims%s%s\n", Printable(in).c_str(), s.n_layers,
+              s.n_tokens, s.n_kv_heads, s.head_dim, out.empty() ? "" : " -> llama.cpp sequence state ",
+              Printable(out).c_str());
   return 0;
 }
 

@@ -80,8 +80,8 @@ int RunEncode(const EncodeArgs& a) {
   const kvc_shape s = kvcodec::Shape(kv);
   const uint32_t covered = a.n_tokens ? a.n_tokens : s.n_tokens - a.token_begin;
   const double fp16 = 4.0 * s.n_layers * s.n_kv_heads * s.head_dim * covered;
-  std::printf("wrote %s: %u tokens, %zu bytes (%.2fx vs fp16)\n", a.out.c_str(), covered, bytes.value().size(),
-              fp16 / static_cast<double>(bytes.value().size()));
+  std::printf("wrote %s: %u tokens, %zu bytes (%.2fx vs fp16)\n", Printable(a.out).c_str(), covered,
+              bytes.value().size(), fp16 / static_cast<double>(bytes.value().size()));
   return 0;
 }
 

@@ -47,8 +47,8 @@ int RunEval(const EvalArgs& a) {
     return 0;
   }
   const auto j = nlohmann::json::parse(report.value());
-  std::printf("codec %s level %s: %u docs, ctx %u, cont %u\n", j["codec"].get<std::string>().c_str(),
-              j["level"].get<std::string>().c_str(), a.docs, a.ctx, a.cont);
+  std::printf("codec %s level %s: %u docs, ctx %u, cont %u\n", Printable(j["codec"]).c_str(),
+              Printable(j["level"]).c_str(), a.docs, a.ctx, a.cont);
   std::printf("  compression ratio  %.2fx  (%llu fp16 bytes -> %llu stored)\n", j["compression_ratio"].get<double>(),
               j["bytes_fp16"].get<unsigned long long>(), j["bytes_stored"].get<unsigned long long>());
   std::printf("  perplexity         %.4f -> %.4f  (%+.3f%%)\n", j["ppl_base"].get<double>(),

@@ -36,8 +36,8 @@ int RunProfile(const ProfileArgs& a) {
   }
   const auto j = nlohmann::json::parse(report.value());
   std::printf("wrote %s: %zu rungs on %u documents of %u + %u tokens (see `kvcodec codecs --model %s`)\n",
-              j["out"].get<std::string>().c_str(), j["rungs"].size(), j["docs"].get<unsigned>(),
-              j["ctx"].get<unsigned>(), j["cont"].get<unsigned>(), a.model.c_str());
+              Printable(j["out"]).c_str(), j["rungs"].size(), j["docs"].get<unsigned>(), j["ctx"].get<unsigned>(),
+              j["cont"].get<unsigned>(), Printable(a.model).c_str());
   return 0;
 }
 

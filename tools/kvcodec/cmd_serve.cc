@@ -10,6 +10,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "kvcodec/kvcodec.hpp"
+#include "store/store.h"
 
 namespace kvcodec_cli {
 namespace {
@@ -68,8 +69,10 @@ int RunServe(const ServeArgs& a) {
     kvc_server_free(server);
     return Fail(error);
   }
-  std::fprintf(stderr, "kvcodec: serving %s on http://%s:%d (store %s); SIGINT or SIGTERM stops\n", a.model.c_str(),
-               a.host.c_str(), kvc_server_port(server), a.store.empty() ? "default" : a.store.c_str());
+  // The URL as the user typed it may hold a Redis password: never printed.
+  const std::string store = a.store.empty() ? "default" : Printable(kvc::RedactedUrl(a.store));
+  std::fprintf(stderr, "kvcodec: serving %s on http://%s:%d (store %s); SIGINT or SIGTERM stops\n",
+               Printable(a.model).c_str(), Printable(a.host).c_str(), kvc_server_port(server), store.c_str());
   int sig = 0;
   sigwait(&signals, &sig);
   std::fprintf(stderr, "kvcodec: signal %d, finishing the requests in flight and stopping\n", sig);

@@ -10,9 +10,29 @@
 #include "commands.h"
 #include "kvcodec/kvcodec.h"
 
+// OpenBLAS's thread counts (see OneBlasThread below).
+extern "C" int blas_num_threads;
+extern "C" int blas_cpu_number;
+
 namespace {
 
 using kvcodec_cli::Fail;
+
+// OpenBLAS starts its threads in its library constructor, before main: one per core but the
+// first (or OPENBLAS_NUM_THREADS of them), each mapping a 128 MiB buffer as it starts. Under an
+// address-space limit (ulimit -v) a mapping that fails is retried forever, so every command, even
+// --version, would spin a core and then wait for that thread at exit, never returning. kvcodec
+// calls BLAS single-threaded (src/kvtc/pca.h) and needs none of those threads, so it sets the
+// count before the constructor runs: from the executable's .preinit_array, which runs before any
+// shared library's constructor. Setting OPENBLAS_NUM_THREADS there would not do: libc's own
+// initialisation, which comes after, resets the environment to the one the process started with.
+// These are the variables OPENBLAS_NUM_THREADS=1 sets (OpenBLAS reads them first when nonzero,
+// and starts count - 1 threads).
+void OneBlasThread(int, char**, char**) {
+  blas_num_threads = 1;
+  blas_cpu_number = 1;
+}
+[[gnu::section(".preinit_array"), gnu::used]] void (*one_blas_thread)(int, char**, char**) = &OneBlasThread;
 
 int Main(int argc, char** argv) {
   CLI::App app{"kvcodec: compress, inspect and evaluate LLM KV caches"};

@@ -203,13 +203,15 @@ const CodecInfo& KvtcCodec::info() const {
   return info;
 }
 
+// Messages here start without "kvtc: ": EncodeKvc and DecodeKvc put the codec's name before
+// whatever a codec returns.
 Result<EncodedKv> KvtcCodec::Encode(const KvView& kv, const EncodeOptions& options, const CodecContext& context) const {
   static constexpr std::string_view kKnown[] = {"calibration", "sinks", "window", "entropy"};
   RETURN_IF_ERROR(CheckKnownParams(options, kKnown));
   ASSIGN_OR_RETURN(auto loaded, CalibrationForEncode(options, context));
   const KvtcCalibration& cal = loaded->calibration;
   if (context.model != nullptr && cal.model_fingerprint != *context.model) {
-    return InvalidArgument("kvtc: calibration " + loaded->path + " was made for another model");
+    return InvalidArgument("calibration " + loaded->path + " was made for another model");
   }
   RETURN_IF_ERROR(CheckShape(cal, kv.shape()));
 
@@ -262,8 +264,7 @@ Result<EncodedKv> KvtcCodec::Encode(const KvView& kv, const EncodeOptions& optio
           if (count == 0) continue;
           kv.ReadRowsF32(kind, l, begin, count, buf.data());
           if (!AllInFp16Range(buf.data(), count * row)) {
-            return InvalidArgument(
-                FormatMessage("kvtc: %s layer %u holds a value fp16 cannot store", KvKindName(kind), l));
+            return InvalidArgument(FormatMessage("%s layer %u holds a value fp16 cannot store", KvKindName(kind), l));
           }
           Fp32ToFp16(buf.data(), half.data(), count * row);
           const auto* bytes = reinterpret_cast<const uint8_t*>(half.data());
@@ -290,13 +291,14 @@ Result<EncodedKv> KvtcCodec::Encode(const KvView& kv, const EncodeOptions& optio
   }
   for (KvKind kind : kKvKinds) {
     for (const auto& layer : rows[static_cast<int>(kind)]) {
-      if (!AllFinite(layer.data(), layer.size())) return InvalidArgument("kvtc: KV holds a NaN or infinity");
+      if (!AllFinite(layer.data(), layer.size())) return InvalidArgument("KV holds a NaN or infinity");
     }
   }
 
   const std::vector<BasisPlan> plans = PlanBases(cal, *alloc);
   const uint32_t n_bases = cal.n_bases();
   std::vector<QuantizedBlock> blocks(plans.size());
+  std::vector<Status> projected(plans.size(), Status::Ok());
   ParallelForOrSerial(context.pool, plans.size(), [&](size_t i) {
     const BasisPlan& plan = plans[i];
     if (n == 0 || plan.n_keep == 0) return;
@@ -313,18 +315,18 @@ Result<EncodedKv> KvtcCodec::Encode(const KvView& kv, const EncodeOptions& optio
     }
     if (by_component) {
       // Component-major coefficients: the quantiser reads each component's tokens contiguously.
-      if (in_place) {
-        ProjectByComponent(basis, layers[in_place->layer].data() + in_place->offset, row, n, plan.n_keep,
-                           coeffs.data());
-      } else {
-        ProjectByComponent(basis, x.data(), basis.dim, n, plan.n_keep, coeffs.data());
-      }
+      projected[i] = in_place ? ProjectByComponent(basis, layers[in_place->layer].data() + in_place->offset, row, n,
+                                                   plan.n_keep, coeffs.data())
+                              : ProjectByComponent(basis, x.data(), basis.dim, n, plan.n_keep, coeffs.data());
+      if (!projected[i].ok()) return;
       QuantizeComponentBlock(coeffs.data(), n, plan.n_keep, plan.bits, basis.step_multipliers, &blocks[i]);
     } else {
-      Project(basis, x.data(), n, plan.n_keep, coeffs.data());
+      projected[i] = Project(basis, x.data(), n, plan.n_keep, coeffs.data());
+      if (!projected[i].ok()) return;
       QuantizeBlock(coeffs.data(), n, plan.n_keep, cal.group_size, plan.bits, &blocks[i]);
     }
   });
+  for (const Status& s : projected) RETURN_IF_ERROR(s);
 
   std::vector<uint8_t> codes;
   ByteWriter scales;
@@ -334,7 +336,7 @@ Result<EncodedKv> KvtcCodec::Encode(const KvView& kv, const EncodeOptions& optio
     expected_codes += plans[i].n_codes * n;
     for (uint16_t s : blocks[i].scales) scales.U16(s);
   }
-  if (codes.size() != expected_codes) return Internal("kvtc: quantiser produced an unexpected number of codes");
+  if (codes.size() != expected_codes) return Internal("quantiser produced an unexpected number of codes");
   const std::vector<KvtcCodeRun> runs = CodeRuns(cal, plans, n);
 
   EncodedKv out;
@@ -356,12 +358,12 @@ Status KvtcCodec::DecodeInto(const KvcFile& file, const CodecContext& context, c
   if (context.calibrations == nullptr) return InvalidArgument("kvtc needs a calibration registry to decode");
   auto loaded = context.calibrations->FindByHash(p.calibration);
   if (loaded == nullptr) {
-    return NotFound("kvtc: calibration " + HexString(p.calibration) +
+    return NotFound("calibration " + HexString(p.calibration) +
                     " is not loaded (pass the .kvcal the file was encoded with)");
   }
   const KvtcCalibration& cal = loaded->calibration;
   if (cal.model_fingerprint != h.model_fingerprint) {
-    return InvalidArgument("kvtc: the file's calibration was made for another model than the file claims");
+    return InvalidArgument("the file's calibration was made for another model than the file claims");
   }
   RETURN_IF_ERROR(CheckShape(cal, h.shape));
   const BitAllocation* alloc = FindAllocation(cal, p.target_ratio);
@@ -496,7 +498,7 @@ Status KvtcCodec::DecodeInto(const KvcFile& file, const CodecContext& context, c
       for (uint32_t b = l * bases_per_layer; b < (l + 1) * bases_per_layer; ++b) {
         const std::optional<InPlaceSlice> in_place = InPlace(cal, b);
         if (!in_place || in_place->layer != l) {
-          statuses[j] = Internal("kvtc: a basis is not within its layer");
+          statuses[j] = Internal("a basis is not within its layer");
           return;
         }
         const size_t i = (kind == KvKind::kKey ? 0 : n_bases) + b;
@@ -505,7 +507,7 @@ Status KvtcCodec::DecodeInto(const KvcFile& file, const CodecContext& context, c
       }
       finish_layer(kind, l, layer);
     });
-    for (const Status& s : statuses) RETURN_IF_ERROR(s.WithContext("kvtc"));
+    for (const Status& s : statuses) RETURN_IF_ERROR(s);
   } else {
     // One basis spans every layer: decode each into its own buffer and scatter it into the rows.
     LayerRows rows;
@@ -523,7 +525,7 @@ Status KvtcCodec::DecodeInto(const KvcFile& file, const CodecContext& context, c
       if (!statuses[i].ok()) return;
       ScatterBasis(cal, static_cast<uint32_t>(i % n_bases), x.data(), n, &rows[i < n_bases ? 0 : 1]);
     });
-    for (const Status& s : statuses) RETURN_IF_ERROR(s.WithContext("kvtc"));
+    for (const Status& s : statuses) RETURN_IF_ERROR(s);
     ParallelForOrSerial(context.pool, size_t{2} * shape.n_layers, [&](size_t j) {
       const KvKind kind = j < shape.n_layers ? KvKind::kKey : KvKind::kValue;
       const uint32_t l = static_cast<uint32_t>(j % shape.n_layers);

@@ -512,6 +512,9 @@ TEST(KvtcCodec, MissingCalibrationIsNotFoundNamingTheHash) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound) << r.status().ToString();
   EXPECT_NE(r.status().message().find(HexString(env.hash())), std::string::npos) << r.status().ToString();
+  // DecodeKvc names the codec once (docs/format.md: "kvtc: calibration <hex> is not loaded").
+  EXPECT_EQ(r.status().message().rfind("kvtc: calibration " + HexString(env.hash()) + " is not loaded", 0), 0u)
+      << r.status().ToString();
 
   // Another calibration for the same model is not the one the file names.
   CalibrationRegistry other;

@@ -400,7 +400,7 @@ Status KvtcFitter::AddFitWindow(const KvView& kv) {
     std::vector<float> x(size_t{kept} * c.basis_dim());
     for (uint32_t i = 0; i < 2 * c.n_bases(); ++i) {
       GatherBasis(c, i % c.n_bases(), rows[i / c.n_bases()], kept, x.data());
-      s.acc[gi][i].Add(x.data(), kept);
+      RETURN_IF_ERROR(s.acc[gi][i].Add(x.data(), kept));
     }
   }
   s.fit_tokens += kept;
@@ -474,7 +474,7 @@ Result<CalibrateReport> KvtcFitter::Finish(KvtcCalibration* out) {
       ASSIGN_OR_RETURN(c.bases[i], s.acc[gi][i].Fit(dim));
       GatherBasis(c, i % n_bases, heldout[i / n_bases], n_stat, hx.data());
       fit.coeffs[i].resize(size_t{n_stat} * dim);
-      Project(c.bases[i], hx.data(), n_stat, dim, fit.coeffs[i].data());
+      RETURN_IF_ERROR(Project(c.bases[i], hx.data(), n_stat, dim, fit.coeffs[i].data()));
     }
   }
   for (auto& h : heldout) h.clear();
