@@ -154,7 +154,8 @@ KVC_API kvc_status kvc_store_open(const char* url, const kvc_store_params* param
 KVC_API void kvc_store_free(kvc_store* store);
 /* Object names: [A-Za-z0-9._-], 1..200 characters (kvc_chunk_object_name makes them). */
 KVC_API kvc_status kvc_store_put(kvc_store* store, const char* name, const uint8_t* data, size_t size);
-/* KVC_NOT_FOUND when there is no such object; KVC_CORRUPT when it fails its seal. */
+/* KVC_NOT_FOUND when there is no such object; KVC_CORRUPT when it fails its seal or is larger
+   than 1 GiB (such an object is refused before it is read: no chunk or manifest is that large). */
 KVC_API kvc_status kvc_store_get(kvc_store* store, const char* name, uint8_t** out, size_t* out_size);
 KVC_API kvc_status kvc_store_exists(kvc_store* store, const char* name, int* out_exists);
 /* Deleting an absent object is not an error. */
@@ -187,7 +188,7 @@ typedef struct kvc_reuse_params {
   const char* codec;        /* what new chunks are stored as; NULL: kvtc where a calibration for the
                                model is loaded (kvc_calibration_load), quant otherwise */
   const char* profile_path; /* the quality profile; NULL: <model>.kvprof.json beside the model,
-                               and without one the near-lossless rungs (raw fp16, quant 8) */
+                               and without one only the lossless rung (raw fp16) */
   double max_ppl_delta;     /* percent; <= 0: 1.0 */
   double min_top1;          /* <= 0: 0.97 */
 } kvc_reuse_params;
@@ -234,7 +235,7 @@ typedef struct kvc_run_params {
   const char* store_secret; /* non-NULL, non-empty: seal and check every stored object with HMAC-SHA256 keyed
                                with it (for stores others can write to); NULL: a CRC32C seal */
   const char* profile;      /* quality profile; NULL: <model>.kvprof.json beside the model, if any (without
-                               one only raw and quant 8 are stored and fetched) */
+                               one only raw fp16, lossless, is stored and fetched) */
   double max_ppl_delta;     /* largest profiled perplexity change a rung may have, percent; <= 0: 1.0 */
   double min_top1;          /* smallest profiled top-1 agreement; <= 0: 0.97 */
   /* Sampling through llama.cpp's sampler chain; all zero: greedy decoding. */
@@ -276,9 +277,10 @@ typedef struct kvc_serve_params {
   const char* store_secret;    /* as in kvc_run_params */
   uint64_t max_body_bytes;     /* a larger request body is a 413; 0: 1 MiB */
   double request_timeout_s;    /* a request must arrive whole within this, else 408; 0: 30 */
-  int32_t max_connections;     /* connections served at once (a thread each); 0: 512 */
+  int32_t max_connections;     /* requests served at once (a thread each, once their head is read;
+                                  /health and /metrics have a few threads of their own); 0: 512 */
   const char* profile;         /* quality profile; NULL: <model>.kvprof.json beside the model, if any (without
-                                  one only raw and quant 8 are stored and fetched) */
+                                  one only raw fp16, lossless, is stored and fetched) */
   double max_ppl_delta;        /* largest profiled perplexity change a rung may have, percent; <= 0: 1.0 */
   double min_top1;             /* smallest profiled top-1 agreement; <= 0: 0.97 */
   const char* alias;           /* model id clients see (/v1/models, responses); NULL: the model's file name

@@ -215,7 +215,8 @@ class Store:
         self._store.put(_text(name, "object name"), _as_bytes(data))
 
     def get(self, name: str) -> bytes:
-        """The object's bytes; NotFoundError when there is none."""
+        """The object's bytes; NotFoundError when there is none, CorruptError when it fails its
+        seal or is larger than 1 GiB (refused before it is read)."""
         return self._store.get(_text(name, "object name"))
 
     def exists(self, name: str) -> bool:
@@ -242,8 +243,9 @@ def store_chunks(store: Store, k, v, tokens, *, model=None, calibration: Calibra
     k, v: the sequence's KV from position 0 ([layers, tokens, kv_heads, head_dim]), holding at
     least every whole chunk of ``tokens`` (the token ids it was computed from, BOS included as the
     engine prefilled them; ``kvcodec tokenize`` gives llama.cpp's). Chunks before ``first_chunk``
-    are not written (already stored). rungs: (codec, level) pairs; default raw fp16 and quant 8,
-    what ``run`` stores for a model without a quality profile. kvtc needs a calibration (its model
+    are not written (already stored). rungs: (codec, level) pairs; default raw fp16 and quant 8
+    (``run`` fetches quant 8 only where the model's quality profile allows it; without a profile
+    it stores and fetches raw fp16 alone). kvtc needs a calibration (its model
     names the chunks). Returns {"chunks": written, "bytes": their encoded bytes}.
     """
     kb, dtype = from_tensor(k, "k")

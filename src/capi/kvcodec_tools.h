@@ -122,7 +122,7 @@ typedef struct kvc_bench_ttft_params {
   int32_t n_threads;
   int32_t quiet;
   const char* profile;       /* quality profile; NULL: <model>.kvprof.json beside the model, if any (without
-                                one only raw, quant 8 and rotquant 3 are stored and fetched) */
+                                one only raw fp16, lossless, is stored and fetched) */
   double max_ppl_delta;      /* largest profiled perplexity change a rung may have, percent; <= 0: 1.0 */
   double min_top1;           /* smallest profiled top-1 agreement; <= 0: 0.97 */
   const char* prefix_tokens; /* "1024,4096,..." stored prefix lengths measured; NULL: prompt_tokens - chunk_tokens */

@@ -259,6 +259,12 @@ Result<std::string> LlamaModel::ApplyChatTemplate(const std::string& chat_templa
 // more threads than free cores the time grows with the number of steps (two threads on one core:
 // about 1.3 s a step on kvtiny, whatever its size). Hence the cache's own size as the bound, not
 // less.
+Status CheckWithinTrainingContext(const ModelInfo& model, uint64_t n_tokens, const std::string& what) {
+  if (model.n_ctx_train == 0 || n_tokens <= model.n_ctx_train) return Status::Ok();
+  return InvalidArgument(FormatMessage("%s: %llu tokens, more than the model's context of %u tokens (n_ctx_train)",
+                                       what.c_str(), static_cast<unsigned long long>(n_tokens), model.n_ctx_train));
+}
+
 uint32_t BoundedUbatch(const ModelInfo& model, const SessionOptions& options) {
   if (options.flash_attn || options.n_batch == 0) return options.n_batch;
   constexpr uint32_t kMinUbatch = 16;

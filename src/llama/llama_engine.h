@@ -105,6 +105,12 @@ struct SessionOptions {
 // own size, but not under 16; n_batch with flash attention.
 uint32_t BoundedUbatch(const ModelInfo& model, const SessionOptions& options);
 
+// kInvalidArgument, naming `what` and both counts, when `n_tokens` is more than the model was
+// trained on (its n_ctx_train; no check when the model does not say). Called before a context
+// is made for a whole document: llama.cpp would otherwise allocate a cache of that size (4.9 GB
+// for 500,000 tokens of a small model) and grind through a prefill whose output means nothing.
+[[nodiscard]] Status CheckWithinTrainingContext(const ModelInfo& model, uint64_t n_tokens, const std::string& what);
+
 // One sequence's tokens in a batched decode: `tokens` at positions pos, pos+1, ...; the logits of
 // the last one are kept.
 struct SeqTokens {

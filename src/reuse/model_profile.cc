@@ -176,13 +176,10 @@ std::vector<std::string> QualityFloor::Levels(const std::string& codec) const {
   return out;
 }
 
-QualityFloor NearLosslessFloor(std::string note) {
+QualityFloor LosslessFloor(std::string note) {
   QualityFloor f;
-  f.allowed = {{"raw", "fp16"}, {"quant", "8"}, {"rotquant", kUnprofiledRotQuantLevel}};
-  // Unmeasured on this model: ranked raw, quant 8, rotquant, as their error on any KV is.
+  f.allowed = {{"raw", "fp16"}};
   f.loss[{"raw", "fp16"}] = 0;
-  f.loss[{"quant", "8"}] = 1e-6;
-  f.loss[{"rotquant", kUnprofiledRotQuantLevel}] = 1e-5;
   f.note = std::move(note);
   return f;
 }
@@ -221,7 +218,12 @@ Result<QualityFloor> LoadQualityFloor(const std::string& model_path, const std::
   }
   const auto loaded_kvcal = calibrations.FindForModel(model);
   const std::string kvcal_hash = loaded_kvcal ? HexString(loaded_kvcal->hash) : "";
-  const std::string how = "make one with `kvcodec profile --model " + model_path + "`";
+  // `calibrate` writes the calibration kvtc needs and measures every codec's rungs into the
+  // profile; `profile` alone re-measures them.
+  const std::string how = "to store compressed chunks, run `kvcodec calibrate --model " + model_path +
+                          " --text TEXT` on text like your prompts (it writes a calibration and a quality profile "
+                          "measured on this model)";
+  constexpr const char* kLosslessOnly = "only lossless rungs (raw fp16) are stored and fetched";
   if (!profile_path.empty()) {
     ASSIGN_OR_RETURN(ModelProfile p, LoadProfile(profile_path));
     if (p.model != model) return InvalidArgument(profile_path + " is the profile of another model");
@@ -230,16 +232,16 @@ Result<QualityFloor> LoadQualityFloor(const std::string& model_path, const std::
   const std::string beside = DefaultProfilePath(model_path);
   std::error_code ec;
   if (!std::filesystem::exists(beside, ec)) {
-    return NearLosslessFloor(
-        "no quality profile for this model: only raw, quant 8 and rotquant 3 are stored and fetched; " + how);
+    return LosslessFloor(FormatMessage("no quality profile for this model: %s; %s", kLosslessOnly, how.c_str()));
   }
   auto p = LoadProfile(beside);
   if (!p.ok()) {
-    return NearLosslessFloor("quality profile unusable (" + p.status().ToString() +
-                             "): only raw, quant 8 and rotquant 3; " + how);
+    return LosslessFloor(FormatMessage("quality profile unusable (%s): %s; %s", p.status().ToString().c_str(),
+                                       kLosslessOnly, how.c_str()));
   }
   if (p->model != model) {
-    return NearLosslessFloor(beside + " is another model's profile: only raw, quant 8 and rotquant 3; " + how);
+    return LosslessFloor(
+        FormatMessage("%s is another model's profile: %s; %s", beside.c_str(), kLosslessOnly, how.c_str()));
   }
   QualityFloor f = FloorFromProfile(*p, limits, kvcal_hash);
   if (!p->calibration.empty() && p->calibration != kvcal_hash) {

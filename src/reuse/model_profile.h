@@ -71,19 +71,18 @@ struct QualityFloor {
   std::vector<std::string> Levels(const std::string& codec) const;
 };
 
-// Without a profile: the rungs that lose nothing measurable on any model (raw fp16, quant 8).
-// The rotquant level a model without a profile stores and fetches: calibration-free, and within
-// the default limits (ppl +1.0%, top-1 0.97) on every model of the test zoo (docs/results-zoo.md);
-// the 2-bit level is not (top-1 0.942 on kvh32).
-inline constexpr const char* kUnprofiledRotQuantLevel = "3";
-QualityFloor NearLosslessFloor(std::string note);
+// Without a profile measured on this model: the lossless rungs only (raw fp16). A lossy rung's
+// loss depends on the model (rotquant 3 is within +0.3% perplexity on every model of the test
+// zoo and +506% on a small pretrained one with head_dim 8), so none is assumed safe on a model
+// where it was not measured.
+QualityFloor LosslessFloor(std::string note);
 // The profile's rungs within the limits (raw fp16 always; kvtc rungs only when measured with
 // `kvcal_hash`, the calibration loaded now).
 QualityFloor FloorFromProfile(const ModelProfile& profile, const QualityLimits& limits, const std::string& kvcal_hash);
 
 // The floor for a model: the profile at `profile_path` (must exist and be this model's), or
 // else the one beside the model if there is one (a stale or foreign one is skipped with a
-// note), or else NearLosslessFloor with a note saying how to make a profile.
+// note), or else LosslessFloor with a note saying how to calibrate and profile the model.
 [[nodiscard]] Result<QualityFloor> LoadQualityFloor(const std::string& model_path, const std::string& profile_path,
                                                     const ModelFingerprint& model,
                                                     const CalibrationRegistry& calibrations,

@@ -99,7 +99,7 @@ TEST(QualityFloor, OnlyRungsWithinTheLimitsMostAccurateFirst) {
   EXPECT_EQ(f.allowed.front(), std::make_pair(std::string("raw"), std::string("fp16")));
 }
 
-TEST(QualityFloor, WithoutAProfileOnlyNearLosslessRungsAndANote) {
+TEST(QualityFloor, WithoutAProfileOnlyLosslessRungsAndANote) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("kvc_profile_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
@@ -109,11 +109,13 @@ TEST(QualityFloor, WithoutAProfileOnlyNearLosslessRungsAndANote) {
   auto f = LoadQualityFloor(model, "", p.model, none, {});
   ASSERT_TRUE(f.ok());
   EXPECT_FALSE(f->from_profile());
-  // raw, quant 8 and the calibration-free rotquant level, ranked in that order.
-  EXPECT_EQ(f->allowed, (std::vector<std::pair<std::string, std::string>>{
-                            {"raw", "fp16"}, {"quant", "8"}, {"rotquant", kUnprofiledRotQuantLevel}}));
-  EXPECT_LT(f->loss.at({"quant", "8"}), f->loss.at({"rotquant", kUnprofiledRotQuantLevel}));
-  EXPECT_NE(f->note.find("kvcodec profile --model"), std::string::npos) << f->note;
+  // Nothing lossy was measured on this model, so nothing lossy is allowed: raw alone, however
+  // safe quant 8 or rotquant 3 were on other models.
+  EXPECT_EQ(f->allowed, (std::vector<std::pair<std::string, std::string>>{{"raw", "fp16"}}));
+  EXPECT_FALSE(f->Allows("quant", "8"));
+  EXPECT_FALSE(f->Allows("rotquant", "3"));
+  EXPECT_NE(f->note.find("only lossless rungs"), std::string::npos) << f->note;
+  EXPECT_NE(f->note.find("kvcodec calibrate --model " + model), std::string::npos) << f->note;
   // The profile beside the model is used; kvtc is left out without the calibration it was measured with.
   ASSERT_TRUE(SaveProfile(p, DefaultProfilePath(model)).ok());
   f = LoadQualityFloor(model, "", p.model, none, {});
@@ -128,6 +130,7 @@ TEST(QualityFloor, WithoutAProfileOnlyNearLosslessRungsAndANote) {
   f = LoadQualityFloor(model, "", other, none, {});
   ASSERT_TRUE(f.ok());
   EXPECT_FALSE(f->from_profile());
+  EXPECT_EQ(f->allowed, (std::vector<std::pair<std::string, std::string>>{{"raw", "fp16"}}));
   EXPECT_EQ(LoadQualityFloor(model, DefaultProfilePath(model), other, none, {}).status().code(),
             StatusCode::kInvalidArgument);
   // A damaged one beside the model is skipped with the reason.
@@ -135,6 +138,7 @@ TEST(QualityFloor, WithoutAProfileOnlyNearLosslessRungsAndANote) {
   f = LoadQualityFloor(model, "", p.model, none, {});
   ASSERT_TRUE(f.ok());
   EXPECT_NE(f->note.find("unusable"), std::string::npos) << f->note;
+  EXPECT_EQ(f->allowed, (std::vector<std::pair<std::string, std::string>>{{"raw", "fp16"}}));
   EXPECT_EQ(LoadQualityFloor(model, "", p.model, none, {.max_ppl_delta = -1}).status().code(),
             StatusCode::kInvalidArgument);
   std::filesystem::remove_all(dir);

@@ -16,16 +16,17 @@ Result<StorePlan> PlanStoredRungs(const QualityFloor& floor, const std::string& 
   plan.rungs.push_back({FindCodec("raw"), "fp16"});
   if (codec == "raw") return plan;
   for (const std::string& level : floor.Levels(codec)) plan.rungs.push_back({requested, level});
-  if (plan.rungs.size() > 1) return plan;
-  // No rung of the codec asked for: the calibration-free ones the floor allows.
+  if (plan.rungs.size() > 1 || !floor.from_profile()) return plan;
+  // No rung of the codec asked for: the calibration-free ones the profile measured within the floor.
   std::string stored;
-  for (const auto& [name, level] : {std::pair<std::string, std::string>{"quant", "8"},
-                                    std::pair<std::string, std::string>{"rotquant", kUnprofiledRotQuantLevel}}) {
+  for (const auto& [name, level] :
+       {std::pair<std::string, std::string>{"quant", "8"}, std::pair<std::string, std::string>{"rotquant", "3"}}) {
     if (!floor.Allows(name, level)) continue;
     plan.rungs.push_back({FindCodec(name), level});
     stored += " and " + name + "/" + level;
   }
-  plan.note = "no " + codec + " rung is within the quality floor for this model: storing raw/fp16" + stored;
+  plan.note = "no " + codec + " rung is within the quality floor for this model: storing raw/fp16" + stored + " (" +
+              floor.note + ")";
   return plan;
 }
 

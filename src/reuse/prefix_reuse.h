@@ -20,11 +20,14 @@ namespace kvc {
 
 // What a request stores new chunks as: raw fp16 (what a fast link fetches, so reuse there
 // changes nothing), then `codec`'s levels within the model's quality floor (what slower links
-// fetch), or, when the floor allows none of them (no profile yet, or every rung over it), the
-// calibration-free quant 8 and rotquant 3 where the floor allows them, with a note saying so.
+// fetch), or, when the floor allows none of them (every rung over it, or kvtc without the
+// calibration its profile was measured with), the calibration-free quant 8 and rotquant 3 where
+// the floor allows them (that is, where the model's profile measured them within it), with a
+// note saying so. Without a profile the floor is lossless and so is the plan: raw only, and the
+// floor's own note already says how to change that (no second note).
 struct StorePlan {
   std::vector<StoredRung> rungs;
-  std::string note;  // empty when the requested codec is stored
+  std::string note;  // empty when the requested codec is stored, or the floor's note says why not
 };
 Result<StorePlan> PlanStoredRungs(const QualityFloor& floor, const std::string& codec);
 

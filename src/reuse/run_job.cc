@@ -41,21 +41,24 @@ Result<RunReport> RunJob(const RunOptions& o) {
   ASSIGN_OR_RETURN(auto model, LlamaModel::Load(o.model_path));
   CalibrationRegistry calibrations;
   RETURN_IF_ERROR(LoadModelCalibration(calibrations, o.model_path, o.calibration));
-  if (FindCodec(o.codec)->info().needs_calibration && calibrations.FindForModel(model->fingerprint()) == nullptr) {
-    return InvalidArgument("codec '" + o.codec + "' needs a calibration: run `kvcodec calibrate --model " +
-                           o.model_path + "` or pass --calibration");
+  // Without a calibration kvtc has no rung in the floor and only what the floor allows is
+  // stored (raw alone without a profile); levels the caller names are encoded as named.
+  if (!o.levels.empty() && FindCodec(o.codec)->info().needs_calibration &&
+      calibrations.FindForModel(model->fingerprint()) == nullptr) {
+    return InvalidArgument("codec '" + o.codec + "' needs a calibration for the levels asked for: run `kvcodec " +
+                           "calibrate --model " + o.model_path + "` or pass --calibration");
   }
   ASSIGN_OR_RETURN(const QualityFloor floor,
                    LoadQualityFloor(o.model_path, o.profile, model->fingerprint(), calibrations, o.quality));
+  // Said once, in the report: the CLI prints it, and a C API caller reads it from the JSON.
   r.quality_floor = floor.note;
-  if (!floor.from_profile()) KVC_LOG_WARN("%s", PrintableOneLine(floor.note).c_str());
   ASSIGN_OR_RETURN(StorePlan plan, PlanStoredRungs(floor, o.codec));
   if (!o.levels.empty()) {  // the caller's own choice, exactly
     plan.rungs.clear();
     for (const std::string& level : o.levels) plan.rungs.push_back({FindCodec(o.codec), level});
     plan.note.clear();
   }
-  if (!plan.note.empty()) KVC_LOG_WARN("%s", plan.note.c_str());
+  if (!plan.note.empty()) KVC_LOG_WARN("%s", PrintableOneLine(plan.note).c_str());
   r.stored_levels = RungNames(plan.rungs);
   const std::string store_url = o.store_url.empty() ? DefaultStoreUrl() : o.store_url;
   r.store = RedactedUrl(store_url);
@@ -75,6 +78,8 @@ Result<RunReport> RunJob(const RunOptions& o) {
   }
   ASSIGN_OR_RETURN(std::vector<int32_t> tokens, model->Tokenize(o.prompt, true));
   if (tokens.size() < 2) return InvalidArgument("the prompt is empty");
+  RETURN_IF_ERROR(CheckWithinTrainingContext(model->info(), tokens.size() + uint64_t{o.n_generate},
+                                             FormatMessage("the prompt and %u tokens to generate", o.n_generate)));
   r.prompt_tokens = static_cast<uint32_t>(tokens.size());
   SessionOptions so;
   so.n_ctx = r.prompt_tokens + o.n_generate + 8;

@@ -190,22 +190,48 @@ TEST(RunJob, ReuseIsExactWhenFastAndStaysWithinTheFloorWhenSlow) {
   std::filesystem::remove(profile);
 }
 
-// Without a profile only near-lossless rungs are stored, and the report says how to make one.
-TEST(RunJob, WithoutAProfileOnlyNearLosslessRungsAreStored) {
-  const std::string store = FreshStore("no-profile");
-  RunOptions o = Options(store, "kvtc");
-  o.profile.clear();
-  // The committed profile beside the test model is bypassed by pointing at a copy of the model
-  // without one: the floor is then the near-lossless one.
+// A user's own model, with neither a calibration nor a quality profile beside it: `run` works
+// with the default codec (kvtc, which needs a calibration), stores and fetches only the lossless
+// rung, even on a slow link where a lossy one would be faster, and says once how to calibrate.
+// With a calibration but still no profile, nothing lossy either: kvtc's and every other codec's
+// loss depends on the model, and none was measured on it.
+TEST(RunJob, WithoutAProfileOnlyLosslessRungsAreStoredAndFetched) {
   const auto dir = std::filesystem::path(FreshStore("no-profile-model"));
   std::filesystem::create_directories(dir);
   std::filesystem::copy_file(KVCODEC_TEST_MODEL, dir / "m.gguf");
-  std::filesystem::copy_file(std::filesystem::path(KVCODEC_TEST_MODEL).replace_extension(".kvcal"), dir / "m.kvcal");
+  const std::string store = FreshStore("no-profile");
+  RunOptions o = Options(store, "kvtc");
+  o.profile.clear();
   o.model_path = (dir / "m.gguf").string();
-  const auto r = RunJob(o);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->stored_levels, (std::vector<std::string>{"raw/fp16", "quant/8", "rotquant/3"}));
-  EXPECT_NE(r->quality_floor.find("kvcodec profile --model"), std::string::npos) << r->quality_floor;
+  o.link_gbps = 0.01;
+  const auto first = RunJob(o);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->stored_levels, (std::vector<std::string>{"raw/fp16"}));
+  EXPECT_EQ(first->chunks_stored, first->chunks_reusable);
+  EXPECT_NE(first->quality_floor.find("only lossless rungs"), std::string::npos) << first->quality_floor;
+  EXPECT_NE(first->quality_floor.find("kvcodec calibrate --model " + o.model_path), std::string::npos)
+      << first->quality_floor;
+  const auto second = RunJob(o);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  for (const std::string& v : second->variants) EXPECT_EQ(v, "raw/fp16");
+  EXPECT_EQ(second->text, first->text);
+  // Over a fast link the stored raw chunks are fetched, and give recomputing's text.
+  o.link_gbps = 0;
+  const auto fast = RunJob(o);
+  ASSERT_TRUE(fast.ok()) << fast.status().ToString();
+  EXPECT_EQ(fast->chunks_fetched, first->chunks_reusable);
+  EXPECT_EQ(fast->variants, std::vector<std::string>(first->chunks_reusable, "raw/fp16"));
+  EXPECT_EQ(fast->text, first->text);
+
+  std::filesystem::copy_file(std::filesystem::path(KVCODEC_TEST_MODEL).replace_extension(".kvcal"), dir / "m.kvcal");
+  o.store_url = "dir://" + FreshStore("no-profile-calibrated");
+  const auto calibrated = RunJob(o);
+  ASSERT_TRUE(calibrated.ok()) << calibrated.status().ToString();
+  EXPECT_EQ(calibrated->stored_levels, (std::vector<std::string>{"raw/fp16"}));
+  // Levels named by the caller are stored as named; kvtc's need the calibration.
+  std::filesystem::remove(dir / "m.kvcal");
+  o.levels = {"16"};
+  EXPECT_EQ(RunJob(o).status().code(), StatusCode::kInvalidArgument);
   std::filesystem::remove_all(dir);
 }
 
@@ -478,6 +504,12 @@ TEST(RunJob, ClearErrors) {
   o.store_url = "mem://";
   o.prompt = "";
   EXPECT_EQ(RunJob(o).status().code(), StatusCode::kInvalidArgument);
+  // Longer than the model's training context (kvtiny: 1536 tokens): refused before a context
+  // is made for it.
+  o.prompt = ReadTextFile(std::filesystem::path(KVCODEC_TEST_MODEL).parent_path() / "eval.txt").value().substr(0, 9000);
+  const Status long_prompt = RunJob(o).status();
+  EXPECT_EQ(long_prompt.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(long_prompt.message().find("n_ctx_train"), std::string::npos) << long_prompt.ToString();
 }
 
 }  // namespace

@@ -625,15 +625,16 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
   QualityFloor floor;
   ASSIGN_OR_RETURN(impl->model, LlamaModel::Load(o.model_path));
   RETURN_IF_ERROR(LoadModelCalibration(impl->calibrations, o.model_path, o.calibration));
-  if (o.reuse && codec->info().needs_calibration &&
-      impl->calibrations.FindForModel(impl->model->fingerprint()) == nullptr) {
-    return InvalidArgument("codec '" + o.codec +
-                           "' needs a calibration: run `kvcodec calibrate` or pass --calibration");
-  }
   if (o.reuse) {
     ASSIGN_OR_RETURN(
         floor, LoadQualityFloor(o.model_path, o.profile, impl->model->fingerprint(), impl->calibrations, o.quality));
-    KVC_LOG_INFO("quality floor: %s", PrintableOneLine(floor.note).c_str());
+    // Without a profile (or kvtc's calibration) the floor is lossless, which serves and stores,
+    // and its note says how to calibrate: a warning, once, not a reason to refuse to start.
+    if (floor.from_profile()) {
+      KVC_LOG_INFO("quality floor: %s", PrintableOneLine(floor.note).c_str());
+    } else {
+      KVC_LOG_WARN("quality floor: %s", PrintableOneLine(floor.note).c_str());
+    }
     ASSIGN_OR_RETURN(StorePlan plan, PlanStoredRungs(floor, o.codec));
     if (!plan.note.empty()) KVC_LOG_WARN("%s", PrintableOneLine(plan.note).c_str());
     impl->stored_rungs = plan.rungs;

@@ -897,6 +897,49 @@ TEST(ServerAuth, ApiKeyAndMetricsKey) {
   std::filesystem::remove_all(dir);
 }
 
+// A user's own model, with neither a calibration nor a quality profile beside it: serve starts
+// with the default codec (kvtc, which needs a calibration), and stores and reuses only the
+// lossless rung: no lossy rung was measured on this model.
+TEST(ServerUnprofiledModel, ServesAndStoresOnlyTheLosslessRung) {
+  const auto dir = std::filesystem::temp_directory_path() / ("kvc-server-unprofiled-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "model");
+  std::filesystem::copy_file(KVCODEC_TEST_MODEL, dir / "model" / "m.gguf");
+  ServerOptions o = TestServerOptions(dir / "store");
+  o.model_path = (dir / "model" / "m.gguf").string();
+  o.codec = "kvtc";
+  o.n_ctx = 2048;
+  auto server = CompletionServer::Create(o);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  ASSERT_TRUE((*server)->Start().ok());
+  const std::string url = "http://127.0.0.1:" + std::to_string((*server)->port());
+  httplib::Client c("127.0.0.1", (*server)->port());
+  c.set_read_timeout(60, 0);
+  const std::string prompt =
+      ReadTextFile(std::filesystem::path(KVCODEC_TEST_MODEL).parent_path() / "eval.txt").value().substr(0, 2500);
+  auto complete = [&] {
+    auto res = c.Post("/v1/completions", Json{{"prompt", prompt}, {"max_tokens", 6}}.dump(), "application/json");
+    EXPECT_TRUE(res && res->status == 200) << (res ? res->body : "no answer");
+    return res ? Json::parse(res->body, nullptr, false) : Json();
+  };
+  const Json first = complete();
+  const Status drained = WaitForServerStores(url, 30);
+  ASSERT_TRUE(drained.ok()) << drained.ToString();
+  std::vector<std::string> objects;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir / "store" / "objects")) {
+    if (e.is_regular_file()) objects.push_back(e.path().filename().string());
+  }
+  ASSERT_FALSE(objects.empty());
+  for (const std::string& name : objects) {
+    EXPECT_TRUE(name.ends_with(".raw.fp16") || name.ends_with(".manifest")) << name;
+  }
+  const Json second = complete();
+  EXPECT_GE(second["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 512);
+  EXPECT_EQ(second["choices"][0]["text"], first["choices"][0]["text"]);
+  (*server)->Stop();
+  std::filesystem::remove_all(dir);
+}
+
 // Chat through a chat template (here llama.cpp's built-in chatml, as --chat-template names it):
 // the prompt evaluated is the template's text; a template llama.cpp cannot apply is refused when
 // the server starts.

@@ -93,8 +93,8 @@ void AddQualityLimitOptions(CLI::App* app, double* max_ppl_delta, double* min_to
 
 void QualityArgs::AddTo(CLI::App* app) {
   app->add_option("--profile", profile,
-                  "Quality profile (default: <model>.kvprof.json beside the model; without one only raw and quant 8 "
-                  "are stored and fetched)");
+                  "Quality profile (default: <model>.kvprof.json beside the model; without one only raw fp16, "
+                  "lossless, is stored and fetched)");
   AddQualityLimitOptions(app, &max_ppl_delta, &min_top1);
 }
 

@@ -41,6 +41,14 @@ run(FALSE "${KVCODEC}" eval --token-file "${WORK}/tokens.txt" --docs 1 --ctx 2 -
 if(NOT err MATCHES "line 2, column 3")
   message(FATAL_ERROR "token-file error unexpected:\n${err}")
 endif()
+# A document longer than the model's context (kvtiny: 1536) is refused before a context is made
+# for it (llama.cpp would allocate its cache and prefill all of it).
+string(REPEAT "5 " 2000 long_doc)
+file(WRITE "${WORK}/long_tokens.txt" "${long_doc}\n")
+run(FALSE "${KVCODEC}" encode --token-file "${WORK}/long_tokens.txt" --codec raw -o "${WORK}/long.kvc")
+if(NOT err MATCHES "2000 tokens, more than the model's context of 1536")
+  message(FATAL_ERROR "encode of a document over the context: unexpected error:\n${err}")
+endif()
 
 file(WRITE "${WORK}/prompt.txt" "And it came to pass, that the word of the LORD came unto him, saying, Arise.")
 run(TRUE "${KVCODEC}" encode --text "${WORK}/prompt.txt" --codec quant --level 4 -o "${WORK}/a.kvc")

@@ -63,6 +63,16 @@ int RunEncode(const EncodeArgs& a) {
       ids = std::move(tokens.value());
     }
     if (a.tokens > 0 && ids.size() > a.tokens) ids.resize(a.tokens);
+    // The whole document goes into one context: one longer than the model's is refused before
+    // llama.cpp allocates a cache for it.
+    auto info = model.value().InfoJson();
+    if (!info.ok()) return Fail(info.error());
+    const uint32_t n_ctx_train = nlohmann::json::parse(info.value())["n_ctx_train"].get<uint32_t>();
+    if (n_ctx_train > 0 && ids.size() > n_ctx_train) {
+      return Fail("the document has " + std::to_string(ids.size()) + " tokens, more than the model's context of " +
+                  std::to_string(n_ctx_train) + " (n_ctx_train): pass --tokens " + std::to_string(n_ctx_train) +
+                  " or fewer");
+    }
     kvc_session_params sp;
     kvc_session_default_params(&sp);
     sp.n_ctx = static_cast<uint32_t>(ids.size()) + 8;

@@ -1,4 +1,4 @@
-// `kvcodec run`: the main job: reuse a prompt's stored KV prefix, prefill the rest, generate, .
+// `kvcodec run`: the main job: reuse a prompt's stored KV prefix, prefill the rest, generate, store.
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -66,29 +66,30 @@ int RunRun(const RunArgs& a) {
   const auto j = nlohmann::json::parse(report.value());
   std::printf("%s\n\n", j["text"].get<std::string>().c_str());
   std::string variants;
-  for (const auto& v : j["variants"]) variants += (variants.empty() ? "" : " ") + v.get<std::string>();
+  for (const auto& v : j["variants"]) variants += (variants.empty() ? "" : " ") + Printable(v);
   std::printf("store %s: reused %u of %u prompt tokens (%u of %u whole chunks%s%s), prefilled %u\n",
-              j["store"].get<std::string>().c_str(), j["reused_tokens"].get<unsigned>(),
-              j["prompt_tokens"].get<unsigned>(), j["chunks_fetched"].get<unsigned>(),
-              j["chunks_reusable"].get<unsigned>(), variants.empty() ? "" : ": ", variants.c_str(),
-              j["prefilled_tokens"].get<unsigned>());
+              Printable(j["store"]).c_str(), j["reused_tokens"].get<unsigned>(), j["prompt_tokens"].get<unsigned>(),
+              j["chunks_fetched"].get<unsigned>(), j["chunks_reusable"].get<unsigned>(), variants.empty() ? "" : ": ",
+              variants.c_str(), j["prefilled_tokens"].get<unsigned>());
   if (!j["quality_floor"].get<std::string>().empty()) {
-    std::printf("quality floor: %s\n", j["quality_floor"].get<std::string>().c_str());
+    std::printf("quality floor: %s\n", Printable(j["quality_floor"]).c_str());
   }
   if (!j["fallback"].get<std::string>().empty()) {
-    std::printf("reuse stopped early, recomputed from there: %s\n", j["fallback"].get<std::string>().c_str());
+    std::printf("reuse stopped early, recomputed from there: %s\n", Printable(j["fallback"]).c_str());
   }
   std::printf("TTFT %.3f s = lookup %.3f + fetch %.3f (decode %.3f, overlapped) + restore %.3f + prefill %.3f\n",
               j["ttft_s"].get<double>(), j["lookup_s"].get<double>(), j["fetch_s"].get<double>(),
               j["decode_s"].get<double>(), j["restore_s"].get<double>(), j["prefill_s"].get<double>());
   const double link = j["link_gbps"].get<double>();
+  std::string stored_levels;
+  for (const auto& v : j["stored_levels"]) stored_levels += (stored_levels.empty() ? "" : " ") + Printable(v);
   std::printf(
       "fetched %llu bytes (link %s); generated %u tokens in %.3f s; stored %u new chunks (%llu bytes, %s) "
       "in %.3f s\n",
       static_cast<unsigned long long>(j["bytes_fetched"].get<uint64_t>()),
       link > 0 ? FormatGbps(link).c_str() : "uncapped", j["generated_tokens"].get<unsigned>(),
       j["generate_s"].get<double>(), j["chunks_stored"].get<unsigned>(),
-      static_cast<unsigned long long>(j["bytes_stored"].get<uint64_t>()), j["codec"].get<std::string>().c_str(),
+      static_cast<unsigned long long>(j["bytes_stored"].get<uint64_t>()), stored_levels.c_str(),
       j["store_s"].get<double>());
   return 0;
 }
@@ -107,8 +108,13 @@ Command AddRunCommand(CLI::App* parent) {
                   "redis-cluster://[user[:password]@]h:p,... (default: the embedded disk store, $KVCODEC_STORE or "
                   "~/.cache/kvcodec/store)");
   run->add_option("--store-secret", ru->store_secret, kStoreSecretHelp)->envname("KVCODEC_STORE_SECRET");
-  run->add_option("--codec", ru->codec, "Codec for new chunks")->capture_default_str();
-  run->add_option("--levels", ru->levels, "Levels to store, comma-separated (default: the codec's ladder)");
+  run->add_option("--codec", ru->codec,
+                  "Codec for new chunks, stored beside raw fp16 at its levels within the model's quality floor "
+                  "(without a profile measured on the model: raw fp16 only, lossless; `kvcodec calibrate` writes "
+                  "the profile and kvtc's calibration)")
+      ->capture_default_str();
+  run->add_option("--levels", ru->levels,
+                  "Levels to store, comma-separated, exactly these (default: the codec's levels within the floor)");
   AddCalibrationOption(run, &ru->calibration);
   ru->quality.AddTo(run);
   run->add_option("--link-gbps", ru->link_gbps, "Cap the fetch link at this rate (emulated in process; 0: none)")
