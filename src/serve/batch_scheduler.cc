@@ -130,7 +130,9 @@ void BatchScheduler::FetchLoop() {
 void BatchScheduler::Lookup(ServeRequest& request) {
   request.lookup_ = LookupStoredPrefix(*reuse_.store, request.keys_, o_.chunk_tokens);
   const bool failed = request.lookup_.manifests.empty() && !request.lookup_.fallback.empty();
-  if (failed) KVC_LOG_WARN("KV reuse unavailable, recomputing: %s", request.lookup_.fallback.c_str());
+  // Once per few seconds: while the store is down this fails on every request, and the store
+  // logs its going down and coming back itself.
+  if (failed) KVC_LOG_WARN_EVERY(10, "KV reuse unavailable, recomputing: %s", request.lookup_.fallback.c_str());
   std::lock_guard m(metrics_.mu);
   metrics_.lookup.Add(request.lookup_.lookup_s);
   metrics_.reuse_failures += failed ? 1 : 0;
@@ -503,7 +505,7 @@ void BatchScheduler::StoreLoop() {
     } catch (...) {
       stored = Internal(ExceptionText(std::current_exception()));
     }
-    if (!stored.ok()) KVC_LOG_WARN("storing new chunks failed: %s", stored.status().ToString().c_str());
+    if (!stored.ok()) KVC_LOG_WARN_EVERY(10, "storing new chunks failed: %s", stored.status().ToString().c_str());
     {
       std::lock_guard m(metrics_.mu);
       if (stored.ok()) {
