@@ -54,6 +54,7 @@ class StoreContract : public ::testing::TestWithParam<StoreFactory> {};
 // runs in a forked child, so that a crash, a hang or an allocation past a memory limit fails the
 // test instead of taking the test binary down with it.
 
+// ASan reserves terabytes of shadow memory: no address-space limit fits it.
 #if defined(__SANITIZE_ADDRESS__)
 inline constexpr bool kUnderAddressSanitizer = true;
 #elif defined(__has_feature)
@@ -64,6 +65,19 @@ inline constexpr bool kUnderAddressSanitizer = false;
 #endif
 #else
 inline constexpr bool kUnderAddressSanitizer = false;
+#endif
+// Under ASan and TSan an allocation the sanitizer's allocator cannot make is a fatal report, not
+// a failed allocation: checks that need one to fail are left out there.
+#if defined(__SANITIZE_THREAD__)
+inline constexpr bool kAllocationsCanFail = false;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+inline constexpr bool kAllocationsCanFail = false;
+#else
+inline constexpr bool kAllocationsCanFail = !kUnderAddressSanitizer;
+#endif
+#else
+inline constexpr bool kAllocationsCanFail = !kUnderAddressSanitizer;
 #endif
 
 // The process's mapped address space now (what RLIMIT_AS counts).
