@@ -2,6 +2,9 @@
 
 #include <cstdarg>
 #include <cstdio>
+#include <exception>
+#include <new>
+#include <string_view>
 
 #include "base/utf8.h"
 
@@ -67,6 +70,17 @@ std::string ExceptionText(std::exception_ptr e) {
   } catch (...) {
     return "unknown exception";
   }
+}
+
+Status StatusOfCurrentException(std::string_view what) {
+  const std::exception_ptr e = std::current_exception();
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::bad_alloc&) {
+    return IoError("out of memory " + std::string(what));
+  } catch (...) {
+  }
+  return Internal(std::string(what) + ": " + ExceptionText(e));
 }
 
 }  // namespace kvc

@@ -104,6 +104,10 @@ namespace kvc {
 // turn any exception into a Status or a log line because nothing may escape them (threads, the
 // C API, the server's handlers).
 std::string ExceptionText(std::exception_ptr e);
+// Inside `catch (...)`: the exception in flight as a Status, `what` saying what was being done.
+// A failed allocation is kIoError ("out of memory <what>": the caller's input was too large for
+// this process, as with a store object or a decode), anything else kInternal with its message.
+Status StatusOfCurrentException(std::string_view what);
 
 // printf-style formatting into std::string (used by the check macro).
 std::string FormatMessage(const char* fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -431,19 +431,6 @@ TEST(Fetcher, EveryCodecFitsTheChunkSizeBound) {
   EXPECT_EQ(MaxChunkObjectBytes({.n_layers = ~0u, .n_kv_heads = ~0u, .head_dim = ~0u}, ~0u), ~uint64_t{0});
 }
 
-// kMaxChunkManifestBytes is the largest manifest ReadChunkManifest reads.
-TEST(Fetcher, TheManifestBoundIsTheLargestManifest) {
-  ChunkManifest largest{.chunk_tokens = 256, .chunk_index = 0, .variants = {}};
-  for (size_t i = 0; i < kMaxManifestVariants; ++i) {
-    largest.variants.push_back({std::string(kMaxLevelNameBytes, 'c'), std::string(kMaxLevelNameBytes, 'l'), ~0ull});
-  }
-  const std::vector<uint8_t> bytes = WriteChunkManifest(largest);
-  EXPECT_EQ(bytes.size(), kMaxChunkManifestBytes);
-  EXPECT_TRUE(ReadChunkManifest(bytes).ok());
-  largest.variants[0].codec += "c";
-  EXPECT_FALSE(ReadChunkManifest(WriteChunkManifest(largest)).ok()) << "a longer name is read: raise the bound";
-}
-
 // A video decoder that takes its time and counts the decodes running, so that a run's end can be
 // checked against the decodes it started.
 class SlowVideoDecoder final : public VideoDecoderBackend {

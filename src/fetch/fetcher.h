@@ -32,12 +32,6 @@ namespace kvc {
 
 class ThreadPool;
 
-// The largest manifest ReadChunkManifest accepts (kMaxManifestVariants variants, each name of
-// kMaxLevelNameBytes): the bound manifests are read with. Magic, version, chunk_tokens,
-// chunk_index, count; per variant two u32-prefixed names and a u64 size; the CRC32C.
-inline constexpr uint64_t kMaxChunkManifestBytes =
-    4 + 4 + 4 + 4 + 4 + kMaxManifestVariants * (4 + kMaxLevelNameBytes + 4 + kMaxLevelNameBytes + 8) + 4;
-
 // The most bytes one stored variant (a .kvc file) of a chunk of `chunk_tokens` tokens of a model
 // of `shape` (n_tokens ignored) may take, whatever its codec: kChunkSizeFactor times the raw fp16
 // KV of chunk_tokens + kChunkTableTokens tokens (the extra tokens: room for a codec's per-channel

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "format/container.h"
 
 namespace kvc {
 
@@ -30,6 +31,11 @@ struct ChunkManifest {
 };
 
 inline constexpr size_t kMaxManifestVariants = 64;
+// The largest manifest ReadChunkManifest accepts (kMaxManifestVariants variants, each name of
+// kMaxLevelNameBytes): the bound manifests are read from a store with. Magic, version,
+// chunk_tokens, chunk_index, count; per variant two u32-prefixed names and a u64 size; the CRC32C.
+inline constexpr uint64_t kMaxChunkManifestBytes =
+    4 + 4 + 4 + 4 + 4 + kMaxManifestVariants * (4 + kMaxLevelNameBytes + 4 + kMaxLevelNameBytes + 8) + 4;
 
 std::vector<uint8_t> WriteChunkManifest(const ChunkManifest& manifest);
 // `bytes` is hostile: kCorrupt on anything malformed, truncated or failing its CRC32C.

@@ -32,6 +32,19 @@ TEST(ChunkManifest, EveryDamageIsCorrupt) {
 
 // A manifest with a valid CRC whose names are outside the .kvc name charset (they become parts
 // of object names and of messages) is corrupt, with one escaped line.
+// kMaxChunkManifestBytes is the largest manifest ReadChunkManifest reads.
+TEST(ChunkManifest, TheManifestBoundIsTheLargestManifest) {
+  ChunkManifest largest{.chunk_tokens = 256, .chunk_index = 0, .variants = {}};
+  for (size_t i = 0; i < kMaxManifestVariants; ++i) {
+    largest.variants.push_back({std::string(kMaxLevelNameBytes, 'c'), std::string(kMaxLevelNameBytes, 'l'), ~0ull});
+  }
+  const std::vector<uint8_t> bytes = WriteChunkManifest(largest);
+  EXPECT_EQ(bytes.size(), kMaxChunkManifestBytes);
+  EXPECT_TRUE(ReadChunkManifest(bytes).ok());
+  largest.variants[0].codec += "c";
+  EXPECT_FALSE(ReadChunkManifest(WriteChunkManifest(largest)).ok()) << "a longer name is read: raise the bound";
+}
+
 TEST(ChunkManifest, NamesOutsideTheCharsetAreCorrupt) {
   for (const std::string& level :
        {std::string("8\nkvcodec: error: forged"), std::string("\xFF"), std::string("../x")}) {

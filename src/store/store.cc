@@ -1,8 +1,6 @@
 #include "store/store.h"
 
 #include <cstdlib>
-#include <exception>
-#include <new>
 #include <optional>
 #include <utility>
 
@@ -31,18 +29,6 @@ Status ObjectTooLarge(std::string_view name, uint64_t size, uint64_t max_bytes) 
   return Corrupt(FormatMessage("object '%s' is %llu bytes, more than the %llu this read allows (not read)",
                                PrintableOneLine(name).c_str(), static_cast<unsigned long long>(size),
                                static_cast<unsigned long long>(max_bytes)));
-}
-
-Status StatusOfCurrentException(std::string_view what) {
-  try {
-    throw;
-  } catch (const std::bad_alloc&) {
-    return IoError("out of memory " + std::string(what));
-  } catch (const std::exception& e) {
-    return Internal(std::string(what) + ": " + e.what());
-  } catch (...) {
-    return Internal(std::string(what) + ": an unknown exception");
-  }
 }
 
 Result<std::vector<bool>> Store::ExistsMany(std::span<const std::string> names) {

@@ -107,10 +107,6 @@ inline constexpr size_t kMaxObjectNameBytes = 200;
 // The kCorrupt of a read that found `name` holding `size` bytes, more than its `max_bytes`.
 Status ObjectTooLarge(std::string_view name, uint64_t size, uint64_t max_bytes);
 
-// For backends and decorators, inside `catch (...)`: the exception in flight as a Status (a
-// failed allocation is kIoError "out of memory ..."), `what` saying what was being done.
-Status StatusOfCurrentException(std::string_view what);
-
 // Object names are what chunk_key.h makes: [A-Za-z0-9._-], 1..200 characters. Anything else is
 // kInvalidArgument in every backend (names become file names and Redis keys).
 Status CheckObjectName(std::string_view name);
