@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <exception>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 
 #include "base/log.h"
@@ -174,40 +175,34 @@ void ReconnectingStore::RetryLoop() {
   }
 }
 
-Status ReconnectingStore::Put(std::string_view name, std::span<const uint8_t> bytes) {
+template <typename R, typename Call>
+R ReconnectingStore::Through(bool read, Call&& call) {
   Status down;
   const std::shared_ptr<Store> backend = Backend(&down);
   if (backend == nullptr) return down;
-  Status s = backend->Put(name, bytes);
-  Saw(s, false);
-  return s;
+  R result = call(*backend);
+  if constexpr (std::is_same_v<R, Status>) {
+    Saw(result, read);
+  } else {
+    Saw(result.status(), read);
+  }
+  return result;
+}
+
+Status ReconnectingStore::Put(std::string_view name, std::span<const uint8_t> bytes) {
+  return Through<Status>(false, [&](Store& s) { return s.Put(name, bytes); });
 }
 
 Result<std::vector<uint8_t>> ReconnectingStore::Get(std::string_view name, uint64_t max_bytes) {
-  Status down;
-  const std::shared_ptr<Store> backend = Backend(&down);
-  if (backend == nullptr) return down;
-  Result<std::vector<uint8_t>> got = backend->Get(name, max_bytes);
-  Saw(got.status(), true);
-  return got;
+  return Through<Result<std::vector<uint8_t>>>(true, [&](Store& s) { return s.Get(name, max_bytes); });
 }
 
 Result<bool> ReconnectingStore::Exists(std::string_view name) {
-  Status down;
-  const std::shared_ptr<Store> backend = Backend(&down);
-  if (backend == nullptr) return down;
-  Result<bool> exists = backend->Exists(name);
-  Saw(exists.status(), true);
-  return exists;
+  return Through<Result<bool>>(true, [&](Store& s) { return s.Exists(name); });
 }
 
 Status ReconnectingStore::Delete(std::string_view name) {
-  Status down;
-  const std::shared_ptr<Store> backend = Backend(&down);
-  if (backend == nullptr) return down;
-  Status s = backend->Delete(name);
-  Saw(s, false);
-  return s;
+  return Through<Status>(false, [&](Store& s) { return s.Delete(name); });
 }
 
 std::vector<Result<std::vector<uint8_t>>> ReconnectingStore::GetMany(std::span<const std::string> names,
@@ -229,21 +224,11 @@ std::vector<Result<std::vector<uint8_t>>> ReconnectingStore::GetMany(std::span<c
 }
 
 Result<std::vector<bool>> ReconnectingStore::ExistsMany(std::span<const std::string> names) {
-  Status down;
-  const std::shared_ptr<Store> backend = Backend(&down);
-  if (backend == nullptr) return down;
-  Result<std::vector<bool>> exists = backend->ExistsMany(names);
-  Saw(exists.status(), true);
-  return exists;
+  return Through<Result<std::vector<bool>>>(true, [&](Store& s) { return s.ExistsMany(names); });
 }
 
 Result<StoreStats> ReconnectingStore::Stats() {
-  Status down;
-  const std::shared_ptr<Store> backend = Backend(&down);
-  if (backend == nullptr) return down;
-  Result<StoreStats> stats = backend->Stats();
-  Saw(stats.status(), true);
-  return stats;
+  return Through<Result<StoreStats>>(true, [&](Store& s) { return s.Stats(); });
 }
 
 }  // namespace kvc

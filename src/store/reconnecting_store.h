@@ -79,6 +79,10 @@ class ReconnectingStore final : public Store {
   std::shared_ptr<Store> Backend(Status* down) const;
   // A call's outcome: an I/O error of a read takes the store down; any I/O error is counted.
   void Saw(const Status& status, bool read);
+  // `call` on the backend while the store is up, its outcome seen (Saw); while down, the
+  // down error at once. R: Status or a Result.
+  template <typename R, typename Call>
+  R Through(bool read, Call&& call);
   // Under mu_: marks the store down (if it is up) after `error`.
   void GoDown(const Status& error, SteadyClock::time_point now);
   // The background thread: waits out each back-off, then opens or probes the backend.
