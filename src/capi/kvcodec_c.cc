@@ -143,7 +143,7 @@ kvc_status kvc_model_info_json(const kvc_model* model, char** out_json) {
                                 {"head_dim", i.head_dim},
                                 {"n_vocab", i.n_vocab},
                                 {"n_ctx_train", i.n_ctx_train},
-                                {"rope_type", i.rope.type == kvc::RopeType::kNormal ? "normal" : "neox"},
+                                {"rope_type", kvc::RopeTypeName(i.rope.type)},
                                 {"rope_freq_base", i.rope.freq_base},
                                 {"rope_n_rot", i.rope.n_rot},
                                 {"rope_freq_scale", i.rope.freq_scale},

@@ -223,8 +223,14 @@ Status ValidateCalibrationHeader(const KvtcCalibration& c) {
     return InvalidArgument("choice is not one line of printable UTF-8");
   }
   const auto rope_type = static_cast<uint8_t>(c.rope.type);
-  if (rope_type > static_cast<uint8_t>(RopeType::kNeox)) {
+  if (rope_type > static_cast<uint8_t>(kLastRopeType)) {
     return InvalidArgument(FormatMessage("unknown rope type %u", rope_type));
+  }
+  // The codec rotates only kinds it knows how to undo; one meaning per byte pair keeps a file
+  // from claiming an undo that never happened (rope.h says why sectioned RoPE is not undone).
+  if (c.keys_rope_undone && !RopeRotatesKeys(c.rope.type)) {
+    return InvalidArgument(FormatMessage(
+        "keys_rope_undone is set, but rope type %s is not undone (only normal and neox)", RopeTypeName(c.rope.type)));
   }
   // RoPE rotates channel pairs, so an odd count has no meaning.
   if (c.rope.n_rot > c.head_dim || c.rope.n_rot % 2 != 0) {

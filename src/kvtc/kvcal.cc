@@ -153,7 +153,7 @@ Status ParseHeaderBody(ByteReader& h, KvtcCalibration* c, uint32_t* n_bases, uin
   RETURN_IF_ERROR(h.U32(&c->head_dim, "head_dim"));
   uint8_t rope_type;
   RETURN_IF_ERROR(h.U8(&rope_type, "rope type"));
-  KVC_CHECK_CORRUPT(rope_type <= static_cast<uint8_t>(RopeType::kNeox), "unknown rope type %u", rope_type);
+  KVC_CHECK_CORRUPT(rope_type <= static_cast<uint8_t>(kLastRopeType), "unknown rope type %u", rope_type);
   c->rope.type = static_cast<RopeType>(rope_type);
   RETURN_IF_ERROR(h.U32(&c->rope.n_rot, "rope n_rot"));
   RETURN_IF_ERROR(h.F32(&c->rope.freq_base, "rope freq_base"));

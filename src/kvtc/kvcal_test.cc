@@ -326,6 +326,31 @@ TEST(Kvcal, RoundTripEachGrouping) {
   }
 }
 
+// Models without RoPE (GPT-2, BLOOM) and with sectioned RoPE (Qwen2-VL) have their keys fitted as
+// stored; the kind is written and read back as it is, in both format versions, and version 1
+// files of the kinds every earlier reader knew keep their bytes.
+TEST(Kvcal, RoundTripEachRopeType) {
+  for (uint8_t t = 0; t <= static_cast<uint8_t>(kLastRopeType); ++t) {
+    const auto type = static_cast<RopeType>(t);
+    SCOPED_TRACE(RopeTypeName(type));
+    for (uint32_t version : {1u, 2u}) {
+      const KvtcQuantizer quantizer = version == 1 ? KvtcQuantizer::kTokenGroup : KvtcQuantizer::kComponent;
+      KvtcCalibration c = MakeCalibration({.seed = 2, .format_version = version, .quantizer = quantizer});
+      c.rope.type = type;
+      ASSERT_FALSE(c.keys_rope_undone);
+      ASSERT_TRUE(ValidateCalibration(c).ok()) << ValidateCalibration(c).ToString();
+      const std::vector<uint8_t> bytes = Write(c);
+      EXPECT_EQ(bytes[kRopeTypeAt], t);
+      auto read = ReadKvcal(bytes);
+      ASSERT_TRUE(read.ok()) << read.status().ToString();
+      EXPECT_EQ(read->rope.type, type);
+      EXPECT_FALSE(read->keys_rope_undone);
+      EXPECT_TRUE(Same(*read, c));
+      EXPECT_EQ(Write(*read), bytes);
+    }
+  }
+}
+
 TEST(Kvcal, RoundTripWithoutAllocations) {
   const KvtcCalibration c = MakeCalibration({.n_allocations = 0});
   auto read = ReadKvcal(Write(c));
@@ -582,7 +607,13 @@ TEST(Kvcal, HostileHeaderFieldsFail) {
     const char* needle;
   };
   const Case cases[] = {
-      {"rope type", [](auto& b) { b[kRopeTypeAt] = 2; }, "header: unknown rope type 2"},
+      {"rope type", [](auto& b) { b[kRopeTypeAt] = 6; }, "header: unknown rope type 6"},
+      {"rope type 255", [](auto& b) { b[kRopeTypeAt] = 255; }, "header: unknown rope type 255"},
+      // TinyFile's keys were fitted with RoPE undone: no rotation a kind without one could undo.
+      {"undone without rope", [](auto& b) { b[kRopeTypeAt] = 2; },
+       "header: keys_rope_undone is set, but rope type none is not undone"},
+      {"undone with mrope", [](auto& b) { b[kRopeTypeAt] = 3; },
+       "header: keys_rope_undone is set, but rope type mrope is not undone"},
       {"undone flag", [](auto& b) { b[kUndoneAt] = 2; }, "keys_rope_undone is 2, not 0 or 1"},
       {"grouping", [](auto& b) { b[kGroupingAt] = 3; }, "header: unknown grouping 3"},
       {"n_layers", [](auto& b) { PutU32(b, kNLayersAt, 0); }, "header: n_layers 0 outside"},
@@ -710,7 +741,11 @@ TEST(ValidateCalibration, RejectsEachInconsistency) {
       {"grouping", [](auto& c) { c.grouping = static_cast<KvtcGrouping>(7); }, "unknown grouping 7"},
       {"group_size 0", [](auto& c) { c.group_size = 0; }, "group_size 0 outside 1..4096"},
       {"group_size big", [](auto& c) { c.group_size = 4097; }, "group_size 4097 outside"},
-      {"rope type", [](auto& c) { c.rope.type = static_cast<RopeType>(2); }, "unknown rope type 2"},
+      {"rope type", [](auto& c) { c.rope.type = static_cast<RopeType>(6); }, "unknown rope type 6"},
+      {"undone without rope", [](auto& c) { c.rope.type = RopeType::kNone; },
+       "keys_rope_undone is set, but rope type none is not undone (only normal and neox)"},
+      {"undone with sectioned rope", [](auto& c) { c.rope.type = RopeType::kImrope; },
+       "keys_rope_undone is set, but rope type imrope is not undone"},
       {"n_rot > head_dim", [](auto& c) { c.rope.n_rot = c.head_dim + 2; }, "not an even count within head_dim"},
       {"n_rot odd", [](auto& c) { c.rope.n_rot = 1; }, "rope n_rot 1 is not an even count"},
       {"freq_base", [](auto& c) { c.rope.freq_base = 0; }, "rope freq_base 0 is not finite and positive"},

@@ -150,8 +150,21 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& path) {
     case LLAMA_ROPE_TYPE_NEOX:
       info.rope.type = RopeType::kNeox;
       break;
+    case LLAMA_ROPE_TYPE_NONE:  // ALiBi or learned positions: keys carry no rotation
+      info.rope.type = RopeType::kNone;
+      break;
+    // Sectioned RoPE: keys are coded as stored (tensor/rope.h says why).
+    case LLAMA_ROPE_TYPE_MROPE:
+      info.rope.type = RopeType::kMrope;
+      break;
+    case LLAMA_ROPE_TYPE_IMROPE:
+      info.rope.type = RopeType::kImrope;
+      break;
+    case LLAMA_ROPE_TYPE_VISION:
+      info.rope.type = RopeType::kVision;
+      break;
     default:
-      return Unsupported("model " + path + " uses a RoPE variant kvcodec does not handle (only normal and neox)");
+      return Unsupported("model " + path + " uses a RoPE variant kvcodec does not know");
   }
   const std::string base = MetaString(m->model_, info.architecture + ".rope.freq_base");
   info.rope.freq_base = base.empty() ? 10000.0f : static_cast<float>(std::atof(base.c_str()));

@@ -17,8 +17,34 @@
 
 namespace kvc {
 
+const char* RopeTypeName(RopeType type) {
+  switch (type) {
+    case RopeType::kNormal:
+      return "normal";
+    case RopeType::kNeox:
+      return "neox";
+    case RopeType::kNone:
+      return "none";
+    case RopeType::kMrope:
+      return "mrope";
+    case RopeType::kImrope:
+      return "imrope";
+    case RopeType::kVision:
+      return "vision";
+  }
+  return "unknown";
+}
+
+std::optional<RopeType> ParseRopeType(std::string_view name) {
+  for (uint8_t t = 0; t <= static_cast<uint8_t>(kLastRopeType); ++t) {
+    if (name == RopeTypeName(static_cast<RopeType>(t))) return static_cast<RopeType>(t);
+  }
+  return std::nullopt;
+}
+
 void RotateRows(const RopeParams& params, float* rows, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim,
                 int32_t pos_begin, bool inverse) {
+  if (!RopeRotatesKeys(params.type)) return;
   const uint32_t n_rot = params.n_rot == 0 || params.n_rot > head_dim ? head_dim : params.n_rot;
   const uint32_t half = n_rot / 2;
   // Same recurrence as ggml's rope cache (theta *= theta_scale in fp32), so angles match the
@@ -129,6 +155,8 @@ int64_t FloorDiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) 
 RopeTable::RopeTable(const RopeParams& params, uint32_t head_dim, int32_t pos_begin, uint32_t n_tokens)
     : params_(params), head_dim_(head_dim), n_tokens_(n_tokens), pos_begin_(pos_begin) {
   n_rot_ = params.n_rot == 0 || params.n_rot > head_dim ? head_dim : params.n_rot;
+  // No pairs: every rotation below is then the identity (and RotateTokensToFp16 a conversion).
+  if (!RopeRotatesKeys(params.type)) n_rot_ = 0;
   const uint32_t half = n_rot_ / 2;
   first_block_ = FloorDiv(pos_begin, kBlockTokens);
   if (n_tokens == 0 || half == 0) return;

@@ -4,15 +4,39 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "base/vector_isa.h"
 
 namespace kvc {
 
-// llama.cpp's LLAMA_ROPE_TYPE_NORM rotates adjacent channel pairs (2i, 2i+1);
-// LLAMA_ROPE_TYPE_NEOX rotates (i, i + n_rot/2).
-enum class RopeType : uint8_t { kNormal = 0, kNeox = 1 };
+// How a model's keys carry position, named after llama.cpp's llama_rope_type. Only kNormal and
+// kNeox are rotated here; for every other kind RotateRows and RopeTable leave rows as they are.
+//   kNormal: LLAMA_ROPE_TYPE_NORM rotates adjacent channel pairs (2i, 2i+1).
+//   kNeox:   LLAMA_ROPE_TYPE_NEOX rotates (i, i + n_rot/2).
+//   kNone:   LLAMA_ROPE_TYPE_NONE: no RoPE on keys (ALiBi or learned positions: GPT-2, BLOOM, MPT),
+//            so the cache holds keys as the model computed them and there is nothing to undo.
+//   kMrope, kImrope, kVision: LLAMA_ROPE_TYPE_MROPE / IMROPE / VISION, sectioned RoPE (Qwen2-VL,
+//            Qwen3-VL, GLM-4's vision models): a head's pairs are split into sections
+//            (rope.dimension_sections), each rotated by its own component of a multi-dimensional
+//            position (time, height, width). Those positions are not the token index: they sit
+//            in the KV state's per-cell extension (image tokens get 2-D ones). Undoing this RoPE
+//            needs both the sections and every cell's positions, which kvcodec does not carry
+//            yet, so keys of these models are coded as stored (kvtc fits its basis on them so:
+//            correct, at some cost in ratio). The kinds are kept apart rather than folded into
+//            kNone so that a calibration says what the model does, and a later change can undo
+//            per section.
+enum class RopeType : uint8_t { kNormal = 0, kNeox = 1, kNone = 2, kMrope = 3, kImrope = 4, kVision = 5 };
+inline constexpr RopeType kLastRopeType = RopeType::kVision;
+
+// Whether kvcodec rotates keys of this kind (undoes RoPE before coding, applies it after).
+constexpr bool RopeRotatesKeys(RopeType type) { return type == RopeType::kNormal || type == RopeType::kNeox; }
+// llama.cpp's name: "normal", "neox", "none", "mrope", "imrope", "vision"; "unknown" outside the enum.
+const char* RopeTypeName(RopeType type);
+// The kind RopeTypeName names; nullopt for any other string.
+std::optional<RopeType> ParseRopeType(std::string_view name);
 
 struct RopeParams {
   RopeType type = RopeType::kNormal;
@@ -24,7 +48,8 @@ struct RopeParams {
 };
 
 // Rotates `n_tokens` rows laid out [token][head][channel] in place; token t sits at position
-// pos_begin + t. `inverse` rotates back (undoes the embedding).
+// pos_begin + t. `inverse` rotates back (undoes the embedding). A kind RopeRotatesKeys says
+// no to leaves the rows alone.
 void RotateRows(const RopeParams& params, float* rows, uint32_t n_tokens, uint32_t n_heads, uint32_t head_dim,
                 int32_t pos_begin, bool inverse);
 
@@ -32,7 +57,8 @@ void RotateRows(const RopeParams& params, float* rows, uint32_t n_tokens, uint32
 // heads: decoders rotate every layer's keys at the same positions. The values are those of
 // RotateRows; they depend only on the absolute position, so they are computed in aligned
 // blocks of kBlockTokens positions kept in a small process-wide cache (every chunk of a
-// long prefix and every repeat of one reuses them instead of calling sin/cos again).
+// long prefix and every repeat of one reuses them instead of calling sin/cos again). For a kind
+// RopeRotatesKeys says no to, the table holds nothing and rotates nothing.
 class RopeTable {
  public:
   static constexpr uint32_t kBlockTokens = 256;

@@ -82,6 +82,50 @@ TEST(Rope, NormalPairsAdjacentNeoxPairsHalves) {
   EXPECT_EQ(b[1], 0.0f);
 }
 
+// Keys of these kinds are cached as the model left them (no RoPE, or sectioned RoPE kvcodec does
+// not undo yet), so every entry point leaves them bit for bit alone: rotating them by a plain
+// RoPE would corrupt what the model attends with.
+TEST(Rope, KindsKvcodecDoesNotRotateAreTheIdentity) {
+  const uint32_t tokens = 5, heads = 2, dim = 64;
+  const auto original = Random(size_t{tokens} * heads * dim, 9);
+  std::vector<uint16_t> want(original.size());
+  Fp32ToFp16Clamped(original.data(), want.data(), original.size());
+  for (RopeType type : {RopeType::kNone, RopeType::kMrope, RopeType::kImrope, RopeType::kVision}) {
+    SCOPED_TRACE(RopeTypeName(type));
+    EXPECT_FALSE(RopeRotatesKeys(type));
+    const RopeParams p{.type = type, .n_rot = 32, .freq_base = 10000.0f, .freq_scale = 1.0f};
+    for (bool inverse : {false, true}) {
+      auto x = original;
+      RotateRows(p, x.data(), tokens, heads, dim, 300, inverse);
+      EXPECT_EQ(0, std::memcmp(x.data(), original.data(), x.size() * sizeof(float)));
+      const RopeTable table(p, dim, 300, tokens);
+      table.Rotate(x.data(), heads, inverse);
+      table.RotateTokens(x.data() + heads * dim, 1, tokens - 1, heads, inverse);
+      EXPECT_EQ(0, std::memcmp(x.data(), original.data(), x.size() * sizeof(float)));
+      for (VectorIsa isa : SupportedVectorIsas()) {
+        std::vector<uint16_t> got(original.size());
+        table.RotateTokensToFp16(original.data(), 0, tokens, heads, inverse, got.data(), isa);
+        EXPECT_EQ(got, want) << VectorIsaName(isa);
+      }
+    }
+  }
+  EXPECT_TRUE(RopeRotatesKeys(RopeType::kNormal));
+  EXPECT_TRUE(RopeRotatesKeys(RopeType::kNeox));
+}
+
+TEST(Rope, TypeNamesRoundTrip) {
+  for (uint8_t t = 0; t <= static_cast<uint8_t>(kLastRopeType); ++t) {
+    const auto type = static_cast<RopeType>(t);
+    EXPECT_EQ(ParseRopeType(RopeTypeName(type)), type) << RopeTypeName(type);
+  }
+  EXPECT_STREQ(RopeTypeName(RopeType::kNone), "none");
+  EXPECT_STREQ(RopeTypeName(RopeType::kMrope), "mrope");
+  EXPECT_STREQ(RopeTypeName(static_cast<RopeType>(6)), "unknown");
+  EXPECT_EQ(ParseRopeType("unknown"), std::nullopt);
+  EXPECT_EQ(ParseRopeType("NEOX"), std::nullopt);
+  EXPECT_EQ(ParseRopeType(""), std::nullopt);
+}
+
 }  // namespace
 }  // namespace kvc
 

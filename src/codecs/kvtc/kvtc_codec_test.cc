@@ -53,14 +53,18 @@ const TestCalibrationSpec kSpecs[] = {
      .rope = {.type = RopeType::kNeox, .n_rot = 4, .freq_base = 500000.0f, .freq_scale = 0.5f},
      .seed = 6,
      .quantizer = KvtcQuantizer::kComponent},
+    // A model without RoPE (GPT-2, BLOOM): keys coded as stored.
+    {.grouping = KvtcGrouping::kLayer, .rope = {.type = RopeType::kNone}, .keys_rope_undone = false, .seed = 7},
 };
-const char* const kSpecNames[] = {"layer",      "layer_head_neox", "all_no_rope",
-                                  "all_group3", "component_layer", "component_layer_head_neox"};
+const char* const kSpecNames[] = {"layer",           "layer_head_neox",           "all_no_rope",    "all_group3",
+                                  "component_layer", "component_layer_head_neox", "layer_rope_none"};
+static_assert(std::size(kSpecNames) == std::size(kSpecs));
 
 // One calibration in a registry, and contexts over it.
 class Env {
  public:
-  explicit Env(const TestCalibrationSpec& spec) { loaded_ = registry_.Add(MakeTestCalibration(spec)).value(); }
+  explicit Env(const TestCalibrationSpec& spec) : Env(MakeTestCalibration(spec)) {}
+  explicit Env(const KvtcCalibration& cal) { loaded_ = registry_.Add(cal).value(); }
   const KvtcCalibration& cal() const { return loaded_->calibration; }
   const Hash128& hash() const { return loaded_->hash; }
   CalibrationRegistry* registry() { return &registry_; }
@@ -379,6 +383,67 @@ TEST(KvtcCodec, HigherRatiosLoseMore) {
       EXPECT_LT(bytes.size(), previous_size) << kSpecNames[i] << " level " << level;
       previous = rel;
       previous_size = bytes.size();
+    }
+  }
+}
+
+// With no RoPE to undo (kNone), or one kvcodec does not undo (sectioned), keys go through exactly
+// the path values do: given V's bases and bits and a cache whose keys equal its values, every
+// decoded key equals its value bit for bit, at any position. With normal RoPE undone the same
+// setup decodes keys differently (they are rotated back and forth), which shows the test sees
+// a rotation where there is one.
+TEST(KvtcCodec, KeysWithoutRopeToUndoCodeAsValues) {
+  struct Case {
+    RopeType type;
+    bool undone;
+  };
+  for (const Case& k : {Case{RopeType::kNone, false}, Case{RopeType::kMrope, false}, Case{RopeType::kNormal, true}}) {
+    SCOPED_TRACE(RopeTypeName(k.type));
+    KvtcCalibration cal = MakeTestCalibration(
+        {.grouping = KvtcGrouping::kLayer, .rope = {.type = k.type}, .keys_rope_undone = k.undone, .seed = 8});
+    const uint32_t n_bases = cal.n_bases();
+    uint32_t key_groups = 0;
+    for (uint32_t b = 0; b < n_bases; ++b) {
+      cal.bases[n_bases + b] = cal.bases[b];
+      key_groups += cal.n_groups(b);
+    }
+    for (BitAllocation& a : cal.allocations) {
+      std::copy_n(a.bits.begin(), key_groups, a.bits.begin() + key_groups);
+    }
+    Env env(cal);
+    KvCache cache = MakeTestCache(env.cal(), 48, 700, 31);
+    std::vector<float> rows(cache.shape().row_elems() * 48);
+    for (uint32_t l = 0; l < cache.shape().n_layers; ++l) {
+      cache.ReadRowsF32(KvKind::kKey, l, 0, 48, rows.data());
+      cache.WriteRowsF32(KvKind::kValue, l, 0, 48, rows.data());
+    }
+    for (const char* level : {"4", "8", "16"}) {
+      SCOPED_TRACE(level);
+      const auto bytes = env.Encode(cache.View(), Options(level, 4, 4)).value();
+      const KvCache decoded = env.Decode(bytes).value();
+      bool keys_equal_values = true;
+      double key_err2 = 0, value_err2 = 0;
+      std::vector<float> in(rows.size()), key(rows.size()), value(rows.size());
+      for (uint32_t l = 0; l < cache.shape().n_layers; ++l) {
+        const auto k_bytes = decoded.RowBytes(KvKind::kKey, l, 0, 48);
+        const auto v_bytes = decoded.RowBytes(KvKind::kValue, l, 0, 48);
+        keys_equal_values &= std::equal(k_bytes.begin(), k_bytes.end(), v_bytes.begin(), v_bytes.end());
+        cache.ReadRowsF32(KvKind::kKey, l, 0, 48, in.data());
+        decoded.ReadRowsF32(KvKind::kKey, l, 0, 48, key.data());
+        decoded.ReadRowsF32(KvKind::kValue, l, 0, 48, value.data());
+        for (size_t i = 0; i < in.size(); ++i) {
+          key_err2 += (double{key[i]} - in[i]) * (double{key[i]} - in[i]);
+          value_err2 += (double{value[i]} - in[i]) * (double{value[i]} - in[i]);
+        }
+      }
+      EXPECT_GT(value_err2, 0);  // lossy: the comparison is not trivially of exact copies
+      if (k.undone) {
+        EXPECT_FALSE(keys_equal_values);
+      } else {
+        EXPECT_TRUE(keys_equal_values) << "keys were coded differently from equal values";
+        EXPECT_EQ(key_err2, value_err2);
+      }
+      ExpectWithinTransformBound(env.cal(), std::stof(level), cache, decoded, ExemptOf(48, 700, 4, 4));
     }
   }
 }

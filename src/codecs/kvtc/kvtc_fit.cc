@@ -290,6 +290,8 @@ struct KvtcFitter::State {
   Clock::time_point start = Clock::now();
 
   size_t row() const { return size_t{model.n_kv_heads} * model.head_dim; }
+  // Keys are fitted at position 0 only for a RoPE kvcodec can undo (rope.h); the rest as stored.
+  bool UndoesRope() const { return model.rope.has_value() && RopeRotatesKeys(model.rope->type); }
 
   Status CheckWindow(const KvView& kv, const char* what) const {
     const KvShape s = kv.shape();
@@ -312,7 +314,7 @@ struct KvtcFitter::State {
   void ReadRows(const KvView& kv, KvKind kind, uint32_t skip, std::vector<std::vector<float>>* layers,
                 size_t offset_tokens) {
     const uint32_t kept = kv.n_tokens() - skip;
-    const bool rotate = kind == KvKind::kKey && model.rope.has_value();
+    const bool rotate = kind == KvKind::kKey && UndoesRope();
     if (rotate) {
       const int32_t pos = kv.pos_begin() + static_cast<int32_t>(skip);
       if (!rope_table || rope_pos != pos || rope_tokens != kept) {
@@ -340,6 +342,7 @@ Result<std::unique_ptr<KvtcFitter>> KvtcFitter::Create(const KvtcFitModel& model
   }
   if (model.rope) {
     const RopeParams& r = *model.rope;
+    if (static_cast<uint8_t>(r.type) > static_cast<uint8_t>(kLastRopeType)) return InvalidArgument("unknown rope type");
     if (r.n_rot % 2 != 0 || r.n_rot > model.head_dim)
       return InvalidArgument("rope n_rot must be even and at most head_dim (0: head_dim)");
     if (!(std::isfinite(r.freq_base) && r.freq_base > 0 && std::isfinite(r.freq_scale) && r.freq_scale > 0))
@@ -369,7 +372,7 @@ Result<std::unique_ptr<KvtcFitter>> KvtcFitter::Create(const KvtcFitModel& model
   header.n_kv_heads = model.n_kv_heads;
   header.head_dim = model.head_dim;
   header.rope = model.rope.value_or(RopeParams{});
-  header.keys_rope_undone = model.rope.has_value();
+  header.keys_rope_undone = s->UndoesRope();
   s->fits.resize(s->groupings.size());
   s->acc.resize(s->groupings.size());
   for (size_t gi = 0; gi < s->groupings.size(); ++gi) {

@@ -3,9 +3,9 @@
 // package's kvcodec.calibrate does with tensors a user collected from their own engine.
 //
 // How the choice is made (nothing here is tuned to one model):
-// 1. Fit windows (keys rotated back to position 0 when their RoPE is known) are folded into the
-//    covariance of every basis of every grouping considered as they arrive; held-back windows
-//    are kept (up to kMaxStatTokens tokens of them).
+// 1. Fit windows (keys rotated back to position 0 when their RoPE is known and is one kvcodec
+//    undoes) are folded into the covariance of every basis of every grouping considered as
+//    they arrive; held-back windows are kept (up to kMaxStatTokens tokens of them).
 // 2. For each candidate (quantiser x grouping x group size), the error of every component
 //    group at every width is measured on the held-back tokens, weighted by 1 / the energy of
 //    its (K or V, layer) tensor so that K and V, and every layer, count alike on any model.
@@ -37,7 +37,8 @@ struct KvtcFitModel {
   uint32_t n_kv_heads = 0;
   uint32_t head_dim = 0;
   // Unset: the keys are fitted as they are stored (keys_rope_undone = 0), which costs ratio on
-  // a model whose keys carry RoPE; a basis fits keys at position 0 far better.
+  // a model whose keys carry RoPE; a basis fits keys at position 0 far better. A kind kvcodec
+  // does not rotate (RopeRotatesKeys: none, sectioned) is fitted as stored too, and recorded.
   std::optional<RopeParams> rope;
 };
 

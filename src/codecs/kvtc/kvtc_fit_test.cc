@@ -69,13 +69,16 @@ KvtcFitOptions SmallOptions() {
 
 // Fits on `n_fit` windows then holds back two; windows start at increasing positions, so RoPE
 // is undone at positions other than 0 and the sinks cut only the first.
-Result<CalibrateReport> Fit(bool with_rope, KvtcCalibration* out, uint32_t n_fit = 6) {
-  ASSIGN_OR_RETURN(auto fitter, KvtcFitter::Create(Model(with_rope), SmallOptions()));
+Result<CalibrateReport> Fit(const KvtcFitModel& model, KvtcCalibration* out, uint32_t n_fit = 6) {
+  ASSIGN_OR_RETURN(auto fitter, KvtcFitter::Create(model, SmallOptions()));
   for (uint32_t w = 0; w < n_fit + 2; ++w) {
     const KvCache kv = LowRankWindow(128, static_cast<int32_t>(w * 128), 100 + w);
     RETURN_IF_ERROR(w < n_fit ? fitter->AddFitWindow(kv.View()) : fitter->AddHeldoutWindow(kv.View()));
   }
   return fitter->Finish(out);
+}
+Result<CalibrateReport> Fit(bool with_rope, KvtcCalibration* out, uint32_t n_fit = 6) {
+  return Fit(Model(with_rope), out, n_fit);
 }
 
 TEST(KvtcFit, FitsACalibrationTheCodecUsesAtItsRatios) {
@@ -134,6 +137,32 @@ TEST(KvtcFit, KnowingTheRopeFitsKeysBetter) {
   // RoPE spreads rank-3 keys over every rotated pair: as stored they need far more components.
   EXPECT_GT(a->key_variance_top8, b->key_variance_top8 + 0.05);
   EXPECT_LT(a->rungs[1].heldout_rel_mse, b->rungs[1].heldout_rel_mse);
+}
+
+// A model without RoPE (GPT-2, BLOOM) or with sectioned RoPE (Qwen2-VL) has its keys fitted as
+// stored: the same calibration as with no RoPE given, bit for bit, but for the kind it records.
+TEST(KvtcFit, RopeKindsKvcodecDoesNotUndoFitKeysAsStored) {
+  KvtcCalibration as_stored;
+  ASSERT_TRUE(Fit(false, &as_stored).ok());
+  for (RopeType type : {RopeType::kNone, RopeType::kMrope, RopeType::kImrope, RopeType::kVision}) {
+    SCOPED_TRACE(RopeTypeName(type));
+    KvtcFitModel model = Model(true);
+    model.rope->type = type;
+    KvtcCalibration cal;
+    auto report = Fit(model, &cal);
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    EXPECT_FALSE(cal.keys_rope_undone);
+    EXPECT_EQ(cal.rope, *model.rope);
+    KvtcCalibration expected = as_stored;
+    expected.rope = *model.rope;
+    EXPECT_TRUE(cal == expected) << "the fit differs from the fit of keys as stored";
+    auto read = ReadKvcal(WriteKvcal(cal).value());
+    ASSERT_TRUE(read.ok()) << read.status().ToString();
+    EXPECT_EQ(read->rope.type, type);
+  }
+  KvtcFitModel unknown = Model(true);
+  unknown.rope->type = static_cast<RopeType>(6);
+  EXPECT_EQ(KvtcFitter::Create(unknown, SmallOptions()).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(KvtcFit, ReportJsonCarriesTheRungs) {
