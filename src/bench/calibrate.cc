@@ -18,6 +18,7 @@ Result<CalibrateReport> RunCalibrate(const CalibrateOptions& options, KvtcCalibr
     return InvalidArgument("held-out fraction must be in (0, 1)");
   if (options.ratios.empty()) return InvalidArgument("no target ratios");
   ASSIGN_OR_RETURN(auto model, LlamaModel::Load(options.model_path));
+  RETURN_IF_ERROR(model->CheckKeepsKv());
   const ModelInfo& info = model->info();
   const uint32_t window =
       options.window != 0 ? options.window : std::min<uint32_t>(1024, info.n_ctx_train > 0 ? info.n_ctx_train : 1024);
@@ -32,7 +33,9 @@ Result<CalibrateReport> RunCalibrate(const CalibrateOptions& options, KvtcCalibr
     ASSIGN_OR_RETURN(stream, model->Tokenize(text, false));
   }
   if (options.max_tokens > 0 && stream.size() > options.max_tokens) stream.resize(options.max_tokens);
-  const size_t body = window - 1;
+  // Each window is what eval's documents are: the model's BOS, if it has one, then the text.
+  const size_t n_bos = model->has_bos() ? 1 : 0;
+  const size_t body = window - n_bos;
   const size_t n_windows = stream.size() / body;
   if (n_windows < 2) {
     return InvalidArgument(
@@ -61,12 +64,13 @@ Result<CalibrateReport> RunCalibrate(const CalibrateOptions& options, KvtcCalibr
   SessionOptions so = options.session;
   so.n_ctx = window + 8;
   so.n_batch = 512;
+  so.require_kv = true;
   ASSIGN_OR_RETURN(auto session, LlamaSession::Create(*model, so));
   ProgressBar progress("calibrate: prefill", n_windows, options.progress);
   std::vector<int32_t> doc(window);
   for (size_t w = 0; w < n_windows; ++w) {
-    doc[0] = model->bos_token();
-    std::copy(stream.begin() + w * body, stream.begin() + (w + 1) * body, doc.begin() + 1);
+    if (n_bos > 0) doc[0] = model->bos_token();
+    std::copy(stream.begin() + w * body, stream.begin() + (w + 1) * body, doc.begin() + n_bos);
     session->Clear();
     RETURN_IF_ERROR(session->Eval(doc, false));
     ASSIGN_OR_RETURN(KvCache kv, session->ExtractKv());

@@ -22,7 +22,7 @@ struct CalibrateOptions {
   std::string text_path;    // empty: calib.txt beside the model
   std::string token_path;   // instead of text: one document per line of space-separated token ids
   uint32_t max_tokens = 0;  // 0: the whole text
-  uint32_t window = 0;      // tokens per prefill (BOS included); 0: min(1024, the model's training context)
+  uint32_t window = 0;      // tokens per prefill (any BOS included); 0: min(1024, the model's training context)
   uint32_t sinks = 4;       // leading positions left out of the fit (attention sinks can be outliers)
   double heldout_fraction = 0.2;
   std::optional<KvtcGrouping> grouping;    // unset: choose among layer and layer-head

@@ -51,7 +51,7 @@ std::vector<std::vector<float>> ContinuationLogits(LlamaSession& session, uint32
 Result<std::vector<std::vector<int32_t>>> MakeDocuments(const std::vector<int32_t>& stream, int32_t bos,
                                                         uint32_t n_docs, uint32_t doc_tokens) {
   if (doc_tokens < 2) return InvalidArgument("documents need at least 2 tokens");
-  const size_t body = doc_tokens - 1;
+  const size_t body = doc_tokens - (bos >= 0 ? 1 : 0);
   const size_t available = stream.size() / body;
   if (available < n_docs) {
     return InvalidArgument(
@@ -61,7 +61,7 @@ Result<std::vector<std::vector<int32_t>>> MakeDocuments(const std::vector<int32_
   std::vector<std::vector<int32_t>> docs(n_docs);
   for (uint32_t d = 0; d < n_docs; ++d) {
     docs[d].reserve(doc_tokens);
-    docs[d].push_back(bos);
+    if (bos >= 0) docs[d].push_back(bos);
     docs[d].insert(docs[d].end(), stream.begin() + d * body, stream.begin() + (d + 1) * body);
   }
   return docs;
@@ -74,16 +74,15 @@ Result<std::vector<std::vector<int32_t>>> DocumentsFromTokenLines(const std::vec
     if (docs.size() == n_docs) break;
     std::vector<int32_t> doc;
     doc.reserve(doc_tokens);
-    if (line.empty() || line.front() != bos) doc.push_back(bos);
+    if (bos >= 0 && (line.empty() || line.front() != bos)) doc.push_back(bos);
     const size_t take = std::min<size_t>(line.size(), doc_tokens - doc.size());
     doc.insert(doc.end(), line.begin(), line.begin() + static_cast<std::ptrdiff_t>(take));
     if (doc.size() == doc_tokens) docs.push_back(std::move(doc));
   }
   if (docs.size() < n_docs) {
     return InvalidArgument(
-        FormatMessage("the token file has %zu documents of at least %u tokens (ctx + cont + 1, BOS "
-                      "included); --docs asks for %u",
-                      docs.size(), doc_tokens, n_docs));
+        FormatMessage("the token file has %zu documents of at least %u tokens (ctx + cont + 1%s); --docs asks for %u",
+                      docs.size(), doc_tokens, bos >= 0 ? ", BOS included" : "", n_docs));
   }
   return docs;
 }
@@ -107,6 +106,7 @@ Result<std::vector<EvalReport>> RunEvalRungs(const EvalOptions& options, const s
 
   const auto t_start = Clock::now();
   ASSIGN_OR_RETURN(auto model, LlamaModel::Load(options.model_path));
+  RETURN_IF_ERROR(model->CheckKeepsKv());
   const uint32_t doc_tokens = options.ctx + options.cont + 1;
   std::vector<std::vector<int32_t>> docs;
   if (!options.token_path.empty()) {
@@ -117,7 +117,7 @@ Result<std::vector<EvalReport>> RunEvalRungs(const EvalOptions& options, const s
     ASSIGN_OR_RETURN(std::vector<int32_t> stream, model->Tokenize(text, /*add_bos=*/false));
     if (options.docs_from_end) {
       // The last n_docs windows: the part of a calibration text calibrate held back.
-      const size_t want = size_t{options.n_docs} * (doc_tokens - 1);
+      const size_t want = size_t{options.n_docs} * (doc_tokens - (model->has_bos() ? 1 : 0));
       if (stream.size() > want) stream.erase(stream.begin(), stream.end() - static_cast<std::ptrdiff_t>(want));
     }
     ASSIGN_OR_RETURN(docs, MakeDocuments(stream, model->bos_token(), options.n_docs, doc_tokens));
@@ -131,6 +131,7 @@ Result<std::vector<EvalReport>> RunEvalRungs(const EvalOptions& options, const s
   SessionOptions session_options = options.session;
   session_options.n_ctx = options.ctx + options.cont + 16;
   session_options.n_batch = std::max<uint32_t>(512, options.cont);
+  session_options.require_kv = true;
   ASSIGN_OR_RETURN(auto base, LlamaSession::Create(*model, session_options));
   ASSIGN_OR_RETURN(auto restored, LlamaSession::Create(*model, session_options));
 

@@ -16,14 +16,14 @@ struct EvalOptions {
   std::string model_path;
   std::string text_path;  // empty: eval.txt beside the model
   // Instead of text: one document per line of token ids (bench/token_file.h). Each of the first
-  // n_docs lines with at least ctx + cont + 1 tokens (BOS prepended when it does not start
-  // with it) gives one document, its first ctx + cont + 1 tokens.
+  // n_docs lines with at least ctx + cont + 1 tokens (the model's BOS prepended when it has one
+  // and the line does not start with it) gives one document, its first ctx + cont + 1 tokens.
   std::string token_path;
   std::string codec = "raw";
   EncodeOptions encode;
   std::string calibration;  // .kvcal for kvtc; empty: <model>.kvcal beside the model, if present
   uint32_t n_docs = 8;
-  uint32_t ctx = 1024;         // context tokens per document (BOS included) whose KV is compressed
+  uint32_t ctx = 1024;         // context tokens per document (any BOS included) whose KV is compressed
   uint32_t cont = 128;         // teacher-forced continuation tokens scored after the context
   bool docs_from_end = false;  // text: the last n_docs windows instead of the first
   SessionOptions session;
@@ -64,11 +64,12 @@ Result<std::vector<EvalReport>> RunEvalRungs(const EvalOptions& options, const s
 // The report as one JSON object (field names are part of the CLI's contract).
 std::string EvalReportJson(const EvalReport& report);
 
-// Splits a token stream into `n_docs` documents of `doc_tokens` tokens, each starting with BOS.
+// Splits a token stream into `n_docs` documents of `doc_tokens` tokens, each starting with `bos`
+// (bos < 0: the model has none, and documents are the stream's tokens alone).
 Result<std::vector<std::vector<int32_t>>> MakeDocuments(const std::vector<int32_t>& stream, int32_t bos,
                                                         uint32_t n_docs, uint32_t doc_tokens);
 
-// The same from pre-tokenised documents (see EvalOptions::token_path).
+// The same from pre-tokenised documents (see EvalOptions::token_path); bos < 0: none is added.
 Result<std::vector<std::vector<int32_t>>> DocumentsFromTokenLines(const std::vector<std::vector<int32_t>>& lines,
                                                                   int32_t bos, uint32_t n_docs, uint32_t doc_tokens);
 

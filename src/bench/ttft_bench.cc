@@ -70,11 +70,13 @@ bool ResetPeakRss() {
   return static_cast<bool>(clear);
 }
 
-// The first `n` tokens of `text`'s tokens, the tokens repeated (after the first, which may be
-// BOS) when the text is shorter.
-std::vector<int32_t> PromptTokens(const std::vector<int32_t>& text_tokens, size_t n) {
+// The first `n` tokens of `text`'s tokens, the tokens repeated (after the first `n_bos`, the
+// BOS where the model has one) when the text is shorter.
+std::vector<int32_t> PromptTokens(const std::vector<int32_t>& text_tokens, size_t n_bos, size_t n) {
   std::vector<int32_t> out(text_tokens.begin(), text_tokens.begin() + std::min(n, text_tokens.size()));
-  for (size_t i = out.size(); i < n; ++i) out.push_back(text_tokens[1 + (i - 1) % (text_tokens.size() - 1)]);
+  for (size_t i = out.size(); i < n; ++i) {
+    out.push_back(text_tokens[n_bos + (i - n_bos) % (text_tokens.size() - n_bos)]);
+  }
   return out;
 }
 
@@ -92,12 +94,14 @@ Result<std::string> RunTtftBenchJson(const TtftBenchOptions& o) {
     }
   }
   ASSIGN_OR_RETURN(auto model, LlamaModel::Load(o.model_path));
+  RETURN_IF_ERROR(model->CheckKeepsKv());
   CalibrationRegistry calibrations;
   RETURN_IF_ERROR(LoadModelCalibration(calibrations, o.model_path, o.calibration));
   const ModelFingerprint& fp = model->fingerprint();
   ASSIGN_OR_RETURN(std::string text, ReadTextFile(BesideModel(o.model_path, "eval.txt", o.text_path)));
   ASSIGN_OR_RETURN(const std::vector<int32_t> text_tokens, model->Tokenize(text, true));
-  if (text_tokens.size() < 2) return InvalidArgument("the text has no tokens");
+  const size_t n_bos = model->has_bos() && !text_tokens.empty() && text_tokens[0] == model->bos_token() ? 1 : 0;
+  if (text_tokens.size() <= n_bos) return InvalidArgument("the text has no tokens");
 
   ASSIGN_OR_RETURN(const QualityFloor floor, LoadQualityFloor(o.model_path, o.profile, fp, calibrations, o.quality));
   std::vector<const Codec*> codecs;
@@ -119,10 +123,11 @@ Result<std::string> RunTtftBenchJson(const TtftBenchOptions& o) {
   Json prefix_json = Json::array();
   for (size_t pi = 0; pi < prefixes.size(); ++pi) {
     const uint32_t prefix_tokens = prefixes[pi];
-    const std::vector<int32_t> tokens = PromptTokens(text_tokens, size_t{prefix_tokens} + o.chunk_tokens);
+    const std::vector<int32_t> tokens = PromptTokens(text_tokens, n_bos, size_t{prefix_tokens} + o.chunk_tokens);
     SessionOptions so;
     so.n_ctx = static_cast<uint32_t>(tokens.size()) + 8;
     so.n_threads = o.threads;
+    so.require_kv = true;
     ASSIGN_OR_RETURN(auto session, LlamaSession::Create(*model, so));
     // Recompute: the whole prompt prefilled, first token's logits ready (long prompts once).
     std::vector<double> recompute;

@@ -101,6 +101,20 @@ Result<ModelFingerprint> FingerprintGguf(const std::string& path) {
   return h.Digest();
 }
 
+// llama.cpp makes no KV memory for diffusion models (each step reads the whole sequence anew),
+// encoders, and models without causal attention (BERT-like embedding models). A context is the
+// ground truth (LlamaSession::Create with require_kv); this is known before making one.
+bool ModelKeepsKv(const llama_model* model) {
+  if (llama_model_is_diffusion(model) || !llama_model_has_decoder(model)) return false;
+  const std::string arch = MetaString(model, "general.architecture");
+  return MetaString(model, arch + ".attention.causal") != "false";
+}
+
+Status NoKvCache(const std::string& path) {
+  return Unsupported("model " + path +
+                     " keeps no KV cache (a diffusion or encoder model): there is nothing to store or reuse");
+}
+
 ggml_type GgmlType(DType dtype) {
   switch (dtype) {
     case DType::kF32:
@@ -132,6 +146,7 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& path) {
   if (m->model_ == nullptr) return InvalidArgument("llama.cpp could not load the model " + path);
   ASSIGN_OR_RETURN(m->fingerprint_, FingerprintGguf(path));
   m->max_token_bytes_ = MaxTokenBytes(llama_model_get_vocab(m->model_));
+  m->keeps_kv_ = ModelKeepsKv(m->model_);
 
   ModelInfo& info = m->info_;
   info.architecture = MetaString(m->model_, "general.architecture");
@@ -174,7 +189,18 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& path) {
   return m;
 }
 
+bool LlamaModel::has_tokenizer() const {
+  return llama_vocab_type(llama_model_get_vocab(model_)) != LLAMA_VOCAB_TYPE_NONE;
+}
+
+Status LlamaModel::CheckKeepsKv() const { return keeps_kv_ ? Status::Ok() : NoKvCache(path_); }
+
 Result<std::vector<int32_t>> LlamaModel::Tokenize(std::string_view text, bool add_bos, bool parse_special) const {
+  if (!has_tokenizer()) {
+    return Unsupported("model " + path_ +
+                       " has no tokenizer (GGUF tokenizer.ggml.model \"no_vocab\"): it cannot read text; pass token "
+                       "ids instead (eval, calibrate, encode: --token-file; serve: a prompt of token ids)");
+  }
   const llama_vocab* vocab = llama_model_get_vocab(model_);
   std::vector<llama_token> tokens(text.size() + 2);
   int32_t n = llama_tokenize(vocab, text.data(), static_cast<int32_t>(text.size()), tokens.data(),
@@ -190,6 +216,7 @@ Result<std::vector<int32_t>> LlamaModel::Tokenize(std::string_view text, bool ad
 }
 
 std::string LlamaModel::TokenText(int32_t token) const {
+  if (!has_tokenizer()) return {};
   std::string piece(256, '\0');
   int32_t n = llama_token_to_piece(llama_model_get_vocab(model_), token, piece.data(),
                                    static_cast<int32_t>(piece.size()), 0, false);
@@ -203,7 +230,7 @@ std::string LlamaModel::TokenText(int32_t token) const {
 }
 
 std::string LlamaModel::Detokenize(std::span<const int32_t> tokens) const {
-  if (tokens.empty() || tokens.size() > static_cast<size_t>(INT32_MAX)) return {};
+  if (tokens.empty() || tokens.size() > static_cast<size_t>(INT32_MAX) || !has_tokenizer()) return {};
   const llama_vocab* vocab = llama_model_get_vocab(model_);
   std::string text(tokens.size() * 8 + 16, '\0');
   for (int attempt = 0; attempt < 2; ++attempt) {
@@ -226,6 +253,9 @@ bool LlamaModel::IsEndOfGeneration(int32_t token) const {
 
 Result<std::string> LlamaModel::ChatTemplate(const std::string& name_or_template) const {
   std::string chosen = name_or_template;
+  if (!has_tokenizer() && !chosen.empty()) {
+    return Unsupported("model " + path_ + " has no tokenizer: a chat template's text cannot become its tokens");
+  }
   if (chosen.empty()) {
     const char* own = llama_model_chat_template(model_, nullptr);
     if (own == nullptr) return std::string();
@@ -322,6 +352,7 @@ Result<std::unique_ptr<LlamaSession>> LlamaSession::Create(const LlamaModel& mod
   params.no_perf = true;
   s->ctx_ = llama_init_from_model(model.raw(), params);
   if (s->ctx_ == nullptr) return Internal("llama.cpp could not create a context");
+  if (options.require_kv && llama_get_memory(s->ctx_) == nullptr) return NoKvCache(model.path());
   s->n_vocab_ = model.info().n_vocab;
   return s;
 }

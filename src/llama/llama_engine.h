@@ -48,26 +48,41 @@ class LlamaModel {
   const ModelFingerprint& fingerprint() const { return fingerprint_; }
   const std::string& path() const { return path_; }
 
+  // False for a GGUF without a tokenizer (tokenizer.ggml.model "no_vocab"): such a model takes
+  // token ids only. llama.cpp aborts the process when asked to tokenize or spell a token of it,
+  // so Tokenize refuses and TokenText and Detokenize give empty text, never calling it.
+  bool has_tokenizer() const;
+  // False when the model has no BOS token (bos_token() is then -1): nothing is prepended.
+  bool has_bos() const { return bos_token() >= 0; }
+  // False for models llama.cpp keeps no KV cache for (diffusion models such as Dream and LLaDA,
+  // encoders, non-causal embedding models): there is nothing to store or reuse.
+  bool keeps_kv() const { return keeps_kv_; }
+  // kUnsupported naming the model when !keeps_kv(); what run, serve, eval and calibrate say first.
+  [[nodiscard]] Status CheckKeepsKv() const;
+
   // `parse_special`: text spelling a special token (a chat template's "<|im_start|>") becomes
-  // that token; off for user text, which must not forge one.
+  // that token; off for user text, which must not forge one. `add_bos`: the BOS is added where
+  // the model's tokenizer adds one. kUnsupported without a tokenizer, saying to pass token ids.
   Result<std::vector<int32_t>> Tokenize(std::string_view text, bool add_bos, bool parse_special = false) const;
+  // Empty without a tokenizer.
   std::string TokenText(int32_t token) const;
   // The text `tokens` spell, as llama.cpp detokenizes it (a tokenizer's space prefix before the
   // first word dropped). Bytes, not necessarily valid UTF-8. Ids must be in the vocabulary.
+  // Empty without a tokenizer.
   std::string Detokenize(std::span<const int32_t> tokens) const;
   // The most bytes of text one token stands for (the longest token piece), so a text of B bytes
   // is at least ceil(B / max_token_bytes()) tokens: a context check that needs no tokenizing.
   // 0 when no such bound holds (tokenizers that normalize text away, such as WPM and UGM
   // dropping whitespace).
   size_t max_token_bytes() const { return max_token_bytes_; }
-  int32_t bos_token() const;
+  int32_t bos_token() const;  // -1 when the model has none
   // End of sequence / end of turn: generation stops there.
   bool IsEndOfGeneration(int32_t token) const;
 
   // The chat template a chat request's messages are formatted with: `name_or_template` (a
   // built-in template's name, such as "chatml", or a template's text), else the model's own
   // (GGUF tokenizer.chat_template); empty when there is neither. Fails when the template is
-  // one llama.cpp cannot apply.
+  // one llama.cpp cannot apply, or when one is named for a model without a tokenizer.
   Result<std::string> ChatTemplate(const std::string& name_or_template) const;
   // The prompt `messages` make under `chat_template` (from ChatTemplate), ending with the
   // assistant's turn opened.
@@ -83,6 +98,7 @@ class LlamaModel {
   ModelFingerprint fingerprint_{};
   std::string path_;
   size_t max_token_bytes_ = 0;
+  bool keeps_kv_ = true;
 };
 
 struct SessionOptions {
@@ -95,6 +111,9 @@ struct SessionOptions {
   int n_threads = 0;               // 0: all cores
   DType cache_type = DType::kF16;  // K and V cache type: f16, bf16 or f32
   bool flash_attn = false;         // on: V is stored untransposed
+  // Refuse (LlamaModel::CheckKeepsKv's error) a context llama.cpp gives no KV memory: callers
+  // that store, restore or compare KV set it; llama.cpp's own state of such a model is still valid.
+  bool require_kv = false;
 };
 
 // The n_ubatch for a long prompt's prefill. Without flash attention llama.cpp holds each step's

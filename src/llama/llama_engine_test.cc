@@ -436,5 +436,98 @@ TEST(Rope, UndoMatchesLlamaCppKeysAtTwoOffsets) {
   EXPECT_GT(raw_diff, 0.1 * max_abs);
 }
 
+// ---- Models without a tokenizer, a BOS or a KV cache: llama.cpp's random-weight fixtures ------
+
+// test-llama-archs writes its GGUFs with tokenizer.ggml.model "no_vocab": no tokenizer, no BOS.
+std::filesystem::path ArchsFixture(const std::string& name) {
+  return std::filesystem::path(KVCODEC_ARCHS_FIXTURES) / (name + ".gguf");
+}
+
+#define SKIP_WITHOUT_FIXTURE(path) \
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << (path) << " (scripts/setup-llama.sh writes it)"
+
+TEST(LlamaModel, TheTestModelHasATokenizerABosAndKeepsKv) {
+  EXPECT_TRUE(Model().has_tokenizer());
+  EXPECT_TRUE(Model().has_bos());
+  EXPECT_TRUE(Model().keeps_kv());
+  EXPECT_TRUE(Model().CheckKeepsKv().ok());
+}
+
+// llama.cpp aborts the process when asked to tokenize text for such a model or to spell one of
+// its tokens; kvcodec refuses the text, naming the model and the way in that works, and spells
+// nothing. Token ids still run as given, with no BOS the model does not have.
+TEST(LlamaModelWithoutTokenizer, RefusesTextSpellsNothingAndRunsTokenIds) {
+  const std::filesystem::path path = ArchsFixture("llama-dense");
+  SKIP_WITHOUT_FIXTURE(path);
+  auto model = LlamaModel::Load(path.string());
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const LlamaModel& m = **model;
+  EXPECT_FALSE(m.has_tokenizer());
+  EXPECT_FALSE(m.has_bos());
+  EXPECT_EQ(m.bos_token(), -1);
+  EXPECT_TRUE(m.keeps_kv());
+
+  for (const bool add_bos : {true, false}) {
+    auto tokens = m.Tokenize("In the beginning", add_bos);
+    ASSERT_FALSE(tokens.ok());
+    EXPECT_EQ(tokens.status().code(), StatusCode::kUnsupported);
+    const std::string message = tokens.status().message();
+    EXPECT_NE(message.find("model " + path.string() + " has no tokenizer"), std::string::npos) << message;
+    EXPECT_NE(message.find("--token-file"), std::string::npos) << message;
+  }
+  EXPECT_EQ(m.TokenText(5), "");
+  const std::vector<int32_t> ids = {1, 2, 3};
+  EXPECT_EQ(m.Detokenize(ids), "");
+  EXPECT_FALSE(m.IsEndOfGeneration(0));
+  auto named = m.ChatTemplate("chatml");
+  ASSERT_FALSE(named.ok());
+  EXPECT_EQ(named.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(named.status().message().find("has no tokenizer"), std::string::npos) << named.status().ToString();
+  auto own = m.ChatTemplate("");
+  ASSERT_TRUE(own.ok()) << own.status().ToString();
+  EXPECT_EQ(*own, "");
+
+  SessionOptions options;
+  options.n_ctx = 64;
+  options.n_batch = 64;
+  options.require_kv = true;
+  auto session = LlamaSession::Create(m, options);
+  ASSERT_TRUE(session.ok()) << session.status().ToString();
+  ASSERT_TRUE((*session)->Eval(ids, false).ok());
+  EXPECT_TRUE((*session)->LastLogits().ok());
+  auto kv = (*session)->ExtractKv();
+  ASSERT_TRUE(kv.ok()) << kv.status().ToString();
+  EXPECT_EQ(kv->shape().n_tokens, ids.size());
+}
+
+// Diffusion models get no KV memory from llama.cpp: a caller that needs KV is told so by name,
+// before and when a context is made, not that the state it reads is corrupt. Without
+// require_kv the context is still made (llama.cpp's own state of it is valid, and empty).
+TEST(LlamaModelKeepingNoKv, IsRefusedByNameWhereKvIsNeeded) {
+  for (const char* name : {"dream-dense", "llada-dense"}) {
+    SCOPED_TRACE(name);
+    const std::filesystem::path path = ArchsFixture(name);
+    SKIP_WITHOUT_FIXTURE(path);
+    auto model = LlamaModel::Load(path.string());
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    EXPECT_FALSE((*model)->keeps_kv());
+    const std::string expected = "model " + path.string() + " keeps no KV cache";
+    const Status checked = (*model)->CheckKeepsKv();
+    EXPECT_EQ(checked.code(), StatusCode::kUnsupported);
+    EXPECT_NE(checked.message().find(expected), std::string::npos) << checked.ToString();
+
+    SessionOptions options;
+    options.n_ctx = 64;
+    options.n_batch = 64;
+    options.require_kv = true;
+    auto refused = LlamaSession::Create(**model, options);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::kUnsupported);
+    EXPECT_NE(refused.status().message().find(expected), std::string::npos) << refused.status().ToString();
+    options.require_kv = false;
+    EXPECT_TRUE(LlamaSession::Create(**model, options).ok());
+  }
+}
+
 }  // namespace
 }  // namespace kvc

@@ -39,6 +39,11 @@ Result<RunReport> RunJob(const RunOptions& o) {
 
   const auto t_load = SteadyClock::now();
   ASSIGN_OR_RETURN(auto model, LlamaModel::Load(o.model_path));
+  // What the model cannot do is said before anything else (the store, the probe) is touched.
+  RETURN_IF_ERROR(model->CheckKeepsKv());
+  ASSIGN_OR_RETURN(std::vector<int32_t> tokens, model->Tokenize(o.prompt, true));
+  const bool starts_with_bos = model->has_bos() && !tokens.empty() && tokens.front() == model->bos_token();
+  if (tokens.size() <= (starts_with_bos ? 1u : 0u)) return InvalidArgument("the prompt is empty");
   CalibrationRegistry calibrations;
   RETURN_IF_ERROR(LoadModelCalibration(calibrations, o.model_path, o.calibration));
   // Without a calibration kvtc has no rung in the floor and only what the floor allows is
@@ -76,8 +81,6 @@ Result<RunReport> RunJob(const RunOptions& o) {
       Warn(r, "store " + r.store + " unavailable, recomputing and not storing: " + opened.status().ToString());
     }
   }
-  ASSIGN_OR_RETURN(std::vector<int32_t> tokens, model->Tokenize(o.prompt, true));
-  if (tokens.size() < 2) return InvalidArgument("the prompt is empty");
   RETURN_IF_ERROR(CheckWithinTrainingContext(model->info(), tokens.size() + uint64_t{o.n_generate},
                                              FormatMessage("the prompt and %u tokens to generate", o.n_generate)));
   r.prompt_tokens = static_cast<uint32_t>(tokens.size());
@@ -86,6 +89,7 @@ Result<RunReport> RunJob(const RunOptions& o) {
   so.n_threads = o.threads;
   // Bounds llama.cpp's attention scratch during a long prefill (the same KV, bit for bit).
   so.n_ubatch = BoundedUbatch(model->info(), so);
+  so.require_kv = true;
   ASSIGN_OR_RETURN(auto session, LlamaSession::Create(*model, so));
   const std::span<const int32_t> probe = std::span(tokens).first(std::min<size_t>(kProbeTokens, tokens.size()));
   ASSIGN_OR_RETURN(const double recompute_s, MeasureChunkPrefillSeconds(*session, probe, o.chunk_tokens));

@@ -21,7 +21,7 @@ namespace kvc {
 
 struct RunOptions {
   std::string model_path;
-  std::string prompt;          // text; a BOS token is prepended
+  std::string prompt;          // text; the model's BOS is prepended where its tokenizer adds one
   std::string store_url;       // empty: DefaultStoreUrl()
   std::string store_secret;    // non-empty: objects sealed and checked with HMAC-SHA256 (StoreOptions)
   std::string codec = "kvtc";  // how new chunks are stored

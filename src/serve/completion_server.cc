@@ -189,6 +189,7 @@ struct CompletionServer::Impl {
       out.tokens = std::move(r.prompt_tokens);
       if (r.echo) out.prompt_text = DetokenizedText(out.tokens);
     } else {
+      if (!model->has_tokenizer()) return InvalidArgument(NoTokenizerMessage());
       bool templated = false;
       if (chat) {
         templated = !chat_template.empty();
@@ -206,7 +207,8 @@ struct CompletionServer::Impl {
       RETURN_IF_ERROR(CheckPromptCanFit(r.prompt.size(), r.max_tokens, o.n_ctx, model->max_token_bytes()));
       // A template's own markers ("<|im_start|>") are its special tokens; the user's text never is.
       ASSIGN_OR_RETURN(out.tokens, model->Tokenize(r.prompt, true, templated));
-      if (out.tokens.size() < 2) return InvalidArgument("the prompt is empty");
+      const bool starts_with_bos = model->has_bos() && !out.tokens.empty() && out.tokens.front() == model->bos_token();
+      if (out.tokens.size() <= (starts_with_bos ? 1u : 0u)) return InvalidArgument("the prompt is empty");
       if (r.echo) out.prompt_text = r.prompt;
     }
     if (out.tokens.empty()) return InvalidArgument("the prompt is empty");
@@ -215,6 +217,12 @@ struct CompletionServer::Impl {
                                            out.tokens.size(), r.max_tokens, o.n_ctx));
     }
     return out;
+  }
+
+  // Said to a client instead of LlamaModel::Tokenize's error, which names the server's file.
+  std::string NoTokenizerMessage() const {
+    return "model " + model_name +
+           " has no tokenizer: it reads and writes token ids only (give /v1/completions a prompt of token ids)";
   }
 
   // The text tokens spell, as valid UTF-8 (a character a byte-fallback vocabulary spells over
@@ -309,6 +317,10 @@ struct CompletionServer::Impl {
             "the body must be {\"content\": string} with optional boolean add_special, parse_special, with_pieces");
       return;
     }
+    if (!model->has_tokenizer()) {
+      Reply(res, "tokenize", 400, NoTokenizerMessage());
+      return;
+    }
     auto tokens = model->Tokenize(body["content"].get_ref<const std::string&>(), *add_special, *parse_special);
     if (!tokens.ok()) {
       Reply(res, "tokenize", 500, tokens.status().ToString());
@@ -346,6 +358,10 @@ struct CompletionServer::Impl {
     if (!valid) {
       Reply(res, "detokenize", 400,
             FormatMessage("the body must be {\"tokens\": [ids in 0..%u]}", model->info().n_vocab - 1));
+      return;
+    }
+    if (!model->has_tokenizer()) {
+      Reply(res, "detokenize", 400, NoTokenizerMessage());
       return;
     }
     res.set_content(Dump(Json{{"content", DetokenizedText(tokens)}}), "application/json");
@@ -624,6 +640,7 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
   if (codec == nullptr) return InvalidArgument("unknown codec '" + o.codec + "'");
   QualityFloor floor;
   ASSIGN_OR_RETURN(impl->model, LlamaModel::Load(o.model_path));
+  RETURN_IF_ERROR(impl->model->CheckKeepsKv());
   RETURN_IF_ERROR(LoadModelCalibration(impl->calibrations, o.model_path, o.calibration));
   if (o.reuse) {
     ASSIGN_OR_RETURN(
@@ -651,6 +668,7 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
   so.n_ctx = o.n_ctx;
   so.n_seq = static_cast<uint32_t>(o.parallel);
   so.n_threads = ServerLlamaThreads(o);
+  so.require_kv = true;
   ASSIGN_OR_RETURN(impl->session, LlamaSession::Create(*impl->model, so));
   // The file name is what users type and tell apart; GGUF general.name is often the
   // converter's default (the test models say "llama").
@@ -661,6 +679,10 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
     return tmpl.status();
   } else {
     KVC_LOG_WARN("%s; chat prompts are \"role: content\" lines instead", tmpl.status().message().c_str());
+  }
+  if (!impl->model->has_tokenizer()) {
+    KVC_LOG_WARN("model %s has no tokenizer: only prompts of token ids are served, and completions have no text",
+                 PrintableOneLine(impl->model_name).c_str());
   }
   KVC_LOG_INFO("chat prompts: %s", impl->chat_template.empty()
                                        ? "\"role: content\" lines (the model has no chat template)"
@@ -678,7 +700,8 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
   so2.rungs = impl->stored_rungs;
   so2.floor = floor;
   if (o.plan_recompute) {
-    const std::vector<int32_t> probe(64, impl->model->bos_token());
+    // Any token prices a prefill; 0 is in every vocabulary, and not every model has a BOS.
+    const std::vector<int32_t> probe(64, impl->model->has_bos() ? impl->model->bos_token() : 0);
     ASSIGN_OR_RETURN(so2.recompute_s, MeasureChunkPrefillSeconds(*impl->session, probe, o.chunk_tokens));
   }
   const ReuseContext reuse{impl->store.get(), codec, &impl->calibrations, &impl->model->fingerprint()};

@@ -1339,5 +1339,88 @@ TEST_F(ServerLimits, HealthIsAnsweredWhileSlowClientsHoldEveryConnectionThread) 
   }
 }
 
+// ---- Models without a tokenizer, a BOS or a KV cache: llama.cpp's random-weight fixtures ------
+
+std::filesystem::path ArchsFixture(const std::string& name) {
+  return std::filesystem::path(KVCODEC_ARCHS_FIXTURES) / (name + ".gguf");
+}
+
+// A model with no tokenizer and no BOS (serve once measured its prefill speed on 64 copies of
+// the BOS id and would not start): it starts, answers prompts of token ids as given (no BOS
+// added), reuses their stored chunks, and refuses text with a 400 that says why.
+TEST(ServerWithoutTokenizer, ServesTokenIdsAndRefusesText) {
+  const std::filesystem::path model = ArchsFixture("llama-dense");
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << "no " << model << " (scripts/setup-llama.sh writes it)";
+  const auto dir = std::filesystem::temp_directory_path() / ("kvc-server-no-vocab-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  ServerOptions o = TestServerOptions(dir / "store");
+  o.model_path = model.string();
+  o.n_ctx = 128;  // the fixture's training context is 256
+  o.parallel = 2;
+  o.chunk_tokens = 16;
+  auto server = CompletionServer::Create(o);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  ASSERT_TRUE((*server)->Start().ok());
+  httplib::Client c("127.0.0.1", (*server)->port());
+  c.set_read_timeout(60, 0);
+  auto post = [&](const char* path, const Json& body, int status) {
+    auto res = c.Post(path, body.dump(), "application/json");
+    EXPECT_TRUE(res && res->status == status) << path << ": " << (res ? res->body : "no answer");
+    EXPECT_TRUE(res && IsValidUtf8(res->body)) << path;
+    return res ? Json::parse(res->body, nullptr, false) : Json();
+  };
+  std::vector<int32_t> prompt(40);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 37 + 5) % 128);
+  const Json first = post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 4}}, 200);
+  EXPECT_EQ(first["usage"]["prompt_tokens"], prompt.size()) << first.dump();  // no BOS added
+  EXPECT_EQ(first["usage"]["completion_tokens"], 4) << first.dump();
+  EXPECT_EQ(first["choices"][0]["text"], "") << "its tokens spell no text";
+  const Status drained = WaitForServerStores("http://127.0.0.1:" + std::to_string((*server)->port()), 30);
+  ASSERT_TRUE(drained.ok()) << drained.ToString();
+
+  const std::string why = "model llama-dense has no tokenizer";
+  for (const auto& [path, body] : std::vector<std::pair<const char*, Json>>{
+           {"/v1/completions", {{"prompt", "In the beginning"}, {"max_tokens", 2}}},
+           {"/v1/chat/completions",
+            {{"messages", Json::array({{{"role", "user"}, {"content", "Who?"}}})}, {"max_tokens", 2}}},
+           {"/tokenize", {{"content", "In the beginning"}}},
+           {"/detokenize", {{"tokens", {1, 2, 3}}}}}) {
+    const Json refused = post(path, body, 400);
+    EXPECT_NE(refused["error"]["message"].get<std::string>().find(why), std::string::npos) << refused.dump();
+    EXPECT_EQ(refused.dump().find(model.string()), std::string::npos) << "names the server's file: " << refused;
+  }
+  (*server)->Stop();
+
+  // The prompt's whole chunks were stored: a server that always fetches (this model's prefill is
+  // too fast for a planner to prefer a fetch) reuses them.
+  o.plan_recompute = false;
+  auto fetching = CompletionServer::Create(o);
+  ASSERT_TRUE(fetching.ok()) << fetching.status().ToString();
+  ASSERT_TRUE((*fetching)->Start().ok());
+  httplib::Client f("127.0.0.1", (*fetching)->port());
+  f.set_read_timeout(60, 0);
+  auto res = f.Post("/v1/completions", Json{{"prompt", prompt}, {"max_tokens", 4}}.dump(), "application/json");
+  ASSERT_TRUE(res && res->status == 200) << (res ? res->body : "no answer");
+  EXPECT_EQ(Json::parse(res->body)["usage"]["prompt_tokens_details"]["cached_tokens"], 32) << res->body;
+  (*fetching)->Stop();
+  std::filesystem::remove_all(dir);
+}
+
+// A diffusion model keeps no KV: serve refuses to start, saying so (not that its state is corrupt).
+TEST(ServerWithoutKv, RefusesToStartSayingTheModelKeepsNoKv) {
+  const std::filesystem::path model = ArchsFixture("dream-dense");
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << "no " << model << " (scripts/setup-llama.sh writes it)";
+  const auto dir = std::filesystem::temp_directory_path() / ("kvc-server-no-kv-" + std::to_string(::getpid()));
+  ServerOptions o = TestServerOptions(dir / "store");
+  o.model_path = model.string();
+  o.n_ctx = 128;
+  auto server = CompletionServer::Create(o);
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(server.status().message().find("model " + model.string() + " keeps no KV cache"), std::string::npos)
+      << server.status().ToString();
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace kvc

@@ -170,6 +170,104 @@ TEST(CliOutput, AnOutputIntoAMissingFolderNamesThePathGiven) {
   EXPECT_EQ(run.err.find(".tmp."), std::string::npos) << "names the temporary file: " << run.err;
 }
 
+// ---- Item: clear refusals for models without a tokenizer, a BOS or a KV cache -------------
+
+// llama.cpp's random-weight fixtures (test-llama-archs): no tokenizer and no BOS; dream and
+// llada are diffusion models, which keep no KV cache.
+const fs::path kFixtures = KVCODEC_ARCHS_FIXTURES;
+
+#define SKIP_WITHOUT_FIXTURES()                                                                   \
+  if (!fs::exists(kFixtures / "llama-dense.gguf") || !fs::exists(kFixtures / "dream-dense.gguf")) \
+  GTEST_SKIP() << "no fixtures in " << kFixtures << " (scripts/setup-llama.sh writes them)"
+
+// One document per line, `n_docs` lines of `n` ids under the fixtures' vocabulary of 128.
+void WriteTokenFile(const fs::path& path, int n_docs, int n) {
+  std::ofstream out(path);
+  for (int d = 0; d < n_docs; ++d) {
+    for (int i = 0; i < n; ++i) out << (i ? " " : "") << (d * 31 + i * 7) % 128;
+    out << "\n";
+  }
+}
+
+// Exit 1 (not a signal: llama.cpp used to abort the process) with one printable error line
+// holding `fragment`.
+void ExpectRefusal(const Outcome& run, const std::string& fragment) {
+  ASSERT_TRUE(run.exited()) << run.Describe();
+  EXPECT_EQ(run.code(), 1) << run.Describe();
+  ExpectPlainLines(run.err, true, "stderr");
+  EXPECT_NE(run.err.find("kvcodec: error: "), std::string::npos) << run.Describe();
+  EXPECT_NE(run.err.find(fragment), std::string::npos) << run.Describe();
+}
+
+TEST(CliRefusals, TextForAModelWithoutATokenizerIsRefusedNotAborted) {
+  SKIP_WITHOUT_FIXTURES();
+  Scratch scratch;
+  const std::string model = (kFixtures / "llama-dense.gguf").string();
+  const std::string text = (scratch.dir() / "prompt.txt").string();
+  std::ofstream(text) << "In the beginning";
+  const std::string fragment = "model " + model + " has no tokenizer";
+  const std::vector<std::vector<std::string>> commands = {
+      {"tokenize", "--model", model, text},
+      {"run", "--model", model, "--store", "mem://", text},
+      {"eval", "--model", model, "--text", text, "--docs", "1", "--ctx", "8", "--cont", "4", "--quiet"},
+      {"encode", "--model", model, "--text", text, "--codec", "raw", "-o", (scratch.dir() / "a.kvc").string()},
+  };
+  for (const auto& args : commands) {
+    SCOPED_TRACE(args[0]);
+    const Outcome run = RunKvcodec(args, scratch);
+    ExpectRefusal(run, fragment);
+    EXPECT_NE(run.err.find("--token-file"), std::string::npos) << run.Describe();
+  }
+}
+
+// Token ids are the way in for such a model, used as given: no BOS (it has none) is prepended.
+// A -1 prepended would be outside the vocabulary, and llama.cpp's decode would fail.
+TEST(CliRefusals, TokenIdsForAModelWithoutBosRunAsGiven) {
+  SKIP_WITHOUT_FIXTURES();
+  Scratch scratch;
+  const std::string model = (kFixtures / "llama-dense.gguf").string();
+  const fs::path ids = scratch.dir() / "ids.txt";
+  WriteTokenFile(ids, 2, 81);  // exactly ctx + cont + 1: a BOS would push a token out
+  Outcome run = RunKvcodec({"eval", "--model", model, "--token-file", ids.string(), "--docs", "2", "--ctx", "64",
+                            "--cont", "16", "--json", "--quiet"},
+                           scratch);
+  ASSERT_TRUE(run.exited() && run.code() == 0) << run.Describe();
+  EXPECT_NE(run.out.find("\"n_docs\": 2"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("\"top1_agreement\": 1.0"), std::string::npos) << run.out;  // raw: lossless
+
+  WriteTokenFile(ids, 1, 40);
+  run = RunKvcodec({"encode", "--model", model, "--token-file", ids.string(), "--codec", "raw", "-o",
+                    (scratch.dir() / "a.kvc").string()},
+                   scratch);
+  ASSERT_TRUE(run.exited() && run.code() == 0) << run.Describe();
+  EXPECT_NE(run.out.find(": 40 tokens,"), std::string::npos) << run.out;
+}
+
+TEST(CliRefusals, AModelKeepingNoKvIsToldSoAtStart) {
+  SKIP_WITHOUT_FIXTURES();
+  Scratch scratch;
+  const fs::path ids = scratch.dir() / "ids.txt";
+  WriteTokenFile(ids, 4, 81);
+  const std::string text = (scratch.dir() / "prompt.txt").string();
+  std::ofstream(text) << "In the beginning";
+  for (const char* name : {"dream-dense", "llada-dense"}) {
+    const std::string model = (kFixtures / (std::string(name) + ".gguf")).string();
+    const std::vector<std::vector<std::string>> commands = {
+        {"run", "--model", model, "--store", "mem://", text},
+        {"serve", "--model", model, "--store", "mem://", "--port", "0"},
+        {"eval", "--model", model, "--token-file", ids.string(), "--docs", "2", "--ctx", "64", "--cont", "16",
+         "--quiet"},
+        {"calibrate", "--model", model, "--token-file", ids.string(), "--out", (scratch.dir() / "a.kvcal").string()},
+    };
+    for (const auto& args : commands) {
+      SCOPED_TRACE(std::string(name) + " " + args[0]);
+      const Outcome run = RunKvcodec(args, scratch, {.alarm_s = 30});
+      ExpectRefusal(run, "model " + model + " keeps no KV cache");
+      EXPECT_EQ(run.err.find("corrupt"), std::string::npos) << run.Describe();
+    }
+  }
+}
+
 // ---- Item: under an address-space limit every command exits --------------------------------
 
 // `ulimit -v 300000`: far less than OpenBLAS's threads would map (128 MiB each, one per core but

@@ -96,7 +96,8 @@ Command AddCalibrateCommand(CLI::App* parent) {
   calibrate->add_option("--tokens", ca->tokens, "Use at most this many tokens of the text (0: all)");
   calibrate
       ->add_option("--token-file", ca->token_file,
-                   "Pre-tokenised calibration text: one document per line of space-separated token ids")
+                   "Pre-tokenised calibration text: one document per line of space-separated token ids (the input "
+                   "for a model without a tokenizer)")
       ->excludes("--text");
   calibrate->add_option("--group", ca->grouping, "Features sharing a basis (auto: the better of layer and layer-head)")
       ->check(CLI::IsMember({"auto", "layer", "layer-head", "all"}))

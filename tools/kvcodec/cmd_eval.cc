@@ -77,10 +77,13 @@ Command AddEvalCommand(CLI::App* parent) {
   eval->add_option("--cont", ev->cont, "Continuation tokens scored")
       ->capture_default_str()
       ->check(CLI::Range(1u, 4096u));
-  eval->add_option("--text", ev->text, "Evaluation text (default: eval.txt beside the model)");
+  eval->add_option("--text", ev->text,
+                   "Evaluation text (default: eval.txt beside the model; each document starts with the model's BOS, "
+                   "if it has one)");
   eval->add_option("--token-file", ev->token_file,
-                   "Pre-tokenised documents: one per line of space-separated token ids (BOS added when missing); "
-                   "the first --docs lines of at least ctx + cont + 1 tokens are used")
+                   "Pre-tokenised documents: one per line of space-separated token ids (the model's BOS added when "
+                   "missing, if it has one); the first --docs lines of at least ctx + cont + 1 tokens are used; "
+                   "the input for a model without a tokenizer")
       ->excludes("--text");
   AddCacheTypeOption(eval, &ev->cache_type);
   AddThreadsOption(eval, &ev->threads);

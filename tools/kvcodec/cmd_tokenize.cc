@@ -1,4 +1,5 @@
-// `kvcodec tokenize`: the token ids a model gives a text, as `kvcodec run` prefills it (with BOS):
+// `kvcodec tokenize`: the token ids a model gives a text, as `kvcodec run` prefills it (with the
+// BOS where the model's tokenizer adds one; a model without a tokenizer is refused, not aborted):
 // what a program outside kvcodec (the Python package, a serving stack) needs to compute the chunk
 // keys `run` and `serve` look stored KV up by, and the token-file format calibrate and eval read.
 
@@ -55,7 +56,8 @@ Command AddTokenizeCommand(CLI::App* parent) {
       "tokenize", "Print a text's token ids as `kvcodec run` prefills it (a line of ids: the --token-file format)");
   tokenize->add_option("text", a->text, "Text file")->required();
   tokenize->add_option("--model", a->model, "GGUF model")->capture_default_str();
-  tokenize->add_flag("--no-bos", a->no_bos, "Do not start with the model's BOS token");
+  tokenize->add_flag("--no-bos", a->no_bos,
+                     "Do not start with the model's BOS token (only models whose tokenizer adds one start with it)");
   tokenize->add_flag("--json", a->json,
                      "Print {\"model\": the model's geometry, RoPE and fingerprint, \"tokens\": [...]}");
   return {tokenize, [a] { return RunTokenize(*a); }};
