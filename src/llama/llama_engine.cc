@@ -155,6 +155,9 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& path) {
   info.n_kv_heads = static_cast<uint32_t>(llama_model_n_head_kv(m->model_));
   info.n_vocab = static_cast<uint32_t>(llama_vocab_n_tokens(llama_model_get_vocab(m->model_)));
   info.n_ctx_train = static_cast<uint32_t>(llama_model_n_ctx_train(m->model_));
+  info.n_swa = static_cast<uint32_t>(std::max(0, llama_model_n_swa(m->model_)));
+  info.recurrent = llama_model_is_recurrent(m->model_);
+  info.hybrid = llama_model_is_hybrid(m->model_);
   const std::string key_length = MetaString(m->model_, info.architecture + ".attention.key_length");
   info.head_dim = key_length.empty() ? static_cast<uint32_t>(llama_model_n_embd(m->model_)) / std::max(1u, info.n_heads)
                                      : static_cast<uint32_t>(std::atoi(key_length.c_str()));
@@ -524,6 +527,165 @@ Status LlamaSession::WriteSeqState(int32_t seq, const KvView& kv) {
     return Internal("llama.cpp rejected the restored KV state (the shared cache may be full)");
   }
   return Status::Ok();
+}
+
+Result<std::vector<uint8_t>> LlamaSession::StateBlob(int32_t seq) const {
+  if (seq < 0 || static_cast<uint32_t>(seq) >= options_.n_seq) return InvalidArgument("no such sequence");
+  const size_t size = llama_state_seq_get_size(ctx_, seq);
+  std::vector<uint8_t> blob(size);
+  const size_t written = llama_state_seq_get_data(ctx_, blob.data(), blob.size(), seq);
+  if (written == 0 || written > size) return Internal("llama_state_seq_get_data failed");
+  blob.resize(written);
+  return blob;
+}
+
+Result<SeqState> LlamaSession::ExtractState(int32_t seq) const {
+  ASSIGN_OR_RETURN(const std::vector<uint8_t> blob, StateBlob(seq));
+  return ParseSeqState(blob);
+}
+
+Status LlamaSession::RestoreState(const SeqState& state, int32_t seq) {
+  if (seq < 0 || static_cast<uint32_t>(seq) >= options_.n_seq) return InvalidArgument("no such sequence");
+  SeqState target = state;
+  target.seq_id = seq;
+  for (StateSection& section : target.sections) {
+    // Per-sequence streams: the sequence's own.
+    if (auto* a = std::get_if<AttentionSection>(&section); a != nullptr && a->n_stream > 1) {
+      a->stream = static_cast<uint32_t>(seq);
+    }
+  }
+  ASSIGN_OR_RETURN(const std::vector<uint8_t> blob, kvc::WriteSeqState(target));
+  return RestoreStateBlob(blob, seq);
+}
+
+Status LlamaSession::RestoreStateBlob(std::span<const uint8_t> blob, int32_t seq) {
+  if (seq < 0 || static_cast<uint32_t>(seq) >= options_.n_seq) return InvalidArgument("no such sequence");
+  ClearSeq(seq);
+  if (llama_state_seq_set_data(ctx_, blob.data(), blob.size(), seq) != blob.size()) {
+    ClearSeq(seq);
+    return InvalidArgument("llama.cpp rejected the state (another model, cache type or context size?)");
+  }
+  if (seq == 0) {
+    // Where the sequence continues, as the memory itself says (a sliding-window or recurrent
+    // memory holds fewer cells than the tokens it has seen).
+    llama_memory_t memory = llama_get_memory(ctx_);
+    const llama_pos first = llama_memory_seq_pos_min(memory, 0), last = llama_memory_seq_pos_max(memory, 0);
+    next_pos_ = last < 0 ? 0 : last + 1;
+    n_cached_ = last < 0 ? 0 : static_cast<uint32_t>(last + 1 - std::max<llama_pos>(0, first));
+    last_logit_rows_.clear();
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// What identifies a section of a memory whatever cells it holds: its kind and layers.
+std::vector<uint64_t> SectionSignature(const StateSection& section) {
+  if (const auto* r = std::get_if<RecurrentSection>(&section)) {
+    return {1, r->n_layer, r->n_recurrent_layers, r->r_row_bytes, r->history_row_bytes, r->s_row_bytes};
+  }
+  const auto& a = std::get<AttentionSection>(section);
+  std::vector<uint64_t> sig = {0, a.n_stream, a.cell_ext_bytes, a.v_trans, a.k.size(), a.v.size()};
+  for (const auto* tensors : {&a.k, &a.v}) {
+    for (const StateTensor& t : *tensors)
+      sig.insert(sig.end(), {uint64_t(uint32_t(t.ggml_type)), t.row_bytes, t.elem_bytes});
+  }
+  return sig;
+}
+
+Result<std::vector<uint8_t>> GetStateBytes(llama_context* ctx, int32_t seq, llama_state_seq_flags flags) {
+  const size_t size = llama_state_seq_get_size_ext(ctx, seq, flags);
+  std::vector<uint8_t> blob(size);
+  const size_t written = llama_state_seq_get_data_ext(ctx, blob.data(), blob.size(), seq, flags);
+  if (written == 0 || written > size) return Internal("llama_state_seq_get_data failed");
+  blob.resize(written);
+  return blob;
+}
+
+}  // namespace
+
+Result<ChunkState> LlamaSession::ExtractChunkState(int32_t pos_begin, uint32_t n_tokens) {
+  if (options_.n_seq != 1) return InvalidArgument("extracting a chunk needs a single-sequence session");
+  const int32_t first = next_pos_ - static_cast<int32_t>(n_cached_);
+  const int32_t end = pos_begin + static_cast<int32_t>(n_tokens);
+  if (n_tokens == 0 || pos_begin < first || end > next_pos_) {
+    return InvalidArgument(
+        FormatMessage("positions %d..%d are not all in the sequence (%d..%d)", pos_begin, end, first, next_pos_));
+  }
+  const bool snapshots = model_->info().SnapshotsAtChunkEnds();
+  if (snapshots && end != next_pos_) {
+    return InvalidArgument(FormatMessage(
+        "this model's memory keeps a sliding window or a recurrent state: a chunk ending at %d is taken when the "
+        "sequence ends there (it ends at %d)",
+        end, next_pos_));
+  }
+  // The chunk's cells, through the staging sequence (as ExtractKvRange).
+  llama_memory_t memory = llama_get_memory(ctx_);
+  llama_memory_seq_cp(memory, 0, kStagingSeq, pos_begin, end);
+  auto staged_bytes = GetStateBytes(ctx_, kStagingSeq, 0);
+  llama_memory_seq_rm(memory, kStagingSeq, -1, -1);
+  RETURN_IF_ERROR(staged_bytes.status());
+  ASSIGN_OR_RETURN(SeqState staged, ParseSeqState(*staged_bytes));
+
+  ChunkState chunk;
+  chunk.pos_begin = pos_begin;
+  chunk.n_tokens = n_tokens;
+  chunk.at_boundary.assign(staged.sections.size(), false);
+  chunk.tokens.seq_id = 0;
+  chunk.boundary.seq_id = 0;
+  if (snapshots) {
+    // llama.cpp writes only the partial sections (sliding-window caches, recurrent states) under
+    // this flag; a cache that ignores it writes all of itself, which then all counts as snapshot.
+    ASSIGN_OR_RETURN(const std::vector<uint8_t> partial_bytes,
+                     GetStateBytes(ctx_, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY));
+    ASSIGN_OR_RETURN(chunk.boundary, ParseSeqState(partial_bytes));
+    // Its sections are some of the whole state's, in order: matched from the end.
+    ptrdiff_t j = static_cast<ptrdiff_t>(chunk.boundary.sections.size()) - 1;
+    for (ptrdiff_t i = static_cast<ptrdiff_t>(staged.sections.size()) - 1; i >= 0 && j >= 0; --i) {
+      if (SectionSignature(staged.sections[i]) == SectionSignature(chunk.boundary.sections[j])) {
+        chunk.at_boundary[i] = true;
+        --j;
+      }
+    }
+    if (j >= 0) return Internal("the memory's partial state is not part of its whole state");
+  }
+  for (size_t i = 0; i < staged.sections.size(); ++i) {
+    if (!chunk.at_boundary[i]) chunk.tokens.sections.push_back(std::move(staged.sections[i]));
+  }
+  if (const Status s = CheckChunkState(chunk); !s.ok()) {
+    return Internal("llama.cpp's state does not split into chunks: " + s.message());
+  }
+  return chunk;
+}
+
+Result<bool> LlamaSession::MemoryIsOneKvCache() {
+  if (one_kv_cache_) return *one_kv_cache_;
+  if (model_->info().SnapshotsAtChunkEnds()) {
+    one_kv_cache_ = false;
+    return false;
+  }
+  if (n_cached_ == 0) return InvalidArgument("the memory's layout is learnt from a sequence with tokens");
+  const int32_t first = next_pos_ - static_cast<int32_t>(n_cached_);
+  ASSIGN_OR_RETURN(const ChunkState one, ExtractChunkState(first, 1));
+  const ModelInfo& info = model_->info();
+  bool uniform = one.tokens.sections.size() == 1;
+  if (uniform) {
+    const auto& a = std::get<AttentionSection>(one.tokens.sections[0]);
+    const uint64_t row = uint64_t{info.n_kv_heads} * info.head_dim * DTypeSize(options_.cache_type);
+    const auto type = static_cast<int32_t>(GgmlType(options_.cache_type));
+    uniform = a.cell_ext_bytes == 0 && !a.k.empty() && a.v.size() == a.k.size() && a.k.size() == info.n_layers;
+    for (const auto* tensors : {&a.k, &a.v}) {
+      for (const StateTensor& t : *tensors) uniform = uniform && t.row_bytes == row && t.ggml_type == type;
+    }
+  }
+  one_kv_cache_ = uniform;
+  return uniform;
+}
+
+Status LlamaSession::RestoreChunks(std::span<const ChunkState> chunks) {
+  ASSIGN_OR_RETURN(const SeqState state, ComposePrefixState(chunks));
+  Clear();
+  return RestoreState(state, 0);
 }
 
 void LlamaSession::ClearSeq(int32_t seq) { llama_memory_seq_rm(llama_get_memory(ctx_), seq, -1, -1); }

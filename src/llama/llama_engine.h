@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -13,6 +14,8 @@
 #include "base/status.h"
 #include "format/container.h"
 #include "llama/chat_message.h"
+#include "llama/chunk_state.h"
+#include "llama/seq_state.h"
 #include "llama/token_sampler.h"
 #include "tensor/kv_cache.h"
 #include "tensor/rope.h"
@@ -31,6 +34,13 @@ struct ModelInfo {
   uint32_t n_vocab = 0;
   uint32_t n_ctx_train = 0;
   RopeParams rope;
+  // What the memory keeps beyond a cell per token: sliding-window caches (n_swa > 0) and
+  // recurrent states (recurrent-only or hybrid models). Where it does, a stored chunk carries a
+  // snapshot of that at its end (chunk_state.h).
+  uint32_t n_swa = 0;
+  bool recurrent = false;
+  bool hybrid = false;
+  bool SnapshotsAtChunkEnds() const { return n_swa > 0 || recurrent || hybrid; }
 };
 
 class LlamaModel {
@@ -185,6 +195,27 @@ class LlamaSession {
   // Replaces sequence `seq` with `kv` at its own positions.
   Status RestoreSeqKv(int32_t seq, const KvView& kv);
   void ClearSeq(int32_t seq);
+  // Sequence `seq`'s whole state as llama.cpp writes it: every cache of the model's memory
+  // (sliding-window, MLA, indexer and recurrent ones included), parsed (seq_state.h).
+  Result<SeqState> ExtractState(int32_t seq = 0) const;
+  // Replaces sequence `seq` with `state` (from ExtractState of a context of the same model and
+  // cache type, any sequence); the sequence continues after the last position it holds.
+  Status RestoreState(const SeqState& state, int32_t seq = 0);
+  // The bytes llama_state_seq_get_data writes for `seq`, and the restore of such bytes as they
+  // are: llama.cpp's own save and restore, the peer kvcodec is measured against.
+  Result<std::vector<uint8_t>> StateBlob(int32_t seq = 0) const;
+  Status RestoreStateBlob(std::span<const uint8_t> blob, int32_t seq = 0);
+  // Tokens [pos_begin, pos_begin + n_tokens) of the sequence as a stored chunk (chunk_state.h):
+  // their cells, and where the memory keeps more (ModelInfo::SnapshotsAtChunkEnds) a snapshot of
+  // it, so the sequence must then end at the chunk's end. Single-sequence sessions only.
+  Result<ChunkState> ExtractChunkState(int32_t pos_begin, uint32_t n_tokens);
+  // Replaces the sequence with the prefix `chunks` make (ComposePrefixState).
+  Status RestoreChunks(std::span<const ChunkState> chunks);
+  // Whether the model's memory is one KV cache of uniform layers (a KvCache: what the codecs
+  // take), learnt from the sequence's first cell (which it must have) and kept. Otherwise its
+  // chunks are stored as ChunkStates.
+  Result<bool> MemoryIsOneKvCache();
+
   // Makes sequence `dst` a copy of sequence `src` (its KV and positions), within llama.cpp: n
   // answers to one prompt share its prefill.
   Status CopySeq(int32_t src, int32_t dst);
@@ -211,6 +242,7 @@ class LlamaSession {
   uint32_t n_cached_ = 0;
   uint32_t n_vocab_ = 0;
   std::vector<int32_t> last_logit_rows_;  // batch index -> logits row, for the last Eval
+  std::optional<bool> one_kv_cache_;
   // The state blob a restore hands llama.cpp, kept from one chunk to the next so each append
   // writes into pages already mapped (a chunk-sized blob; a larger one is freed after use).
   std::vector<uint8_t> state_blob_;
