@@ -248,6 +248,10 @@ typedef struct kvc_run_params {
   int32_t has_seed;         /* non-zero: draw with `seed` (same seed and prompt, same text); else at random */
   uint64_t seed;
   int32_t n_fetch_threads; /* workers fetched chunks decode on (and new chunks encode on); 0: one per core */
+  /* Token ids to prefill instead of `prompt` (which may then be NULL), as given: no BOS is added. The only
+     prompt a model without a tokenizer takes; each id must be in the model's vocabulary. */
+  const int32_t* prompt_tokens;
+  size_t n_prompt_tokens;
 } kvc_run_params;
 
 /* What `kvcodec run` uses when given nothing: codec kvtc, 256-token chunks, 32 generated tokens,

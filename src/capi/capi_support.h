@@ -156,6 +156,8 @@ inline kvc::SessionOptions ToSessionOptions(const kvc_session_params& p) {
   o.n_threads = p.n_threads;
   o.cache_type = static_cast<kvc::DType>(p.cache_type);
   o.flash_attn = p.flash_attn != 0;
+  // A C API session exists to move KV in and out: a model that keeps none is refused by name.
+  o.require_kv = true;
   return o;
 }
 

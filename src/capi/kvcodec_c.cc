@@ -667,10 +667,16 @@ void kvc_run_default_params(kvc_run_params* params) {
 namespace {
 
 kvc::Result<std::string> RunJsonReport(const kvc_run_params* p) {
-  if (p->prompt == nullptr) return kvc::InvalidArgument("prompt is NULL");
+  if ((p->prompt == nullptr) == (p->prompt_tokens == nullptr)) {
+    return kvc::InvalidArgument("give the prompt as text or as token ids, one of them");
+  }
+  if (p->prompt_tokens != nullptr && (p->n_prompt_tokens == 0 || p->n_prompt_tokens > kvc::kMaxTokens)) {
+    return kvc::InvalidArgument("the prompt's token count is out of range");
+  }
   kvc::RunOptions o;
   o.model_path = p->model_path;
-  o.prompt = p->prompt;
+  if (p->prompt != nullptr) o.prompt = p->prompt;
+  if (p->prompt_tokens != nullptr) o.prompt_tokens.assign(p->prompt_tokens, p->prompt_tokens + p->n_prompt_tokens);
   if (p->store_url) o.store_url = p->store_url;
   if (p->codec) o.codec = p->codec;
   o.levels = SplitList(p->levels);

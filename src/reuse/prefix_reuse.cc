@@ -176,12 +176,19 @@ Result<PrefixRestore> RestoreStoredPrefix(Store& store, LlamaSession& session, c
                                           std::span<const ChunkKey> keys, uint32_t chunk_tokens,
                                           const CodecContext& codec_context, LinkShaper& link,
                                           const FetchOptions& options) {
+  return RestoreLookedUpPrefix(store, session, model, keys, LookupStoredPrefix(store, keys, chunk_tokens),
+                               codec_context, link, options);
+}
+
+Result<PrefixRestore> RestoreLookedUpPrefix(Store& store, LlamaSession& session, const ModelFingerprint& model,
+                                            std::span<const ChunkKey> keys, PrefixLookup lookup,
+                                            const CodecContext& codec_context, LinkShaper& link,
+                                            const FetchOptions& options) {
   if (session.n_cached() != 0) return InvalidArgument("restoring a prefix needs an empty session");
   // Each chunk goes into llama.cpp as it arrives, so none needs a place of its own for the run.
-  ASSIGN_OR_RETURN(FetchedPrefix fetched,
-                   FetchPrefix(
-                       store, model, keys, LookupStoredPrefix(store, keys, chunk_tokens), codec_context, link, options,
-                       [&](const KvView& chunk) { return session.AppendKv(chunk); }, true));
+  ASSIGN_OR_RETURN(FetchedPrefix fetched, FetchPrefix(
+                                              store, model, keys, std::move(lookup), codec_context, link, options,
+                                              [&](const KvView& chunk) { return session.AppendKv(chunk); }, true));
   return fetched.stats;
 }
 

@@ -102,6 +102,11 @@ Result<PrefixRestore> RestoreStoredPrefix(Store& store, LlamaSession& session, c
                                           std::span<const ChunkKey> keys, uint32_t chunk_tokens,
                                           const CodecContext& codec_context, LinkShaper& link,
                                           const FetchOptions& options);
+// The same for a run already looked up.
+Result<PrefixRestore> RestoreLookedUpPrefix(Store& store, LlamaSession& session, const ModelFingerprint& model,
+                                            std::span<const ChunkKey> keys, PrefixLookup lookup,
+                                            const CodecContext& codec_context, LinkShaper& link,
+                                            const FetchOptions& options);
 
 // The ThreadPool size that gives a fetch `fetch_threads` workers (0: one per core); the calling
 // thread, which waits on the link and restores, is not one of them.

@@ -13,6 +13,7 @@
 #include "llama/llama_engine.h"
 #include "llama/model_files.h"
 #include "reuse/prefix_reuse.h"
+#include "reuse/state_chunks.h"
 
 namespace kvc {
 namespace {
@@ -41,7 +42,17 @@ Result<RunReport> RunJob(const RunOptions& o) {
   ASSIGN_OR_RETURN(auto model, LlamaModel::Load(o.model_path));
   // What the model cannot do is said before anything else (the store, the probe) is touched.
   RETURN_IF_ERROR(model->CheckKeepsKv());
-  ASSIGN_OR_RETURN(std::vector<int32_t> tokens, model->Tokenize(o.prompt, true));
+  std::vector<int32_t> tokens = o.prompt_tokens;
+  if (tokens.empty()) {
+    ASSIGN_OR_RETURN(tokens, model->Tokenize(o.prompt, true));
+  } else {
+    for (const int32_t id : tokens) {
+      if (id < 0 || static_cast<uint32_t>(id) >= model->info().n_vocab) {
+        return InvalidArgument(
+            FormatMessage("token id %d is not in the model's vocabulary of %u", id, model->info().n_vocab));
+      }
+    }
+  }
   const bool starts_with_bos = model->has_bos() && !tokens.empty() && tokens.front() == model->bos_token();
   if (tokens.size() <= (starts_with_bos ? 1u : 0u)) return InvalidArgument("the prompt is empty");
   CalibrationRegistry calibrations;
@@ -106,8 +117,13 @@ Result<RunReport> RunJob(const RunOptions& o) {
     LinkShaper link(LinkShaper::GbpsToBytesPerSecond(o.link_gbps));
     FetchOptions fetch_options = ReuseFetchOptions(o.link_gbps, recompute_s, model->info(), floor, *store);
     fetch_options.pool = &pool;
-    auto restored = RestoreStoredPrefix(*store, *session, model->fingerprint(), keys, o.chunk_tokens, codec_context,
-                                        link, fetch_options);
+    PrefixLookup lookup = LookupStoredPrefix(*store, keys, o.chunk_tokens);
+    // What the chunks are stored as says how they are restored: state chunks for memories that
+    // are not one KV cache, codec rungs for the others.
+    const bool state_chunks = !lookup.manifests.empty() && IsStateChunkManifest(lookup.manifests[0]);
+    auto restored = state_chunks ? RestoreStoredStatePrefix(*store, *session, keys, lookup)
+                                 : RestoreLookedUpPrefix(*store, *session, model->fingerprint(), keys,
+                                                         std::move(lookup), codec_context, link, fetch_options);
     // The fetcher turns a missing or damaged chunk into a shorter prefix; an error here (a
     // restore llama.cpp refused) leaves nothing trustworthy in the session: start over.
     if (!restored.ok()) {
@@ -130,8 +146,27 @@ Result<RunReport> RunJob(const RunOptions& o) {
   r.reused_tokens = r.chunks_fetched * o.chunk_tokens;
 
   const auto t_prefill = SteadyClock::now();
-  const std::span<const int32_t> rest = std::span(tokens).subspan(r.reused_tokens);
+  std::span<const int32_t> rest = std::span(tokens).subspan(r.reused_tokens);
   r.prefilled_tokens = static_cast<uint32_t>(rest.size());
+  // A memory that keeps a sliding window or a recurrent state is prefilled a chunk at a time, each
+  // new chunk taken (in memory) as it ends: its snapshot is of that moment. Stored after the
+  // response, as other chunks.
+  const bool snapshots = model->info().SnapshotsAtChunkEnds();
+  std::vector<ChunkState> taken;
+  if (snapshots && o.store_new_chunks && store != nullptr) {
+    for (uint32_t c = r.chunks_fetched; c < keys.size(); ++c) {
+      const auto chunk_tokens = std::span(tokens).subspan(size_t{c} * o.chunk_tokens, o.chunk_tokens);
+      RETURN_IF_ERROR(session->Eval(chunk_tokens, false));
+      rest = rest.subspan(o.chunk_tokens);
+      auto chunk = session->ExtractChunkState(static_cast<int32_t>(c * o.chunk_tokens), o.chunk_tokens);
+      if (!chunk.ok()) {
+        Warn(r, "taking the prompt's chunks failed, they are not kept: " + chunk.status().ToString());
+        taken.clear();
+        break;  // the rest is prefilled at once below
+      }
+      taken.push_back(std::move(*chunk));
+    }
+  }
   RETURN_IF_ERROR(session->Eval(rest, false));
   ASSIGN_OR_RETURN(auto sampler, TokenSampler::Create(o.sampling, session->n_vocab(), so.n_ctx));
   int32_t next = sampler->Sample(session->Logits(-1));
@@ -143,6 +178,7 @@ Result<RunReport> RunJob(const RunOptions& o) {
   // valid UTF-8, and a character the last token left incomplete becomes U+FFFD.
   Utf8Stream text;
   for (uint32_t i = 0; i < o.n_generate; ++i) {
+    r.generated_ids.push_back(next);
     r.text += text.Push(model->TokenText(next));
     ++r.generated_tokens;
     if (i + 1 == o.n_generate) break;
@@ -158,8 +194,31 @@ Result<RunReport> RunJob(const RunOptions& o) {
     const auto t_store = SteadyClock::now();
     // Encoding is after the response, never on the TTFT path.
     const CodecContext store_context{&calibrations, &model->fingerprint(), &pool};
-    auto stored = StoreSessionChunks(*store, *session, keys, r.chunks_fetched, o.chunk_tokens, plan.rungs,
-                                     model->fingerprint(), store_context);
+    Result<StoredChunks> stored = StoredChunks{};
+    auto one_cache = session->MemoryIsOneKvCache();
+    if (!one_cache.ok()) {
+      stored = one_cache.status();
+    } else if (*one_cache) {
+      stored = StoreSessionChunks(*store, *session, keys, r.chunks_fetched, o.chunk_tokens, plan.rungs,
+                                  model->fingerprint(), store_context);
+    } else {
+      // Lossless state chunks: these layouts have no codec rungs yet.
+      r.stored_levels = {std::string(kStateChunkCodec) + "/tokens"};
+      if (snapshots) r.stored_levels.push_back(std::string(kStateChunkCodec) + "/boundary");
+      if (!snapshots) {
+        stored = StoreSessionStateChunks(*store, *session, keys, r.chunks_fetched, o.chunk_tokens);
+      }
+      for (uint32_t i = 0; i < taken.size() && stored.ok(); ++i) {
+        const uint32_t c = r.chunks_fetched + i;
+        auto one = StoreStateChunk(*store, keys[c], c, o.chunk_tokens, taken[i]);
+        if (!one.ok()) {
+          stored = one.status();
+          break;
+        }
+        stored->chunks += one->chunks;
+        stored->bytes += one->bytes;
+      }
+    }
     if (stored.ok()) {
       r.chunks_stored = stored->chunks;
       r.bytes_stored = stored->bytes;
@@ -173,7 +232,7 @@ Result<RunReport> RunJob(const RunOptions& o) {
   return r;
 }
 
-KVC_REPORT_JSON(RunReport, text, store, codec, link_gbps, prompt_tokens, reused_tokens, prefilled_tokens,
+KVC_REPORT_JSON(RunReport, text, generated_ids, store, codec, link_gbps, prompt_tokens, reused_tokens, prefilled_tokens,
                 generated_tokens, chunks_reusable, chunks_found, chunks_fetched, variants, fallback, damaged,
                 bytes_fetched, ttft_s, lookup_s, fetch_s, decode_s, restore_s, prefill_s, load_s, generate_s, store_s,
                 peak_rss_bytes, chunks_stored, bytes_stored, warnings, quality_floor, stored_levels)

@@ -21,7 +21,10 @@ namespace kvc {
 
 struct RunOptions {
   std::string model_path;
-  std::string prompt;          // text; the model's BOS is prepended where its tokenizer adds one
+  std::string prompt;  // text; the model's BOS is prepended where its tokenizer adds one
+  // Token ids to prefill instead of `prompt`, as given (no BOS added): the only prompt a model
+  // without a tokenizer takes. Each must be in the model's vocabulary.
+  std::vector<int32_t> prompt_tokens;
   std::string store_url;       // empty: DefaultStoreUrl()
   std::string store_secret;    // non-empty: objects sealed and checked with HMAC-SHA256 (StoreOptions)
   std::string codec = "kvtc";  // how new chunks are stored
@@ -43,7 +46,8 @@ struct RunOptions {
 };
 
 struct RunReport {
-  std::string text;  // generated
+  std::string text;                    // generated
+  std::vector<int32_t> generated_ids;  // the generated tokens (what `text` spells, if the model has a tokenizer)
   uint32_t prompt_tokens = 0, reused_tokens = 0, prefilled_tokens = 0, generated_tokens = 0;
   uint32_t chunks_reusable = 0;       // whole chunks before the prompt's last token
   uint32_t chunks_found = 0;          // of those, with a manifest in the store

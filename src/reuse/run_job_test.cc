@@ -512,5 +512,60 @@ TEST(RunJob, ClearErrors) {
   EXPECT_NE(long_prompt.message().find("n_ctx_train"), std::string::npos) << long_prompt.ToString();
 }
 
+// One model of each memory kind llama.cpp has, from its own per-architecture fixtures (no
+// tokenizer: token ids in, token ids out): the second run reuses every stored chunk and generates
+// what recomputing does.
+class RunJobMemoryKinds : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RunJobMemoryKinds, TheSecondRunReusesEveryChunkAndGeneratesWhatRecomputeDoes) {
+  const std::filesystem::path model = std::filesystem::path(KVCODEC_ARCHS_FIXTURES) / (GetParam() + ".gguf");
+  if (!std::filesystem::exists(model)) {
+    GTEST_SKIP() << "no fixture " << model << " (scripts/setup-llama.sh)";
+  }
+  const uint32_t n_vocab = LlamaModel::Load(model.string()).value()->info().n_vocab;
+  RunOptions o;
+  o.model_path = model.string();
+  for (uint32_t i = 0; i < 45; ++i) o.prompt_tokens.push_back(static_cast<int32_t>((i * 37 + 11) % n_vocab));
+  o.store_url = "dir://" + FreshStore("kinds-" + GetParam());
+  o.codec = "raw";
+  o.chunk_tokens = 8;
+  o.n_generate = 8;
+  o.threads = 1;
+  const auto first = RunJob(o);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->chunks_reusable, 5u);
+  EXPECT_EQ(first->chunks_stored, 5u) << (first->warnings.empty() ? "" : first->warnings[0]);
+  const auto second = RunJob(o);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(second->chunks_fetched, 5u) << second->fallback;
+  EXPECT_EQ(second->reused_tokens, 40u);
+  EXPECT_EQ(second->prefilled_tokens, 5u);
+  RunOptions recompute = o;
+  recompute.reuse = false;
+  recompute.store_new_chunks = false;
+  const auto again = RunJob(recompute);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_EQ(again->generated_ids.size(), 8u);
+  EXPECT_EQ(second->generated_ids, again->generated_ids);
+  EXPECT_EQ(first->generated_ids, again->generated_ids);
+  std::printf("%s: stored %s, %llu bytes for 5 chunks; fetched %llu bytes\n", GetParam().c_str(),
+              first->stored_levels.empty() ? "" : first->stored_levels.back().c_str(),
+              static_cast<unsigned long long>(first->bytes_stored),
+              static_cast<unsigned long long>(second->bytes_fetched));
+}
+
+// A unified cache (the codecs' path), a sliding-window pair, MLA, M-RoPE cell extensions, hybrid
+// attention + recurrent, recurrent only.
+INSTANTIATE_TEST_SUITE_P(Fixtures, RunJobMemoryKinds,
+                         ::testing::Values("llama-dense", "gemma2-dense", "deepseek2-moe", "qwen2vl-dense",
+                                           "qwen3next-moe", "mamba-dense"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string name = info.param;
+                           for (char& c : name) {
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return name;
+                         });
+
 }  // namespace
 }  // namespace kvc

@@ -243,6 +243,38 @@ TEST(CliRefusals, TokenIdsForAModelWithoutBosRunAsGiven) {
   EXPECT_NE(run.out.find(": 40 tokens,"), std::string::npos) << run.out;
 }
 
+// `run --token-file` on a hybrid (attention + recurrent) model: the second run restores every
+// stored state chunk and generates the same token ids.
+TEST(CliRun, TokenIdsOfAHybridModelAreReusedOnTheSecondRun) {
+  SKIP_WITHOUT_FIXTURES();
+  Scratch scratch;
+  const std::string model = (kFixtures / "jamba-dense.gguf").string();
+  const fs::path ids = scratch.dir() / "ids.txt";
+  WriteTokenFile(ids, 1, 45);
+  const std::vector<std::string> args = {"run",
+                                         "--model",
+                                         model,
+                                         "--token-file",
+                                         ids.string(),
+                                         "--store",
+                                         "dir://" + (scratch.dir() / "store").string(),
+                                         "--chunk",
+                                         "8",
+                                         "-n",
+                                         "6",
+                                         "--threads",
+                                         "1"};
+  const Outcome first = RunKvcodec(args, scratch);
+  ASSERT_TRUE(first.exited() && first.code() == 0) << first.Describe();
+  EXPECT_NE(first.out.find("stored 5 new chunks"), std::string::npos) << first.out;
+  const Outcome second = RunKvcodec(args, scratch);
+  ASSERT_TRUE(second.exited() && second.code() == 0) << second.Describe();
+  EXPECT_NE(second.out.find("reused 40 of 45 prompt tokens"), std::string::npos) << second.out;
+  const auto ids_line = [](const std::string& out) { return out.substr(0, out.find('\n')); };
+  EXPECT_EQ(ids_line(second.out), ids_line(first.out));
+  EXPECT_EQ(ids_line(first.out).rfind("token ids: ", 0), 0u) << first.out;
+}
+
 TEST(CliRefusals, AModelKeepingNoKvIsToldSoAtStart) {
   SKIP_WITHOUT_FIXTURES();
   Scratch scratch;

@@ -13,12 +13,13 @@
 #include "cli_files.h"
 #include "commands.h"
 #include "kvcodec/kvcodec.hpp"
+#include "kvcodec_tools.h"
 
 namespace kvcodec_cli {
 namespace {
 
 struct RunArgs {
-  std::string model = DefaultModel(), store, store_secret, codec = "kvtc", levels, calibration, prompt_file;
+  std::string model = DefaultModel(), store, store_secret, codec = "kvtc", levels, calibration, prompt_file, token_file;
   double link_gbps = 0;
   uint32_t chunk = 256, n_generate = 32;
   int threads = 0, fetch_threads = 0;
@@ -30,12 +31,27 @@ struct RunArgs {
 };
 
 int RunRun(const RunArgs& a) {
-  std::vector<uint8_t> prompt_bytes;
-  if (auto e = kvcodec_cli::ReadInputFile(a.prompt_file, kMaxTextFileBytes, &prompt_bytes); !e.empty()) return Fail(e);
-  const std::string prompt(prompt_bytes.begin(), prompt_bytes.end());
+  if (a.prompt_file.empty() == a.token_file.empty())
+    return Fail("give a prompt file or --token-file FILE, one of them");
+  std::string prompt;
+  std::vector<int32_t> prompt_tokens;
+  if (!a.token_file.empty()) {
+    // Ids are checked against the model's vocabulary by the job.
+    auto read = kvcodec::ReadTokenFile(a.token_file, INT32_MAX);
+    if (!read.ok()) return Fail(read.error());
+    prompt_tokens = std::move(read.value());
+  } else {
+    std::vector<uint8_t> prompt_bytes;
+    if (auto e = kvcodec_cli::ReadInputFile(a.prompt_file, kMaxTextFileBytes, &prompt_bytes); !e.empty()) {
+      return Fail(e);
+    }
+    prompt.assign(prompt_bytes.begin(), prompt_bytes.end());
+  }
   kvc_run_params p{};
   p.model_path = a.model.c_str();
-  p.prompt = prompt.c_str();
+  p.prompt = a.token_file.empty() ? prompt.c_str() : nullptr;
+  p.prompt_tokens = prompt_tokens.empty() ? nullptr : prompt_tokens.data();
+  p.n_prompt_tokens = prompt_tokens.size();
   p.store_url = a.store.empty() ? nullptr : a.store.c_str();
   p.codec = a.codec.c_str();
   p.levels = a.levels.empty() ? nullptr : a.levels.c_str();
@@ -64,7 +80,11 @@ int RunRun(const RunArgs& a) {
     return 0;
   }
   const auto j = nlohmann::json::parse(report.value());
-  std::printf("%s\n\n", j["text"].get<std::string>().c_str());
+  std::string ids;
+  for (const auto& id : j["generated_ids"]) ids += (ids.empty() ? "" : " ") + std::to_string(id.get<int32_t>());
+  // A model without a tokenizer spells no text: its tokens are what it generated.
+  const std::string text = j["text"].get<std::string>();
+  std::printf("%s\n\n", text.empty() && !ids.empty() ? ("token ids: " + ids).c_str() : text.c_str());
   std::string variants;
   for (const auto& v : j["variants"]) variants += (variants.empty() ? "" : " ") + Printable(v);
   std::printf("store %s: reused %u of %u prompt tokens (%u of %u whole chunks%s%s), prefilled %u\n",
@@ -101,7 +121,10 @@ Command AddRunCommand(CLI::App* parent) {
   auto* run = parent->add_subcommand("run",
                                      "The main job: reuse a prompt's stored KV prefix, prefill the rest, generate, "
                                      "store the new chunks; prints the text and the TTFT breakdown");
-  run->add_option("prompt", ru->prompt_file, "Prompt text file")->required();
+  run->add_option("prompt", ru->prompt_file, "Prompt text file");
+  run->add_option("--token-file", ru->token_file,
+                  "Token ids to prefill instead of a prompt text, as given (no BOS added): ids separated by spaces "
+                  "or newlines; the only prompt a model without a tokenizer takes");
   AddModelOption(run, &ru->model);
   run->add_option("--store", ru->store,
                   "Store URL: dir:///path, mem://, redis://[user[:password]@]host:port, "
