@@ -56,6 +56,84 @@ Status CheckChunkState(const ChunkState& chunk, bool with_boundary) {
   return Status::Ok();
 }
 
+namespace {
+
+// What identifies a section of a memory whatever cells it holds: its kind and layers.
+std::vector<uint64_t> SectionSignature(const StateSection& section) {
+  if (const auto* r = std::get_if<RecurrentSection>(&section)) {
+    return {1, r->n_layer, r->n_recurrent_layers, r->r_row_bytes, r->history_row_bytes, r->s_row_bytes};
+  }
+  const auto& a = std::get<AttentionSection>(section);
+  std::vector<uint64_t> sig = {0, a.n_stream, a.cell_ext_bytes, a.v_trans, a.k.size(), a.v.size()};
+  for (const auto* tensors : {&a.k, &a.v}) {
+    for (const StateTensor& t : *tensors) {
+      sig.insert(sig.end(), {static_cast<uint64_t>(static_cast<uint32_t>(t.ggml_type)), t.row_bytes, t.elem_bytes});
+    }
+  }
+  return sig;
+}
+
+}  // namespace
+
+Result<std::vector<bool>> MatchSnapshotSections(const SeqState& whole, const SeqState& snapshot) {
+  std::vector<bool> at_boundary(whole.sections.size(), false);
+  ptrdiff_t j = static_cast<ptrdiff_t>(snapshot.sections.size()) - 1;
+  for (ptrdiff_t i = static_cast<ptrdiff_t>(whole.sections.size()) - 1; i >= 0 && j >= 0; --i) {
+    if (SectionSignature(whole.sections[i]) == SectionSignature(snapshot.sections[j])) {
+      at_boundary[i] = true;
+      --j;
+    }
+  }
+  if (j >= 0) return InvalidArgument("the memory's partial state is not part of its whole state");
+  return at_boundary;
+}
+
+Result<ChunkState> SliceChunk(const SeqState& whole, const std::vector<bool>& at_boundary, const SeqState& snapshot,
+                              uint32_t index, uint32_t chunk_tokens) {
+  if (at_boundary.size() != whole.sections.size()) return InvalidArgument("a layout of other sections");
+  const uint64_t begin = uint64_t{index} * chunk_tokens;
+  if (chunk_tokens == 0 || begin + chunk_tokens > kMaxTokens) return InvalidArgument("a chunk out of range");
+  ChunkState chunk;
+  chunk.pos_begin = static_cast<int32_t>(begin);
+  chunk.n_tokens = chunk_tokens;
+  chunk.at_boundary = at_boundary;
+  chunk.tokens.seq_id = whole.seq_id;
+  chunk.boundary = snapshot;
+  for (size_t i = 0; i < whole.sections.size(); ++i) {
+    if (at_boundary[i]) continue;
+    const auto* a = std::get_if<AttentionSection>(&whole.sections[i]);
+    if (a == nullptr) return InvalidArgument("a recurrent state is not a chunk's own cells");
+    if (a->pos_begin > chunk.pos_begin || uint64_t(a->pos_begin) + a->n_cells < begin + chunk_tokens) {
+      return InvalidArgument(FormatMessage("section %zu holds cells %d..%d, not all of chunk %u's", i, a->pos_begin,
+                                           a->pos_begin + static_cast<int32_t>(a->n_cells), index));
+    }
+    const size_t first = static_cast<size_t>(begin - static_cast<uint64_t>(a->pos_begin));
+    // The chunk's rows only: a sequence is cut into chunks without copying it whole again.
+    AttentionSection cells{.n_stream = a->n_stream,
+                           .stream = a->stream,
+                           .pos_begin = chunk.pos_begin,
+                           .n_cells = chunk_tokens,
+                           .cell_ext_bytes = a->cell_ext_bytes,
+                           .cell_ext = {},
+                           .v_trans = a->v_trans,
+                           .k = {},
+                           .v = {}};
+    cells.cell_ext.assign(a->cell_ext.begin() + static_cast<ptrdiff_t>(first * a->cell_ext_bytes),
+                          a->cell_ext.begin() + static_cast<ptrdiff_t>((first + chunk_tokens) * a->cell_ext_bytes));
+    for (const auto [from, into] : {std::pair{&a->k, &cells.k}, std::pair{&a->v, &cells.v}}) {
+      for (const StateTensor& t : *from) {
+        into->push_back(
+            {t.ggml_type, t.elem_bytes, t.row_bytes,
+             std::vector<uint8_t>(t.rows.begin() + static_cast<ptrdiff_t>(first * t.row_bytes),
+                                  t.rows.begin() + static_cast<ptrdiff_t>((first + chunk_tokens) * t.row_bytes))});
+      }
+    }
+    chunk.tokens.sections.push_back(std::move(cells));
+  }
+  RETURN_IF_ERROR(CheckChunkState(chunk, true));
+  return chunk;
+}
+
 Result<SeqState> ComposePrefixState(std::span<const ChunkState> chunks) {
   if (chunks.empty()) return InvalidArgument("no chunks to compose");
   for (const ChunkState& chunk : chunks) RETURN_IF_ERROR(CheckChunkState(chunk, &chunk == &chunks.back()));

@@ -46,6 +46,17 @@ inline bool HasBoundary(const ChunkState& chunk) {
   return false;
 }
 
+// Which of `whole`'s sections are `snapshot`'s (what llama.cpp writes of the same sequence under
+// LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY): the same kind and layers, in order, matched from the end.
+// kInvalidArgument when `snapshot` is not part of `whole`.
+Result<std::vector<bool>> MatchSnapshotSections(const SeqState& whole, const SeqState& snapshot);
+
+// Chunk `index` of `whole` (a sequence's state from position 0, holding at least the chunk's
+// cells in every section that is not a snapshot), its snapshot sections taken from `snapshot`
+// (the sequence's state at the chunk's end; empty when `at_boundary` names none).
+Result<ChunkState> SliceChunk(const SeqState& whole, const std::vector<bool>& at_boundary, const SeqState& snapshot,
+                              uint32_t index, uint32_t chunk_tokens);
+
 // The state of the prefix `chunks` make (consecutive chunks from its first token on, one memory
 // layout): every token section's cells concatenated, the last chunk's snapshot sections (only
 // the last chunk needs its boundary). kInvalidArgument when the chunks do not follow one another

@@ -115,6 +115,24 @@ TEST(ChunkState, ChunksThatDoNotFollowOrDifferAreRefused) {
   EXPECT_EQ(CheckChunkState(recurrent_as_cells).code(), StatusCode::kInvalidArgument);
 }
 
+// What a server stores of a finished sequence: its whole state cut into chunks, each with the
+// snapshot taken at its end, gives back the chunks the sequence was made of.
+TEST(ChunkState, AWholeStateSlicesIntoItsChunks) {
+  const ChunkState a = HybridChunk(0, 4), b = HybridChunk(4, 4);
+  const SeqState whole = ComposePrefixState(std::vector<ChunkState>{a, b}).value();
+  const auto at_boundary = MatchSnapshotSections(whole, b.boundary);
+  ASSERT_TRUE(at_boundary.ok()) << at_boundary.status().ToString();
+  EXPECT_EQ(*at_boundary, a.at_boundary);
+  EXPECT_EQ(SliceChunk(whole, *at_boundary, a.boundary, 0, 4).value(), a);
+  EXPECT_EQ(SliceChunk(whole, *at_boundary, b.boundary, 1, 4).value(), b);
+  // Past the cells the state holds, or a snapshot of another memory: refused.
+  EXPECT_EQ(SliceChunk(whole, *at_boundary, b.boundary, 2, 4).status().code(), StatusCode::kInvalidArgument);
+  SeqState other;
+  other.sections.push_back(Cells(0, 2, 3));
+  other.sections.push_back(Cells(0, 2, 4));
+  EXPECT_EQ(MatchSnapshotSections(whole, other).status().code(), StatusCode::kInvalidArgument);
+}
+
 // Writes the fuzz corpus (fuzz/corpus/chunk_state): run with --gtest_also_run_disabled_tests
 // --gtest_filter=*WriteFuzzCorpus.
 TEST(ChunkState, DISABLED_WriteFuzzCorpus) {

@@ -579,20 +579,6 @@ Status LlamaSession::RestoreStateBlob(std::span<const uint8_t> blob, int32_t seq
 
 namespace {
 
-// What identifies a section of a memory whatever cells it holds: its kind and layers.
-std::vector<uint64_t> SectionSignature(const StateSection& section) {
-  if (const auto* r = std::get_if<RecurrentSection>(&section)) {
-    return {1, r->n_layer, r->n_recurrent_layers, r->r_row_bytes, r->history_row_bytes, r->s_row_bytes};
-  }
-  const auto& a = std::get<AttentionSection>(section);
-  std::vector<uint64_t> sig = {0, a.n_stream, a.cell_ext_bytes, a.v_trans, a.k.size(), a.v.size()};
-  for (const auto* tensors : {&a.k, &a.v}) {
-    for (const StateTensor& t : *tensors)
-      sig.insert(sig.end(), {uint64_t(uint32_t(t.ggml_type)), t.row_bytes, t.elem_bytes});
-  }
-  return sig;
-}
-
 Result<std::vector<uint8_t>> GetStateBytes(llama_context* ctx, int32_t seq, llama_state_seq_flags flags) {
   const size_t size = llama_state_seq_get_size_ext(ctx, seq, flags);
   std::vector<uint8_t> blob(size);
@@ -639,15 +625,7 @@ Result<ChunkState> LlamaSession::ExtractChunkState(int32_t pos_begin, uint32_t n
     ASSIGN_OR_RETURN(const std::vector<uint8_t> partial_bytes,
                      GetStateBytes(ctx_, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY));
     ASSIGN_OR_RETURN(chunk.boundary, ParseSeqState(partial_bytes));
-    // Its sections are some of the whole state's, in order: matched from the end.
-    ptrdiff_t j = static_cast<ptrdiff_t>(chunk.boundary.sections.size()) - 1;
-    for (ptrdiff_t i = static_cast<ptrdiff_t>(staged.sections.size()) - 1; i >= 0 && j >= 0; --i) {
-      if (SectionSignature(staged.sections[i]) == SectionSignature(chunk.boundary.sections[j])) {
-        chunk.at_boundary[i] = true;
-        --j;
-      }
-    }
-    if (j >= 0) return Internal("the memory's partial state is not part of its whole state");
+    ASSIGN_OR_RETURN(chunk.at_boundary, MatchSnapshotSections(staged, chunk.boundary));
   }
   for (size_t i = 0; i < staged.sections.size(); ++i) {
     if (!chunk.at_boundary[i]) chunk.tokens.sections.push_back(std::move(staged.sections[i]));
@@ -658,28 +636,42 @@ Result<ChunkState> LlamaSession::ExtractChunkState(int32_t pos_begin, uint32_t n
   return chunk;
 }
 
-Result<bool> LlamaSession::MemoryIsOneKvCache() {
+Result<bool> LlamaSession::MemoryIsOneKvCache(int32_t seq) {
   if (one_kv_cache_) return *one_kv_cache_;
   if (model_->info().SnapshotsAtChunkEnds()) {
     one_kv_cache_ = false;
     return false;
   }
-  if (n_cached_ == 0) return InvalidArgument("the memory's layout is learnt from a sequence with tokens");
-  const int32_t first = next_pos_ - static_cast<int32_t>(n_cached_);
-  ASSIGN_OR_RETURN(const ChunkState one, ExtractChunkState(first, 1));
+  // One cell is enough to see the layout; a session of several sequences (or one whose positions
+  // a caller tracks: DecodeBatch) has no staging one to take it through, and reads it whole.
+  SeqState cells;
+  if (options_.n_seq == 1 && seq == 0 && n_cached_ > 0) {
+    ASSIGN_OR_RETURN(ChunkState one, ExtractChunkState(next_pos_ - static_cast<int32_t>(n_cached_), 1));
+    cells = std::move(one.tokens);
+  } else {
+    ASSIGN_OR_RETURN(cells, ExtractState(seq));
+  }
   const ModelInfo& info = model_->info();
-  bool uniform = one.tokens.sections.size() == 1;
+  bool uniform = cells.sections.size() == 1;
   if (uniform) {
-    const auto& a = std::get<AttentionSection>(one.tokens.sections[0]);
+    const auto& a = std::get<AttentionSection>(cells.sections[0]);
     const uint64_t row = uint64_t{info.n_kv_heads} * info.head_dim * DTypeSize(options_.cache_type);
     const auto type = static_cast<int32_t>(GgmlType(options_.cache_type));
-    uniform = a.cell_ext_bytes == 0 && !a.k.empty() && a.v.size() == a.k.size() && a.k.size() == info.n_layers;
+    uniform = a.n_cells > 0 && a.cell_ext_bytes == 0 && !a.k.empty() && a.v.size() == a.k.size() &&
+              a.k.size() == info.n_layers;
     for (const auto* tensors : {&a.k, &a.v}) {
       for (const StateTensor& t : *tensors) uniform = uniform && t.row_bytes == row && t.ggml_type == type;
     }
   }
   one_kv_cache_ = uniform;
   return uniform;
+}
+
+Result<SeqState> LlamaSession::ExtractSnapshot(int32_t seq) {
+  if (seq < 0 || static_cast<uint32_t>(seq) >= options_.n_seq) return InvalidArgument("no such sequence");
+  if (!model_->info().SnapshotsAtChunkEnds()) return SeqState{.seq_id = seq, .sections = {}};
+  ASSIGN_OR_RETURN(const std::vector<uint8_t> bytes, GetStateBytes(ctx_, seq, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY));
+  return ParseSeqState(bytes);
 }
 
 Status LlamaSession::RestoreChunks(std::span<const ChunkState> chunks) {

@@ -212,9 +212,13 @@ class LlamaSession {
   // Replaces the sequence with the prefix `chunks` make (ComposePrefixState).
   Status RestoreChunks(std::span<const ChunkState> chunks);
   // Whether the model's memory is one KV cache of uniform layers (a KvCache: what the codecs
-  // take), learnt from the sequence's first cell (which it must have) and kept. Otherwise its
-  // chunks are stored as ChunkStates.
-  Result<bool> MemoryIsOneKvCache();
+  // take), learnt from sequence `seq` (which must hold tokens) and kept. Otherwise its chunks are
+  // stored as ChunkStates.
+  Result<bool> MemoryIsOneKvCache(int32_t seq = 0);
+  // What llama.cpp writes of sequence `seq` under LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY: its
+  // sliding-window caches and recurrent states, the snapshot a chunk ending where the sequence
+  // now ends keeps (ChunkState::boundary). Empty for a model without them.
+  Result<SeqState> ExtractSnapshot(int32_t seq);
 
   // Makes sequence `dst` a copy of sequence `src` (its KV and positions), within llama.cpp: n
   // answers to one prompt share its prefill.

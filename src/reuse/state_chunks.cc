@@ -58,10 +58,31 @@ Result<StoredChunks> StoreSessionStateChunks(Store& store, LlamaSession& session
   return out;
 }
 
-Result<PrefixRestore> RestoreStoredStatePrefix(Store& store, LlamaSession& session, std::span<const ChunkKey> keys,
-                                               const PrefixLookup& lookup) {
-  if (session.n_cached() != 0) return InvalidArgument("restoring a prefix needs an empty session");
-  PrefixRestore r;
+Result<StoredChunks> StoreStateChunks(Store& store, const SeqState& whole, std::span<const SeqState> snapshots,
+                                      std::span<const ChunkKey> keys, uint32_t first, uint32_t chunk_tokens) {
+  std::vector<bool> at_boundary(whole.sections.size(), false);
+  if (!snapshots.empty()) {
+    if (snapshots.size() != keys.size() - std::min<size_t>(first, keys.size())) {
+      return InvalidArgument("a snapshot for each chunk to store is needed");
+    }
+    ASSIGN_OR_RETURN(at_boundary, MatchSnapshotSections(whole, snapshots[0]));
+  }
+  StoredChunks out;
+  const SeqState none{.seq_id = whole.seq_id, .sections = {}};
+  for (uint32_t i = first; i < keys.size(); ++i) {
+    const SeqState& snapshot = snapshots.empty() ? none : snapshots[i - first];
+    ASSIGN_OR_RETURN(const ChunkState chunk, SliceChunk(whole, at_boundary, snapshot, i, chunk_tokens));
+    ASSIGN_OR_RETURN(const StoredChunks one, StoreStateChunk(store, keys[i], i, chunk_tokens, chunk));
+    out.chunks += one.chunks;
+    out.bytes += one.bytes;
+  }
+  return out;
+}
+
+Result<FetchedStatePrefix> FetchStoredStatePrefix(Store& store, std::span<const ChunkKey> keys,
+                                                  const PrefixLookup& lookup) {
+  FetchedStatePrefix out;
+  PrefixRestore& r = out.stats;
   r.lookup_s = lookup.lookup_s;
   r.fallback = lookup.fallback;
   r.damaged = lookup.damaged;
@@ -72,7 +93,7 @@ Result<PrefixRestore> RestoreStoredStatePrefix(Store& store, LlamaSession& sessi
     r.fallback = FormatMessage("chunk %zu: its manifest lists no state chunk", n);
     r.damaged = true;
   }
-  if (n == 0) return r;
+  if (n == 0) return out;
 
   const auto t_fetch = SteadyClock::now();
   std::vector<std::string> names;
@@ -82,7 +103,7 @@ Result<PrefixRestore> RestoreStoredStatePrefix(Store& store, LlamaSession& sessi
     max_bytes = std::max(max_bytes, ListedBytes(lookup.manifests[i], kTokensLevel));
   }
   auto got = store.GetMany(names, max_bytes);
-  std::vector<ChunkState> chunks;
+  std::vector<ChunkState>& chunks = out.chunks;
   auto stop = [&](size_t i, const std::string& what, const Status& status) {
     r.fallback = FormatMessage("chunk %zu: %s: %s", i, what.c_str(), status.ToString().c_str());
     r.damaged = r.damaged || status.code() == StatusCode::kCorrupt;
@@ -116,17 +137,27 @@ Result<PrefixRestore> RestoreStoredStatePrefix(Store& store, LlamaSession& sessi
     chunks.pop_back();
   }
   r.fetch_s = SecondsSince(t_fetch);
-  if (chunks.empty()) return r;
+  r.chunks_fetched = static_cast<uint32_t>(chunks.size());
+  r.variants.assign(chunks.size(), std::string(kStateChunkCodec) + "/" + kTokensLevel);
+  return out;
+}
+
+Result<PrefixRestore> RestoreStoredStatePrefix(Store& store, LlamaSession& session, std::span<const ChunkKey> keys,
+                                               const PrefixLookup& lookup) {
+  if (session.n_cached() != 0) return InvalidArgument("restoring a prefix needs an empty session");
+  ASSIGN_OR_RETURN(FetchedStatePrefix fetched, FetchStoredStatePrefix(store, keys, lookup));
+  PrefixRestore& r = fetched.stats;
+  if (fetched.chunks.empty()) return r;
   const auto t_restore = SteadyClock::now();
-  if (const Status restored = session.RestoreChunks(chunks); !restored.ok()) {
+  if (const Status restored = session.RestoreChunks(fetched.chunks); !restored.ok()) {
     // A store is a cache: what llama.cpp will not take is recomputed.
     session.Clear();
-    stop(chunks.size() - 1, "restore", restored);
+    r.fallback = "restore: " + restored.ToString();
+    r.chunks_fetched = 0;
+    r.variants.clear();
     return r;
   }
   r.restore_s = SecondsSince(t_restore);
-  r.chunks_fetched = static_cast<uint32_t>(chunks.size());
-  r.variants.assign(chunks.size(), std::string(kStateChunkCodec) + "/" + kTokensLevel);
   return r;
 }
 

@@ -36,6 +36,23 @@ Result<StoredChunks> StoreStateChunk(Store& store, const ChunkKey& key, uint32_t
 Result<StoredChunks> StoreSessionStateChunks(Store& store, LlamaSession& session, std::span<const ChunkKey> keys,
                                              uint32_t first, uint32_t chunk_tokens);
 
+// Stores chunks [first, keys.size()) of a sequence whose state is `whole` (from position 0, its
+// cells in every section that keeps them per token), where `snapshots[i]` is the sequence's
+// snapshot (LlamaSession::ExtractSnapshot) when it ended at chunk first + i's end; `snapshots`
+// is empty for a memory without snapshot sections. What a server keeps of a finished request.
+Result<StoredChunks> StoreStateChunks(Store& store, const SeqState& whole, std::span<const SeqState> snapshots,
+                                      std::span<const ChunkKey> keys, uint32_t first, uint32_t chunk_tokens);
+
+// The looked-up run of state chunks, read: every chunk's token object, the last chunk's boundary
+// object. A chunk whose objects are missing or damaged ends the run there (the rest is
+// recomputed); what was read and why it stopped are in `stats`, as for a KV cache prefix.
+struct FetchedStatePrefix {
+  PrefixRestore stats;
+  std::vector<ChunkState> chunks;
+};
+Result<FetchedStatePrefix> FetchStoredStatePrefix(Store& store, std::span<const ChunkKey> keys,
+                                                  const PrefixLookup& lookup);
+
 // Restores the looked-up run of state chunks into `session` (which must be empty): every chunk's
 // token object, the last chunk's boundary object, composed and restored whole. A chunk whose
 // objects are missing or damaged ends the run there (the rest is recomputed); what was restored

@@ -46,6 +46,10 @@ struct BatchScheduler::Slot {
   uint32_t choice = 0;
   uint32_t evaluated = 0;  // prompt and generated tokens in the sequence
   uint32_t restored_chunks = 0;
+  // A memory with sliding windows or recurrent states: their snapshot at the end of each new
+  // chunk of the prompt, taken as the prefill passes it (stored with the chunk when done).
+  std::vector<SeqState> snapshots;
+  bool snapshots_failed = false;
   bool waiting_for_prompt = false;  // a choice after the first, before the fork
   bool generating = false;          // prompt done; `next` is the token to evaluate
   int32_t next = 0;
@@ -115,6 +119,7 @@ void BatchScheduler::FetchLoop() {
         Fetch(*request);
       } catch (...) {
         request->fetched_.reset();
+        request->fetched_states_.reset();
         KVC_LOG_WARN("KV reuse failed, recomputing: %s", ExceptionText(std::current_exception()).c_str());
         std::lock_guard m(metrics_.mu);
         ++metrics_.reuse_failures;
@@ -145,6 +150,25 @@ void BatchScheduler::Lookup(ServeRequest& request) {
 void BatchScheduler::Fetch(ServeRequest& request) {
   if (o_.fifo) Lookup(request);
   if (request.lookup_.manifests.empty()) return;
+  if (IsStateChunkManifest(request.lookup_.manifests[0])) {
+    auto fetched = FetchStoredStatePrefix(*reuse_.store, request.keys_, request.lookup_);
+    if (!fetched.ok()) {
+      KVC_LOG_WARN("KV reuse failed, recomputing: %s", fetched.status().ToString().c_str());
+      std::lock_guard m(metrics_.mu);
+      ++metrics_.reuse_failures;
+      return;
+    }
+    if (!fetched->stats.fallback.empty()) {
+      KVC_LOG_WARN("KV reuse stopped early, recomputing the rest: %s", fetched->stats.fallback.c_str());
+    }
+    {
+      std::lock_guard m(metrics_.mu);
+      metrics_.fetch.Add(fetched->stats.fetch_s);
+      if (fetched->stats.damaged) ++metrics_.damaged_chunks;
+    }
+    request.fetched_states_ = std::move(*fetched);
+    return;
+  }
   // Chunks decode side by side on the pool, each on one worker.
   const CodecContext context{reuse_.calibrations, reuse_.model, nullptr};
   FetchOptions options = ReuseFetchOptions(o_.link_gbps, o_.recompute_s, model_.info(), o_.floor, *reuse_.store);
@@ -211,6 +235,8 @@ void BatchScheduler::EngineLoop() {
           s.generating = false;
           s.evaluated = 0;
           s.restored_chunks = 0;
+          s.snapshots.clear();
+          s.snapshots_failed = false;
         }
         request->open_choices_ = n;
         admitted.push_back(free[0]);
@@ -304,7 +330,24 @@ void BatchScheduler::Admit(Slot& lead) {
     std::lock_guard m(metrics_.mu);
     metrics_.restore.Add(SecondsSince(t));
   }
+  if (r.fetched_states_ && !r.fetched_states_->chunks.empty()) {
+    const auto t = SteadyClock::now();
+    auto state = ComposePrefixState(r.fetched_states_->chunks);
+    Status s = state.status();
+    if (state.ok()) s = session_.RestoreState(*state, lead.seq);
+    if (s.ok()) {
+      lead.restored_chunks = r.fetched_states_->stats.chunks_fetched;
+      lead.evaluated = lead.restored_chunks * o_.chunk_tokens;
+      r.generation_.fetched_bytes = r.fetched_states_->stats.bytes;
+    } else {
+      KVC_LOG_WARN("restoring the fetched prefix failed, recomputing: %s", s.ToString().c_str());
+      session_.ClearSeq(lead.seq);
+    }
+    std::lock_guard m(metrics_.mu);
+    metrics_.restore.Add(SecondsSince(t));
+  }
   r.fetched_.reset();  // the decoded prefix can be large; the sequence holds it now
+  r.fetched_states_.reset();
   r.generation_.cached_tokens = lead.evaluated;
   lead.prefill_start = SteadyClock::now();
 }
@@ -331,10 +374,16 @@ void BatchScheduler::Step() {
   auto remaining = [](const Slot* s) { return s->request->tokens_.size() - s->evaluated; };
   std::stable_sort(prefilling.begin(), prefilling.end(),
                    [&](const Slot* a, const Slot* b) { return remaining(a) < remaining(b); });
+  // Slices of a memory with snapshots end at chunk ends, where the snapshot is taken.
+  const bool take_snapshots = o_.reuse && model_.info().SnapshotsAtChunkEnds();
   for (Slot* s : prefilling) {
     if (room == 0) break;
     const std::span<const int32_t> prompt(s->request->tokens_);
-    const size_t n = std::min(room, remaining(s));
+    size_t n = std::min(room, remaining(s));
+    const uint64_t next_end = (uint64_t{s->evaluated} / o_.chunk_tokens + 1) * o_.chunk_tokens;
+    if (take_snapshots && s->choice == 0 && next_end <= uint64_t{s->request->keys_.size()} * o_.chunk_tokens) {
+      n = std::min<size_t>(n, next_end - s->evaluated);
+    }
     entries.push_back({s->seq, static_cast<int32_t>(s->evaluated), prompt.subspan(s->evaluated, n)});
     owners.push_back(s);
     room -= n;
@@ -358,6 +407,18 @@ void BatchScheduler::Step() {
     if (s.generating) {
       Emit(s, logits);
       continue;
+    }
+    const uint32_t chunk_end = s.evaluated / o_.chunk_tokens;
+    if (take_snapshots && !s.snapshots_failed && s.evaluated % o_.chunk_tokens == 0 && chunk_end > s.restored_chunks &&
+        chunk_end <= s.request->keys_.size()) {
+      if (auto snapshot = session_.ExtractSnapshot(s.seq); snapshot.ok()) {
+        s.snapshots.push_back(std::move(*snapshot));
+      } else {
+        // Nothing of this prompt is stored then; the request itself goes on.
+        KVC_LOG_WARN("taking a chunk's snapshot failed: %s", snapshot.status().ToString().c_str());
+        s.snapshots_failed = true;
+        s.snapshots.clear();
+      }
     }
     if (s.evaluated < s.request->tokens_.size()) continue;
     s.generating = true;
@@ -431,13 +492,29 @@ void BatchScheduler::Release(Slot& slot, Status status, const char* finish_reaso
   ServeRequest& r = *slot.request;
   const bool prompt_done = slot.generating;
   try {
-    if (status.ok() && o_.reuse && prompt_done && slot.choice == 0 && slot.restored_chunks < r.keys_.size()) {
-      if (auto kv = session_.ExtractSeqKv(slot.seq); kv.ok()) {
+    if (status.ok() && o_.reuse && prompt_done && slot.choice == 0 && slot.restored_chunks < r.keys_.size() &&
+        !slot.snapshots_failed) {
+      StoreJob job{.kv = {}, .whole = {}, .snapshots = {}, .keys = r.keys_, .first = slot.restored_chunks};
+      Status copied = Status::Ok();
+      auto one_cache = session_.MemoryIsOneKvCache(slot.seq);
+      if (!one_cache.ok()) {
+        copied = one_cache.status();
+      } else if (*one_cache) {
+        auto kv = session_.ExtractSeqKv(slot.seq);
+        copied = kv.status();
+        if (kv.ok()) job.kv = std::move(*kv);
+      } else {
+        auto whole = session_.ExtractState(slot.seq);
+        copied = whole.status();
+        if (whole.ok()) job.whole = std::move(*whole);
+        job.snapshots = std::move(slot.snapshots);
+      }
+      if (copied.ok()) {
         std::lock_guard lock(mu_);
-        store_jobs_.push_back({std::move(*kv), r.keys_, slot.restored_chunks});
+        store_jobs_.push_back(std::move(job));
         store_cv_.notify_one();
       } else {
-        KVC_LOG_WARN("copying a finished request's KV out failed: %s", kv.status().ToString().c_str());
+        KVC_LOG_WARN("copying a finished request's KV out failed: %s", copied.ToString().c_str());
       }
     }
     if (slot.choice < r.choices_.size()) {
@@ -498,10 +575,15 @@ void BatchScheduler::StoreLoop() {
     }
     Result<StoredChunks> stored = Internal("not stored");
     try {
-      stored = StoreChunks(
-          *reuse_.store, job.kv.View(), job.keys, job.first, o_.chunk_tokens,
-          o_.rungs.empty() ? std::vector<StoredRung>{{reuse_.codec, reuse_.codec->info().default_level}} : o_.rungs,
-          *reuse_.model, context);
+      if (job.whole) {
+        // Lossless state chunks: these layouts have no codec rungs yet.
+        stored = StoreStateChunks(*reuse_.store, *job.whole, job.snapshots, job.keys, job.first, o_.chunk_tokens);
+      } else {
+        stored = StoreChunks(
+            *reuse_.store, job.kv.View(), job.keys, job.first, o_.chunk_tokens,
+            o_.rungs.empty() ? std::vector<StoredRung>{{reuse_.codec, reuse_.codec->info().default_level}} : o_.rungs,
+            *reuse_.model, context);
+      }
     } catch (...) {
       stored = Internal(ExceptionText(std::current_exception()));
     }

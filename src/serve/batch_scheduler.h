@@ -31,6 +31,7 @@
 #include "base/utf8.h"
 #include "llama/token_sampler.h"
 #include "reuse/prefix_reuse.h"
+#include "reuse/state_chunks.h"
 #include "serve/serve_metrics.h"
 #include "serve/stop_filter.h"
 
@@ -116,6 +117,8 @@ class ServeRequest {
   std::vector<ChunkKey> keys_;
   PrefixLookup lookup_;
   std::optional<FetchedPrefix> fetched_;
+  // The fetched prefix of a model whose memory is not one KV cache (reuse/state_chunks.h).
+  std::optional<FetchedStatePrefix> fetched_states_;
   std::vector<Choice> choices_;  // the engine thread's
   uint32_t open_choices_ = 0;
   bool disconnect_counted_ = false;
@@ -198,6 +201,10 @@ class BatchScheduler {
   std::deque<std::shared_ptr<ServeRequest>> ready_;
   struct StoreJob {
     KvCache kv;
+    // A memory that is not one KV cache: the sequence's whole state and, where it keeps sliding
+    // windows or recurrent states, their snapshot at each new chunk's end (state_chunks.h).
+    std::optional<SeqState> whole;
+    std::vector<SeqState> snapshots;
     std::vector<ChunkKey> keys;
     uint32_t first = 0;
   };

@@ -1406,6 +1406,66 @@ TEST(ServerWithoutTokenizer, ServesTokenIdsAndRefusesText) {
   std::filesystem::remove_all(dir);
 }
 
+// One model of each memory kind (llama.cpp's fixtures): a server stores a prompt's chunks (state
+// chunks where the memory is not one KV cache; sliding-window and recurrent snapshots taken as the
+// prefill passes each chunk's end), and a second server reuses all of them, generating what the
+// first computed (log-probabilities equal to 1e-4: the two prefill in differently sized batches).
+class ServerMemoryKinds : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ServerMemoryKinds, ASecondServerReusesEveryStoredChunk) {
+  const std::filesystem::path model = ArchsFixture(GetParam());
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << "no " << model << " (scripts/setup-llama.sh writes it)";
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("kvc-server-kinds-" + GetParam() + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  ServerOptions o = TestServerOptions(dir / "store");
+  o.model_path = model.string();
+  o.n_ctx = 128;
+  o.parallel = 2;
+  o.chunk_tokens = 8;
+  o.plan_recompute = false;
+  std::vector<int32_t> prompt(45);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 37 + 5) % 128);
+  const Json body = {{"prompt", prompt}, {"max_tokens", 6}, {"logprobs", 1}};
+  auto serve_once = [&]() {
+    auto server = CompletionServer::Create(o);
+    EXPECT_TRUE(server.ok()) << server.status().ToString();
+    if (!server.ok()) return Json();
+    EXPECT_TRUE((*server)->Start().ok());
+    httplib::Client c("127.0.0.1", (*server)->port());
+    c.set_read_timeout(60, 0);
+    auto res = c.Post("/v1/completions", body.dump(), "application/json");
+    EXPECT_TRUE(res && res->status == 200) << (res ? res->body : "no answer");
+    const Status drained = WaitForServerStores("http://127.0.0.1:" + std::to_string((*server)->port()), 30);
+    EXPECT_TRUE(drained.ok()) << drained.ToString();
+    (*server)->Stop();
+    return res ? Json::parse(res->body, nullptr, false) : Json();
+  };
+  const Json first = serve_once();
+  const Json second = serve_once();
+  EXPECT_EQ(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0) << first.dump();
+  EXPECT_EQ(second["usage"]["prompt_tokens_details"]["cached_tokens"], 40) << second.dump();
+  const Json& a = first["choices"][0]["logprobs"]["token_logprobs"];
+  const Json& b = second["choices"][0]["logprobs"]["token_logprobs"];
+  ASSERT_EQ(a.size(), 6u) << first.dump();
+  ASSERT_EQ(b.size(), a.size()) << second.dump();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i].get<double>(), b[i].get<double>(), 1e-4) << i;
+  std::filesystem::remove_all(dir);
+}
+
+// A unified cache (the codecs' path), a sliding-window pair, MLA, M-RoPE cell extensions, hybrid
+// attention + recurrent, recurrent only.
+INSTANTIATE_TEST_SUITE_P(Fixtures, ServerMemoryKinds,
+                         ::testing::Values("llama-dense", "gemma2-dense", "deepseek2-moe", "qwen2vl-dense",
+                                           "qwen3next-moe", "mamba-dense"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string name = info.param;
+                           for (char& c : name) {
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return name;
+                         });
+
 // A diffusion model keeps no KV: serve refuses to start, saying so (not that its state is corrupt).
 TEST(ServerWithoutKv, RefusesToStartSayingTheModelKeepsNoKv) {
   const std::filesystem::path model = ArchsFixture("dream-dense");
