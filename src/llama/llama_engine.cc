@@ -539,6 +539,8 @@ Result<std::vector<uint8_t>> LlamaSession::StateBlob(int32_t seq) const {
   return blob;
 }
 
+size_t LlamaSession::StateBlobBytes(int32_t seq) const { return llama_state_seq_get_size(ctx_, seq); }
+
 Result<SeqState> LlamaSession::ExtractState(int32_t seq) const {
   ASSIGN_OR_RETURN(const std::vector<uint8_t> blob, StateBlob(seq));
   return ParseSeqState(blob);

@@ -204,6 +204,8 @@ class LlamaSession {
   // The bytes llama_state_seq_get_data writes for `seq`, and the restore of such bytes as they
   // are: llama.cpp's own save and restore, the peer kvcodec is measured against.
   Result<std::vector<uint8_t>> StateBlob(int32_t seq = 0) const;
+  // Its size, without copying it: what llama.cpp's own save of the sequence writes.
+  size_t StateBlobBytes(int32_t seq = 0) const;
   Status RestoreStateBlob(std::span<const uint8_t> blob, int32_t seq = 0);
   // Tokens [pos_begin, pos_begin + n_tokens) of the sequence as a stored chunk (chunk_state.h):
   // their cells, and where the memory keeps more (ModelInfo::SnapshotsAtChunkEnds) a snapshot of

@@ -168,6 +168,7 @@ Result<RunReport> RunJob(const RunOptions& o) {
     }
   }
   RETURN_IF_ERROR(session->Eval(rest, false));
+  r.llama_state_bytes = session->StateBlobBytes();
   ASSIGN_OR_RETURN(auto sampler, TokenSampler::Create(o.sampling, session->n_vocab(), so.n_ctx));
   int32_t next = sampler->Sample(session->Logits(-1));
   r.prefill_s = SecondsSince(t_prefill);
@@ -235,7 +236,7 @@ Result<RunReport> RunJob(const RunOptions& o) {
 KVC_REPORT_JSON(RunReport, text, generated_ids, store, codec, link_gbps, prompt_tokens, reused_tokens, prefilled_tokens,
                 generated_tokens, chunks_reusable, chunks_found, chunks_fetched, variants, fallback, damaged,
                 bytes_fetched, ttft_s, lookup_s, fetch_s, decode_s, restore_s, prefill_s, load_s, generate_s, store_s,
-                peak_rss_bytes, chunks_stored, bytes_stored, warnings, quality_floor, stored_levels)
+                peak_rss_bytes, chunks_stored, bytes_stored, llama_state_bytes, warnings, quality_floor, stored_levels)
 
 std::string RunReportJson(const RunReport& r) { return DumpReport(r); }
 

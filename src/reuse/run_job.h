@@ -61,6 +61,9 @@ struct RunReport {
   uint64_t peak_rss_bytes = 0;  // the process's peak resident memory when the job ended
   uint32_t chunks_stored = 0;
   uint64_t bytes_stored = 0;
+  // llama.cpp's own state of the prompt (what its slot save writes), beside which bytes_stored
+  // (every chunk, every rung, snapshots) and bytes_fetched (one prefix) are measured.
+  uint64_t llama_state_bytes = 0;
   std::string store, codec;                // the store's URL without any password
   std::vector<std::string> warnings;       // the store's failures, each one line (the text was still generated)
   std::string quality_floor;               // how the rungs allowed for this model were decided
