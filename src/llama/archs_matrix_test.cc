@@ -5,12 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "codecs/codec.h"
+#include "codecs/kvtc/kvtc_fit.h"
+#include "kvtc/calibration_registry.h"
 #include "llama/chunk_state.h"
 #include "llama/llama_engine.h"
 #include "llama/llama_state.h"
@@ -182,6 +186,90 @@ TEST_P(ArchsMatrix, ChunksTakenAtTheirEndsRestoreThePrefixExactly) {
       "bytes %s %s: llama.cpp state %zu, stored %zu (tokens %zu + snapshots %zu), fetched for the prefix %zu%s\n",
       GetParam().c_str(), SeqStateKinds(*whole_state).c_str(), whole_blob.size(), tokens_bytes + boundary_bytes,
       tokens_bytes, boundary_bytes, fetched, chunked_is_whole ? "" : " (chunked prefill differs from whole)");
+}
+
+// Where the memory is one KV cache (the codecs' path), every codec at its most accurate level
+// round-trips the model's own KV with a small, finite error (kvtc calibrated on other windows of
+// the same model); raw exactly.
+TEST_P(ArchsMatrix, EveryCodecRoundTripsTheModelsKv) {
+  const std::filesystem::path path = FixturesDir() / (GetParam() + ".gguf");
+  if (!std::filesystem::exists(path)) {
+    GTEST_SKIP() << "no fixtures in " << FixturesDir() << " (scripts/setup-llama.sh)";
+  }
+  auto model = LlamaModel::Load(path.string());
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const ModelInfo& info = (*model)->info();
+  auto session = NewSession(**model);
+  constexpr uint32_t kWindow = 64;
+  // Six windows of other tokens: four fit kvtc, one is held out by the fit, one is coded.
+  std::vector<KvCache> windows;
+  for (uint32_t w = 0; w < 6; ++w) {
+    std::mt19937 rng(1000 + w);
+    std::vector<int32_t> tokens(kWindow);
+    for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % info.n_vocab);
+    session->Clear();
+    ASSERT_TRUE(session->Eval(tokens, false).ok());
+    if (w == 0) {
+      auto one_cache = session->MemoryIsOneKvCache();
+      ASSERT_TRUE(one_cache.ok()) << one_cache.status().ToString();
+      if (!*one_cache) GTEST_SKIP() << "not one KV cache: stored as lossless state chunks, no codec rungs yet";
+    }
+    auto kv = session->ExtractKv();
+    ASSERT_TRUE(kv.ok()) << kv.status().ToString();
+    windows.push_back(std::move(*kv));
+  }
+  KvtcFitOptions fit_options;
+  fit_options.chunk_tokens = kWindow;
+  fit_options.ratios = {4};
+  fit_options.n_threads = 1;
+  fit_options.progress = false;
+  auto fitter = KvtcFitter::Create({.fingerprint = (*model)->fingerprint(),
+                                    .n_layers = info.n_layers,
+                                    .n_kv_heads = info.n_kv_heads,
+                                    .head_dim = info.head_dim,
+                                    .rope = info.rope},
+                                   fit_options);
+  ASSERT_TRUE(fitter.ok()) << fitter.status().ToString();
+  for (uint32_t w = 0; w < 5; ++w) {
+    const Status added =
+        w < 4 ? (*fitter)->AddFitWindow(windows[w].View()) : (*fitter)->AddHeldoutWindow(windows[w].View());
+    ASSERT_TRUE(added.ok()) << added.ToString();
+  }
+  KvtcCalibration calibration;
+  ASSERT_TRUE((*fitter)->Finish(&calibration).ok());
+  CalibrationRegistry registry;
+  ASSERT_TRUE(registry.Add(calibration).ok());
+  const ModelFingerprint& fingerprint = (*model)->fingerprint();
+  const CodecContext context{&registry, &fingerprint, nullptr};
+  const KvCache& kv = windows.back();
+  std::vector<float> a(kv.shape().row_elems() * kWindow), b(a.size());
+  for (const Codec* codec : AllCodecs()) {
+    const std::string& level = codec->info().levels.front();
+    SCOPED_TRACE(codec->info().name + "/" + level);
+    auto file = EncodeKvc(*codec, kv.View(), {.level = level, .params = {}}, fingerprint, 0, context);
+    ASSERT_TRUE(file.ok()) << file.status().ToString();
+    auto decoded = DecodeKvc(*file, &fingerprint, context);
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    double err = 0, energy = 0;
+    for (KvKind kind : kKvKinds) {
+      for (uint32_t l = 0; l < info.n_layers; ++l) {
+        kv.ReadRowsF32(kind, l, 0, kWindow, a.data());
+        decoded->ReadRowsF32(kind, l, 0, kWindow, b.data());
+        for (size_t i = 0; i < a.size(); ++i) {
+          ASSERT_TRUE(std::isfinite(b[i]));
+          err += (double{a[i]} - b[i]) * (double{a[i]} - b[i]);
+          energy += double{a[i]} * a[i];
+        }
+      }
+    }
+    const double relative = energy > 0 ? err / energy : err;
+    RecordProperty(codec->info().name, std::to_string(relative));
+    if (codec->info().name == "raw") {
+      EXPECT_EQ(err, 0.0);
+    } else {
+      EXPECT_LT(relative, 0.05);
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ArchsMatrix, ::testing::ValuesIn(Fixtures()),
