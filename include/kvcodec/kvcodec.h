@@ -252,6 +252,7 @@ typedef struct kvc_run_params {
      prompt a model without a tokenizer takes; each id must be in the model's vocabulary. */
   const int32_t* prompt_tokens;
   size_t n_prompt_tokens;
+  int32_t always_fetch; /* non-zero: fetch every stored chunk (else the planner may prefill one it predicts faster) */
 } kvc_run_params;
 
 /* What `kvcodec run` uses when given nothing: codec kvtc, 256-token chunks, 32 generated tokens,

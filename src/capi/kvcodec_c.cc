@@ -688,6 +688,7 @@ kvc::Result<std::string> RunJsonReport(const kvc_run_params* p) {
   o.threads = p->n_threads;
   o.store_new_chunks = p->no_store == 0;
   o.reuse = p->no_reuse == 0;
+  o.plan_recompute = p->always_fetch == 0;
   SetQuality(p, &o.profile, &o.quality);
   if (p->store_secret) o.store_secret = p->store_secret;
   o.sampling.temperature = static_cast<float>(p->temperature);

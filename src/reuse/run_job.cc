@@ -103,7 +103,10 @@ Result<RunReport> RunJob(const RunOptions& o) {
   so.require_kv = true;
   ASSIGN_OR_RETURN(auto session, LlamaSession::Create(*model, so));
   const std::span<const int32_t> probe = std::span(tokens).first(std::min<size_t>(kProbeTokens, tokens.size()));
-  ASSIGN_OR_RETURN(const double recompute_s, MeasureChunkPrefillSeconds(*session, probe, o.chunk_tokens));
+  double recompute_s = 0;  // never: every stored chunk is fetched
+  if (o.plan_recompute) {
+    ASSIGN_OR_RETURN(recompute_s, MeasureChunkPrefillSeconds(*session, probe, o.chunk_tokens));
+  }
   r.load_s = SecondsSince(t_load);
 
   const std::vector<ChunkKey> keys = ReusableChunkKeys(model->fingerprint(), tokens, o.chunk_tokens);

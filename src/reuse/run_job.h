@@ -36,7 +36,10 @@ struct RunOptions {
   uint32_t n_generate = 32;
   bool store_new_chunks = true;
   bool reuse = true;  // false: ignore the store (recompute everything)
-  int threads = 0;    // llama.cpp threads; 0: all cores
+  // The level planner may prefill a stored chunk instead of fetching it where that is predicted
+  // faster (from a prefill measured at start); false: every stored chunk is fetched.
+  bool plan_recompute = true;
+  int threads = 0;  // llama.cpp threads; 0: all cores
   // The pool fetched chunks decode on and new chunks encode on; 0: one per core. llama.cpp
   // keeps every core: its prefill starts only after the last chunk is in.
   int fetch_threads = 0;

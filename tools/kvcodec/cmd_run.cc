@@ -23,7 +23,7 @@ struct RunArgs {
   double link_gbps = 0;
   uint32_t chunk = 256, n_generate = 32;
   int threads = 0, fetch_threads = 0;
-  bool json = false, no_store = false, no_reuse = false;
+  bool json = false, no_store = false, no_reuse = false, always_fetch = false;
   QualityArgs quality;
   double temperature = 0, top_p = 1, min_p = 0, presence_penalty = 0, frequency_penalty = 0;
   int32_t top_k = 0;
@@ -62,6 +62,7 @@ int RunRun(const RunArgs& a) {
   p.n_threads = a.threads;
   p.no_store = a.no_store ? 1 : 0;
   p.no_reuse = a.no_reuse ? 1 : 0;
+  p.always_fetch = a.always_fetch ? 1 : 0;
   p.store_secret = a.store_secret.empty() ? nullptr : a.store_secret.c_str();
   a.quality.Set(&p);
   p.temperature = a.temperature;
@@ -171,6 +172,8 @@ Command AddRunCommand(CLI::App* parent) {
                   "Seed for sampling: the same seed and prompt give the same text (default: random)");
   run->add_flag("--no-store", ru->no_store, "Do not store the prompt's new chunks");
   run->add_flag("--no-reuse", ru->no_reuse, "Ignore stored chunks (recompute everything)");
+  run->add_flag("--always-fetch", ru->always_fetch,
+                "Fetch every stored chunk (by default the planner prefills one it predicts faster to recompute)");
   AddJsonFlag(run, &ru->json);
   return {run, [ru] { return RunRun(*ru); }};
 }
