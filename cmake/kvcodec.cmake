@@ -148,7 +148,8 @@ function(kvcodec_test name)
   target_link_libraries(${name} PRIVATE kvcodec_options ${ARG_DEPS} GTest::gtest GTest::gtest_main)
   kvcodec_record_sources("${ARG_DEPS}" ${ARG_SOURCES})
   target_compile_definitions(${name} PRIVATE KVCODEC_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
-                                             KVCODEC_TEST_MODEL="${PROJECT_SOURCE_DIR}/models/kvtiny/kvtiny.gguf")
+                                             KVCODEC_TEST_MODEL="${PROJECT_SOURCE_DIR}/models/kvtiny/kvtiny.gguf"
+                                             KVCODEC_ARCHS_FIXTURES="${KVCODEC_ARCHS_FIXTURES}")
   set(serial FALSE)
   if(ARG_SERIAL)
     set(serial TRUE)

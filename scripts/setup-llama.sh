@@ -48,8 +48,8 @@ make_archs_fixtures() {
   log "$n fixtures in $fixtures"
 }
 
-if [[ -f "$STAMP" ]]; then
-  log "building llama.cpp's test-llama-archs for the cached build (~10 min on 2 cores)"
+# OpenMP off: ggml's own thread pool is enough and keeps TSAN runs of kvcodec clean.
+configure_llama() {
   cmake -S "$work/src" -B "$work/build" -G Ninja \
     -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
     -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON -DCMAKE_INSTALL_RPATH='$ORIGIN/../lib;$ORIGIN' \
@@ -58,6 +58,11 @@ if [[ -f "$STAMP" ]]; then
     -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_COMMON=ON \
     -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF >"$work/configure.log" 2>&1 \
     || { tail -30 "$work/configure.log" >&2; exit 1; }
+}
+
+if [[ -f "$STAMP" ]]; then
+  log "building llama.cpp's test-llama-archs for the cached build (~10 min on 2 cores)"
+  configure_llama
   cmake --build "$work/build" -j"$(nproc)" --target test-llama-archs >"$work/build.log" 2>&1 \
     || { tail -40 "$work/build.log" >&2; exit 1; }
   cp "$work/build/bin/test-llama-archs" "$PREFIX/bin/"
@@ -69,16 +74,7 @@ if [[ -f "$STAMP" ]]; then
 fi
 
 log "building llama.cpp (libllama, libggml, llama-convert-llama2c-to-ggml, test-llama-archs); ~12 min on 2 cores"
-# OpenMP off: ggml's own thread pool is enough and keeps TSAN runs of kvcodec clean.
-cmake -S "$work/src" -B "$work/build" -G Ninja \
-  -DCMAKE_BUILD_TYPE=Release \
-  -DBUILD_SHARED_LIBS=ON \
-  -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON -DCMAKE_INSTALL_RPATH='$ORIGIN/../lib;$ORIGIN' \
-  -DGGML_NATIVE=ON -DGGML_OPENMP=OFF \
-  -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF \
-  -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_COMMON=ON \
-  -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF >"$work/configure.log" 2>&1 \
-  || { tail -30 "$work/configure.log" >&2; exit 1; }
+configure_llama
 cmake --build "$work/build" -j"$(nproc)" --target llama ggml llama-convert-llama2c-to-ggml test-llama-archs \
   >"$work/build.log" 2>&1 || { tail -40 "$work/build.log" >&2; exit 1; }
 

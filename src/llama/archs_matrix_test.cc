@@ -15,6 +15,7 @@
 #include "codecs/codec.h"
 #include "codecs/kvtc/kvtc_fit.h"
 #include "kvtc/calibration_registry.h"
+#include "llama/archs_fixtures.h"
 #include "llama/chunk_state.h"
 #include "llama/llama_engine.h"
 #include "llama/llama_state.h"
@@ -23,12 +24,10 @@
 namespace kvc {
 namespace {
 
-std::filesystem::path FixturesDir() { return KVCODEC_ARCHS_FIXTURES; }
-
 std::vector<std::string> Fixtures() {
   std::vector<std::string> names;
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(FixturesDir(), ec)) {
+  for (const auto& entry : std::filesystem::directory_iterator(archs::Dir(), ec)) {
     if (entry.path().extension() == ".gguf") names.push_back(entry.path().stem().string());
   }
   std::sort(names.begin(), names.end());
@@ -61,11 +60,8 @@ std::vector<int32_t> Tokens(uint32_t n, uint32_t n_vocab) {
 class ArchsMatrix : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ArchsMatrix, StateParsesWritesBackAndRestoresExactly) {
-  const std::filesystem::path path = FixturesDir() / (GetParam() + ".gguf");
-  if (!std::filesystem::exists(path)) {
-    GTEST_SKIP() << "no fixtures in " << FixturesDir() << " (scripts/setup-llama.sh)";
-  }
-  auto model = LlamaModel::Load(path.string());
+  KVC_SKIP_WITHOUT_FIXTURE(GetParam());
+  auto model = LlamaModel::Load(archs::Path(GetParam()).string());
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   const std::vector<int32_t> tokens = Tokens(kPrefix + 1, (*model)->info().n_vocab);
   const std::span<const int32_t> prefix(tokens.data(), kPrefix);
@@ -127,11 +123,8 @@ constexpr uint32_t kChunk = 8;
 // and boundary object), then the prefix restored from what was stored: the same state as
 // llama.cpp's own restore of the whole sequence's bytes, the same next logits.
 TEST_P(ArchsMatrix, ChunksTakenAtTheirEndsRestoreThePrefixExactly) {
-  const std::filesystem::path path = FixturesDir() / (GetParam() + ".gguf");
-  if (!std::filesystem::exists(path)) {
-    GTEST_SKIP() << "no fixtures in " << FixturesDir() << " (scripts/setup-llama.sh)";
-  }
-  auto model = LlamaModel::Load(path.string());
+  KVC_SKIP_WITHOUT_FIXTURE(GetParam());
+  auto model = LlamaModel::Load(archs::Path(GetParam()).string());
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   const std::vector<int32_t> tokens = Tokens(kPrefix + 1, (*model)->info().n_vocab);
   auto whole = NewSession(**model);
@@ -192,11 +185,8 @@ TEST_P(ArchsMatrix, ChunksTakenAtTheirEndsRestoreThePrefixExactly) {
 // round-trips the model's own KV with a small, finite error (kvtc calibrated on other windows of
 // the same model); raw exactly.
 TEST_P(ArchsMatrix, EveryCodecRoundTripsTheModelsKv) {
-  const std::filesystem::path path = FixturesDir() / (GetParam() + ".gguf");
-  if (!std::filesystem::exists(path)) {
-    GTEST_SKIP() << "no fixtures in " << FixturesDir() << " (scripts/setup-llama.sh)";
-  }
-  auto model = LlamaModel::Load(path.string());
+  KVC_SKIP_WITHOUT_FIXTURE(GetParam());
+  auto model = LlamaModel::Load(archs::Path(GetParam()).string());
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   const ModelInfo& info = (*model)->info();
   auto session = NewSession(**model);
@@ -272,14 +262,7 @@ TEST_P(ArchsMatrix, EveryCodecRoundTripsTheModelsKv) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, ArchsMatrix, ::testing::ValuesIn(Fixtures()),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string name = info.param;
-                           for (char& c : name) {
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           }
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(Fixtures, ArchsMatrix, ::testing::ValuesIn(Fixtures()), archs::TestName());
 
 }  // namespace
 }  // namespace kvc

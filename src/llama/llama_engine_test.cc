@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "base/thread_pool.h"
+#include "llama/archs_fixtures.h"
 #include "llama/llama_state.h"
 #include "reuse/prefix_reuse.h"
 #include "store/memory_store.h"
@@ -439,12 +440,6 @@ TEST(Rope, UndoMatchesLlamaCppKeysAtTwoOffsets) {
 // ---- Models without a tokenizer, a BOS or a KV cache: llama.cpp's random-weight fixtures ------
 
 // test-llama-archs writes its GGUFs with tokenizer.ggml.model "no_vocab": no tokenizer, no BOS.
-std::filesystem::path ArchsFixture(const std::string& name) {
-  return std::filesystem::path(KVCODEC_ARCHS_FIXTURES) / (name + ".gguf");
-}
-
-#define SKIP_WITHOUT_FIXTURE(path) \
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << (path) << " (scripts/setup-llama.sh writes it)"
 
 TEST(LlamaModel, TheTestModelHasATokenizerABosAndKeepsKv) {
   EXPECT_TRUE(Model().has_tokenizer());
@@ -457,8 +452,8 @@ TEST(LlamaModel, TheTestModelHasATokenizerABosAndKeepsKv) {
 // its tokens; kvcodec refuses the text, naming the model and the way in that works, and spells
 // nothing. Token ids still run as given, with no BOS the model does not have.
 TEST(LlamaModelWithoutTokenizer, RefusesTextSpellsNothingAndRunsTokenIds) {
-  const std::filesystem::path path = ArchsFixture("llama-dense");
-  SKIP_WITHOUT_FIXTURE(path);
+  KVC_SKIP_WITHOUT_FIXTURE("llama-dense");
+  const std::filesystem::path path = archs::Path("llama-dense");
   auto model = LlamaModel::Load(path.string());
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   const LlamaModel& m = **model;
@@ -506,8 +501,8 @@ TEST(LlamaModelWithoutTokenizer, RefusesTextSpellsNothingAndRunsTokenIds) {
 TEST(LlamaModelKeepingNoKv, IsRefusedByNameWhereKvIsNeeded) {
   for (const char* name : {"dream-dense", "llada-dense"}) {
     SCOPED_TRACE(name);
-    const std::filesystem::path path = ArchsFixture(name);
-    SKIP_WITHOUT_FIXTURE(path);
+    KVC_SKIP_WITHOUT_FIXTURE(name);
+    const std::filesystem::path path = archs::Path(name);
     auto model = LlamaModel::Load(path.string());
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     EXPECT_FALSE((*model)->keeps_kv());

@@ -14,14 +14,13 @@
 #include "codecs/codec.h"
 #include "codecs/kvtc/kvtc_fit.h"
 #include "kvtc/calibration_registry.h"
+#include "llama/archs_fixtures.h"
 #include "llama/llama_engine.h"
 #include "tensor/rope.h"
 #include "tensor/synthetic_kv.h"
 
 namespace kvc {
 namespace {
-
-std::filesystem::path FixturesDir() { return KVCODEC_ARCHS_FIXTURES; }
 
 struct Case {
   const char* fixture;
@@ -64,10 +63,8 @@ class RopeKinds : public ::testing::TestWithParam<Case> {};
 
 TEST_P(RopeKinds, LoadsReportsItsRopeAndKvtcCodesItsKv) {
   const Case& c = GetParam();
-  const std::filesystem::path path = FixturesDir() / (std::string(c.fixture) + ".gguf");
-  if (!std::filesystem::exists(path)) {
-    GTEST_SKIP() << path << " is missing: scripts/setup-llama.sh writes llama.cpp's per-architecture fixtures";
-  }
+  KVC_SKIP_WITHOUT_FIXTURE(c.fixture);
+  const std::filesystem::path path = archs::Path(c.fixture);
   auto model = LlamaModel::Load(path.string());
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   const ModelInfo& info = (*model)->info();

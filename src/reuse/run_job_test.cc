@@ -8,6 +8,7 @@
 
 #include "base/utf8.h"
 #include "kvtc/kvcal.h"
+#include "llama/archs_fixtures.h"
 #include "llama/byte_fallback_model.h"
 #include "llama/llama_engine.h"
 #include "llama/model_files.h"
@@ -518,10 +519,8 @@ TEST(RunJob, ClearErrors) {
 class RunJobMemoryKinds : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(RunJobMemoryKinds, TheSecondRunReusesEveryChunkAndGeneratesWhatRecomputeDoes) {
-  const std::filesystem::path model = std::filesystem::path(KVCODEC_ARCHS_FIXTURES) / (GetParam() + ".gguf");
-  if (!std::filesystem::exists(model)) {
-    GTEST_SKIP() << "no fixture " << model << " (scripts/setup-llama.sh)";
-  }
+  KVC_SKIP_WITHOUT_FIXTURE(GetParam());
+  const std::filesystem::path model = archs::Path(GetParam());
   const uint32_t n_vocab = LlamaModel::Load(model.string()).value()->info().n_vocab;
   RunOptions o;
   o.model_path = model.string();
@@ -557,18 +556,8 @@ TEST_P(RunJobMemoryKinds, TheSecondRunReusesEveryChunkAndGeneratesWhatRecomputeD
               static_cast<unsigned long long>(second->bytes_fetched));
 }
 
-// A unified cache (the codecs' path), a sliding-window pair, MLA, M-RoPE cell extensions, hybrid
-// attention + recurrent, recurrent only.
-INSTANTIATE_TEST_SUITE_P(Fixtures, RunJobMemoryKinds,
-                         ::testing::Values("llama-dense", "gemma2-dense", "deepseek2-moe", "qwen2vl-dense",
-                                           "qwen3next-moe", "mamba-dense"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string name = info.param;
-                           for (char& c : name) {
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           }
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(Fixtures, RunJobMemoryKinds, ::testing::ValuesIn(archs::OneOfEachMemoryKind()),
+                         archs::TestName());
 
 }  // namespace
 }  // namespace kvc

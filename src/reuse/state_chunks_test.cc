@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <random>
 
+#include "llama/archs_fixtures.h"
 #include "store/store.h"
 
 namespace kvc {
@@ -27,10 +28,8 @@ std::unique_ptr<LlamaSession> NewSession(const LlamaModel& model) {
 class StateChunks : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    const std::filesystem::path path = std::filesystem::path(KVCODEC_ARCHS_FIXTURES) / (GetParam() + ".gguf");
-    if (!std::filesystem::exists(path)) {
-      GTEST_SKIP() << "no fixture " << path << " (scripts/setup-llama.sh)";
-    }
+    KVC_SKIP_WITHOUT_FIXTURE(GetParam());
+    const std::filesystem::path path = archs::Path(GetParam());
     auto model = LlamaModel::Load(path.string());
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     model_ = std::move(*model);
@@ -101,18 +100,8 @@ TEST_P(StateChunks, AMissingOrDamagedObjectShortensTheRun) {
   EXPECT_NE(r.fallback.find("chunk 2: token object"), std::string::npos) << r.fallback;
 }
 
-// One model of each memory kind: unified cache, sliding-window pair, MLA, M-RoPE cell
-// extensions, hybrid attention + recurrent, recurrent only.
-INSTANTIATE_TEST_SUITE_P(MemoryKinds, StateChunks,
-                         ::testing::Values("llama-dense", "gemma2-dense", "deepseek2-moe", "qwen2vl-dense",
-                                           "qwen3next-moe", "jamba-dense", "mamba-dense"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string name = info.param;
-                           for (char& c : name) {
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           }
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(MemoryKinds, StateChunks, ::testing::ValuesIn(archs::OneOfEachMemoryKind()),
+                         archs::TestName());
 
 }  // namespace
 }  // namespace kvc

@@ -147,26 +147,30 @@ void BatchScheduler::Lookup(ServeRequest& request) {
 
 // Brings the request's stored prefix in (this fetch thread waits on the link) and decodes it on
 // the pool, whose workers are the share of the machine fetching may take from generation.
+// Says what a fetch did (in the log and the metrics) and whether it brought anything to restore.
+bool BatchScheduler::CountFetch(const Status& status, const PrefixRestore* stats) {
+  if (!status.ok()) {
+    KVC_LOG_WARN("KV reuse failed, recomputing: %s", status.ToString().c_str());
+    std::lock_guard m(metrics_.mu);
+    ++metrics_.reuse_failures;
+    return false;
+  }
+  if (!stats->fallback.empty())
+    KVC_LOG_WARN("KV reuse stopped early, recomputing the rest: %s", stats->fallback.c_str());
+  std::lock_guard m(metrics_.mu);
+  metrics_.fetch.Add(stats->fetch_s);
+  if (stats->damaged) ++metrics_.damaged_chunks;
+  return true;
+}
+
 void BatchScheduler::Fetch(ServeRequest& request) {
   if (o_.fifo) Lookup(request);
   if (request.lookup_.manifests.empty()) return;
   if (IsStateChunkManifest(request.lookup_.manifests[0])) {
     auto fetched = FetchStoredStatePrefix(*reuse_.store, request.keys_, request.lookup_);
-    if (!fetched.ok()) {
-      KVC_LOG_WARN("KV reuse failed, recomputing: %s", fetched.status().ToString().c_str());
-      std::lock_guard m(metrics_.mu);
-      ++metrics_.reuse_failures;
-      return;
+    if (CountFetch(fetched.status(), fetched.ok() ? &fetched->stats : nullptr)) {
+      request.fetched_states_ = std::move(*fetched);
     }
-    if (!fetched->stats.fallback.empty()) {
-      KVC_LOG_WARN("KV reuse stopped early, recomputing the rest: %s", fetched->stats.fallback.c_str());
-    }
-    {
-      std::lock_guard m(metrics_.mu);
-      metrics_.fetch.Add(fetched->stats.fetch_s);
-      if (fetched->stats.damaged) ++metrics_.damaged_chunks;
-    }
-    request.fetched_states_ = std::move(*fetched);
     return;
   }
   // Chunks decode side by side on the pool, each on one worker.
@@ -175,21 +179,7 @@ void BatchScheduler::Fetch(ServeRequest& request) {
   options.pool = &pool_;
   auto fetched = FetchLookedUpPrefix(*reuse_.store, *reuse_.model, request.keys_, std::move(request.lookup_), context,
                                      link_, options);
-  if (!fetched.ok()) {
-    KVC_LOG_WARN("KV reuse failed, recomputing: %s", fetched.status().ToString().c_str());
-    std::lock_guard m(metrics_.mu);
-    ++metrics_.reuse_failures;
-    return;
-  }
-  if (!fetched->stats.fallback.empty()) {
-    KVC_LOG_WARN("KV reuse stopped early, recomputing the rest: %s", fetched->stats.fallback.c_str());
-  }
-  {
-    std::lock_guard m(metrics_.mu);
-    metrics_.fetch.Add(fetched->stats.fetch_s);
-    if (fetched->stats.damaged) ++metrics_.damaged_chunks;
-  }
-  request.fetched_ = std::move(*fetched);
+  if (CountFetch(fetched.status(), fetched.ok() ? &fetched->stats : nullptr)) request.fetched_ = std::move(*fetched);
 }
 
 void BatchScheduler::EngineLoop() {
@@ -317,30 +307,25 @@ void BatchScheduler::Admit(Slot& lead) {
   for (Slot& s : slots_) {
     if (s.request.get() == &r) session_.ClearSeq(s.seq);
   }
+  // The fetched prefix, of either form, into the lead's sequence.
+  const PrefixRestore* stats = nullptr;
+  const auto t = SteadyClock::now();
+  Status restored = Status::Ok();
   if (r.fetched_ && r.fetched_->stats.chunks_fetched > 0) {
-    const auto t = SteadyClock::now();
-    if (Status s = session_.RestoreSeqKv(lead.seq, r.fetched_->view()); s.ok()) {
-      lead.restored_chunks = r.fetched_->stats.chunks_fetched;
-      lead.evaluated = lead.restored_chunks * o_.chunk_tokens;
-      r.generation_.fetched_bytes = r.fetched_->stats.bytes;
-    } else {
-      KVC_LOG_WARN("restoring the fetched prefix failed, recomputing: %s", s.ToString().c_str());
-      session_.ClearSeq(lead.seq);
-    }
-    std::lock_guard m(metrics_.mu);
-    metrics_.restore.Add(SecondsSince(t));
-  }
-  if (r.fetched_states_ && !r.fetched_states_->chunks.empty()) {
-    const auto t = SteadyClock::now();
+    stats = &r.fetched_->stats;
+    restored = session_.RestoreSeqKv(lead.seq, r.fetched_->view());
+  } else if (r.fetched_states_ && !r.fetched_states_->chunks.empty()) {
+    stats = &r.fetched_states_->stats;
     auto state = ComposePrefixState(r.fetched_states_->chunks);
-    Status s = state.status();
-    if (state.ok()) s = session_.RestoreState(*state, lead.seq);
-    if (s.ok()) {
-      lead.restored_chunks = r.fetched_states_->stats.chunks_fetched;
+    restored = state.ok() ? session_.RestoreState(*state, lead.seq) : state.status();
+  }
+  if (stats != nullptr) {
+    if (restored.ok()) {
+      lead.restored_chunks = stats->chunks_fetched;
       lead.evaluated = lead.restored_chunks * o_.chunk_tokens;
-      r.generation_.fetched_bytes = r.fetched_states_->stats.bytes;
+      r.generation_.fetched_bytes = stats->bytes;
     } else {
-      KVC_LOG_WARN("restoring the fetched prefix failed, recomputing: %s", s.ToString().c_str());
+      KVC_LOG_WARN("restoring the fetched prefix failed, recomputing: %s", restored.ToString().c_str());
       session_.ClearSeq(lead.seq);
     }
     std::lock_guard m(metrics_.mu);

@@ -179,6 +179,7 @@ class BatchScheduler {
   void MakeReady(std::shared_ptr<ServeRequest> request);
   void Lookup(ServeRequest& request);
   void Fetch(ServeRequest& request);
+  bool CountFetch(const Status& status, const PrefixRestore* stats);
   void Admit(Slot& lead);
   void Step();
   void Fork(Slot& lead);

@@ -24,6 +24,7 @@
 
 #include "base/clock.h"
 #include "base/utf8.h"
+#include "llama/archs_fixtures.h"
 #include "llama/byte_fallback_model.h"
 #include "llama/llama_engine.h"
 #include "llama/model_files.h"
@@ -1341,16 +1342,12 @@ TEST_F(ServerLimits, HealthIsAnsweredWhileSlowClientsHoldEveryConnectionThread) 
 
 // ---- Models without a tokenizer, a BOS or a KV cache: llama.cpp's random-weight fixtures ------
 
-std::filesystem::path ArchsFixture(const std::string& name) {
-  return std::filesystem::path(KVCODEC_ARCHS_FIXTURES) / (name + ".gguf");
-}
-
 // A model with no tokenizer and no BOS (serve once measured its prefill speed on 64 copies of
 // the BOS id and would not start): it starts, answers prompts of token ids as given (no BOS
 // added), reuses their stored chunks, and refuses text with a 400 that says why.
 TEST(ServerWithoutTokenizer, ServesTokenIdsAndRefusesText) {
-  const std::filesystem::path model = ArchsFixture("llama-dense");
-  if (!std::filesystem::exists(model)) GTEST_SKIP() << "no " << model << " (scripts/setup-llama.sh writes it)";
+  KVC_SKIP_WITHOUT_FIXTURE("llama-dense");
+  const std::filesystem::path model = archs::Path("llama-dense");
   const auto dir = std::filesystem::temp_directory_path() / ("kvc-server-no-vocab-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   ServerOptions o = TestServerOptions(dir / "store");
@@ -1413,8 +1410,8 @@ TEST(ServerWithoutTokenizer, ServesTokenIdsAndRefusesText) {
 class ServerMemoryKinds : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ServerMemoryKinds, ASecondServerReusesEveryStoredChunk) {
-  const std::filesystem::path model = ArchsFixture(GetParam());
-  if (!std::filesystem::exists(model)) GTEST_SKIP() << "no " << model << " (scripts/setup-llama.sh writes it)";
+  KVC_SKIP_WITHOUT_FIXTURE(GetParam());
+  const std::filesystem::path model = archs::Path(GetParam());
   const auto dir =
       std::filesystem::temp_directory_path() / ("kvc-server-kinds-" + GetParam() + "-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
@@ -1453,23 +1450,13 @@ TEST_P(ServerMemoryKinds, ASecondServerReusesEveryStoredChunk) {
   std::filesystem::remove_all(dir);
 }
 
-// A unified cache (the codecs' path), a sliding-window pair, MLA, M-RoPE cell extensions, hybrid
-// attention + recurrent, recurrent only.
-INSTANTIATE_TEST_SUITE_P(Fixtures, ServerMemoryKinds,
-                         ::testing::Values("llama-dense", "gemma2-dense", "deepseek2-moe", "qwen2vl-dense",
-                                           "qwen3next-moe", "mamba-dense"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string name = info.param;
-                           for (char& c : name) {
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           }
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(Fixtures, ServerMemoryKinds, ::testing::ValuesIn(archs::OneOfEachMemoryKind()),
+                         archs::TestName());
 
 // A diffusion model keeps no KV: serve refuses to start, saying so (not that its state is corrupt).
 TEST(ServerWithoutKv, RefusesToStartSayingTheModelKeepsNoKv) {
-  const std::filesystem::path model = ArchsFixture("dream-dense");
-  if (!std::filesystem::exists(model)) GTEST_SKIP() << "no " << model << " (scripts/setup-llama.sh writes it)";
+  KVC_SKIP_WITHOUT_FIXTURE("dream-dense");
+  const std::filesystem::path model = archs::Path("dream-dense");
   const auto dir = std::filesystem::temp_directory_path() / ("kvc-server-no-kv-" + std::to_string(::getpid()));
   ServerOptions o = TestServerOptions(dir / "store");
   o.model_path = model.string();

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "llama/archs_fixtures.h"
 #include "reuse/model_profile.h"
 
 namespace {
@@ -174,7 +175,7 @@ TEST(CliOutput, AnOutputIntoAMissingFolderNamesThePathGiven) {
 
 // llama.cpp's random-weight fixtures (test-llama-archs): no tokenizer and no BOS; dream and
 // llada are diffusion models, which keep no KV cache.
-const fs::path kFixtures = KVCODEC_ARCHS_FIXTURES;
+const fs::path kFixtures = kvc::archs::Dir();
 
 #define SKIP_WITHOUT_FIXTURES()                                                                   \
   if (!fs::exists(kFixtures / "llama-dense.gguf") || !fs::exists(kFixtures / "dream-dense.gguf")) \
