@@ -445,12 +445,22 @@ Result<KvCache> LlamaSession::ExtractKvRange(int32_t pos_begin, uint32_t n_token
   return kv;
 }
 
-Result<KvCache> LlamaSession::ReadSeqState(int32_t seq) const {
-  const size_t size = llama_state_seq_get_size(ctx_, seq);
+namespace {
+
+// What llama_state_seq_get_data(_ext) writes for `seq`, any sequence of the context.
+Result<std::vector<uint8_t>> GetStateBytes(llama_context* ctx, int32_t seq, llama_state_seq_flags flags) {
+  const size_t size = llama_state_seq_get_size_ext(ctx, seq, flags);
   std::vector<uint8_t> blob(size);
-  const size_t written = llama_state_seq_get_data(ctx_, blob.data(), blob.size(), seq);
+  const size_t written = llama_state_seq_get_data_ext(ctx, blob.data(), blob.size(), seq, flags);
   if (written == 0 || written > size) return Internal("llama_state_seq_get_data failed");
   blob.resize(written);
+  return blob;
+}
+
+}  // namespace
+
+Result<KvCache> LlamaSession::ReadSeqState(int32_t seq) const {
+  ASSIGN_OR_RETURN(const std::vector<uint8_t> blob, GetStateBytes(ctx_, seq, 0));
   return ParseLlamaSeqState(blob, model_->info().n_kv_heads);
 }
 
@@ -531,12 +541,7 @@ Status LlamaSession::WriteSeqState(int32_t seq, const KvView& kv) {
 
 Result<std::vector<uint8_t>> LlamaSession::StateBlob(int32_t seq) const {
   if (seq < 0 || static_cast<uint32_t>(seq) >= options_.n_seq) return InvalidArgument("no such sequence");
-  const size_t size = llama_state_seq_get_size(ctx_, seq);
-  std::vector<uint8_t> blob(size);
-  const size_t written = llama_state_seq_get_data(ctx_, blob.data(), blob.size(), seq);
-  if (written == 0 || written > size) return Internal("llama_state_seq_get_data failed");
-  blob.resize(written);
-  return blob;
+  return GetStateBytes(ctx_, seq, 0);
 }
 
 size_t LlamaSession::StateBlobBytes(int32_t seq) const { return llama_state_seq_get_size(ctx_, seq); }
@@ -548,15 +553,7 @@ Result<SeqState> LlamaSession::ExtractState(int32_t seq) const {
 
 Status LlamaSession::RestoreState(const SeqState& state, int32_t seq) {
   if (seq < 0 || static_cast<uint32_t>(seq) >= options_.n_seq) return InvalidArgument("no such sequence");
-  SeqState target = state;
-  target.seq_id = seq;
-  for (StateSection& section : target.sections) {
-    // Per-sequence streams: the sequence's own.
-    if (auto* a = std::get_if<AttentionSection>(&section); a != nullptr && a->n_stream > 1) {
-      a->stream = static_cast<uint32_t>(seq);
-    }
-  }
-  ASSIGN_OR_RETURN(const std::vector<uint8_t> blob, kvc::WriteSeqState(target));
+  ASSIGN_OR_RETURN(const std::vector<uint8_t> blob, kvc::WriteSeqState(state, seq));
   return RestoreStateBlob(blob, seq);
 }
 
@@ -578,19 +575,6 @@ Status LlamaSession::RestoreStateBlob(std::span<const uint8_t> blob, int32_t seq
   }
   return Status::Ok();
 }
-
-namespace {
-
-Result<std::vector<uint8_t>> GetStateBytes(llama_context* ctx, int32_t seq, llama_state_seq_flags flags) {
-  const size_t size = llama_state_seq_get_size_ext(ctx, seq, flags);
-  std::vector<uint8_t> blob(size);
-  const size_t written = llama_state_seq_get_data_ext(ctx, blob.data(), blob.size(), seq, flags);
-  if (written == 0 || written > size) return Internal("llama_state_seq_get_data failed");
-  blob.resize(written);
-  return blob;
-}
-
-}  // namespace
 
 Result<ChunkState> LlamaSession::ExtractChunkState(int32_t pos_begin, uint32_t n_tokens) {
   if (options_.n_seq != 1) return InvalidArgument("extracting a chunk needs a single-sequence session");
@@ -690,12 +674,9 @@ Status LlamaSession::CopySeq(int32_t src, int32_t dst) {
   // Through llama.cpp's sequence state, not llama_memory_seq_cp: across per-sequence streams
   // that copy is deferred to the next decode, so a restore into `src` before then (a new request
   // in a freed sequence) would reach `dst` too. This copy is done when it returns.
-  const size_t size = llama_state_seq_get_size(ctx_, src);
-  std::vector<uint8_t> blob(size);
-  const size_t written = llama_state_seq_get_data(ctx_, blob.data(), blob.size(), src);
-  if (written == 0 || written > size) return Internal("llama_state_seq_get_data failed");
+  ASSIGN_OR_RETURN(const std::vector<uint8_t> blob, GetStateBytes(ctx_, src, 0));
   ClearSeq(dst);
-  if (llama_state_seq_set_data(ctx_, blob.data(), written, dst) != written) {
+  if (llama_state_seq_set_data(ctx_, blob.data(), blob.size(), dst) != blob.size()) {
     ClearSeq(dst);
     return Internal("llama.cpp could not copy a sequence");
   }

@@ -364,10 +364,10 @@ class Writer {
   size_t at_ = 0;
 };
 
-void WriteAttention(const AttentionSection& a, int32_t seq_id, Writer& w) {
+void WriteAttention(const AttentionSection& a, int32_t seq_id, uint32_t stream, Writer& w) {
   w.Put(a.n_stream);
   for (uint32_t s = 0; s < a.n_stream; ++s) {
-    if (s != a.stream || a.n_cells == 0) {
+    if (s != stream || a.n_cells == 0) {
       w.Put(uint32_t{0});
       continue;
     }
@@ -468,15 +468,23 @@ Result<size_t> SeqStateBytes(const SeqState& state) {
   return n;
 }
 
-Result<std::vector<uint8_t>> WriteSeqState(const SeqState& state) {
+Result<std::vector<uint8_t>> WriteSeqState(const SeqState& state, std::optional<int32_t> as_seq) {
   ASSIGN_OR_RETURN(const size_t bytes, SeqStateBytes(state));
+  const int32_t seq_id = as_seq.value_or(state.seq_id);
   std::vector<uint8_t> out(bytes);
   Writer w(out);
   w.Put(kLlamaStateMagic);
-  w.Put(state.seq_id);
+  w.Put(seq_id);
   for (const StateSection& section : state.sections) {
     if (const auto* a = std::get_if<AttentionSection>(&section)) {
-      WriteAttention(*a, state.seq_id, w);
+      uint32_t stream = a->stream;
+      if (as_seq && a->n_stream > 1) {
+        if (*as_seq < 0 || static_cast<uint32_t>(*as_seq) >= a->n_stream) {
+          return InvalidArgument("the sequence has no stream of its own in this state");
+        }
+        stream = static_cast<uint32_t>(*as_seq);
+      }
+      WriteAttention(*a, seq_id, stream, w);
     } else {
       w.PutBytes(std::get<RecurrentSection>(section).bytes);
     }

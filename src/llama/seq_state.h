@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <variant>
@@ -96,7 +97,9 @@ Result<SeqState> ParseSeqState(std::span<const uint8_t> blob);
 
 // The blob llama_state_seq_set_data takes: for a state ParseSeqState returned, the bytes it was
 // parsed from when llama.cpp wrote the cells in position order (as a fresh context does).
+// `as_seq`: written as sequence `as_seq`'s state instead (its id on every cell, and in a section
+// of per-sequence streams, its stream): a state moved to another sequence, without a copy.
 Result<size_t> SeqStateBytes(const SeqState& state);
-Result<std::vector<uint8_t>> WriteSeqState(const SeqState& state);
+Result<std::vector<uint8_t>> WriteSeqState(const SeqState& state, std::optional<int32_t> as_seq = std::nullopt);
 
 }  // namespace kvc

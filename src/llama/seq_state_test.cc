@@ -141,6 +141,22 @@ TEST(SeqState, AnEmptySequenceAndOtherStreams) {
   ExpectRoundTrip({2, {third}}, "attention");
 }
 
+// A state restored into another sequence: its id on every cell, and its own stream.
+TEST(SeqState, WrittenAsAnotherSequence) {
+  AttentionSection a = Attention(3, 0, true, true, false);
+  a.n_stream = 4;
+  a.stream = 1;
+  const SeqState state{1, {a, Recurrent(4, 3, 2, 8, 8)}};
+  auto blob = WriteSeqState(state, 3);
+  ASSERT_TRUE(blob.ok()) << blob.status().ToString();
+  auto moved = ParseSeqState(*blob);
+  ASSERT_TRUE(moved.ok()) << moved.status().ToString();
+  EXPECT_EQ(moved->seq_id, 3);
+  EXPECT_EQ(std::get<AttentionSection>(moved->sections[0]).stream, 3u);
+  EXPECT_EQ(std::get<AttentionSection>(moved->sections[0]).k, a.k);
+  EXPECT_EQ(WriteSeqState(state, 4).status().code(), StatusCode::kInvalidArgument);  // no stream 4
+}
+
 // llama.cpp writes a ring buffer's cells in slot order; they are read back in position order,
 // with their extensions.
 TEST(SeqState, CellsOfAWrappedRingAreReadInPositionOrder) {
