@@ -87,10 +87,26 @@ Result<FetchedStatePrefix> FetchStoredStatePrefix(Store& store, std::span<const 
   r.fallback = lookup.fallback;
   r.damaged = lookup.damaged;
   r.chunks_found = static_cast<uint32_t>(lookup.manifests.size());
+  // The run of state chunk manifests whose sizes a chunk can have, checked before anything is
+  // read (as the fetcher checks a KV cache chunk's): a manifest is as hostile as any object.
   size_t n = 0;
-  while (n < lookup.manifests.size() && n < keys.size() && IsStateChunkManifest(lookup.manifests[n])) ++n;
-  if (n < lookup.manifests.size() && r.fallback.empty()) {
-    r.fallback = FormatMessage("chunk %zu: its manifest lists no state chunk", n);
+  std::string bad;
+  for (; n < lookup.manifests.size() && n < keys.size(); ++n) {
+    const ChunkManifest& m = lookup.manifests[n];
+    if (!IsStateChunkManifest(m)) {
+      bad = "its manifest lists no state chunk";
+      break;
+    }
+    const uint64_t most = std::max(ListedBytes(m, kTokensLevel), ListedBytes(m, kBoundaryLevel));
+    if (most > kDefaultMaxObjectBytes) {
+      bad =
+          FormatMessage("manifest: a state object of %llu bytes, more than the %llu any may have",
+                        static_cast<unsigned long long>(most), static_cast<unsigned long long>(kDefaultMaxObjectBytes));
+      break;
+    }
+  }
+  if (!bad.empty() && r.fallback.empty()) {
+    r.fallback = FormatMessage("chunk %zu: %s", n, bad.c_str());
     r.damaged = true;
   }
   if (n == 0) return out;
@@ -109,7 +125,12 @@ Result<FetchedStatePrefix> FetchStoredStatePrefix(Store& store, std::span<const 
     r.damaged = r.damaged || status.code() == StatusCode::kCorrupt;
   };
   for (size_t i = 0; i < n; ++i) {
-    Result<ChunkState> chunk = got[i].ok() ? ReadChunkTokens(*got[i]) : Result<ChunkState>(got[i].status());
+    // One bound served the whole batch: each object is held to its own manifest's size too.
+    const uint64_t listed = ListedBytes(lookup.manifests[i], kTokensLevel);
+    Result<ChunkState> chunk = !got[i].ok() ? Result<ChunkState>(got[i].status())
+                               : got[i]->size() > listed
+                                   ? Result<ChunkState>(ObjectTooLarge(names[i], got[i]->size(), listed))
+                                   : ReadChunkTokens(*got[i]);
     if (chunk.ok() && (chunk->pos_begin != static_cast<int32_t>(i * lookup.manifests[i].chunk_tokens) ||
                        chunk->n_tokens != lookup.manifests[i].chunk_tokens)) {
       chunk = Corrupt("holds other tokens than its name says");

@@ -100,6 +100,30 @@ TEST_P(StateChunks, AMissingOrDamagedObjectShortensTheRun) {
   EXPECT_NE(r.fallback.find("chunk 2: token object"), std::string::npos) << r.fallback;
 }
 
+// A manifest claiming a state object larger than any may be is damaged: the run ends before its
+// chunk, and nothing of that size is read.
+TEST_P(StateChunks, AManifestClaimingAHugeObjectEndsTheRunUnread) {
+  const ChunkManifest huge{
+      .chunk_tokens = kChunk, .chunk_index = 2, .variants = {{kStateChunkCodec, "tokens", uint64_t{1} << 40}}};
+  ASSERT_TRUE(store_->Put(ChunkManifestName(keys_[2]), WriteChunkManifest(huge)).ok());
+  const PrefixRestore r = RestoreAndCompare();
+  EXPECT_EQ(r.chunks_fetched, 2u);
+  EXPECT_TRUE(r.damaged);
+  EXPECT_NE(r.fallback.find("chunk 2: manifest: a state object of 1099511627776 bytes"), std::string::npos)
+      << r.fallback;
+}
+
+// An object larger than its own manifest says is damaged, though the batch read's bound (the
+// largest listed) let it through.
+TEST_P(StateChunks, AnObjectLargerThanItsManifestSaysIsDamaged) {
+  const ChunkManifest small{.chunk_tokens = kChunk, .chunk_index = 3, .variants = {{kStateChunkCodec, "tokens", 10}}};
+  ASSERT_TRUE(store_->Put(ChunkManifestName(keys_[3]), WriteChunkManifest(small)).ok());
+  const PrefixRestore r = RestoreAndCompare();
+  EXPECT_EQ(r.chunks_fetched, 3u);
+  EXPECT_TRUE(r.damaged);
+  EXPECT_NE(r.fallback.find("chunk 3: token object"), std::string::npos) << r.fallback;
+}
+
 INSTANTIATE_TEST_SUITE_P(MemoryKinds, StateChunks, ::testing::ValuesIn(archs::OneOfEachMemoryKind()),
                          archs::TestName());
 
