@@ -55,7 +55,7 @@ Status CheckFinite(const KvView& kv) {
   const KvShape shape = kv.shape();
   const size_t row = shape.row_elems();
   std::vector<float> values(shape.layer_elems());
-  for (KvKind kind : kKvKinds) {
+  for (KvKind kind : shape.kinds()) {
     for (uint32_t layer = 0; layer < shape.n_layers; ++layer) {
       kv.ReadLayerF32(kind, layer, values.data());
       static_assert(kMaxEncodableMagnitude == 65504.0f, "the fast test below is fp16's range");
@@ -106,6 +106,7 @@ DecodeExpect& DecodeExpect::Shape(const KvShape& shape) {
   n_kv_heads = shape.n_kv_heads;
   head_dim = shape.head_dim;
   n_tokens = shape.n_tokens;
+  keys_only = shape.keys_only;
   return *this;
 }
 
@@ -123,12 +124,16 @@ Status CheckDecodeExpect(const KvcHeader& h, size_t file_bytes, const DecodeExpe
       return InvalidArgument(FormatMessage("the file holds %s %u, expected %u", d.name, d.got, *d.want));
     }
   }
+  if (expect.keys_only && *expect.keys_only != h.shape.keys_only) {
+    return InvalidArgument(h.shape.keys_only ? "the file holds keys only, expected keys and values"
+                                             : "the file holds keys and values, expected keys only");
+  }
   if (expect.pos_begin && *expect.pos_begin != h.pos_begin) {
     return InvalidArgument(
         FormatMessage("the file starts at position %d, expected %d", h.pos_begin, *expect.pos_begin));
   }
   // ReadKvc has run ValidateShape, so every factor is bounded and the product fits 64 bits.
-  const uint64_t output = uint64_t{2} * h.shape.elems() * DTypeSize(h.dtype);
+  const uint64_t output = uint64_t{h.shape.n_kinds()} * h.shape.elems() * DTypeSize(h.dtype);
   if (output > expect.max_output_bytes) {
     return InvalidArgument(FormatMessage("the file decodes to %llu bytes, more than the %llu allowed",
                                          static_cast<unsigned long long>(output),
@@ -180,9 +185,9 @@ Status NoThrowDecode(const OpenedKvc& opened, Body&& body) {
   try {
     return body().WithContext(info.name);
   } catch (const std::bad_alloc&) {
-    return Internal(FormatMessage("%s: out of memory decoding %u tokens (%llu bytes of KV)", info.name.c_str(),
-                                  h.shape.n_tokens,
-                                  static_cast<unsigned long long>(uint64_t{2} * h.shape.elems() * DTypeSize(h.dtype))));
+    return Internal(FormatMessage(
+        "%s: out of memory decoding %u tokens (%llu bytes of KV)", info.name.c_str(), h.shape.n_tokens,
+        static_cast<unsigned long long>(uint64_t{h.shape.n_kinds()} * h.shape.elems() * DTypeSize(h.dtype))));
   }
 }
 
@@ -225,7 +230,7 @@ Status DecodeKvcInto(std::span<const uint8_t> bytes, const KvSlice& out, const M
     ASSIGN_OR_RETURN(const KvCache aside, opened.codec->Decode(opened.file, context));
     const KvShape& shape = aside.shape();
     std::vector<float> rows(shape.layer_elems());
-    for (KvKind kind : kKvKinds) {
+    for (KvKind kind : shape.kinds()) {
       for (uint32_t l = 0; l < shape.n_layers; ++l) {
         aside.ReadRowsF32(kind, l, 0, shape.n_tokens, rows.data());
         out.WriteRowsF32(kind, l, 0, shape.n_tokens, rows.data());
@@ -238,9 +243,11 @@ Status DecodeKvcInto(std::span<const uint8_t> bytes, const KvSlice& out, const M
 uint32_t KvSectionTag(KvKind kind) { return kind == KvKind::kKey ? 0x4B : 0x56; }
 
 Result<std::array<std::span<const uint8_t>, 2>> KvSections(const KvcFile& file) {
-  KVC_CHECK_CORRUPT(file.sections.size() == 2, "expected 2 sections (K, V), found %zu", file.sections.size());
+  const KvShape& shape = file.header.shape;
+  KVC_CHECK_CORRUPT(file.sections.size() == shape.n_kinds(), "expected %zu sections (%s), found %zu", shape.n_kinds(),
+                    shape.keys_only ? "K" : "K, V", file.sections.size());
   std::array<std::span<const uint8_t>, 2> out;
-  for (KvKind kind : kKvKinds) {
+  for (KvKind kind : shape.kinds()) {
     const KvcSectionView& s = file.sections[kind == KvKind::kKey ? 0 : 1];
     KVC_CHECK_CORRUPT(s.tag == KvSectionTag(kind), "section %s has tag 0x%x, expected 0x%x", KvKindName(kind), s.tag,
                       KvSectionTag(kind));

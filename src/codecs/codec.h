@@ -107,13 +107,14 @@ struct DecodeExpect {
   std::optional<uint32_t> n_kv_heads;
   std::optional<uint32_t> head_dim;
   std::optional<uint32_t> n_tokens;
+  std::optional<bool> keys_only;
   std::optional<int32_t> pos_begin;
   // Bytes of the decoded K and V together, in the header's dtype.
   uint64_t max_output_bytes = kMaxKvBytes;
   // See kDefaultMaxDecodeExpansion; 0: no bound beyond max_output_bytes.
   uint64_t max_expansion = kDefaultMaxDecodeExpansion;
 
-  // Sets all four dimensions (n_tokens included) from `shape`.
+  // Sets all four dimensions (n_tokens included) and keys_only from `shape`.
   DecodeExpect& Shape(const KvShape& shape);
 };
 
@@ -136,9 +137,11 @@ Status DecodeKvcInto(std::span<const uint8_t> bytes, const KvSlice& out,
                      const ModelFingerprint* expected_fingerprint = nullptr, const CodecContext& context = {},
                      const DecodeExpect& expect = {});
 
-// The two sections raw, quant, cachegen and video write: 'K' (0x4B) for keys, then 'V' (0x56).
+// The sections raw, quant, cachegen and video write: 'K' (0x4B) for keys, then 'V' (0x56) unless
+// the cache is keys-only.
 uint32_t KvSectionTag(KvKind kind);
-// kCorrupt unless `file` holds exactly those two sections, in that order; their bytes, K first.
+// kCorrupt unless `file` holds exactly those sections, in that order; their bytes, K first (V
+// empty for a keys-only file).
 Result<std::array<std::span<const uint8_t>, 2>> KvSections(const KvcFile& file);
 inline std::span<const uint8_t> SectionOf(const std::array<std::span<const uint8_t>, 2>& sections, KvKind kind) {
   return sections[kind == KvKind::kKey ? 0 : 1];

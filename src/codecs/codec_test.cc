@@ -264,6 +264,7 @@ TEST(DecodeExpect, MismatchesAreNamedBeforeTheCodecRuns) {
       {{.n_kv_heads = 1}, "the file holds n_kv_heads 2, expected 1"},
       {{.head_dim = 8}, "the file holds head_dim 4, expected 8"},
       {{.n_tokens = 5}, "the file holds n_tokens 6, expected 5"},
+      {{.keys_only = true}, "the file holds keys and values, expected keys only"},
       {{.pos_begin = 0}, "the file starts at position 30, expected 0"},
       {{.max_output_bytes = 383}, "the file decodes to 384 bytes, more than the 383 allowed"},
   };

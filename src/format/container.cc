@@ -65,6 +65,8 @@ Status ParseHeaderBody(ByteReader& r, KvcHeader* h, uint32_t* n_sections) {
   RETURN_IF_ERROR(r.U32(&h->shape.n_tokens, "n_tokens"));
   uint8_t dtype;
   RETURN_IF_ERROR(r.U8(&dtype, "dtype"));
+  h->shape.keys_only = (dtype & kKvcKeysOnlyBit) != 0;
+  dtype &= static_cast<uint8_t>(~kKvcKeysOnlyBit);
   KVC_CHECK_CORRUPT(IsValidDType(dtype), "unknown dtype %u", dtype);
   h->dtype = static_cast<DType>(dtype);
   std::span<const uint8_t> fingerprint;
@@ -150,7 +152,7 @@ Result<std::vector<uint8_t>> WriteKvc(const KvcHeader& header, const std::vector
   w.U32(header.shape.n_kv_heads);
   w.U32(header.shape.head_dim);
   w.U32(header.shape.n_tokens);
-  w.U8(static_cast<uint8_t>(header.dtype));
+  w.U8(static_cast<uint8_t>(static_cast<uint8_t>(header.dtype) | (header.shape.keys_only ? kKvcKeysOnlyBit : 0)));
   w.Bytes(header.model_fingerprint.data(), header.model_fingerprint.size());
   w.U32(header.token_begin);
   w.I32(header.pos_begin);

@@ -27,6 +27,9 @@ bool IsNameChar(char c);
 // length if it exceeds kMaxLevelNameBytes. `what` names the field ("level").
 Status CheckName(std::string_view name, const char* what);
 inline constexpr uint32_t kMaxSections = 4096;
+// Set in the header's dtype byte when the file holds keys only (KvShape::keys_only): a bit no
+// dtype uses, so every file without it reads as before.
+inline constexpr uint8_t kKvcKeysOnlyBit = 0x80;
 
 using ModelFingerprint = std::array<uint8_t, 16>;
 

@@ -138,6 +138,24 @@ TEST(ContainerTest, RoundTripsEmptyHeaderFieldsAndNoSections) {
   EXPECT_TRUE(file->sections.empty());
 }
 
+TEST(ContainerTest, AKeysOnlyShapeRoundTripsInTheDtypeByte) {
+  KvcHeader h = SmallHeader();
+  h.shape.keys_only = true;
+  h.dtype = DType::kBF16;
+  const std::vector<uint8_t> bytes = WriteKvc(h, SmallSections()).value();
+  auto file = ReadKvc(bytes);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  ExpectHeadersEqual(file->header, h);
+  EXPECT_TRUE(file->header.shape.keys_only);
+  // Without the flag the same header differs in that one byte (the dtype's) and its CRC.
+  const std::vector<uint8_t> plain = WriteKvc(SmallHeader(), SmallSections()).value();
+  ASSERT_EQ(plain.size(), bytes.size());
+  const size_t dtype_at = 24 + h.level.size() + h.codec_params.size() + 16;
+  EXPECT_EQ(bytes[dtype_at], static_cast<uint8_t>(DType::kBF16) | kKvcKeysOnlyBit);
+  EXPECT_EQ(plain[dtype_at], static_cast<uint8_t>(DType::kF16));
+  EXPECT_FALSE(ReadKvc(WriteKvc(SmallHeader(), {}).value()).value().header.shape.keys_only);
+}
+
 TEST(ContainerTest, WritingIsDeterministic) {
   auto a = WriteKvc(SmallHeader(), SmallSections());
   auto b = WriteKvc(SmallHeader(), SmallSections());

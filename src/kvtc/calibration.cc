@@ -133,8 +133,9 @@ Status ValidateBasis(const PcaBasis& b, uint32_t expected_dim, KvtcQuantizer qua
 
 std::string BasisName(const KvtcCalibration& c, size_t index) {
   const uint32_t n = c.n_bases();
-  const char* kind = index < n ? "K" : "V";
-  const size_t within = index < n ? index : index - n;
+  // A keys-only calibration has no V bases, so every index within it names a K basis.
+  const char* kind = index < n || c.keys_only ? "K" : "V";
+  const size_t within = index < n || c.keys_only ? index : index - n;
   return FormatMessage("%s basis %zu", kind, within);
 }
 
@@ -197,8 +198,18 @@ Status ValidateCalibrationHeader(const KvtcCalibration& c) {
   if (!IsKnownGrouping(c.grouping)) {
     return InvalidArgument(FormatMessage("unknown grouping %u", static_cast<unsigned>(c.grouping)));
   }
-  if (c.format_version < 1 || c.format_version > kKvcalFormatVersion) {
-    return InvalidArgument(FormatMessage("format_version %u outside 1..%u", c.format_version, kKvcalFormatVersion));
+  if (c.format_version < 1 || c.format_version > kKvcalMaxFormatVersion) {
+    return InvalidArgument(FormatMessage("format_version %u outside 1..%u", c.format_version, kKvcalMaxFormatVersion));
+  }
+  // One version per kind of calibration keeps the encoding canonical, and keeps a keys-only
+  // calibration out of the versions older readers take for K and V.
+  if (c.keys_only && c.format_version != kKvcalKeysOnlyFormatVersion) {
+    return InvalidArgument(FormatMessage("a keys-only calibration is format version %u, not %u",
+                                         kKvcalKeysOnlyFormatVersion, c.format_version));
+  }
+  if (!c.keys_only && c.format_version == kKvcalKeysOnlyFormatVersion) {
+    return InvalidArgument(
+        FormatMessage("format version %u holds only keys-only calibrations", kKvcalKeysOnlyFormatVersion));
   }
   if (c.group_size == 0 || c.group_size > kMaxKvtcGroupSize) {
     return InvalidArgument(FormatMessage("group_size %u outside 1..%u", c.group_size, kMaxKvtcGroupSize));
@@ -226,11 +237,11 @@ Status ValidateCalibrationHeader(const KvtcCalibration& c) {
   if (rope_type > static_cast<uint8_t>(kLastRopeType)) {
     return InvalidArgument(FormatMessage("unknown rope type %u", rope_type));
   }
-  // The codec rotates only kinds it knows how to undo; one meaning per byte pair keeps a file
-  // from claiming an undo that never happened (rope.h says why sectioned RoPE is not undone).
+  // The codec rotates only kinds it knows how to undo (RopeRotatesKeys, rope.h); one meaning
+  // per byte pair keeps a file from claiming an undo that never happened.
   if (c.keys_rope_undone && !RopeRotatesKeys(c.rope.type)) {
-    return InvalidArgument(FormatMessage(
-        "keys_rope_undone is set, but rope type %s is not undone (only normal and neox)", RopeTypeName(c.rope.type)));
+    return InvalidArgument(
+        FormatMessage("keys_rope_undone is set, but rope type %s is not undone", RopeTypeName(c.rope.type)));
   }
   // RoPE rotates channel pairs, so an odd count has no meaning.
   if (c.rope.n_rot > c.head_dim || c.rope.n_rot % 2 != 0) {
@@ -250,21 +261,23 @@ Status ValidateCalibrationHeader(const KvtcCalibration& c) {
   }
   // Every basis holds at least a mean and one component, so this bounds the smallest file
   // of this shape before anything is read or allocated.
-  const uint64_t min_floats = 2 * NBases64(c) * BasisFloats(dim, 1);
+  const uint64_t total_bases = c.n_kinds() * NBases64(c);
+  const uint64_t min_floats = total_bases * BasisFloats(dim, 1);
   if (min_floats > kMaxKvtcFloats) {
     return InvalidArgument(FormatMessage("%" PRIu64 " bases of dimension %" PRIu64 " need at least %" PRIu64
                                          " floats, over the limit %" PRIu64,
-                                         2 * NBases64(c), dim, min_floats, kMaxKvtcFloats));
+                                         total_bases, dim, min_floats, kMaxKvtcFloats));
   }
   return Status::Ok();
 }
 
 Status ValidateCalibration(const KvtcCalibration& c) {
   RETURN_IF_ERROR(ValidateCalibrationHeader(c));
-  const uint64_t expected_bases = uint64_t{2} * c.n_bases();
+  const uint64_t expected_bases = uint64_t{c.n_kinds()} * c.n_bases();
   if (c.bases.size() != expected_bases) {
-    return InvalidArgument(FormatMessage("%zu bases, expected %" PRIu64 " (K and V, %u each for grouping %s)",
-                                         c.bases.size(), expected_bases, c.n_bases(), KvtcGroupingName(c.grouping)));
+    return InvalidArgument(FormatMessage("%zu bases, expected %" PRIu64 " (%s, %u each for grouping %s)",
+                                         c.bases.size(), expected_bases, c.keys_only ? "K only" : "K and V",
+                                         c.n_bases(), KvtcGroupingName(c.grouping)));
   }
   const uint32_t dim = c.basis_dim();
   uint64_t floats = 0;

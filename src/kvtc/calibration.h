@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "base/hash.h"
 #include "base/status.h"
 #include "format/container.h"
+#include "tensor/kv_cache.h"
 #include "tensor/rope.h"
 
 namespace kvc {
@@ -59,7 +61,8 @@ struct BitAllocation {
   // chunks (coded_bits_per_value).
   float target_ratio = 0;
   // Bits (0..8) per component group: every basis's groups one after another, K bases first,
-  // then V; basis i has n_groups(i) = ceil(n_components / group_size) of them.
+  // then V (none in a keys-only calibration); basis i has n_groups(i) =
+  // ceil(n_components / group_size) of them.
   std::vector<uint8_t> bits;
   double heldout_rel_mse = 0;       // mean over tensors of (squared error / variance) on held-back tokens
   double coded_bits_per_value = 0;  // version 2: codes + scales after entropy coding, held-back chunks
@@ -68,11 +71,16 @@ struct BitAllocation {
 };
 
 struct KvtcCalibration {
-  uint32_t format_version = 2;  // .kvcal layout it is written in (docs/format.md); 1: token-group only
+  // .kvcal layout it is written in (docs/format.md): 1 token-group only, 2 K and V, 3 exactly
+  // when keys_only.
+  uint32_t format_version = 2;
   ModelFingerprint model_fingerprint{};
   uint32_t n_layers = 0;
   uint32_t n_kv_heads = 0;
   uint32_t head_dim = 0;
+  // For a cache of keys alone (KvShape::keys_only: MLA's latent, an indexer's keys): bases and
+  // allocations cover K only, and the codec takes only keys-only caches with it.
+  bool keys_only = false;
   RopeParams rope;
   bool keys_rope_undone = true;  // K was rotated back to position 0 before fitting
   KvtcGrouping grouping = KvtcGrouping::kLayer;
@@ -82,9 +90,15 @@ struct KvtcCalibration {
   std::string choice;                      // why calibrate chose this quantiser, grouping and group size
   uint32_t fit_tokens = 0;                 // tokens the bases were fitted on
   uint32_t heldout_tokens = 0;             // tokens the allocations were measured on
-  std::vector<PcaBasis> bases;             // K bases then V bases (n_bases() each)
+  std::vector<PcaBasis> bases;             // K bases then V bases (n_bases() each; K alone if keys_only)
   std::vector<BitAllocation> allocations;  // by increasing target_ratio
 
+  // The kinds the bases cover, as KvShape::kinds() lists a cache's: bases[k * n_bases() + b] is
+  // basis b of kinds()[k].
+  std::span<const KvKind> kinds() const {
+    return keys_only ? std::span<const KvKind>(kKeysOnly) : std::span<const KvKind>(kKvKinds);
+  }
+  uint32_t n_kinds() const { return keys_only ? 1 : 2; }
   uint32_t n_bases() const;    // bases per kind (K or V) for the grouping
   uint32_t basis_dim() const;  // features per vector for the grouping
   uint32_t n_groups(uint32_t basis_index) const;

@@ -42,4 +42,19 @@ std::shared_ptr<const LoadedCalibration> CalibrationRegistry::FindForModel(const
   return nullptr;
 }
 
+std::shared_ptr<const LoadedCalibration> CalibrationRegistry::FindForModel(const ModelFingerprint& model,
+                                                                           const KvShape& shape) const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
+      const KvtcCalibration& c = (*it)->calibration;
+      if (c.model_fingerprint == model && c.n_layers == shape.n_layers && c.n_kv_heads == shape.n_kv_heads &&
+          c.head_dim == shape.head_dim && c.keys_only == shape.keys_only) {
+        return *it;
+      }
+    }
+  }
+  return FindForModel(model);
+}
+
 }  // namespace kvc

@@ -29,6 +29,11 @@ class CalibrationRegistry {
   std::shared_ptr<const LoadedCalibration> FindByHash(const Hash128& hash) const;
   // The most recently added calibration for the model.
   std::shared_ptr<const LoadedCalibration> FindForModel(const ModelFingerprint& model) const;
+  // The most recently added one for the model whose geometry and kinds fit `shape` (its token
+  // count aside): a model may keep caches of several shapes (an MLA cache and its indexer's,
+  // both keys only), each with its calibration. Without one that fits, FindForModel's, so that
+  // the caller reports the mismatch.
+  std::shared_ptr<const LoadedCalibration> FindForModel(const ModelFingerprint& model, const KvShape& shape) const;
 
  private:
   mutable std::mutex mu_;

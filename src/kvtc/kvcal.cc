@@ -22,7 +22,12 @@ constexpr size_t kHeaderBodyBytesV1 = 16 + 4 + 4 + 4 + (1 + 4 + 4 + 4) + 1 + 1 +
 static_assert(kHeaderBodyBytesV1 == 63, "docs/format.md documents a 63-byte version 1 header body");
 // Version 2 appends quantizer (u8) and chunk_tokens (u32).
 constexpr size_t kHeaderBodyBytesV2 = kHeaderBodyBytesV1 + 1 + 4;
-constexpr size_t HeaderBodyBytes(uint32_t version) { return version == 1 ? kHeaderBodyBytesV1 : kHeaderBodyBytesV2; }
+// Version 3 (keys only) appends flags (u8).
+constexpr size_t kHeaderBodyBytesV3 = kHeaderBodyBytesV2 + 1;
+static_assert(kHeaderBodyBytesV3 == 69, "docs/format.md documents a 69-byte version 3 header body");
+constexpr size_t HeaderBodyBytes(uint32_t version) {
+  return version == 1 ? kHeaderBodyBytesV1 : version == 2 ? kHeaderBodyBytesV2 : kHeaderBodyBytesV3;
+}
 // tag + length + CRC before each section's data.
 constexpr size_t kSectionPrefixBytes = 4 + 8 + 4;
 // index, dim, n_components before a basis section's floats.
@@ -45,7 +50,7 @@ constexpr uint32_t kTagChoice = Tag("NOTE");  // version 2: the calibration's ch
 
 // No valid file is larger, so LoadKvcal refuses bigger ones before reading them into memory.
 constexpr uint64_t kMaxKvcalFileBytes =
-    kPreambleBytes + kHeaderBodyBytesV2 + 4 +
+    kPreambleBytes + kHeaderBodyBytesV3 + 4 +
     uint64_t{2} * kMaxLayers * kMaxKvHeads * (kSectionPrefixBytes + kBasisFieldsBytes) + 4 * kMaxKvtcFloats +
     kSectionPrefixBytes + kAllocationsFieldsBytes + uint64_t{kMaxKvtcAllocations} * kAllocationRecordFixedBytes +
     kMaxKvtcAllocationBits + kSectionPrefixBytes + kMaxKvtcChoiceBytes;
@@ -142,7 +147,8 @@ Status GetFloats(ByteReader& r, size_t n, std::vector<float>* out, const char* f
   return Status::Ok();
 }
 
-// Parses the 63-byte header body into `c` (everything but bases and allocations).
+// Parses the header body (63, 68 or 69 bytes by version) into `c` (everything but bases and
+// allocations).
 Status ParseHeaderBody(ByteReader& h, KvtcCalibration* c, uint32_t* n_bases, uint32_t* n_allocations) {
   // c->format_version is set by the caller.
   std::span<const uint8_t> fingerprint;
@@ -178,6 +184,14 @@ Status ParseHeaderBody(ByteReader& h, KvtcCalibration* c, uint32_t* n_bases, uin
     KVC_CHECK_CORRUPT(quantizer <= static_cast<uint8_t>(KvtcQuantizer::kComponent), "unknown quantizer %u", quantizer);
     c->quantizer = static_cast<KvtcQuantizer>(quantizer);
     RETURN_IF_ERROR(h.U32(&c->chunk_tokens, "chunk_tokens"));
+  }
+  if (c->format_version >= 3) {
+    uint8_t flags;
+    RETURN_IF_ERROR(h.U8(&flags, "flags"));
+    // Unknown bits are refused rather than ignored: a rewrite would drop them, and whatever a
+    // later writer meant by them this reader would not honour.
+    KVC_CHECK_CORRUPT((flags & ~kKvcalFlagKeysOnly) == 0, "unknown flags 0x%02x", flags);
+    c->keys_only = (flags & kKvcalFlagKeysOnly) != 0;
   }
   return Status::Ok();
 }
@@ -275,6 +289,7 @@ Result<std::vector<uint8_t>> WriteKvcal(const KvtcCalibration& c) {
     w.U8(static_cast<uint8_t>(c.quantizer));
     w.U32(c.chunk_tokens);
   }
+  if (version >= 3) w.U8(c.keys_only ? kKvcalFlagKeysOnly : 0);
   w.U32(Crc32c(w.bytes().data(), w.size()));
 
   const uint32_t n_bases = c.n_bases();
@@ -321,9 +336,9 @@ Result<KvtcCalibration> ReadKvcal(std::span<const uint8_t> bytes) {
   if (bytes.size() >= 8 && std::equal(kMagic, kMagic + 4, bytes.begin())) {
     const uint32_t found =
         uint32_t{bytes[4]} | uint32_t{bytes[5]} << 8 | uint32_t{bytes[6]} << 16 | uint32_t{bytes[7]} << 24;
-    if (found < 1 || found > kKvcalFormatVersion) {
+    if (found < 1 || found > kKvcalMaxFormatVersion) {
       return Unsupported(
-          FormatMessage("format version %u not supported (this build reads 1 and %u)", found, kKvcalFormatVersion));
+          FormatMessage("format version %u not supported (this build reads 1 to %u)", found, kKvcalMaxFormatVersion));
     }
     version = found;
   }
@@ -345,19 +360,23 @@ Result<KvtcCalibration> ReadKvcal(std::span<const uint8_t> bytes) {
 
   // The smallest bases this header allows must be present before any is reserved, so a
   // header claiming a million bases in a short file fails here rather than allocating.
+  // ValidateCalibrationHeader has bounded n_bases times the kinds (by the float limit), so the
+  // count below fits 32 bits.
   const uint32_t dim = c.basis_dim();
-  const uint64_t min_bytes = uint64_t{2} * n_bases * (kSectionPrefixBytes + BasisDataBytes(dim, 1, c.quantizer)) +
+  const uint32_t total_bases = c.n_kinds() * n_bases;
+  const uint64_t min_bytes = uint64_t{total_bases} * (kSectionPrefixBytes + BasisDataBytes(dim, 1, c.quantizer)) +
                              kSectionPrefixBytes + kAllocationsFieldsBytes +
                              uint64_t{n_allocations} * AllocationRecordFixedBytes(version);
   KVC_CHECK_CORRUPT(min_bytes <= r.remaining(),
                     "truncated: %u bases of dimension %u and %u allocations need at least %" PRIu64
                     " bytes after the header, %zu present",
-                    2 * n_bases, dim, n_allocations, min_bytes, r.remaining());
+                    total_bases, dim, n_allocations, min_bytes, r.remaining());
 
-  c.bases.resize(size_t{2} * n_bases);
+  c.bases.resize(total_bases);
   uint64_t floats_left = kMaxKvtcFloats;
   uint64_t total_groups = 0;
-  for (uint32_t i = 0; i < 2 * n_bases; ++i) {
+  // A keys-only file has no V bases: after its K bases comes the allocations section.
+  for (uint32_t i = 0; i < total_bases; ++i) {
     const bool key = i < n_bases;
     const uint32_t within = key ? i : i - n_bases;
     const std::string where = FormatMessage("%s basis %u", key ? "K" : "V", within);

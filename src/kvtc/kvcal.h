@@ -14,8 +14,18 @@
 
 namespace kvc {
 
-// Written by this build; version 1 files (token-group quantiser only) are still read.
+// Written by this build for K and V calibrations; version 1 files (token-group quantiser only)
+// are still read.
 inline constexpr uint32_t kKvcalFormatVersion = 2;
+// Written for keys-only calibrations, and only for them: version 2's layout with a flags byte
+// and no V bases. A new version rather than a flag in an old field, so that every version 1
+// and 2 file keeps its bytes (and its hash), and a reader from before it refuses a keys-only
+// file as an unsupported version instead of reporting its missing V bases as damage.
+inline constexpr uint32_t kKvcalKeysOnlyFormatVersion = 3;
+// The newest version this build reads.
+inline constexpr uint32_t kKvcalMaxFormatVersion = kKvcalKeysOnlyFormatVersion;
+// Version 3's flags byte: bit 0 keys only (always set in version 3); the others must be 0.
+inline constexpr uint8_t kKvcalFlagKeysOnly = 0x01;
 
 // Limits ValidateCalibration enforces on top of the KV shape limits (tensor/kv_cache.h), so a
 // hostile file can never make a reader allocate more than about 1 GiB of floats.

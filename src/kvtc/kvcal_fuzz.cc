@@ -36,11 +36,16 @@ void PutU32(std::vector<uint8_t>& b, size_t at, uint32_t v) {
 // Recomputes the header CRC and every section CRC whose section lies within the input, walking
 // the stored lengths (offsets: docs/format.md, .kvcal).
 std::vector<uint8_t> WithCrcsFixed(std::span<const uint8_t> input) {
-  constexpr size_t kHeaderCrcAt = 75;
   std::vector<uint8_t> b(input.begin(), input.end());
-  if (b.size() < kHeaderCrcAt + 4 || GetLe(b, 8, 4) != kHeaderCrcAt - 12) return b;
-  PutU32(b, kHeaderCrcAt, kvc::Crc32c(b.data(), kHeaderCrcAt));
-  for (size_t at = kHeaderCrcAt + 4; b.size() - at >= 16;) {
+  if (b.size() < 12) return b;
+  // The header body is 63 bytes in version 1, 68 in version 2 and 69 in version 3; any other
+  // length is refused before a CRC is looked at.
+  const uint64_t header_length = GetLe(b, 8, 4);
+  if (header_length != 63 && header_length != 68 && header_length != 69) return b;
+  const size_t header_crc_at = 12 + static_cast<size_t>(header_length);
+  if (b.size() < header_crc_at + 4) return b;
+  PutU32(b, header_crc_at, kvc::Crc32c(b.data(), header_crc_at));
+  for (size_t at = header_crc_at + 4; b.size() - at >= 16;) {
     const uint64_t length = GetLe(b, at + 4, 8);
     if (length > b.size() - at - 16) break;
     PutU32(b, at + 12,

@@ -114,6 +114,7 @@ struct Spec {
   uint64_t seed = 1;
   uint32_t format_version = 1;
   KvtcQuantizer quantizer = KvtcQuantizer::kTokenGroup;  // kComponent forces group_size 1
+  bool keys_only = false;                                // K bases only: needs format_version 3
 };
 
 // A valid calibration whose bases have differing component counts, so group counts differ.
@@ -124,6 +125,7 @@ KvtcCalibration MakeCalibration(const Spec& spec) {
   c.n_layers = spec.n_layers;
   c.n_kv_heads = spec.n_kv_heads;
   c.head_dim = spec.head_dim;
+  c.keys_only = spec.keys_only;
   c.rope = {.type = RopeType::kNeox, .n_rot = spec.head_dim & ~1u, .freq_base = 500000.0f, .freq_scale = 0.25f};
   c.keys_rope_undone = (spec.seed & 1) != 0;
   c.format_version = spec.format_version;
@@ -137,7 +139,7 @@ KvtcCalibration MakeCalibration(const Spec& spec) {
   c.fit_tokens = 4096 + static_cast<uint32_t>(spec.seed);
   c.heldout_tokens = 1024;
   const uint32_t dim = c.basis_dim();
-  for (uint32_t i = 0; i < 2 * c.n_bases(); ++i) {
+  for (uint32_t i = 0; i < c.n_kinds() * c.n_bases(); ++i) {
     const uint32_t n_components = std::max<uint32_t>(1, dim - i % 3);
     c.bases.push_back(MakeBasis(dim, n_components, rng));
     if (spec.quantizer == KvtcQuantizer::kComponent) {
@@ -175,7 +177,8 @@ KvtcCalibration MakeCalibration(const Spec& spec) {
       a.choice != b.choice) {
     return ::testing::AssertionFailure() << "format_version, quantizer, chunk_tokens or choice";
   }
-  if (a.n_layers != b.n_layers || a.n_kv_heads != b.n_kv_heads || a.head_dim != b.head_dim) {
+  if (a.n_layers != b.n_layers || a.n_kv_heads != b.n_kv_heads || a.head_dim != b.head_dim ||
+      a.keys_only != b.keys_only) {
     return ::testing::AssertionFailure() << "shape";
   }
   if (a.rope.type != b.rope.type || a.rope.n_rot != b.rope.n_rot || bits(a.rope.freq_base) != bits(b.rope.freq_base) ||
@@ -472,13 +475,13 @@ TEST(Kvcal, WrongMagicAndVersion) {
   b[3] = '1';  // the .kvc magic
   ExpectCorrupt(b, "not a .kvcal file (bad magic)");
 
-  for (uint32_t version : {0u, 3u}) {
+  for (uint32_t version : {0u, 4u}) {
     b = TinyFile();
     PutU32(b, 4, version);
     FixCrcs(b);
     const Status s = ReadStatus(b);
     EXPECT_EQ(s.code(), StatusCode::kUnsupported);
-    EXPECT_EQ(s.message(), FormatMessage("format version %u not supported (this build reads 1 and 2)", version));
+    EXPECT_EQ(s.message(), FormatMessage("format version %u not supported (this build reads 1 to 3)", version));
   }
   // A version 1 file relabelled 2 is read as 2: its header is too short.
   b = TinyFile();
@@ -581,6 +584,293 @@ TEST(Kvcal2, VersionOneFilesAreStillReadAndRewriteToThemselves) {
   EXPECT_TRUE(Write(*read) == v1);
 }
 
+// Version 3: a keys-only calibration. Version 2's header gains a flags byte, and the file has
+// only the K bases (the allocations cover their groups alone).
+constexpr size_t kV3FlagsAt = 80, kV3HeaderCrcAt = 81, kV3FirstSectionAt = 85;
+
+Spec KeysOnlySpec(Spec spec) {
+  spec.format_version = 3;
+  spec.keys_only = true;
+  return spec;
+}
+
+// TinyFile's keys-only twin: one K basis of dim 2, one allocation.
+std::vector<uint8_t> TinyKeysFile(KvtcQuantizer quantizer = KvtcQuantizer::kComponent) {
+  return Write(MakeCalibration(KeysOnlySpec({.grouping = KvtcGrouping::kAll,
+                                             .n_layers = 1,
+                                             .n_kv_heads = 1,
+                                             .head_dim = 2,
+                                             .group_size = 1,
+                                             .n_allocations = 1,
+                                             .quantizer = quantizer})));
+}
+
+void FixCrcsV3(std::vector<uint8_t>& b) { FixCrcs(b, kV3HeaderCrcAt, kV3FirstSectionAt); }
+
+TEST(Kvcal3, RoundTripEachGroupingAndQuantizerByteForByte) {
+  for (KvtcQuantizer q : {KvtcQuantizer::kTokenGroup, KvtcQuantizer::kComponent}) {
+    for (KvtcGrouping g : {KvtcGrouping::kLayerHead, KvtcGrouping::kLayer, KvtcGrouping::kAll}) {
+      SCOPED_TRACE(::testing::Message() << KvtcQuantizerName(q) << " " << KvtcGroupingName(g));
+      const KvtcCalibration c = MakeCalibration(KeysOnlySpec({.grouping = g, .n_layers = 3, .quantizer = q}));
+      ASSERT_TRUE(ValidateCalibration(c).ok()) << ValidateCalibration(c).ToString();
+      ASSERT_EQ(c.bases.size(), c.n_bases());
+      const std::vector<uint8_t> b = Write(c);
+      auto read = ReadKvcal(b);
+      ASSERT_TRUE(read.ok()) << read.status().ToString();
+      EXPECT_TRUE(read->keys_only);
+      EXPECT_EQ(read->format_version, 3u);
+      EXPECT_TRUE(Same(*read, c));
+      EXPECT_TRUE(*read == c);
+      EXPECT_TRUE(Write(*read) == b);
+    }
+  }
+}
+
+// The shapes kvtc codes keys-only caches of: MLA's latent (1 x 576, no RoPE undone) and an
+// indexer's keys (1 x 128).
+TEST(Kvcal3, MlaAndIndexerShapesRoundTrip) {
+  for (uint32_t head_dim : {576u, 128u}) {
+    SCOPED_TRACE(head_dim);
+    KvtcCalibration c = MakeCalibration(KeysOnlySpec(
+        {.grouping = KvtcGrouping::kLayer, .n_layers = 2, .n_kv_heads = 1, .head_dim = head_dim, .group_size = 16}));
+    if (head_dim == 576) c.rope = {.type = RopeType::kNone}, c.keys_rope_undone = false;
+    ASSERT_TRUE(ValidateCalibration(c).ok()) << ValidateCalibration(c).ToString();
+    const std::vector<uint8_t> b = Write(c);
+    auto read = ReadKvcal(b);
+    ASSERT_TRUE(read.ok()) << read.status().ToString();
+    EXPECT_TRUE(Same(*read, c));
+    EXPECT_TRUE(Write(*read) == b);
+  }
+}
+
+TEST(Kvcal3, LayoutMatchesFormatDoc) {
+  const KvtcCalibration c = MakeCalibration(
+      KeysOnlySpec({.grouping = KvtcGrouping::kLayer, .n_layers = 3, .quantizer = KvtcQuantizer::kComponent}));
+  const std::vector<uint8_t> b = Write(c);
+  EXPECT_EQ(GetU32(b, 4), 3u);
+  EXPECT_EQ(GetU32(b, 8), 69u);
+  EXPECT_EQ(GetU32(b, kNBasesAt), 3u);  // per kind, as in every version
+  EXPECT_EQ(b[kV2QuantizerAt], 1);
+  EXPECT_EQ(GetU32(b, kV2ChunkTokensAt), 256u);
+  EXPECT_EQ(b[kV3FlagsAt], kKvcalFlagKeysOnly);
+  EXPECT_EQ(GetU32(b, kV3HeaderCrcAt), Crc32c(b.data(), kV3HeaderCrcAt));
+  const std::vector<size_t> at = SectionOffsets(b, kV3FirstSectionAt);
+  const size_t n_bases = c.n_bases();
+  ASSERT_EQ(at.size(), n_bases + 2);
+  for (size_t i = 0; i < n_bases; ++i) {
+    EXPECT_EQ(std::memcmp(b.data() + at[i], "KBAS", 4), 0) << i;
+    EXPECT_EQ(GetU32(b, at[i] + 16), i);
+    const PcaBasis& basis = c.bases[i];
+    EXPECT_EQ(GetU64(b, at[i] + 4), 12 + 4 * (basis.dim + basis.n_components * (basis.dim + 1 + 8))) << i;
+  }
+  size_t total_groups = 0;
+  for (uint32_t i = 0; i < n_bases; ++i) total_groups += c.n_groups(i);
+  EXPECT_EQ(std::memcmp(b.data() + at[n_bases], "ALOC", 4), 0);
+  EXPECT_EQ(GetU32(b, at[n_bases] + 16), total_groups);
+  EXPECT_EQ(GetU64(b, at[n_bases] + 4), 4 + c.allocations.size() * (20 + total_groups));
+  EXPECT_EQ(std::memcmp(b.data() + at.back(), "NOTE", 4), 0);
+  EXPECT_EQ(b.size(), at.back() + 16 + c.choice.size());
+}
+
+TEST(Kvcal3, EveryByteFlipAndTruncationFails) {
+  for (KvtcQuantizer q : {KvtcQuantizer::kTokenGroup, KvtcQuantizer::kComponent}) {
+    const std::vector<uint8_t> good = TinyKeysFile(q);
+    ASSERT_TRUE(ReadKvcal(good).ok());
+    for (size_t i = 0; i < good.size(); ++i) {
+      for (uint8_t mask : {0x01, 0x80, 0xFF}) {
+        std::vector<uint8_t> bad = good;
+        bad[i] ^= mask;
+        const Status s = ReadStatus(bad);
+        EXPECT_TRUE(s.code() == StatusCode::kCorrupt || s.code() == StatusCode::kUnsupported)
+            << "byte " << i << " mask " << int{mask} << ": " << s.ToString();
+      }
+    }
+    for (size_t n = 0; n < good.size(); ++n) {
+      const std::vector<uint8_t> cut(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(n));
+      EXPECT_EQ(ReadStatus(cut).code(), StatusCode::kCorrupt) << n;
+    }
+  }
+}
+
+// `b` with its header body lengthened by a flags byte (a version 2 file made version 3) or
+// shortened by one (the reverse), CRCs recomputed.
+std::vector<uint8_t> Relabel(std::vector<uint8_t> b, uint32_t version, int flags) {
+  if (flags >= 0) {
+    b.insert(b.begin() + kV3FlagsAt, static_cast<uint8_t>(flags));
+    PutU32(b, 8, 69);
+  } else {
+    b.erase(b.begin() + kV3FlagsAt);
+    PutU32(b, 8, 68);
+  }
+  PutU32(b, 4, version);
+  if (flags >= 0) {
+    FixCrcsV3(b);
+  } else {
+    FixCrcs(b, kV2HeaderCrcAt, kV2FirstSectionAt);
+  }
+  return b;
+}
+
+// Hostile version 3 headers, and files whose sections disagree with the flag: each fails
+// cleanly as damage, before anything the size of a hostile count is allocated.
+TEST(Kvcal3, HostileFlagsAndBasisCountsFail) {
+  const KvtcCalibration full =
+      MakeCalibration({.grouping = KvtcGrouping::kLayer, .format_version = 2, .quantizer = KvtcQuantizer::kComponent});
+  const KvtcCalibration keys =
+      MakeCalibration(KeysOnlySpec({.grouping = KvtcGrouping::kLayer, .quantizer = KvtcQuantizer::kComponent}));
+  const std::vector<uint8_t> full_file = Write(full);
+  const std::vector<uint8_t> keys_file = Write(keys);
+  struct Case {
+    const char* name;
+    std::function<std::vector<uint8_t>()> make;
+    const char* needle;
+  };
+  const Case cases[] = {
+      {"flags 0",
+       [&] {
+         std::vector<uint8_t> b = keys_file;
+         b[kV3FlagsAt] = 0;
+         FixCrcsV3(b);
+         return b;
+       },
+       "header: format version 3 holds only keys-only calibrations"},
+      {"unknown flag",
+       [&] {
+         std::vector<uint8_t> b = keys_file;
+         b[kV3FlagsAt] = 0x03;
+         FixCrcsV3(b);
+         return b;
+       },
+       "header: unknown flags 0x03"},
+      {"high flag",
+       [&] {
+         std::vector<uint8_t> b = keys_file;
+         b[kV3FlagsAt] = 0x80;
+         FixCrcsV3(b);
+         return b;
+       },
+       "header: unknown flags 0x80"},
+      {"n_bases counts both kinds",
+       [&] {
+         std::vector<uint8_t> b = keys_file;
+         PutU32(b, kNBasesAt, 2 * keys.n_bases());
+         FixCrcsV3(b);
+         return b;
+       },
+       "header: n_bases 4, but grouping layer of this shape has 2"},
+      // The flag set on a file that still holds V bases: they stand where the allocations belong.
+      {"flag on a file with V bases", [&] { return Relabel(full_file, 3, kKvcalFlagKeysOnly); },
+       "allocations: tag 0x53414256 'VBAS' where 0x434f4c41 'ALOC' belongs"},
+      // The flag cleared (as version 2) on a keys-only file: its V bases are missing.
+      {"version 2 without V bases", [&] { return Relabel(keys_file, 2, -1); },
+       "V basis 0: tag 0x434f4c41 'ALOC' where 0x53414256 'VBAS' belongs"},
+      {"version 2 header labelled 3",
+       [&] {
+         std::vector<uint8_t> b = full_file;
+         PutU32(b, 4, 3);
+         FixCrcs(b, kV2HeaderCrcAt, kV2FirstSectionAt);
+         return b;
+       },
+       "header_length 68 is not 69"},
+      {"a K basis missing",
+       [&] {
+         std::vector<uint8_t> b = keys_file;
+         const std::vector<size_t> at = SectionOffsets(b, kV3FirstSectionAt);
+         b.erase(b.begin() + static_cast<std::ptrdiff_t>(at[1]), b.begin() + static_cast<std::ptrdiff_t>(at[2]));
+         return b;
+       },
+       "K basis 1: tag 0x434f4c41 'ALOC' where 0x5341424b 'KBAS' belongs"},
+      {"groups of K and V",
+       [&] {
+         std::vector<uint8_t> b = keys_file;
+         const std::vector<size_t> at = SectionOffsets(b, kV3FirstSectionAt);
+         PutU32(b, at[keys.n_bases()] + 16, 2 * GetU32(b, at[keys.n_bases()] + 16));
+         FixCrcsV3(b);
+         return b;
+       },
+       "allocations: groups_per_allocation 30, but the bases have 15 groups"},
+      {"a million bases",
+       [&] {
+         std::vector<uint8_t> b = keys_file;
+         PutU32(b, kNLayersAt, 1024);
+         PutU32(b, kNKvHeadsAt, 1024);
+         PutU32(b, kHeadDimAt, 32);
+         b[kGroupingAt] = static_cast<uint8_t>(KvtcGrouping::kLayerHead);
+         PutU32(b, kNBasesAt, 1024 * 1024);
+         PutU32(b, kNRotAt, 32);
+         FixCrcsV3(b);
+         return b;
+       },
+       "truncated: 1048576 bases of dimension 32 and 2 allocations need at least"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::vector<uint8_t> b = c.make();
+    g_largest_allocation = 0;
+    ExpectCorrupt(b, c.needle);
+    EXPECT_LT(g_largest_allocation.load(), size_t{1} << 16);
+  }
+}
+
+// Keys-only files came after versions 1 and 2: those keep every byte, read as calibrations of
+// K and V and rewrite to themselves, and a calibration of K and V never becomes version 3.
+TEST(Kvcal3, OlderVersionsKeepTheirBytes) {
+  for (uint32_t version : {1u, 2u}) {
+    SCOPED_TRACE(version);
+    const KvtcQuantizer q = version == 1 ? KvtcQuantizer::kTokenGroup : KvtcQuantizer::kComponent;
+    const std::vector<uint8_t> b = TinyFile(version, q);
+    EXPECT_EQ(GetU32(b, 4), version);
+    EXPECT_EQ(GetU32(b, 8), version == 1 ? 63u : 68u);
+    auto read = ReadKvcal(b);
+    ASSERT_TRUE(read.ok()) << read.status().ToString();
+    EXPECT_FALSE(read->keys_only);
+    EXPECT_EQ(read->bases.size(), 2 * read->n_bases());
+    EXPECT_TRUE(Write(*read) == b);
+  }
+  // Committed files of both versions (fuzz seeds, the real calibration), byte for byte.
+  for (const char* name :
+       {"fuzz/corpus/kvcal/layer.kvcal", "fuzz/corpus/kvcal/v2_component.kvcal", "models/kvtiny/kvtiny.kvcal"}) {
+    SCOPED_TRACE(name);
+    std::ifstream in(fs::path(KVCODEC_SOURCE_DIR) / name, std::ios::binary);
+    const std::vector<uint8_t> file{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    ASSERT_FALSE(file.empty());
+    auto read = ReadKvcal(file);
+    ASSERT_TRUE(read.ok()) << read.status().ToString();
+    EXPECT_FALSE(read->keys_only);
+    EXPECT_EQ(read->bases.size(), 2 * read->n_bases());
+    EXPECT_TRUE(Write(*read) == file);
+  }
+}
+
+// The version 3 example in docs/format.md (.kvcal), byte for byte.
+TEST(Kvcal3, SmallestExampleMatchesFormatDoc) {
+  KvtcCalibration c;
+  c.format_version = 3;
+  c.keys_only = true;
+  c.n_layers = c.n_kv_heads = c.head_dim = 1;
+  c.rope = {.type = RopeType::kNone};
+  c.keys_rope_undone = false;
+  c.grouping = KvtcGrouping::kAll;
+  c.group_size = 1;
+  c.bases.push_back({.dim = 1, .n_components = 1, .mean = {0.0f}, .components = {1.0f}, .eigenvalues = {1.0f}});
+  c.allocations.push_back({.target_ratio = 4.0f, .bits = {4}, .heldout_rel_mse = 0.0, .coded_bits_per_value = 4.0});
+  const std::vector<uint8_t> expected = {
+      0x4b, 0x56, 0x43, 0x4c, 0x03, 0x00, 0x00, 0x00, 0x45, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x00,
+      0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x40, 0x1c, 0x46, 0x00, 0x00, 0x80, 0x3f, 0x00, 0x02, 0x01, 0x00,
+      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00,
+      0x00, 0x00, 0x00, 0x00, 0x01, 0xee, 0x5e, 0x5c, 0x5d, 0x4b, 0x42, 0x41, 0x53, 0x18, 0x00, 0x00, 0x00, 0x00, 0x00,
+      0x00, 0x00, 0x7b, 0xb2, 0xb6, 0x52, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00,
+      0x00, 0x00, 0x00, 0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x80, 0x3f, 0x41, 0x4c, 0x4f, 0x43, 0x19, 0x00, 0x00, 0x00,
+      0x00, 0x00, 0x00, 0x00, 0x3d, 0x5b, 0x25, 0xec, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x80, 0x40, 0x00, 0x00, 0x00,
+      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x10, 0x40, 0x04, 0x4e, 0x4f, 0x54, 0x45, 0x00,
+      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xf2, 0x7b, 0x94, 0x3b};
+  EXPECT_TRUE(Write(c) == expected);
+  auto read = ReadKvcal(expected);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_TRUE(Same(*read, c));
+}
+
 TEST(Kvcal, DamagedHeaderReportsCrcFirst) {
   std::vector<uint8_t> b = TinyFile();
   b[kNLayersAt] = 9;
@@ -612,8 +902,8 @@ TEST(Kvcal, HostileHeaderFieldsFail) {
       // TinyFile's keys were fitted with RoPE undone: no rotation a kind without one could undo.
       {"undone without rope", [](auto& b) { b[kRopeTypeAt] = 2; },
        "header: keys_rope_undone is set, but rope type none is not undone"},
-      {"undone with mrope", [](auto& b) { b[kRopeTypeAt] = 3; },
-       "header: keys_rope_undone is set, but rope type mrope is not undone"},
+      {"undone with vision rope", [](auto& b) { b[kRopeTypeAt] = 5; },
+       "header: keys_rope_undone is set, but rope type vision is not undone"},
       {"undone flag", [](auto& b) { b[kUndoneAt] = 2; }, "keys_rope_undone is 2, not 0 or 1"},
       {"grouping", [](auto& b) { b[kGroupingAt] = 3; }, "header: unknown grouping 3"},
       {"n_layers", [](auto& b) { PutU32(b, kNLayersAt, 0); }, "header: n_layers 0 outside"},
@@ -743,9 +1033,9 @@ TEST(ValidateCalibration, RejectsEachInconsistency) {
       {"group_size big", [](auto& c) { c.group_size = 4097; }, "group_size 4097 outside"},
       {"rope type", [](auto& c) { c.rope.type = static_cast<RopeType>(6); }, "unknown rope type 6"},
       {"undone without rope", [](auto& c) { c.rope.type = RopeType::kNone; },
-       "keys_rope_undone is set, but rope type none is not undone (only normal and neox)"},
-      {"undone with sectioned rope", [](auto& c) { c.rope.type = RopeType::kImrope; },
-       "keys_rope_undone is set, but rope type imrope is not undone"},
+       "keys_rope_undone is set, but rope type none is not undone"},
+      {"undone with vision rope", [](auto& c) { c.rope.type = RopeType::kVision; },
+       "keys_rope_undone is set, but rope type vision is not undone"},
       {"n_rot > head_dim", [](auto& c) { c.rope.n_rot = c.head_dim + 2; }, "not an even count within head_dim"},
       {"n_rot odd", [](auto& c) { c.rope.n_rot = 1; }, "rope n_rot 1 is not an even count"},
       {"freq_base", [](auto& c) { c.rope.freq_base = 0; }, "rope freq_base 0 is not finite and positive"},
@@ -798,7 +1088,13 @@ TEST(ValidateCalibration, RejectsEachInconsistency) {
       {"bits size", [](auto& c) { c.allocations[1].bits.pop_back(); },
        "allocation 1: 10 bit widths, expected 11 (one per component group)"},
       {"bits > 8", [](auto& c) { c.allocations[1].bits[3] = 9; }, "allocation 1: group 3 has 9 bits, more than 8"},
-      {"version 0", [](auto& c) { c.format_version = 0; }, "format_version 0 outside 1..2"},
+      {"version 0", [](auto& c) { c.format_version = 0; }, "format_version 0 outside 1..3"},
+      {"version 4", [](auto& c) { c.format_version = 4; }, "format_version 4 outside 1..3"},
+      {"version 3 with V", [](auto& c) { c.format_version = 3; }, "format version 3 holds only keys-only calibrations"},
+      {"keys only in version 1", [](auto& c) { c.keys_only = true; },
+       "a keys-only calibration is format version 3, not 1"},
+      {"keys only with V bases", [](auto& c) { c.keys_only = true, c.format_version = 3; },
+       "4 bases, expected 2 (K only, 2 each for grouping layer)"},
       {"v1 component", [](auto& c) { c.quantizer = KvtcQuantizer::kComponent; },
        "format version 1 holds only token-group calibrations"},
       {"v1 choice", [](auto& c) { c.choice = "x"; }, "format version 1 holds only token-group"},

@@ -40,7 +40,7 @@ Status ValidateShape(const KvShape& s, DType dtype) {
     return InvalidArgument(FormatMessage("head_dim %u outside 1..%u", s.head_dim, kMaxHeadDim));
   if (s.n_tokens > kMaxTokens) return InvalidArgument(FormatMessage("n_tokens %u exceeds %u", s.n_tokens, kMaxTokens));
   // Each factor is bounded above, so the product cannot overflow 64 bits.
-  const uint64_t bytes = uint64_t{2} * s.n_layers * s.n_kv_heads * s.head_dim * s.n_tokens * DTypeSize(dtype);
+  const uint64_t bytes = uint64_t{s.n_kinds()} * s.n_layers * s.n_kv_heads * s.head_dim * s.n_tokens * DTypeSize(dtype);
   if (bytes > kMaxKvBytes)
     return InvalidArgument(FormatMessage("KV cache of %llu bytes exceeds the %llu-byte limit",
                                          static_cast<unsigned long long>(bytes),
@@ -56,12 +56,13 @@ Result<KvCache> KvCache::Allocate(const KvShape& shape, DType dtype, int32_t pos
   cache.dtype_ = dtype;
   cache.pos_begin_ = pos_begin;
   const size_t bytes = shape.elems() * DTypeSize(dtype);
+  const size_t v_bytes = shape.keys_only ? 0 : bytes;
   if (zero) {
     cache.k_.assign(bytes, 0);
-    cache.v_.assign(bytes, 0);
+    cache.v_.assign(v_bytes, 0);
   } else {
     cache.k_.resize(bytes);
-    cache.v_.resize(bytes);
+    cache.v_.resize(v_bytes);
   }
   return cache;
 }
@@ -152,7 +153,7 @@ Result<KvCache> KvCache::ConvertTo(DType dtype) const {
   if (dtype == dtype_) return *this;
   ASSIGN_OR_RETURN(KvCache out, Create(shape_, dtype, pos_begin_));
   std::vector<float> buf(shape_.layer_elems());
-  for (KvKind kind : kKvKinds) {
+  for (KvKind kind : shape_.kinds()) {
     for (uint32_t l = 0; l < shape_.n_layers; ++l) {
       ReadRowsF32(kind, l, 0, shape_.n_tokens, buf.data());
       out.WriteRowsF32(kind, l, 0, shape_.n_tokens, buf.data());
@@ -170,9 +171,10 @@ Result<KvView> KvView::Over(const KvShape& shape, DType dtype, int32_t pos_begin
                             std::span<const uint8_t> v) {
   RETURN_IF_ERROR(ValidateShape(shape, dtype));
   const size_t bytes = shape.elems() * DTypeSize(dtype);
-  if (k.size() != bytes || v.size() != bytes) {
-    return InvalidArgument(
-        FormatMessage("K and V of this shape hold %zu bytes each, not %zu and %zu", bytes, k.size(), v.size()));
+  const size_t v_bytes = shape.keys_only ? 0 : bytes;
+  if (k.size() != bytes || v.size() != v_bytes) {
+    return InvalidArgument(FormatMessage("K and V of this shape hold %zu and %zu bytes, not %zu and %zu", bytes,
+                                         v_bytes, k.size(), v.size()));
   }
   KvView view;
   view.outside_ = Outside{shape, dtype, pos_begin, k.data(), v.data()};
@@ -209,7 +211,7 @@ Result<KvView> KvView::View(uint32_t token_begin, uint32_t n_tokens) const {
 
 Result<KvCache> KvView::Copy() const {
   ASSIGN_OR_RETURN(KvCache out, KvCache::CreateForOverwrite(shape(), dtype(), pos_begin()));  // every row copied below
-  for (KvKind kind : kKvKinds) {
+  for (KvKind kind : out.shape().kinds()) {
     for (uint32_t l = 0; l < out.shape().n_layers; ++l) {
       const auto src = LayerBytes(kind, l);
       if (!src.empty()) std::memcpy(out.RowBytes(kind, l, 0, n_tokens_).data(), src.data(), src.size());

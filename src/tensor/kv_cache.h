@@ -26,6 +26,7 @@ bool IsValidDType(uint8_t value);
 
 enum class KvKind : uint8_t { kKey = 0, kValue = 1 };
 inline constexpr KvKind kKvKinds[] = {KvKind::kKey, KvKind::kValue};
+inline constexpr KvKind kKeysOnly[] = {KvKind::kKey};
 const char* KvKindName(KvKind kind);
 
 struct KvShape {
@@ -33,14 +34,23 @@ struct KvShape {
   uint32_t n_kv_heads = 0;
   uint32_t head_dim = 0;
   uint32_t n_tokens = 0;
+  // A cache of keys alone, V absent: what MLA keeps (a latent per token that K and V are both
+  // projected from) and what an indexer cache keeps. Every V accessor of such a cache is empty,
+  // and codecs code only what kinds() lists.
+  bool keys_only = false;
 
   // Values per token per layer (kv_heads * head_dim).
   size_t row_elems() const { return size_t{n_kv_heads} * head_dim; }
   size_t layer_elems() const { return row_elems() * n_tokens; }
   // Values in K (or in V).
   size_t elems() const { return layer_elems() * n_layers; }
-  // Bytes of K and V together stored as fp16: the numerator of every compression ratio.
-  size_t fp16_bytes() const { return 2 * elems() * 2; }
+  // K, then V unless keys_only.
+  std::span<const KvKind> kinds() const {
+    return keys_only ? std::span<const KvKind>(kKeysOnly) : std::span<const KvKind>(kKvKinds);
+  }
+  size_t n_kinds() const { return keys_only ? 1 : 2; }
+  // Bytes of the cache (K and V, or K alone) stored as fp16: the numerator of every compression ratio.
+  size_t fp16_bytes() const { return n_kinds() * elems() * 2; }
   bool operator==(const KvShape&) const = default;
 };
 
@@ -77,7 +87,8 @@ class KvCache {
 
   std::span<uint8_t> Bytes(KvKind kind) { return kind == KvKind::kKey ? std::span(k_) : std::span(v_); }
   std::span<const uint8_t> Bytes(KvKind kind) const { return kind == KvKind::kKey ? std::span(k_) : std::span(v_); }
-  // The rows of `n_tokens` tokens from `token` in one layer, as stored.
+  // The rows of `n_tokens` tokens from `token` in one layer, as stored. Only for the kinds the
+  // shape has (V of a keys-only cache holds no bytes).
   std::span<uint8_t> RowBytes(KvKind kind, uint32_t layer, uint32_t token, uint32_t n_tokens);
   std::span<const uint8_t> RowBytes(KvKind kind, uint32_t layer, uint32_t token, uint32_t n_tokens) const;
 

@@ -29,6 +29,35 @@ TEST(KvCache, ShapeArithmetic) {
   EXPECT_EQ(s.fp16_bytes(), 2u * 2 * 6 * 128 * 1024);
 }
 
+TEST(KvCache, AKeysOnlyCacheHoldsKAlone) {
+  const KvShape s{.n_layers = 2, .n_kv_heads = 1, .head_dim = 576, .n_tokens = 5, .keys_only = true};
+  EXPECT_EQ(s.n_kinds(), 1u);
+  ASSERT_EQ(s.kinds().size(), 1u);
+  EXPECT_EQ(s.kinds()[0], KvKind::kKey);
+  EXPECT_EQ(s.fp16_bytes(), 2u * 576 * 5 * 2);
+  KvCache cache = KvCache::Create(s, DType::kF16, 3).value();
+  EXPECT_EQ(cache.Bytes(KvKind::kKey).size(), 2u * 576 * 5 * 2);
+  EXPECT_TRUE(cache.Bytes(KvKind::kValue).empty());
+  std::vector<float> row(576, 0.5f);
+  cache.WriteRowsF32(KvKind::kKey, 1, 4, 1, row.data());
+  // Copies and conversions keep it keys-only.
+  const KvCache copy = cache.View(4, 1).value().Copy().value();
+  EXPECT_TRUE(copy.shape().keys_only);
+  EXPECT_TRUE(copy.Bytes(KvKind::kValue).empty());
+  const KvCache wide = cache.ConvertTo(DType::kF32).value();
+  EXPECT_TRUE(wide.Bytes(KvKind::kValue).empty());
+  std::vector<float> back(576);
+  wide.ReadRowsF32(KvKind::kKey, 1, 4, 1, back.data());
+  EXPECT_EQ(back, row);
+  // Outside bytes: V must be empty.
+  const std::vector<uint8_t> k(cache.Bytes(KvKind::kKey).begin(), cache.Bytes(KvKind::kKey).end());
+  EXPECT_TRUE(KvView::Over(s, DType::kF16, 0, k, {}).ok());
+  EXPECT_FALSE(KvView::Over(s, DType::kF16, 0, k, k).ok());
+  // The byte limit counts K alone.
+  EXPECT_TRUE(ValidateShape({kMaxLayers, 4, 1024, 1024, true}, DType::kF32).ok());
+  EXPECT_FALSE(ValidateShape({kMaxLayers, 4, 1024, 1024, false}, DType::kF32).ok());
+}
+
 TEST(KvCache, CreateRejectsBadShapes) {
   EXPECT_FALSE(KvCache::Create({0, 2, 4, 1}, DType::kF16).ok());
   EXPECT_FALSE(KvCache::Create({2, 0, 4, 1}, DType::kF16).ok());

@@ -21,7 +21,7 @@ KvCache FillKv(const KvShape& shape, DType dtype, int32_t pos_begin, ValueFn&& v
   if (shape.layer_elems() == 0) return cache;
   const size_t channels = shape.row_elems();
   std::vector<float> rows(shape.layer_elems());
-  for (KvKind kind : kKvKinds) {
+  for (KvKind kind : shape.kinds()) {
     for (uint32_t l = 0; l < shape.n_layers; ++l) {
       for (uint32_t t = 0; t < shape.n_tokens; ++t) {
         for (size_t c = 0; c < channels; ++c) rows[size_t{t} * channels + c] = value(kind, l, t, c);

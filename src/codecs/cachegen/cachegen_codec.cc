@@ -12,7 +12,8 @@
 namespace kvc {
 namespace {
 
-// Sections 'K' then 'V' (KvSectionTag), each L layer blocks; layout in docs/format.md.
+// Sections 'K' then 'V' (KvSectionTag; 'K' alone for a keys-only cache), each L layer blocks;
+// layout in docs/format.md.
 constexpr uint8_t kVersion = 1;
 constexpr size_t kParamsBytes = 18;
 constexpr uint32_t kLevelCount = 3;
@@ -97,6 +98,8 @@ Result<Params> ParseParams(std::span<const uint8_t> bytes, uint32_t n_layers) {
                     CacheGenCodec::kMaxGroup);
   KVC_CHECK_CORRUPT(level_id < kLevelCount, "params: level id %u unknown", level_id);
   p.level_id = level_id;
+  // Both kinds' bands, keys-only cache or not: the params blob has one layout, and V's bands are
+  // what the level implies whether or not a V section follows.
   for (KvKind kind : kKvKinds) {
     uint8_t shallow;
     uint8_t deep;
@@ -549,7 +552,7 @@ Result<EncodedKv> CacheGenCodec::Encode(const KvView& kv, const EncodeOptions& o
   EncodedKv out;
   out.level = kLevelNames[p.level_id];
   out.params = WriteParams(p);
-  for (KvKind kind : kKvKinds) RETURN_IF_ERROR(EncodeKind(kv, kind, p, &out.sections.emplace_back()));
+  for (KvKind kind : shape.kinds()) RETURN_IF_ERROR(EncodeKind(kv, kind, p, &out.sections.emplace_back()));
   return out;
 }
 
@@ -562,7 +565,8 @@ Status CacheGenCodec::DecodeInto(const KvcFile& file, const CodecContext&, const
                     kLevelNames[p.level_id]);
   ASSIGN_OR_RETURN(const auto sections, KvSections(file));
   const size_t channels = shape.row_elems();
-  for (KvKind kind : kKvKinds) {
+  // Only the kinds the header claims: KvSections has checked there are exactly those sections.
+  for (KvKind kind : shape.kinds()) {
     const std::span<const uint8_t> s = SectionOf(sections, kind);
     if (shape.layer_elems() == 0) {
       KVC_CHECK_CORRUPT(s.empty(), "section %s holds %zu bytes for zero elements", KvKindName(kind), s.size());
@@ -577,7 +581,7 @@ Status CacheGenCodec::DecodeInto(const KvcFile& file, const CodecContext&, const
 
   if (shape.layer_elems() == 0) return Status::Ok();
   std::vector<float> x(shape.layer_elems());
-  for (KvKind kind : kKvKinds) {
+  for (KvKind kind : shape.kinds()) {
     ByteReader r(SectionOf(sections, kind));
     for (uint32_t l = 0; l < shape.n_layers; ++l) {
       RETURN_IF_ERROR(DecodeLayer(r, kind, l, shape.n_tokens, channels, p.group, p.BandsOf(kind).BinsOf(l), x.data()));

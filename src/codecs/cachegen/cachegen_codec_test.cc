@@ -72,7 +72,7 @@ double ExpectWithinHalfStep(const KvCache& in, const KvCache& out, const std::ve
   std::vector<float> y(shape.layer_elems());
   double sum = 0;
   size_t n = 0;
-  for (KvKind kind : kKvKinds) {
+  for (KvKind kind : shape.kinds()) {
     const auto stats = ReadLayerStats(file.sections[kind == KvKind::kKey ? 0 : 1].bytes, shape.n_layers, channels);
     EXPECT_EQ(stats.size(), shape.n_layers);
     if (stats.size() != shape.n_layers) return 0;
@@ -415,6 +415,94 @@ TEST(CacheGen, DamagedStatsAreCorrupt) {
     });
     ExpectCorrupt(damaged, "mode switched");
   }
+}
+
+// Keys-only caches (an MLA latent, an indexer's keys): a 'K' section alone, at every level within
+// the same bounds as K of a K+V cache. MLA's is one 576-wide head (512 latent + 64 rope dims).
+TEST(CacheGen, KeysOnlyEveryLevelRoundTripsWithinHalfStep) {
+  const KvShape shapes[] = {
+      {.n_layers = 4, .n_kv_heads = 2, .head_dim = 16, .n_tokens = 100, .keys_only = true},
+      {.n_layers = 2, .n_kv_heads = 1, .head_dim = 576, .n_tokens = 64, .keys_only = true},
+      {.n_layers = 3, .n_kv_heads = 1, .head_dim = 128, .n_tokens = 37, .keys_only = true},
+  };
+  for (const KvShape& shape : shapes) {
+    const KvCache cache = MakeCache(shape, 20);
+    for (const char* level : {"high", "medium", "low"}) {
+      SCOPED_TRACE(testing::Message() << "head_dim " << shape.head_dim << " level " << level);
+      auto bytes = Encode(cache, Options(level));
+      ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+      const KvcFile file = ReadKvc(*bytes).value();
+      EXPECT_EQ(file.header.shape, shape);
+      ASSERT_EQ(file.sections.size(), 1u);
+      EXPECT_EQ(file.sections[0].tag, KvSectionTag(KvKind::kKey));
+      auto out = DecodeKvc(*bytes, &kFp, {}, DecodeExpect().Shape(shape));
+      ASSERT_TRUE(out.ok()) << out.status().ToString();
+      EXPECT_EQ(out->shape(), shape);
+      EXPECT_TRUE(out->Bytes(KvKind::kValue).empty());
+      ExpectWithinHalfStep(cache, *out, *bytes, CacheGenCodec::kDefaultGroup);
+      EXPECT_GT(Ratio(shape, bytes->size()), 1.0);
+    }
+  }
+}
+
+TEST(CacheGen, MlaShapeWithValuesRoundTrips) {
+  const KvShape shape{.n_layers = 2, .n_kv_heads = 1, .head_dim = 576, .n_tokens = 45};
+  const KvCache cache = MakeCache(shape, 21, true, DType::kF32);
+  for (const char* level : {"high", "low"}) {
+    const auto bytes = Encode(cache, Options(level, 7)).value();
+    auto out = DecodeKvc(bytes);
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    EXPECT_EQ(out->shape(), shape);
+    ExpectWithinHalfStep(cache, *out, bytes, 7);
+  }
+}
+
+// A keys-only section is the K section of the same keys with V: K's bins follow the layer count and
+// level alone, and the params blob is the same (it records V's bands whether or not V is there).
+TEST(CacheGen, KeysOnlySectionIsTheFullFilesK) {
+  const KvCache full = MakeCache(kShape, 22);
+  KvShape keys_shape = kShape;
+  keys_shape.keys_only = true;
+  KvCache keys = KvCache::Create(keys_shape, DType::kF16).value();
+  std::ranges::copy(full.Bytes(KvKind::kKey), keys.Bytes(KvKind::kKey).begin());
+  for (const char* level : {"high", "medium", "low"}) {
+    const auto full_bytes = Encode(full, Options(level)).value();
+    const auto keys_bytes = Encode(keys, Options(level)).value();
+    const KvcFile a = ReadKvc(full_bytes).value();  // spans into the bytes, kept alive above
+    const KvcFile b = ReadKvc(keys_bytes).value();
+    EXPECT_TRUE(std::ranges::equal(a.sections[0].bytes, b.sections[0].bytes)) << level;
+    EXPECT_EQ(a.header.codec_params, b.header.codec_params) << level;
+  }
+}
+
+TEST(CacheGen, KeysOnlyKindMismatchesAreCorrupt) {
+  KvShape shape = kShape;
+  shape.keys_only = true;
+  const auto keys = Encode(MakeCache(shape, 23), Options("medium")).value();
+  const auto both = Encode(MakeCache(kShape, 23), Options("medium")).value();
+  ASSERT_TRUE(DecodeKvc(keys).ok());
+  ExpectCorrupt(Rewrite(keys,
+                        [](KvcHeader&, auto& s) {
+                          s.push_back({KvSectionTag(KvKind::kValue), s[0].bytes});
+                        }),
+                "keys-only with a V section");
+  ExpectCorrupt(Rewrite(keys,
+                        [](KvcHeader&, auto& s) {
+                          s.push_back({KvSectionTag(KvKind::kValue), {}});
+                        }),
+                "keys-only with an empty V section");
+  ExpectCorrupt(Rewrite(keys, [](KvcHeader& h, auto&) { h.shape.keys_only = false; }), "keys-only header cleared");
+  ExpectCorrupt(Rewrite(keys, [](KvcHeader&, auto& s) { s[0].tag = KvSectionTag(KvKind::kValue); }),
+                "keys-only section tagged V");
+  ExpectCorrupt(Rewrite(keys, [](KvcHeader& h, auto&) { h.shape.n_tokens = 1000; }), "keys-only token count");
+  ExpectCorrupt(Rewrite(keys, [](KvcHeader& h, auto&) { h.shape.n_layers = 5; }), "keys-only layer count");
+  const size_t len = ReadKvc(keys)->sections[0].bytes.size();
+  for (size_t keep : {size_t{0}, size_t{4}, len / 2, len - 1}) {
+    ExpectCorrupt(Rewrite(keys, [&](KvcHeader&, auto& s) { s[0].bytes.resize(keep); }), "keys-only truncated");
+  }
+  ExpectCorrupt(Rewrite(keys, [](KvcHeader&, auto& s) { s[0].bytes.push_back(0); }), "keys-only extended");
+  ExpectCorrupt(Rewrite(both, [](KvcHeader& h, auto&) { h.shape.keys_only = true; }), "K+V header set keys-only");
+  ExpectCorrupt(Rewrite(both, [](KvcHeader&, auto& s) { s.pop_back(); }), "K+V with one section");
 }
 
 }  // namespace

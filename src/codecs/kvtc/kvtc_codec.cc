@@ -151,6 +151,12 @@ Status CheckShape(const KvtcCalibration& c, const KvShape& s) {
     return InvalidArgument(FormatMessage("KV shape %ux%ux%u does not match the calibration's %ux%ux%u", s.n_layers,
                                          s.n_kv_heads, s.head_dim, c.n_layers, c.n_kv_heads, c.head_dim));
   }
+  // The bases and bit widths exist for the calibration's kinds only, so a cache must have
+  // exactly those: V has no bases in a keys-only calibration, and a keys-only cache no V to code.
+  if (s.keys_only != c.keys_only) {
+    return InvalidArgument(s.keys_only ? "the KV holds keys only, but the calibration is for keys and values"
+                                       : "the KV holds keys and values, but the calibration is for keys only");
+  }
   return Status::Ok();
 }
 
@@ -168,16 +174,18 @@ std::vector<KvtcCodeRun> CodeRuns(const KvtcCalibration& c, const std::vector<Ba
   return runs;
 }
 
-// fp32 rows of the middle tokens, per kind and layer; keys with RoPE undone.
+// fp32 rows of the middle tokens, per kind and layer; keys with RoPE undone. V's stay empty
+// for a keys-only cache.
 using LayerRows = std::array<std::vector<std::vector<float>>, 2>;
 
 Result<std::shared_ptr<const LoadedCalibration>> CalibrationForEncode(const EncodeOptions& options,
-                                                                      const CodecContext& context) {
+                                                                      const CodecContext& context,
+                                                                      const KvShape& shape) {
   if (context.calibrations == nullptr) return InvalidArgument("kvtc needs a calibration registry");
   auto it = options.params.find("calibration");
   if (it != options.params.end()) return context.calibrations->Load(it->second);
   if (context.model != nullptr) {
-    if (auto found = context.calibrations->FindForModel(*context.model)) return found;
+    if (auto found = context.calibrations->FindForModel(*context.model, shape)) return found;
   }
   return InvalidArgument("kvtc needs a calibration: run `kvcodec calibrate` and pass calibration=FILE.kvcal");
 }
@@ -208,7 +216,7 @@ const CodecInfo& KvtcCodec::info() const {
 Result<EncodedKv> KvtcCodec::Encode(const KvView& kv, const EncodeOptions& options, const CodecContext& context) const {
   static constexpr std::string_view kKnown[] = {"calibration", "sinks", "window", "entropy"};
   RETURN_IF_ERROR(CheckKnownParams(options, kKnown));
-  ASSIGN_OR_RETURN(auto loaded, CalibrationForEncode(options, context));
+  ASSIGN_OR_RETURN(auto loaded, CalibrationForEncode(options, context, kv.shape()));
   const KvtcCalibration& cal = loaded->calibration;
   if (context.model != nullptr && cal.model_fingerprint != *context.model) {
     return InvalidArgument("calibration " + loaded->path + " was made for another model");
@@ -258,7 +266,7 @@ Result<EncodedKv> KvtcCodec::Encode(const KvView& kv, const EncodeOptions& optio
   {
     std::vector<float> buf(row * std::max(ex.prefix, ex.suffix));
     std::vector<uint16_t> half(buf.size());
-    for (KvKind kind : kKvKinds) {
+    for (KvKind kind : shape.kinds()) {
       for (uint32_t l = 0; l < shape.n_layers; ++l) {
         for (auto [begin, count] : {std::pair{0u, ex.prefix}, std::pair{shape.n_tokens - ex.suffix, ex.suffix}}) {
           if (count == 0) continue;
@@ -280,7 +288,7 @@ Result<EncodedKv> KvtcCodec::Encode(const KvView& kv, const EncodeOptions& optio
   // Middle tokens: K with RoPE undone, as fp32 rows per layer.
   LayerRows rows;
   const RopeTable rope(cal.rope, shape.head_dim, kv.pos_begin() + static_cast<int32_t>(ex.prefix), n);
-  for (KvKind kind : kKvKinds) {
+  for (KvKind kind : shape.kinds()) {
     auto& layers = rows[static_cast<int>(kind)];
     layers.assign(shape.n_layers, std::vector<float>(row * n));
     ParallelForOrSerial(context.pool, shape.n_layers, [&](size_t l) {
@@ -289,7 +297,7 @@ Result<EncodedKv> KvtcCodec::Encode(const KvView& kv, const EncodeOptions& optio
       if (kind == KvKind::kKey && cal.keys_rope_undone) rope.Rotate(layers[l].data(), shape.n_kv_heads, true);
     });
   }
-  for (KvKind kind : kKvKinds) {
+  for (KvKind kind : shape.kinds()) {
     for (const auto& layer : rows[static_cast<int>(kind)]) {
       if (!AllFinite(layer.data(), layer.size())) return InvalidArgument("KV holds a NaN or infinity");
     }
@@ -365,7 +373,11 @@ Status KvtcCodec::DecodeInto(const KvcFile& file, const CodecContext& context, c
   if (cal.model_fingerprint != h.model_fingerprint) {
     return InvalidArgument("the file's calibration was made for another model than the file claims");
   }
-  RETURN_IF_ERROR(CheckShape(cal, h.shape));
+  // The file names its calibration by hash, and was encoded with a calibration of its shape and
+  // kinds: a header that disagrees with it has been damaged (or forged).
+  if (Status s = CheckShape(cal, h.shape); !s.ok()) {
+    return Corrupt("the header disagrees with the calibration the file names: " + s.message());
+  }
   const BitAllocation* alloc = FindAllocation(cal, p.target_ratio);
   KVC_CHECK_CORRUPT(alloc != nullptr, "kvtc target ratio %g is not in the calibration", p.target_ratio);
   char ratio_text[32];
@@ -382,14 +394,14 @@ Status KvtcCodec::DecodeInto(const KvcFile& file, const CodecContext& context, c
   const size_t row = shape.row_elems();
   // Every size below is checked against the section that must hold it before the output (or
   // any buffer as large as the token count) is allocated: the header's n_tokens is only a claim.
-  const size_t exempt_values = size_t{2} * shape.n_layers * (ex.prefix + ex.suffix) * row;
+  const size_t exempt_values = shape.n_kinds() * shape.n_layers * (ex.prefix + ex.suffix) * row;
   KVC_CHECK_CORRUPT(file.sections[0].bytes.size() == exempt_values * 2,
                     "kvtc exempt section is %zu bytes, expected %zu", file.sections[0].bytes.size(), exempt_values * 2);
   auto write_exempt_rows = [&] {
     const uint8_t* src = file.sections[0].bytes.data();
     std::vector<uint16_t> half(row * std::max(ex.prefix, ex.suffix));
     std::vector<float> buf(half.size());
-    for (KvKind kind : kKvKinds) {
+    for (KvKind kind : shape.kinds()) {
       for (uint32_t l = 0; l < shape.n_layers; ++l) {
         for (auto [begin, count] : {std::pair{0u, ex.prefix}, std::pair{shape.n_tokens - ex.suffix, ex.suffix}}) {
           if (count == 0) continue;
@@ -487,7 +499,7 @@ Status KvtcCodec::DecodeInto(const KvcFile& file, const CodecContext& context, c
     // Every basis lies within one layer, so each task decodes one kind and layer start to end in
     // one layer-sized buffer that stays in cache from the product to the fp16 store.
     const uint32_t bases_per_layer = n_bases / shape.n_layers;
-    std::vector<Status> statuses(size_t{2} * shape.n_layers);
+    std::vector<Status> statuses(shape.n_kinds() * shape.n_layers);
     ParallelForOrSerial(context.pool, statuses.size(), [&](size_t j) {
       const KvKind kind = j < shape.n_layers ? KvKind::kKey : KvKind::kValue;
       const uint32_t l = static_cast<uint32_t>(j % shape.n_layers);
@@ -511,7 +523,8 @@ Status KvtcCodec::DecodeInto(const KvcFile& file, const CodecContext& context, c
   } else {
     // One basis spans every layer: decode each into its own buffer and scatter it into the rows.
     LayerRows rows;
-    for (auto& layers : rows) {
+    for (KvKind kind : shape.kinds()) {
+      auto& layers = rows[static_cast<int>(kind)];
       layers.resize(shape.n_layers);
       for (auto& layer : layers) layer.resize(row * n);
     }
@@ -526,7 +539,7 @@ Status KvtcCodec::DecodeInto(const KvcFile& file, const CodecContext& context, c
       ScatterBasis(cal, static_cast<uint32_t>(i % n_bases), x.data(), n, &rows[i < n_bases ? 0 : 1]);
     });
     for (const Status& s : statuses) RETURN_IF_ERROR(s);
-    ParallelForOrSerial(context.pool, size_t{2} * shape.n_layers, [&](size_t j) {
+    ParallelForOrSerial(context.pool, shape.n_kinds() * shape.n_layers, [&](size_t j) {
       const KvKind kind = j < shape.n_layers ? KvKind::kKey : KvKind::kValue;
       const uint32_t l = static_cast<uint32_t>(j % shape.n_layers);
       finish_layer(kind, l, rows[static_cast<int>(kind)][l].data());

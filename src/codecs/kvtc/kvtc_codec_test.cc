@@ -55,9 +55,29 @@ const TestCalibrationSpec kSpecs[] = {
      .quantizer = KvtcQuantizer::kComponent},
     // A model without RoPE (GPT-2, BLOOM): keys coded as stored.
     {.grouping = KvtcGrouping::kLayer, .rope = {.type = RopeType::kNone}, .keys_rope_undone = false, .seed = 7},
+    // Caches of keys alone (an MLA latent cache, an indexer's): K bases and bits only.
+    {.grouping = KvtcGrouping::kLayer,
+     .rope = {.type = RopeType::kNone},
+     .keys_rope_undone = false,
+     .seed = 9,
+     .keys_only = true},
+    {.grouping = KvtcGrouping::kLayerHead,
+     .rope = {.type = RopeType::kNeox, .n_rot = 4, .freq_base = 500000.0f, .freq_scale = 0.5f},
+     .seed = 10,
+     .quantizer = KvtcQuantizer::kComponent,
+     .keys_only = true},
+    {.grouping = KvtcGrouping::kAll, .group_size = 3, .seed = 11, .keys_only = true},
 };
-const char* const kSpecNames[] = {"layer",           "layer_head_neox",           "all_no_rope",    "all_group3",
-                                  "component_layer", "component_layer_head_neox", "layer_rope_none"};
+const char* const kSpecNames[] = {"layer",
+                                  "layer_head_neox",
+                                  "all_no_rope",
+                                  "all_group3",
+                                  "component_layer",
+                                  "component_layer_head_neox",
+                                  "layer_rope_none",
+                                  "keys_only_layer_rope_none",
+                                  "keys_only_component_layer_head_neox",
+                                  "keys_only_all_group3"};
 static_assert(std::size(kSpecNames) == std::size(kSpecs));
 
 // One calibration in a registry, and contexts over it.
@@ -110,7 +130,7 @@ Exempt ExemptOf(uint32_t n_tokens, int32_t pos_begin, uint32_t sinks, uint32_t w
 void ExpectExemptExact(const KvCache& in, const KvCache& out, Exempt ex) {
   const KvShape& s = in.shape();
   const size_t row = s.row_elems();
-  for (KvKind kind : kKvKinds) {
+  for (KvKind kind : s.kinds()) {
     for (uint32_t l = 0; l < s.n_layers; ++l) {
       for (uint32_t t = 0; t < s.n_tokens; ++t) {
         if (t >= ex.prefix && t < s.n_tokens - ex.suffix) continue;
@@ -165,7 +185,7 @@ ErrorStats ExpectWithinTransformBound(const KvtcCalibration& c, float ratio, con
   for (uint32_t i = 0; i < c.bases.size(); ++i) group_offset[i + 1] = group_offset[i] + c.n_groups(i);
 
   int failures = 0;
-  for (KvKind kind : kKvKinds) {
+  for (KvKind kind : s.kinds()) {
     const bool key = kind == KvKind::kKey;
     std::vector<std::vector<float>> x_in(s.n_layers, std::vector<float>(row * n));
     std::vector<std::vector<float>> x_fit(s.n_layers), y_out(s.n_layers, std::vector<float>(row * n));
@@ -305,8 +325,8 @@ TEST_P(KvtcRoundTrip, ErrorWithinBoundAndExemptTokensExact) {
     EXPECT_EQ(sections[0].tag, kTagExempt);
     EXPECT_EQ(sections[1].tag, kTagScales);
     EXPECT_EQ(sections[2].tag, kTagCodes);
-    EXPECT_EQ(sections[0].bytes.size(),
-              size_t{2} * cache.shape().n_layers * (ex.prefix + ex.suffix) * cache.shape().row_elems() * 2);
+    EXPECT_EQ(sections[0].bytes.size(), cache.shape().n_kinds() * cache.shape().n_layers * (ex.prefix + ex.suffix) *
+                                            cache.shape().row_elems() * 2);
     ExpectExemptExact(cache, *decoded, ex);
     const ErrorStats stats = ExpectWithinTransformBound(env.cal(), std::stof(level), cache, *decoded, ex);
     // A coarse check on top of the per-token bound: the test allocations' error at each level
@@ -355,11 +375,11 @@ TEST(KvtcCodec, DecodesIntoItsSliceOfAPrefix) {
       KvShape prefix_shape = chunk.shape();
       prefix_shape.n_tokens = 96;
       KvCache prefix = KvCache::Create(prefix_shape, chunk.dtype()).value();
-      for (KvKind kind : kKvKinds) std::fill(prefix.Bytes(kind).begin(), prefix.Bytes(kind).end(), 0x5A);
+      for (KvKind kind : prefix_shape.kinds()) std::fill(prefix.Bytes(kind).begin(), prefix.Bytes(kind).end(), 0x5A);
       const Status s = DecodeKvcInto(bytes, prefix.Slice(32, 32).value(), &kTestFingerprint, env.context());
       ASSERT_TRUE(s.ok()) << s.ToString();
       EXPECT_TRUE(prefix.View(32, 32).value().Copy().value() == alone);
-      for (KvKind kind : kKvKinds) {
+      for (KvKind kind : prefix_shape.kinds()) {
         for (uint8_t b : prefix.RowBytes(kind, 0, 31, 1)) ASSERT_EQ(b, 0x5A);
         for (uint8_t b : prefix.RowBytes(kind, prefix_shape.n_layers - 1, 64, 1)) ASSERT_EQ(b, 0x5A);
       }
@@ -387,7 +407,7 @@ TEST(KvtcCodec, HigherRatiosLoseMore) {
   }
 }
 
-// With no RoPE to undo (kNone), or one kvcodec does not undo (sectioned), keys go through exactly
+// With no RoPE to undo (kNone), or one kvcodec does not undo (vision), keys go through exactly
 // the path values do: given V's bases and bits and a cache whose keys equal its values, every
 // decoded key equals its value bit for bit, at any position. With normal RoPE undone the same
 // setup decodes keys differently (they are rotated back and forth), which shows the test sees
@@ -397,7 +417,7 @@ TEST(KvtcCodec, KeysWithoutRopeToUndoCodeAsValues) {
     RopeType type;
     bool undone;
   };
-  for (const Case& k : {Case{RopeType::kNone, false}, Case{RopeType::kMrope, false}, Case{RopeType::kNormal, true}}) {
+  for (const Case& k : {Case{RopeType::kNone, false}, Case{RopeType::kVision, false}, Case{RopeType::kNormal, true}}) {
     SCOPED_TRACE(RopeTypeName(k.type));
     KvtcCalibration cal = MakeTestCalibration(
         {.grouping = KvtcGrouping::kLayer, .rope = {.type = k.type}, .keys_rope_undone = k.undone, .seed = 8});
@@ -444,6 +464,165 @@ TEST(KvtcCodec, KeysWithoutRopeToUndoCodeAsValues) {
         EXPECT_EQ(key_err2, value_err2);
       }
       ExpectWithinTransformBound(env.cal(), std::stof(level), cache, decoded, ExemptOf(48, 700, 4, 4));
+    }
+  }
+}
+
+// ---- Keys only -----------------------------------------------------------------------------
+
+// The round-trip limits of the test allocations at each level (as KvtcRoundTrip's).
+double RelLimit(const KvtcCalibration& c, const std::string& level) {
+  if (c.quantizer == KvtcQuantizer::kComponent) return level == "4" ? 0.3 : level == "8" ? 0.6 : 0.9;
+  return level == "4" ? 0.15 : level == "8" ? 0.25 : 0.9;
+}
+
+// The caches that keep keys alone: an MLA latent cache (one "head" of 576: the 512-wide latent
+// and the 64 rotary channels, coded as stored since no RoPE is undone on it) and an indexer
+// cache (one head of 128, NeoX RoPE undone). Only K is coded; V comes back empty.
+TEST(KvtcKeysOnly, MlaAndIndexerShapesRoundTrip) {
+  struct Case {
+    const char* name;
+    TestCalibrationSpec spec;
+  };
+  const Case cases[] = {
+      {"mla_token_group",
+       {.grouping = KvtcGrouping::kLayer,
+        .n_layers = 2,
+        .n_kv_heads = 1,
+        .head_dim = 576,
+        .group_size = 16,
+        .rope = {.type = RopeType::kNone},
+        .keys_rope_undone = false,
+        .seed = 21,
+        .keys_only = true}},
+      {"mla_component",
+       {.grouping = KvtcGrouping::kLayer,
+        .n_layers = 2,
+        .n_kv_heads = 1,
+        .head_dim = 576,
+        .rope = {.type = RopeType::kNone},
+        .keys_rope_undone = false,
+        .seed = 22,
+        .quantizer = KvtcQuantizer::kComponent,
+        .keys_only = true}},
+      {"indexer",
+       {.grouping = KvtcGrouping::kLayer,
+        .n_layers = 2,
+        .n_kv_heads = 1,
+        .head_dim = 128,
+        .group_size = 8,
+        .rope = {.type = RopeType::kNeox, .n_rot = 64, .freq_base = 10000.0f, .freq_scale = 1.0f},
+        .seed = 23,
+        .keys_only = true}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Env env(c.spec);
+    ASSERT_TRUE(env.cal().keys_only);
+    ASSERT_EQ(env.cal().bases.size(), env.cal().n_bases());
+    const KvCache cache = MakeTestCache(env.cal(), 64, 100, 31);
+    ASSERT_TRUE(cache.shape().keys_only);
+    for (const char* level : {"4", "8", "16"}) {
+      SCOPED_TRACE(level);
+      for (const auto& [sinks, window] : {std::pair{0u, 0u}, std::pair{104u, 3u}}) {
+        const auto bytes = env.Encode(cache.View(), Options(level, sinks, window));
+        ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+        EXPECT_TRUE(ReadKvc(*bytes).value().header.shape.keys_only);
+        // Smaller than K alone in fp16, which is all the cache holds.
+        EXPECT_LT(bytes->size() * 2, cache.shape().fp16_bytes());
+        auto decoded = env.Decode(*bytes);
+        ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+        ASSERT_EQ(decoded->shape(), cache.shape());
+        EXPECT_TRUE(decoded->Bytes(KvKind::kValue).empty());
+        const Exempt ex = ExemptOf(64, 100, sinks, window);
+        ExpectExemptExact(cache, *decoded, ex);
+        const double rel = ExpectWithinTransformBound(env.cal(), std::stof(level), cache, *decoded, ex).rel();
+        EXPECT_LT(rel, RelLimit(env.cal(), level));
+      }
+    }
+  }
+}
+
+// A keys-only cache is coded from K alone: a view over K bytes with no V behind it at all
+// encodes as the cache does.
+TEST(KvtcKeysOnly, NeverReadsValues) {
+  Env env(kSpecs[7]);
+  ASSERT_TRUE(env.cal().keys_only);
+  const KvCache cache = MakeTestCache(env.cal(), 40, 0, 33);
+  const auto view = KvView::Over(cache.shape(), cache.dtype(), cache.pos_begin(), cache.Bytes(KvKind::kKey), {});
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  const auto from_view = env.Encode(*view, Options("8", 4, 2));
+  ASSERT_TRUE(from_view.ok()) << from_view.status().ToString();
+  EXPECT_EQ(*from_view, env.Encode(cache.View(), Options("8", 4, 2)).value());
+}
+
+// A cache and its calibration must cover the same kinds, both ways, on encode and decode.
+TEST(KvtcKeysOnly, CalibrationAndShapeMustAgree) {
+  Env full(kSpecs[0]);
+  Env keys(kSpecs[7]);
+  ASSERT_FALSE(full.cal().keys_only);
+  ASSERT_TRUE(keys.cal().keys_only);
+  ASSERT_EQ(full.cal().n_layers, keys.cal().n_layers);
+  ASSERT_EQ(full.cal().head_dim, keys.cal().head_dim);
+  const KvCache full_cache = MakeTestCache(full.cal(), 20, 0, 35);
+  const KvCache keys_cache = MakeTestCache(keys.cal(), 20, 0, 37);
+
+  auto r = full.Encode(keys_cache.View(), Options("4", 4, 0));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("the KV holds keys only, but the calibration is for keys and values"),
+            std::string::npos)
+      << r.status().ToString();
+  r = keys.Encode(full_cache.View(), Options("4", 4, 0));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("the KV holds keys and values, but the calibration is for keys only"),
+            std::string::npos)
+      << r.status().ToString();
+
+  // A file whose header claims other kinds than the calibration it names covers is damaged.
+  const auto keys_file = keys.Encode(keys_cache.View(), Options("4", 4, 2)).value();
+  const auto full_file = full.Encode(full_cache.View(), Options("4", 4, 2)).value();
+  for (const auto& [name, bytes, env] : {std::tuple{"keys-only file relabelled", keys_file, &keys},
+                                         std::tuple{"full file relabelled", full_file, &full}}) {
+    SCOPED_TRACE(name);
+    const auto bad =
+        Rewrite(bytes, [](KvcHeader& h, std::vector<KvcSection>&) { h.shape.keys_only = !h.shape.keys_only; });
+    auto decoded = env->Decode(bad);
+    ASSERT_FALSE(decoded.ok());
+    EXPECT_EQ(decoded.status().code(), StatusCode::kCorrupt) << decoded.status().ToString();
+    EXPECT_NE(decoded.status().message().find("the header disagrees with the calibration the file names"),
+              std::string::npos)
+        << decoded.status().ToString();
+    EXPECT_TRUE(env->Decode(bytes).ok());
+  }
+}
+
+// A model may keep a cache with V and one without (or several without, of other widths), each
+// with its calibration: encoding by model alone picks the one that fits the cache, whichever
+// was loaded last.
+TEST(KvtcKeysOnly, ModelWithBothKindsFindsTheFittingCalibration) {
+  for (bool keys_last : {false, true}) {
+    SCOPED_TRACE(keys_last ? "keys-only loaded last" : "full loaded last");
+    CalibrationRegistry registry;
+    std::shared_ptr<const LoadedCalibration> full, keys;
+    if (keys_last) {
+      full = registry.Add(MakeTestCalibration(kSpecs[0])).value();
+      keys = registry.Add(MakeTestCalibration(kSpecs[7])).value();
+    } else {
+      keys = registry.Add(MakeTestCalibration(kSpecs[7])).value();
+      full = registry.Add(MakeTestCalibration(kSpecs[0])).value();
+    }
+    const CodecContext context{&registry, &kTestFingerprint, nullptr};
+    for (const auto& loaded : {full, keys}) {
+      const KvCache cache = MakeTestCache(loaded->calibration, 16, 0, 39);
+      const auto bytes = EncodeKvc(Kvtc(), cache.View(), Options("8", 0, 0), kTestFingerprint, 0, context);
+      ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+      const KvcFile file = ReadKvc(*bytes).value();
+      EXPECT_TRUE(std::equal(loaded->hash.begin(), loaded->hash.end(), file.header.codec_params.begin() + 1));
+      auto decoded = DecodeKvc(*bytes, &kTestFingerprint, context);
+      ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+      EXPECT_EQ(decoded->shape(), cache.shape());
     }
   }
 }
@@ -642,10 +821,10 @@ TEST(KvtcCodec, WrongShapeIsInvalidArgument) {
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
     EXPECT_NE(r.status().message().find("does not match"), std::string::npos) << r.status().ToString();
   }
-  // A file whose header shape disagrees with its calibration does not decode.
+  // A file whose header shape disagrees with the calibration it names is damaged.
   const auto bytes = env.Encode(ok_cache.View(), Options("4", 4, 0)).value();
   const auto bad = Rewrite(bytes, [](KvcHeader& h, std::vector<KvcSection>&) { h.shape.head_dim = 4; });
-  EXPECT_FALSE(env.Decode(bad).ok());
+  EXPECT_EQ(env.Decode(bad).status().code(), StatusCode::kCorrupt);
 }
 
 TEST(KvtcCodec, UnknownLevelListsTheAvailableOnes) {

@@ -32,7 +32,8 @@ constexpr double kCodedSizeTolerance = 0.01;
 constexpr int kMaxSizeSearchSteps = 8;
 
 // The (kind, layer) tensor a basis belongs to, for weighting errors by that tensor's energy;
-// a basis spanning every layer is one tensor per kind.
+// a basis spanning every layer is one tensor per kind. Kinds are the calibration's (K alone
+// when keys-only).
 uint32_t TensorOf(const KvtcCalibration& c, uint32_t basis_index) {
   const uint32_t n_bases = c.n_bases();
   const uint32_t kind = basis_index / n_bases, basis = basis_index % n_bases;
@@ -47,7 +48,9 @@ uint32_t TensorOf(const KvtcCalibration& c, uint32_t basis_index) {
   return 0;
 }
 
-uint32_t TensorCount(const KvtcCalibration& c) { return c.grouping == KvtcGrouping::kAll ? 2 : 2 * c.n_layers; }
+uint32_t TensorCount(const KvtcCalibration& c) {
+  return c.n_kinds() * (c.grouping == KvtcGrouping::kAll ? 1 : c.n_layers);
+}
 
 std::string RatioName(float ratio) {
   char buf[32];
@@ -216,8 +219,8 @@ Result<double> CodedBitsPerValue(const KvtcCalibration& base, float ratio, const
   uint64_t total = 0;
   for (uint64_t b : bytes) total += b;
   const KvShape shape = set.windows.front().shape();
-  const double values = static_cast<double>(set.chunks.size()) * set.chunk_tokens * 2.0 * shape.n_layers *
-                        shape.n_kv_heads * shape.head_dim;
+  const double values = static_cast<double>(set.chunks.size()) * set.chunk_tokens *
+                        static_cast<double>(shape.n_kinds()) * shape.n_layers * shape.n_kv_heads * shape.head_dim;
   return 8.0 * static_cast<double>(total) / values;
 }
 
@@ -278,7 +281,7 @@ struct KvtcFitter::State {
   KvtcFitOptions options;
   std::vector<KvtcGrouping> groupings;
   std::vector<GroupingFit> fits;                        // per grouping: header and, at Finish, bases
-  std::vector<std::vector<CovarianceAccumulator>> acc;  // per grouping, per basis (K bases, then V)
+  std::vector<std::vector<CovarianceAccumulator>> acc;  // per grouping, per basis (K bases, then any V)
   MeasureSet set;
   std::vector<uint32_t> heldout_skip;  // per kept held-back window: its leading tokens inside the sinks
   uint64_t fit_tokens = 0;
@@ -299,6 +302,13 @@ struct KvtcFitter::State {
       return InvalidArgument(FormatMessage("a %s window has %u layers, %u KV heads of %u; the model has %u, %u of %u",
                                            what, s.n_layers, s.n_kv_heads, s.head_dim, model.n_layers, model.n_kv_heads,
                                            model.head_dim));
+    }
+    // The bases are fitted per kind: a keys-only window has no V for them, and V of a full one
+    // would go unfitted in a keys-only calibration that the codec then refuses such caches with.
+    if (s.keys_only != model.keys_only) {
+      return InvalidArgument(FormatMessage("a %s window holds %s; the model keeps %s", what,
+                                           s.keys_only ? "keys only" : "keys and values",
+                                           model.keys_only ? "keys only" : "keys and values"));
     }
     if (kv.pos_begin() < 0) return InvalidArgument(FormatMessage("a %s window starts at a negative position", what));
     return Status::Ok();
@@ -366,11 +376,12 @@ Result<std::unique_ptr<KvtcFitter>> KvtcFitter::Create(const KvtcFitModel& model
     s->groupings = {KvtcGrouping::kLayer, KvtcGrouping::kLayerHead};
 
   KvtcCalibration header;
-  header.format_version = 2;
+  header.format_version = model.keys_only ? kKvcalKeysOnlyFormatVersion : 2;
   header.model_fingerprint = model.fingerprint;
   header.n_layers = model.n_layers;
   header.n_kv_heads = model.n_kv_heads;
   header.head_dim = model.head_dim;
+  header.keys_only = model.keys_only;
   header.rope = model.rope.value_or(RopeParams{});
   header.keys_rope_undone = s->UndoesRope();
   s->fits.resize(s->groupings.size());
@@ -378,8 +389,9 @@ Result<std::unique_ptr<KvtcFitter>> KvtcFitter::Create(const KvtcFitModel& model
   for (size_t gi = 0; gi < s->groupings.size(); ++gi) {
     s->fits[gi].skeleton = header;
     s->fits[gi].skeleton.grouping = s->groupings[gi];
-    for (uint32_t i = 0; i < 2 * s->fits[gi].skeleton.n_bases(); ++i)
-      s->acc[gi].emplace_back(s->fits[gi].skeleton.basis_dim());
+    const KvtcCalibration& skeleton = s->fits[gi].skeleton;
+    for (uint32_t i = 0; i < skeleton.n_kinds() * skeleton.n_bases(); ++i)
+      s->acc[gi].emplace_back(skeleton.basis_dim());
   }
   s->set.model = model.fingerprint;
   return std::unique_ptr<KvtcFitter>(new KvtcFitter(std::move(s)));
@@ -392,8 +404,8 @@ Status KvtcFitter::AddFitWindow(const KvView& kv) {
   const uint32_t kept = kv.n_tokens() - skip;
   s.window = std::max(s.window, kv.n_tokens());
   if (kept == 0) return Status::Ok();
-  std::array<std::vector<std::vector<float>>, 2> rows;
-  for (KvKind kind : kKvKinds) {
+  std::array<std::vector<std::vector<float>>, 2> rows;  // by kind; V's empty for keys only
+  for (KvKind kind : kv.shape().kinds()) {
     auto& layers = rows[static_cast<int>(kind)];
     layers.assign(s.model.n_layers, std::vector<float>(kept * s.row()));
     s.ReadRows(kv, kind, skip, &layers, 0);
@@ -401,7 +413,7 @@ Status KvtcFitter::AddFitWindow(const KvView& kv) {
   for (size_t gi = 0; gi < s.groupings.size(); ++gi) {
     const KvtcCalibration& c = s.fits[gi].skeleton;
     std::vector<float> x(size_t{kept} * c.basis_dim());
-    for (uint32_t i = 0; i < 2 * c.n_bases(); ++i) {
+    for (uint32_t i = 0; i < c.n_kinds() * c.n_bases(); ++i) {
       GatherBasis(c, i % c.n_bases(), rows[i / c.n_bases()], kept, x.data());
       RETURN_IF_ERROR(s.acc[gi][i].Add(x.data(), kept));
     }
@@ -449,12 +461,16 @@ Result<CalibrateReport> KvtcFitter::Finish(KvtcCalibration* out) {
 
   // Held-back rows (keys rotated back), projected onto every grouping's bases.
   const uint32_t n_stat = static_cast<uint32_t>(s.heldout_kept);
-  std::array<std::vector<std::vector<float>>, 2> heldout;
-  for (auto& h : heldout) h.assign(s.model.n_layers, std::vector<float>(size_t{n_stat} * s.row()));
+  const KvtcCalibration& skeleton = s.fits.front().skeleton;
+  std::array<std::vector<std::vector<float>>, 2> heldout;  // by kind; V's empty for keys only
+  for (KvKind kind : skeleton.kinds()) {
+    heldout[static_cast<int>(kind)].assign(s.model.n_layers, std::vector<float>(size_t{n_stat} * s.row()));
+  }
   size_t offset = 0;
   for (uint32_t w = 0; w < set.windows.size(); ++w) {
     const KvView view = set.windows[w].View();
-    for (KvKind kind : kKvKinds) s.ReadRows(view, kind, s.heldout_skip[w], &heldout[static_cast<int>(kind)], offset);
+    for (KvKind kind : skeleton.kinds())
+      s.ReadRows(view, kind, s.heldout_skip[w], &heldout[static_cast<int>(kind)], offset);
     offset += view.n_tokens() - s.heldout_skip[w];
   }
 
@@ -469,11 +485,12 @@ Result<CalibrateReport> KvtcFitter::Finish(KvtcCalibration* out) {
     c.fit_tokens = report.fit_tokens;
     c.heldout_tokens = n_stat;
     const uint32_t n_bases = c.n_bases(), dim = c.basis_dim();
-    c.bases.resize(2 * n_bases);
-    fit.coeffs.resize(2 * n_bases);
+    const uint32_t total_bases = c.n_kinds() * n_bases;
+    c.bases.resize(total_bases);
+    fit.coeffs.resize(total_bases);
     fit.n_stat = n_stat;
     std::vector<float> hx(size_t{n_stat} * dim);
-    for (uint32_t i = 0; i < 2 * n_bases; ++i) {
+    for (uint32_t i = 0; i < total_bases; ++i) {
       ASSIGN_OR_RETURN(c.bases[i], s.acc[gi][i].Fit(dim));
       GatherBasis(c, i % n_bases, heldout[i / n_bases], n_stat, hx.data());
       fit.coeffs[i].resize(size_t{n_stat} * dim);
@@ -494,7 +511,7 @@ Result<CalibrateReport> KvtcFitter::Finish(KvtcCalibration* out) {
     group_sizes.assign(std::begin(kTokenGroupSizes), std::end(kTokenGroupSizes));
 
   ThreadPool pool(options.n_threads > 0 ? static_cast<size_t>(options.n_threads) : 0);
-  const double values_per_token = 2.0 * s.model.n_layers * s.row();
+  const double values_per_token = static_cast<double>(skeleton.n_kinds()) * s.model.n_layers * s.row();
 
   // Every candidate at the probe ratios.
   struct Tried {
@@ -584,7 +601,7 @@ Result<CalibrateReport> KvtcFitter::Finish(KvtcCalibration* out) {
   report.group_size = cal.group_size;
   report.choice = cal.choice;
   const uint32_t n_bases = cal.n_bases();
-  for (uint32_t i = 0; i < 2 * n_bases; ++i) {
+  for (uint32_t i = 0; i < cal.n_kinds() * n_bases; ++i) {
     double total = 0, top = 0;
     for (uint32_t c = 0; c < cal.bases[i].n_components; ++c) {
       total += cal.bases[i].eigenvalues[c];

@@ -30,7 +30,7 @@
 namespace kvc {
 
 // What a calibration is for: the model (its fingerprint names it in every .kvc made with it),
-// its KV geometry, and the RoPE its keys carry.
+// its KV geometry (keys alone or keys and values), and the RoPE its keys carry.
 struct KvtcFitModel {
   ModelFingerprint fingerprint{};
   uint32_t n_layers = 0;
@@ -40,6 +40,9 @@ struct KvtcFitModel {
   // a model whose keys carry RoPE; a basis fits keys at position 0 far better. A kind kvcodec
   // does not rotate (RopeRotatesKeys: none, sectioned) is fitted as stored too, and recorded.
   std::optional<RopeParams> rope;
+  // The cache keeps keys alone (KvShape::keys_only: an MLA latent cache, an indexer's): only K
+  // is fitted and allocated, and every window must be keys-only too.
+  bool keys_only = false;
 };
 
 struct KvtcFitOptions {
@@ -85,9 +88,9 @@ struct CalibrateReport {
   uint32_t chunk_tokens = 0;
   uint32_t fit_tokens = 0;
   uint32_t heldout_tokens = 0;
-  double key_variance_top8 = 0;  // share of key variance in the 8 largest components (mean over bases)
-  double value_variance_top8 = 0;
-  std::string choice;  // what was chosen and why (also in the .kvcal)
+  double key_variance_top8 = 0;    // share of key variance in the 8 largest components (mean over bases)
+  double value_variance_top8 = 0;  // 0 for a keys-only model
+  std::string choice;              // what was chosen and why (also in the .kvcal)
   std::vector<CalibrationCandidate> candidates;
   std::vector<CalibrationRung> rungs;
   double seconds = 0;
@@ -95,8 +98,8 @@ struct CalibrateReport {
 
 std::string CalibrateReportJson(const CalibrateReport& report);
 
-// Windows in, one calibration out. Every window must have the model's geometry; its tokens at
-// positions below `sinks` are skipped. Not thread-safe; Finish once.
+// Windows in, one calibration out. Every window must have the model's geometry and kinds; its
+// tokens at positions below `sinks` are skipped. Not thread-safe; Finish once.
 class KvtcFitter {
  public:
   // Held-back tokens the error tables are measured on, and chunks the coded sizes are measured

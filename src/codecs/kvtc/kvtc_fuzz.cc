@@ -106,7 +106,7 @@ void DirectDecode(const uint8_t* data, size_t size) {
     std::memcpy(h.codec_params.data() + 1, loaded->hash.data(), loaded->hash.size());
   }
   h.level = "fuzz";
-  h.shape = {cal.n_layers, cal.n_kv_heads, cal.head_dim, n_tokens};
+  h.shape = {cal.n_layers, cal.n_kv_heads, cal.head_dim, n_tokens, cal.keys_only};
   h.dtype = kDTypes[(selector >> 2) & 3];
   h.model_fingerprint = cal.model_fingerprint;
   h.pos_begin = pos_begin;

@@ -53,6 +53,8 @@ struct TestCalibrationSpec {
   // kComponent: group_size becomes 1, every component gets step multipliers, format version 2.
   // Token-group calibrations stay format version 1, so the seeds' calibration hashes hold.
   KvtcQuantizer quantizer = KvtcQuantizer::kTokenGroup;
+  // K bases and bits only (format version 3), for caches of keys alone.
+  bool keys_only = false;
 };
 
 // Bit widths per group for the allocations of MakeTestCalibration, indexed by group (the last
@@ -88,8 +90,8 @@ inline std::vector<float> TestOrthonormalRows(uint32_t n_rows, uint32_t dim, Tes
 // A valid calibration: even-numbered bases keep every component, odd ones three fewer (so a
 // last group is short and the part of a vector outside the span is lost); eigenvalues decay
 // geometrically; allocations at ratios 4, 8, 16 and 64 (kBits*, shifted by one group on V
-// bases; at 16 the last V basis gets no bits at all, at 64 no basis does). The ratios are
-// labels, not measured.
+// bases; at 16 the last basis, V's or in a keys-only calibration K's, gets no bits at all
+// unless it is the only one, at 64 no basis does). The ratios are labels, not measured.
 inline KvtcCalibration MakeTestCalibration(const TestCalibrationSpec& spec) {
   TestRng rng(spec.seed);
   KvtcCalibration c;
@@ -97,12 +99,13 @@ inline KvtcCalibration MakeTestCalibration(const TestCalibrationSpec& spec) {
   c.n_layers = spec.n_layers;
   c.n_kv_heads = spec.n_kv_heads;
   c.head_dim = spec.head_dim;
+  c.keys_only = spec.keys_only;
   c.rope = spec.rope;
   c.keys_rope_undone = spec.keys_rope_undone;
   c.grouping = spec.grouping;
   c.quantizer = spec.quantizer;
   const bool component = spec.quantizer == KvtcQuantizer::kComponent;
-  c.format_version = component ? 2 : 1;
+  c.format_version = spec.keys_only ? 3 : component ? 2 : 1;
   c.group_size = component ? 1 : spec.group_size;
   if (component) {
     c.chunk_tokens = 64;
@@ -112,7 +115,8 @@ inline KvtcCalibration MakeTestCalibration(const TestCalibrationSpec& spec) {
   c.heldout_tokens = 100;
   const uint32_t dim = c.basis_dim();
   const uint32_t n_bases = c.n_bases();
-  for (uint32_t i = 0; i < 2 * n_bases; ++i) {
+  const uint32_t total_bases = c.n_kinds() * n_bases;
+  for (uint32_t i = 0; i < total_bases; ++i) {
     PcaBasis b;
     b.dim = dim;
     b.n_components = i % 2 == 0 || dim <= 3 ? dim : dim - 3;
@@ -136,9 +140,10 @@ inline KvtcCalibration MakeTestCalibration(const TestCalibrationSpec& spec) {
     BitAllocation alloc;
     alloc.target_ratio = ratio;
     alloc.heldout_rel_mse = 0.01 * static_cast<double>(a + 1);
-    for (uint32_t i = 0; i < 2 * n_bases; ++i) {
+    for (uint32_t i = 0; i < total_bases; ++i) {
       const bool value = i >= n_bases;
-      const bool starve = ratio == 16.0f && i == 2 * n_bases - 1;
+      // Not a lone basis: the level would then code nothing, like 64.
+      const bool starve = ratio == 16.0f && i == total_bases - 1 && total_bases > 1;
       for (uint32_t g = 0; g < c.n_groups(i); ++g) {
         const size_t at = std::min<size_t>(g + (value ? 1 : 0), pattern.size() - 1);
         alloc.bits.push_back(starve ? 0 : pattern[at]);
@@ -179,10 +184,11 @@ inline std::pair<uint32_t, uint32_t> TestFeatureOf(const KvtcCalibration& c, uin
 // A cache the calibration describes well: each basis slice of each token is
 // mean + sum_c sqrt(eigenvalue_c) * u_c * component_c with u_c uniform of unit variance, plus
 // uniform noise of amplitude `noise` on every feature; keys then get RoPE at their positions
-// (when the calibration says keys were fitted with RoPE undone).
+// (when the calibration says keys were fitted with RoPE undone). Keys alone for a keys-only
+// calibration.
 inline KvCache MakeTestCache(const KvtcCalibration& c, uint32_t n_tokens, int32_t pos_begin, uint64_t seed,
                              DType dtype = DType::kF16, double noise = 0.05) {
-  const KvShape shape{c.n_layers, c.n_kv_heads, c.head_dim, n_tokens};
+  const KvShape shape{c.n_layers, c.n_kv_heads, c.head_dim, n_tokens, c.keys_only};
   KvCache cache = KvCache::Create(shape, dtype, pos_begin).value();
   TestRng rng(seed);
   const uint32_t n_bases = c.n_bases();
@@ -190,7 +196,7 @@ inline KvCache MakeTestCache(const KvtcCalibration& c, uint32_t n_tokens, int32_
   const size_t row = shape.row_elems();
   std::vector<std::vector<float>> layers(c.n_layers, std::vector<float>(row * n_tokens));
   std::vector<double> x(dim);
-  for (KvKind kind : kKvKinds) {
+  for (KvKind kind : c.kinds()) {
     for (uint32_t b = 0; b < n_bases; ++b) {
       const PcaBasis& basis = c.bases[(kind == KvKind::kKey ? 0 : n_bases) + b];
       for (uint32_t t = 0; t < n_tokens; ++t) {

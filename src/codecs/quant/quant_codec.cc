@@ -9,7 +9,8 @@
 namespace kvc {
 namespace {
 
-// Sections, in this order: 'K' then 'V' (KvSectionTag). Each holds, for every layer in turn,
+// Sections, in this order: 'K' then 'V' (KvSectionTag; 'K' alone for a keys-only cache). Each
+// holds, for every layer in turn,
 //   stats: n_groups x {min fp16, scale fp16}, little-endian
 //   codes: layer_elems codes of `bits` bits in the layer's element order [token][channel];
 //          4-bit codes two per byte, low nibble first, a final odd nibble padded with 0.
@@ -271,7 +272,7 @@ Result<EncodedKv> QuantCodec::Encode(const KvView& kv, const EncodeOptions& opti
   std::vector<uint8_t> codes(p.bits == 4 ? layer_elems : 0);
   std::vector<float> lo;
   std::vector<float> hi;
-  for (KvKind kind : kKvKinds) {
+  for (KvKind kind : shape.kinds()) {
     const LayerLayout layout = LayoutOf(kind, shape, p);
     KvcSection& section = out.sections.emplace_back();
     section.tag = KvSectionTag(kind);
@@ -307,7 +308,8 @@ Status QuantCodec::DecodeInto(const KvcFile& file, const CodecContext&, const Kv
                     p.bits);
   ASSIGN_OR_RETURN(const auto sections, KvSections(file));
   const KvShape& shape = h.shape;
-  for (KvKind kind : kKvKinds) {
+  // Only the kinds the header claims: KvSections has checked there are exactly those sections.
+  for (KvKind kind : shape.kinds()) {
     const uint64_t expected = LayoutOf(kind, shape, p).block_bytes() * shape.n_layers;
     KVC_CHECK_CORRUPT(SectionOf(sections, kind).size() == expected,
                       "section %s holds %zu bytes, the shape implies %llu", KvKindName(kind),
@@ -322,7 +324,7 @@ Status QuantCodec::DecodeInto(const KvcFile& file, const CodecContext&, const Kv
   std::vector<uint8_t> codes(p.bits == 4 ? layer_elems : 0);
   std::vector<float> mins;
   std::vector<float> scales;
-  for (KvKind kind : kKvKinds) {
+  for (KvKind kind : shape.kinds()) {
     const LayerLayout layout = LayoutOf(kind, shape, p);
     const auto section = SectionOf(sections, kind);
     mins.resize(layout.n_groups);

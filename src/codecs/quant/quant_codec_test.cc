@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 #include <random>
+#include <tuple>
 
 #include "base/half.h"
 #include "codecs/test_kv.h"
@@ -54,7 +55,7 @@ void ExpectWithinHalfScale(const KvCache& in, const KvCache& out, const std::vec
   const double dtype_rel = in.dtype() == DType::kF16 ? 1.0 / 2048 : in.dtype() == DType::kBF16 ? 1.0 / 256 : 0;
   std::vector<float> x(elems);
   std::vector<float> y(elems);
-  for (KvKind kind : kKvKinds) {
+  for (KvKind kind : shape.kinds()) {
     const bool key = kind == KvKind::kKey;
     const size_t n_groups = key ? CeilDiv(tokens, group) * channels : tokens * CeilDiv(channels, group);
     const size_t block = n_groups * 4 + CeilDiv(elems * bits, 8);
@@ -131,6 +132,15 @@ const Case kCases[] = {
     {"group_larger_than_everything", {2, 2, 8, 13}, 65536, DType::kF32},
     {"zero_tokens", {2, 2, 8, 0}, 128, DType::kF16},
     {"zero_tokens_fp32", {2, 2, 8, 0}, 128, DType::kF32},
+    // Keys-only caches (an MLA latent, an indexer's keys): a 'K' section alone.
+    {"keys_only", {2, 2, 64, 300, true}, 128, DType::kF16},
+    {"keys_only_fp32_odd", {2, 3, 5, 7, true}, 4, DType::kF32},
+    {"keys_only_zero_tokens", {2, 2, 8, 0, true}, 128, DType::kF16},
+    // MLA: one 576-wide head (512 latent + 64 rope dims), which no value group of 128 divides.
+    {"mla_keys_only", {2, 1, 576, 150, true}, 128, DType::kF16},
+    {"mla_keys_only_bf16", {1, 1, 576, 40, true}, 32, DType::kBF16},
+    {"mla_with_values", {2, 1, 576, 50}, 128, DType::kF32},
+    {"one_head_128_keys_only", {3, 1, 128, 65, true}, 64, DType::kF16},
 };
 
 INSTANTIATE_TEST_SUITE_P(Shapes, QuantRoundTrip,
@@ -296,6 +306,73 @@ TEST(QuantCodec, DamagedFilesAreCorrupt) {
   ASSERT_FALSE(damaged.ok());
   EXPECT_EQ(damaged.status().code(), StatusCode::kCorrupt);
   EXPECT_NE(damaged.status().message().find("padding"), std::string::npos) << damaged.status().ToString();
+}
+
+TEST(QuantCodec, KeysOnlyFileHoldsKAloneAndDecodesKeysOnly) {
+  const KvShape shape{.n_layers = 2, .n_kv_heads = 1, .head_dim = 576, .n_tokens = 256, .keys_only = true};
+  const KvCache cache = MakeCache(shape, DType::kF16, 21);
+  for (const char* level : {"8", "4"}) {
+    const auto bytes = Encode(cache, {.level = level}).value();
+    const KvcFile file = ReadKvc(bytes).value();
+    EXPECT_TRUE(file.header.shape.keys_only);
+    ASSERT_EQ(file.sections.size(), 1u);
+    EXPECT_EQ(file.sections[0].tag, 0x4Bu);
+    auto decoded = DecodeKvc(bytes, &kFp, {}, DecodeExpect().Shape(shape));
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    EXPECT_EQ(decoded->shape(), file.header.shape);
+    EXPECT_TRUE(decoded->Bytes(KvKind::kValue).empty());
+    // The ratio is against K alone (fp16_bytes counts only the kinds the cache has).
+    const double ratio = static_cast<double>(shape.fp16_bytes()) / static_cast<double>(bytes.size());
+    EXPECT_GE(ratio, level[0] == '8' ? 1.9 : 3.5) << level;
+  }
+}
+
+// A keys-only section is the K section of the same keys with V: V never shapes how K is coded.
+TEST(QuantCodec, KeysOnlySectionIsTheFullFilesK) {
+  const KvShape shape{2, 2, 16, 45};
+  const KvCache full = MakeCache(shape, DType::kF16, 22);
+  KvShape keys_shape = shape;
+  keys_shape.keys_only = true;
+  KvCache keys = KvCache::Create(keys_shape, DType::kF16).value();
+  std::ranges::copy(full.Bytes(KvKind::kKey), keys.Bytes(KvKind::kKey).begin());
+  for (const char* level : {"8", "4"}) {
+    const EncodeOptions options{.level = level, .params = {{"group_size", "8"}}};
+    const auto full_bytes = Encode(full, options).value();
+    const auto keys_bytes = Encode(keys, options).value();
+    EXPECT_TRUE(std::ranges::equal(ReadKvc(full_bytes)->sections[0].bytes, ReadKvc(keys_bytes)->sections[0].bytes))
+        << level;
+  }
+}
+
+TEST(QuantCodec, KeysOnlyKindMismatchesAreCorrupt) {
+  const KvShape shape{2, 1, 6, 5, true};
+  const auto keys = Encode(MakeCache(shape, DType::kF16, 23), {.level = "4", .params = {{"group_size", "4"}}}).value();
+  KvShape both_shape = shape;
+  both_shape.keys_only = false;
+  const auto both = Encode(MakeCache(both_shape, DType::kF16, 23), {.level = "8"}).value();
+  ASSERT_TRUE(DecodeKvc(keys).ok());
+  using Edit = std::function<void(KvcHeader&, std::vector<KvcSection>&)>;
+  const std::vector<std::tuple<const char*, const std::vector<uint8_t>*, Edit>> edits = {
+      {"keys-only with a V section", &keys,
+       [](KvcHeader&, std::vector<KvcSection>& s) {
+         s.push_back({0x56, s[0].bytes});
+       }},
+      {"keys-only with an empty V section", &keys,
+       [](KvcHeader&, std::vector<KvcSection>& s) {
+         s.push_back({0x56, {}});
+       }},
+      {"keys-only header cleared", &keys, [](KvcHeader& h, std::vector<KvcSection>&) { h.shape.keys_only = false; }},
+      {"keys-only K short", &keys, [](KvcHeader&, std::vector<KvcSection>& s) { s[0].bytes.pop_back(); }},
+      {"keys-only K long", &keys, [](KvcHeader&, std::vector<KvcSection>& s) { s[0].bytes.push_back(0); }},
+      {"keys-only section tagged V", &keys, [](KvcHeader&, std::vector<KvcSection>& s) { s[0].tag = 0x56; }},
+      {"keys-only more tokens", &keys, [](KvcHeader& h, std::vector<KvcSection>&) { ++h.shape.n_tokens; }},
+      {"keys-only NaN scale", &keys, [](KvcHeader&, std::vector<KvcSection>& s) { s[0].bytes[3] = 0x7e; }},
+      {"K+V header set keys-only", &both, [](KvcHeader& h, std::vector<KvcSection>&) { h.shape.keys_only = true; }},
+      {"K+V with one section", &both, [](KvcHeader&, std::vector<KvcSection>& s) { s.pop_back(); }},
+  };
+  for (const auto& [name, good, edit] : edits) {
+    ExpectEditIsCorrupt(*good, name, edit);
+  }
 }
 
 }  // namespace

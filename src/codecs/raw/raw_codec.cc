@@ -9,7 +9,8 @@ namespace kvc {
 namespace {
 
 // Sections, in this order: 'K' then 'V' (KvSectionTag), each the whole of K (or V) as
-// little-endian fp16 in the cache's own layout [layer][token][kv_head][channel].
+// little-endian fp16 in the cache's own layout [layer][token][kv_head][channel]. A keys-only
+// cache has the 'K' section alone: V holds no bytes to store.
 constexpr const char* kLevel = "fp16";
 
 // Sections are copied to and from host fp16 arrays with memcpy.
@@ -59,7 +60,7 @@ Result<EncodedKv> RawCodec::Encode(const KvView& kv, const EncodeOptions& option
   out.level = kLevel;
   std::vector<float> f32;
   if (kv.dtype() != DType::kF16) f32.resize(layer_elems);
-  for (KvKind kind : kKvKinds) {
+  for (KvKind kind : shape.kinds()) {
     KvcSection& section = out.sections.emplace_back();
     section.tag = KvSectionTag(kind);
     section.bytes.resize(shape.elems() * 2);
@@ -92,7 +93,8 @@ Status RawCodec::DecodeInto(const KvcFile& file, const CodecContext&, const KvSl
   ASSIGN_OR_RETURN(const auto sections, KvSections(file));
   const size_t layer_elems = h.shape.layer_elems();
   const uint64_t expected = uint64_t{h.shape.elems()} * 2;
-  for (KvKind kind : kKvKinds) {
+  // Only the kinds the header claims: KvSections has checked there are exactly those sections.
+  for (KvKind kind : h.shape.kinds()) {
     KVC_CHECK_CORRUPT(SectionOf(sections, kind).size() == expected,
                       "section %s holds %zu bytes, the shape implies %llu", KvKindName(kind),
                       SectionOf(sections, kind).size(), static_cast<unsigned long long>(expected));
@@ -105,7 +107,7 @@ Status RawCodec::DecodeInto(const KvcFile& file, const CodecContext&, const KvSl
     f16.resize(layer_elems);
     f32.resize(layer_elems);
   }
-  for (KvKind kind : kKvKinds) {
+  for (KvKind kind : h.shape.kinds()) {
     const auto bytes = SectionOf(sections, kind);
     for (uint32_t l = 0; l < h.shape.n_layers; ++l) {
       const uint8_t* src = bytes.data() + size_t{l} * layer_elems * 2;

@@ -2,11 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
+#include <tuple>
 
 #include "base/half.h"
 #include "codecs/test_kv.h"
@@ -148,6 +150,115 @@ TEST(RawCodec, DamagedSectionsAreCorrupt) {
   };
   for (const auto& [name, edit] : edits) {
     ExpectEditIsCorrupt(good, name, edit);
+  }
+}
+
+// Keys-only caches (MLA's latent, an indexer's keys): one 'K' section, V never read or written.
+// The MLA shape is one 576-wide "head" per token (512 latent + 64 rope dims).
+const KvShape kKeysOnlyShapes[] = {
+    {.n_layers = 3, .n_kv_heads = 2, .head_dim = 8, .n_tokens = 21, .keys_only = true},
+    {.n_layers = 2, .n_kv_heads = 1, .head_dim = 576, .n_tokens = 37, .keys_only = true},
+    {.n_layers = 2, .n_kv_heads = 1, .head_dim = 128, .n_tokens = 19, .keys_only = true},
+};
+
+TEST(RawCodec, KeysOnlyRoundTripWritesKAlone) {
+  for (const KvShape& shape : kKeysOnlyShapes) {
+    for (DType dtype : {DType::kF16, DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(testing::Message() << "head_dim " << shape.head_dim << " " << DTypeName(dtype));
+      const KvCache cache = MakeCache(shape, dtype, 11);
+      auto bytes = Encode(cache);
+      ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+      const KvcFile file = ReadKvc(*bytes).value();
+      EXPECT_EQ(file.header.shape, shape);
+      ASSERT_EQ(file.sections.size(), 1u);
+      EXPECT_EQ(file.sections[0].tag, KvSectionTag(KvKind::kKey));
+      EXPECT_EQ(file.sections[0].bytes.size(), shape.elems() * 2);
+      EXPECT_LE(bytes->size(), shape.fp16_bytes() + 200);
+
+      auto decoded = DecodeKvc(*bytes);
+      ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+      EXPECT_EQ(decoded->shape(), shape);
+      EXPECT_EQ(decoded->dtype(), dtype);
+      EXPECT_TRUE(decoded->Bytes(KvKind::kValue).empty());
+      if (dtype == DType::kF16) {
+        EXPECT_TRUE(*decoded == cache);
+        continue;
+      }
+      std::vector<float> in(shape.layer_elems());
+      std::vector<float> out(shape.layer_elems());
+      for (uint32_t l = 0; l < shape.n_layers; ++l) {
+        cache.ReadRowsF32(KvKind::kKey, l, 0, shape.n_tokens, in.data());
+        decoded->ReadRowsF32(KvKind::kKey, l, 0, shape.n_tokens, out.data());
+        for (size_t i = 0; i < in.size(); ++i) {
+          const float via_fp16 = Fp16ToFp32(Fp32ToFp16(in[i]));
+          ASSERT_EQ(out[i], dtype == DType::kF32 ? via_fp16 : Bf16ToFp32(Fp32ToBf16(via_fp16))) << i;
+        }
+      }
+    }
+  }
+}
+
+// The MLA geometry with V present too: nothing in raw depends on head_dim being a power of two.
+TEST(RawCodec, MlaShapeWithValuesRoundTrips) {
+  const KvCache cache = MakeCache({.n_layers = 2, .n_kv_heads = 1, .head_dim = 576, .n_tokens = 9}, DType::kF16, 12);
+  auto decoded = DecodeKvc(Encode(cache).value());
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_TRUE(*decoded == cache);
+}
+
+// A keys-only section is the K section of the same keys with V: V never shapes how K is coded.
+TEST(RawCodec, KeysOnlySectionIsTheFullFilesK) {
+  const KvCache full = MakeCache(kShape, DType::kF16, 13);
+  KvShape keys_shape = kShape;
+  keys_shape.keys_only = true;
+  KvCache keys = KvCache::Create(keys_shape, DType::kF16).value();
+  std::ranges::copy(full.Bytes(KvKind::kKey), keys.Bytes(KvKind::kKey).begin());
+  const auto full_bytes = Encode(full).value();
+  const auto keys_bytes = Encode(keys).value();
+  EXPECT_TRUE(std::ranges::equal(ReadKvc(full_bytes)->sections[0].bytes, ReadKvc(keys_bytes)->sections[0].bytes));
+}
+
+// A chunk of a longer keys-only cache decoded in place: the other tokens' keys stay as they were.
+TEST(RawCodec, KeysOnlyDecodesIntoASlice) {
+  const KvShape shape = kKeysOnlyShapes[0];
+  const KvCache whole = MakeCache(shape, DType::kF16, 14);
+  const KvCache chunk = whole.View(5, 10).value().Copy().value();
+  const auto bytes = Encode(chunk).value();
+  KvCache restored = MakeCache(shape, DType::kF16, 15);
+  const KvCache before = restored;
+  const Status s = DecodeKvcInto(bytes, restored.Slice(5, 10).value(), &kFp);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  std::vector<float> got(shape.row_elems() * shape.n_tokens);
+  std::vector<float> want(got.size());
+  for (uint32_t l = 0; l < shape.n_layers; ++l) {
+    for (uint32_t t = 0; t < shape.n_tokens; ++t) {
+      const KvCache& source = t >= 5 && t < 15 ? whole : before;
+      source.ReadRowsF32(KvKind::kKey, l, t, 1, want.data());
+      restored.ReadRowsF32(KvKind::kKey, l, t, 1, got.data());
+      ASSERT_TRUE(std::equal(got.begin(), got.begin() + shape.row_elems(), want.begin())) << l << " " << t;
+    }
+  }
+}
+
+TEST(RawCodec, KeysOnlyKindMismatchesAreCorrupt) {
+  const auto keys = Encode(MakeCache(kKeysOnlyShapes[0], DType::kF16, 16)).value();
+  const auto both = Encode(MakeCache(kShape, DType::kF16, 16)).value();
+  using Edit = std::function<void(KvcHeader&, std::vector<KvcSection>&)>;
+  const std::vector<std::tuple<const char*, const std::vector<uint8_t>*, Edit>> edits = {
+      {"keys-only with a V section", &keys,
+       [](KvcHeader&, std::vector<KvcSection>& s) {
+         s.push_back({KvSectionTag(KvKind::kValue), s[0].bytes});
+       }},
+      {"keys-only header cleared", &keys, [](KvcHeader& h, std::vector<KvcSection>&) { h.shape.keys_only = false; }},
+      {"keys-only K short", &keys, [](KvcHeader&, std::vector<KvcSection>& s) { s[0].bytes.pop_back(); }},
+      {"keys-only K long", &keys, [](KvcHeader&, std::vector<KvcSection>& s) { s[0].bytes.push_back(0); }},
+      {"keys-only section tagged V", &keys,
+       [](KvcHeader&, std::vector<KvcSection>& s) { s[0].tag = KvSectionTag(KvKind::kValue); }},
+      {"keys-only more tokens", &keys, [](KvcHeader& h, std::vector<KvcSection>&) { ++h.shape.n_tokens; }},
+      {"K+V header set keys-only", &both, [](KvcHeader& h, std::vector<KvcSection>&) { h.shape.keys_only = true; }},
+  };
+  for (const auto& [name, good, edit] : edits) {
+    ExpectEditIsCorrupt(*good, name, edit);
   }
 }
 

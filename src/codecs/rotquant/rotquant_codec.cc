@@ -9,7 +9,8 @@
 namespace kvc {
 namespace {
 
-// Sections 'K' then 'V' (KvSectionTag). Each holds, for every layer in turn:
+// Sections 'K' then 'V' (KvSectionTag; 'K' alone for a keys-only cache). Each holds, for every
+// layer in turn:
 //   top:    fp16, the largest vector RMS of the layer (rounded up), finite and not negative
 //   scales: n_tokens x n_kv_heads bytes ([token][head]); vector scale = top * 2^(-code / 16),
 //           code 255: a zero vector
@@ -112,7 +113,7 @@ Result<EncodedKv> RotQuantCodec::Encode(const KvView& kv, const EncodeOptions& o
   out.level = std::to_string(p.bits);
   out.params = WriteParams(p);
   std::vector<float> x(kv.dtype() == DType::kF16 ? 0 : shape.layer_elems());
-  for (KvKind kind : kKvKinds) {
+  for (KvKind kind : shape.kinds()) {
     KvcSection& section = out.sections.emplace_back();
     section.tag = KvSectionTag(kind);
     section.bytes.assign(layout.block_bytes() * shape.n_layers, 0);
@@ -146,7 +147,8 @@ Status RotQuantCodec::DecodeInto(const KvcFile& file, const CodecContext&, const
   ASSIGN_OR_RETURN(const auto sections, KvSections(file));
   const KvShape& shape = h.shape;
   const LayerLayout layout = LayoutOf(shape, p.bits);
-  for (KvKind kind : kKvKinds) {
+  // Only the kinds the header claims: KvSections has checked there are exactly those sections.
+  for (KvKind kind : shape.kinds()) {
     const uint64_t expected = layout.block_bytes() * shape.n_layers;
     KVC_CHECK_CORRUPT(SectionOf(sections, kind).size() == expected,
                       "section %s holds %zu bytes, the shape implies %llu", KvKindName(kind),
@@ -156,7 +158,7 @@ Status RotQuantCodec::DecodeInto(const KvcFile& file, const CodecContext&, const
 
   rotquant::LayerCoder coder(shape.head_dim, shape.n_kv_heads, p.bits);
   std::vector<float> x(out.dtype() == DType::kF16 ? 0 : shape.layer_elems());
-  for (KvKind kind : kKvKinds) {
+  for (KvKind kind : shape.kinds()) {
     const auto section = SectionOf(sections, kind);
     for (uint32_t l = 0; l < shape.n_layers; ++l) {
       const uint8_t* block = section.data() + l * layout.block_bytes();

@@ -25,11 +25,11 @@ Result<std::vector<uint8_t>> Encode(const KvCache& cache, const EncodeOptions& o
   return EncodeKvc(*FindCodec("rotquant"), cache.View(), options, kFp, 0);
 }
 
-// Squared error over squared signal, K and V together.
+// Squared error over squared signal, K and V together (K alone for a keys-only cache).
 double RelativeError(const KvCache& a, const KvCache& b) {
   double err = 0, energy = 0;
   std::vector<float> x(a.shape().layer_elems()), y(x.size());
-  for (KvKind kind : kKvKinds) {
+  for (KvKind kind : a.shape().kinds()) {
     for (uint32_t l = 0; l < a.shape().n_layers; ++l) {
       a.View().ReadLayerF32(kind, l, x.data());
       b.View().ReadLayerF32(kind, l, y.data());
@@ -70,7 +70,39 @@ TEST_P(RotQuantLevels, ErrorIsTheGaussianQuantisersWhateverTheChannelStructure) 
 }
 
 INSTANTIATE_TEST_SUITE_P(BitsAndHeadDims, RotQuantLevels,
-                         ::testing::Combine(::testing::Values(2u, 3u, 4u), ::testing::Values(64u, 128u, 96u, 24u)));
+                         ::testing::Combine(::testing::Values(2u, 3u, 4u),
+                                            ::testing::Values(64u, 128u, 96u, 24u, 576u)));
+
+// Keys-only caches (an MLA latent, an indexer's keys) at MLA's 576 (blocks of 512 and 64) and at a
+// single 128-wide head: the same error as K and V, and a 'K' section alone.
+class RotQuantKeysOnly : public ::testing::TestWithParam<std::tuple<uint32_t, uint32_t>> {};
+
+TEST_P(RotQuantKeysOnly, ErrorIsTheGaussianQuantisersAndOnlyKIsStored) {
+  const auto [bits, dim] = GetParam();
+  const KvShape shape{.n_layers = 2, .n_kv_heads = 1, .head_dim = dim, .n_tokens = 300, .keys_only = true};
+  const KvCache cache = MakeCache(shape, 5);
+  auto bytes = Encode(cache, {.level = std::to_string(bits), .params = {}});
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  const KvcFile file = ReadKvc(*bytes).value();
+  EXPECT_EQ(file.header.shape, shape);
+  ASSERT_EQ(file.sections.size(), 1u);
+  EXPECT_EQ(file.sections[0].tag, KvSectionTag(KvKind::kKey));
+  const double payload = shape.n_layers * (2 + 300.0 + std::ceil(300.0 * dim * bits / 8));
+  EXPECT_EQ(file.sections[0].bytes.size(), payload);
+  auto decoded = DecodeKvc(*bytes, &kFp);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->shape(), shape);
+  EXPECT_TRUE(decoded->Bytes(KvKind::kValue).empty());
+  const double rel = RelativeError(cache, *decoded);
+  const double slack = (dim & (dim - 1)) == 0 ? 1.2 : 1.5;
+  EXPECT_LT(rel, kLloydMaxMse[bits] * slack) << bits << " bits, dim " << dim;
+  EXPECT_GT(rel, kLloydMaxMse[bits] * 0.6) << bits << " bits, dim " << dim;
+  const double fp16 = static_cast<double>(shape.fp16_bytes());
+  EXPECT_GT(fp16 / bytes->size(), 0.97 * fp16 / payload);
+}
+
+INSTANTIATE_TEST_SUITE_P(BitsAndHeadDims, RotQuantKeysOnly,
+                         ::testing::Combine(::testing::Values(2u, 3u, 4u), ::testing::Values(576u, 128u)));
 
 // The codes of rotated vectors ([vector][dim]) against their scales, packed LSB first, as the
 // format defines them: each value over its vector's scale gets the number of thresholds below it.
@@ -98,7 +130,7 @@ TEST(RotQuantKernels, EveryPathGivesTheSameBits) {
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
   for (VectorIsa isa : SupportedVectorIsas()) {
-    for (uint32_t dim : {3u, 8u, 16u, 24u, 64u, 96u, 128u, 256u}) {
+    for (uint32_t dim : {3u, 8u, 16u, 24u, 64u, 96u, 128u, 256u, 576u}) {
       for (uint32_t bits : {2u, 3u, 4u}) {
         SCOPED_TRACE(testing::Message() << VectorIsaName(isa) << " dim " << dim << " bits " << bits);
         const uint32_t heads = 3;
@@ -156,7 +188,7 @@ TEST(RotQuantKernels, EveryPathGivesTheSameBits) {
 // fp16 caches are read and written in the rotation's own pass; other dtypes through fp32 rows.
 // Both give the same codes and, rounded to fp16, the same values, at every head dim kind.
 TEST(RotQuantCodec, Fp16AndFp32CachesCodeAndDecodeAlike) {
-  for (uint32_t dim : {64u, 96u, 256u, 12u}) {
+  for (uint32_t dim : {64u, 96u, 256u, 12u, 576u}) {
     SCOPED_TRACE(dim);
     const KvCache half = MakeCache({.n_layers = 2, .n_kv_heads = 2, .head_dim = dim, .n_tokens = 33}, 4);
     const KvCache single = half.ConvertTo(DType::kF32).value();
@@ -271,6 +303,58 @@ TEST(RotQuantCodec, DamagedFilesAreCorrupt) {
   };
   for (const auto& [name, edit] : edits) {
     ExpectEditIsCorrupt(good, name, edit);
+  }
+}
+
+// A keys-only section is the K section of the same keys with V: the rotation's signs and the
+// layer's top depend on K alone.
+TEST(RotQuantCodec, KeysOnlySectionIsTheFullFilesK) {
+  const KvShape shape{.n_layers = 2, .n_kv_heads = 1, .head_dim = 576, .n_tokens = 20};
+  const KvCache full = MakeCache(shape, 7);
+  KvShape keys_shape = shape;
+  keys_shape.keys_only = true;
+  KvCache keys = KvCache::Create(keys_shape, DType::kF16).value();
+  std::ranges::copy(full.Bytes(KvKind::kKey), keys.Bytes(KvKind::kKey).begin());
+  for (const char* level : {"4", "3", "2"}) {
+    const auto full_bytes = Encode(full, {.level = level, .params = {}}).value();
+    const auto keys_bytes = Encode(keys, {.level = level, .params = {}}).value();
+    EXPECT_TRUE(std::ranges::equal(ReadKvc(full_bytes)->sections[0].bytes, ReadKvc(keys_bytes)->sections[0].bytes))
+        << level;
+    // And it decodes to the same keys.
+    const KvCache a = DecodeKvc(full_bytes).value();
+    const KvCache b = DecodeKvc(keys_bytes).value();
+    EXPECT_TRUE(std::ranges::equal(a.Bytes(KvKind::kKey), b.Bytes(KvKind::kKey))) << level;
+  }
+}
+
+TEST(RotQuantCodec, KeysOnlyKindMismatchesAreCorrupt) {
+  // 5 tokens x 1 head x 3 dims x 3 bits = 45 bits: each layer's last code byte has 3 padding bits.
+  const auto keys =
+      Encode(MakeCache({.n_layers = 2, .n_kv_heads = 1, .head_dim = 3, .n_tokens = 5, .keys_only = true}, 4),
+             {.level = "3"})
+          .value();
+  const auto both =
+      Encode(MakeCache({.n_layers = 2, .n_kv_heads = 1, .head_dim = 3, .n_tokens = 5}, 4), {.level = "3"}).value();
+  ASSERT_TRUE(DecodeKvc(keys).ok());
+  using Edit = std::function<void(KvcHeader&, std::vector<KvcSection>&)>;
+  const std::vector<std::tuple<const char*, const std::vector<uint8_t>*, Edit>> edits = {
+      {"keys-only with a V section", &keys,
+       [](KvcHeader&, std::vector<KvcSection>& s) {
+         s.push_back({KvSectionTag(KvKind::kValue), s[0].bytes});
+       }},
+      {"keys-only header cleared", &keys, [](KvcHeader& h, std::vector<KvcSection>&) { h.shape.keys_only = false; }},
+      {"keys-only K short", &keys, [](KvcHeader&, std::vector<KvcSection>& s) { s[0].bytes.pop_back(); }},
+      {"keys-only K long", &keys, [](KvcHeader&, std::vector<KvcSection>& s) { s[0].bytes.push_back(0); }},
+      {"keys-only section tagged V", &keys,
+       [](KvcHeader&, std::vector<KvcSection>& s) { s[0].tag = KvSectionTag(KvKind::kValue); }},
+      {"keys-only more tokens", &keys, [](KvcHeader& h, std::vector<KvcSection>&) { ++h.shape.n_tokens; }},
+      {"keys-only padding bits", &keys, [](KvcHeader&, std::vector<KvcSection>& s) { s[0].bytes.back() |= 0x80; }},
+      {"keys-only negative top", &keys, [](KvcHeader&, std::vector<KvcSection>& s) { s[0].bytes[1] |= 0x80; }},
+      {"K+V header set keys-only", &both, [](KvcHeader& h, std::vector<KvcSection>&) { h.shape.keys_only = true; }},
+      {"K+V with one section", &both, [](KvcHeader&, std::vector<KvcSection>& s) { s.pop_back(); }},
+  };
+  for (const auto& [name, good, edit] : edits) {
+    ExpectEditIsCorrupt(*good, name, edit);
   }
 }
 

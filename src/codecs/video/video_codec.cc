@@ -446,7 +446,10 @@ Result<EncodedKv> VideoCodec::Encode(const KvView& kv, const EncodeOptions& opti
   EncodedKv out;
   out.level = kLevelNames[p.level_id];
   out.params = WriteParams(p);
-  for (KvKind kind : kKvKinds) RETURN_IF_ERROR(EncodeKind(kv, kind, p, context.pool, &out.sections.emplace_back()));
+  // A keys-only cache (an MLA latent, an indexer's keys) has no V to read: its file is K's section alone.
+  for (KvKind kind : kv.shape().kinds()) {
+    RETURN_IF_ERROR(EncodeKind(kv, kind, p, context.pool, &out.sections.emplace_back()));
+  }
   return out;
 }
 
@@ -457,9 +460,14 @@ Status VideoCodec::DecodeInto(const KvcFile& file, const CodecContext& context, 
   ASSIGN_OR_RETURN(const Params p, ParseParams(h.codec_params));
   KVC_CHECK_CORRUPT(h.level == kLevelNames[p.level_id], "level '%s' disagrees with params (%u bits)", h.level.c_str(),
                     p.bits());
+  // Writing V into a keys-only destination would run past storage it does not have; DecodeKvcInto
+  // matches the two, this keeps a direct caller from getting it wrong silently.
+  if (out.shape() != shape) return InvalidArgument("the output's shape is not the header's");
+  // Exactly the header's kinds, K alone for a keys-only file: a stray V section, or a K+V file
+  // missing V, is kCorrupt here, and nothing below touches a kind the header does not list.
   ASSIGN_OR_RETURN(const auto sections, KvSections(file));
   if (shape.layer_elems() == 0) {
-    for (KvKind kind : kKvKinds) {
+    for (KvKind kind : shape.kinds()) {
       KVC_CHECK_CORRUPT(SectionOf(sections, kind).empty(), "section %s holds %zu bytes for zero elements",
                         KvKindName(kind), SectionOf(sections, kind).size());
     }
@@ -473,16 +481,16 @@ Status VideoCodec::DecodeInto(const KvcFile& file, const CodecContext& context, 
                       "the shape makes %ux%u pictures, beyond the %u-pixel limit of a video stream", st.picture.width,
                       st.picture.height, kMaxPictureSide);
   }
-  // Both sections are parsed and every stream header checked against the shape before the
+  // Every section is parsed and every stream header checked against the shape before the
   // output or any picture is allocated.
   std::array<ParsedKind, 2> parsed;
-  for (KvKind kind : kKvKinds) {
+  for (KvKind kind : shape.kinds()) {
     ASSIGN_OR_RETURN(parsed[kind == KvKind::kKey ? 0 : 1],
                      ParseKind(SectionOf(sections, kind), kind, shape, p, geometry));
   }
   const VideoDecoderBackend& backend =
       context.video_decoder != nullptr ? *context.video_decoder : DefaultVideoDecoder();
-  for (KvKind kind : kKvKinds) {
+  for (KvKind kind : shape.kinds()) {
     RETURN_IF_ERROR(
         DecodeKind(parsed[kind == KvKind::kKey ? 0 : 1], kind, shape, p, geometry, backend, context.pool, out));
   }

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
+#include <string>
+#include <tuple>
 
 #include "base/half.h"
 #include "base/thread_pool.h"
@@ -41,7 +44,7 @@ void ExpectExact(const KvCache& input, const KvCache& decoded, uint32_t bits, ui
   const KvShape s = input.shape();
   ASSERT_EQ(decoded.shape(), s) << what;
   std::vector<float> got(s.layer_elems());
-  for (KvKind kind : kKvKinds) {
+  for (KvKind kind : s.kinds()) {
     for (uint32_t l = 0; l < s.n_layers; ++l) {
       decoded.View().ReadLayerF32(kind, l, got.data());
       ASSERT_EQ(got, Quantised(input, kind, l, bits, group)) << what << " " << KvKindName(kind) << " layer " << l;
@@ -261,6 +264,165 @@ TEST(VideoCodec, DamagedPayloadsAreErrors) {
     h.codec_params[1] = 4;
   });
   EXPECT_EQ(DecodeKvc(forged, &kFp).status().code(), StatusCode::kCorrupt);
+}
+
+// Keys-only caches (MLA's latent, an indexer's keys): the MLA shape is one 576-wide "head" per
+// token (512 latent + 64 rope dims), whose frame tile (32x18) is neither square nor a power of two
+// high; one and two 128-wide heads are the indexer caches.
+const KvShape kKeysOnlyShapes[] = {
+    {.n_layers = 2, .n_kv_heads = 1, .head_dim = 576, .n_tokens = 37, .keys_only = true},
+    {.n_layers = 3, .n_kv_heads = 1, .head_dim = 128, .n_tokens = 19, .keys_only = true},
+    {.n_layers = 4, .n_kv_heads = 2, .head_dim = 128, .n_tokens = 23, .keys_only = true},
+    {.n_layers = 5, .n_kv_heads = 3, .head_dim = 6, .n_tokens = 9, .keys_only = true},
+};
+
+std::string ShapeName(const KvShape& s) {
+  return std::to_string(s.n_layers) + "x" + std::to_string(s.n_kv_heads) + "x" + std::to_string(s.head_dim) + "x" +
+         std::to_string(s.n_tokens) + (s.keys_only ? " (K)" : "");
+}
+
+// Every level and layout of a keys-only cache: one 'K' section, a keys-only cache of the header's
+// shape back, with K exactly the quantiser's values.
+TEST(VideoCodec, KeysOnlyRoundTripsAtEveryLevelWithKAlone) {
+  for (const KvShape& shape : kKeysOnlyShapes) {
+    const KvCache cache = MakeCache(shape, 21);
+    ASSERT_TRUE(cache.Bytes(KvKind::kValue).empty());
+    for (const auto& [level, bits] : {std::pair{"8", 8u}, {"6", 6u}, {"4", 4u}}) {
+      for (const char* layout : {"axis", "frames"}) {
+        for (const char* planes : {"0", "1"}) {
+          const std::string what = ShapeName(shape) + " level " + level + " " + layout + " planes=" + planes;
+          auto bytes = Encode(cache, Options(level, {{"layout", layout}, {"planes", planes}}));
+          ASSERT_TRUE(bytes.ok()) << what << ": " << bytes.status().ToString();
+          const KvcFile file = ReadKvc(*bytes).value();
+          EXPECT_EQ(file.header.shape, shape) << what;
+          ASSERT_EQ(file.sections.size(), 1u) << what;
+          EXPECT_EQ(file.sections[0].tag, KvSectionTag(KvKind::kKey)) << what;
+          // Past a few thousand values, K alone at 8 bits or fewer is under K's fp16 bytes (a tiny
+          // cache is all stream headers).
+          if (shape.elems() >= 4096) {
+            EXPECT_LT(bytes->size(), shape.fp16_bytes()) << what;
+          }
+
+          auto decoded = DecodeKvc(*bytes, &kFp);
+          ASSERT_TRUE(decoded.ok()) << what << ": " << decoded.status().ToString();
+          EXPECT_EQ(decoded->shape(), file.header.shape) << what;
+          EXPECT_TRUE(decoded->shape().keys_only) << what;
+          EXPECT_TRUE(decoded->Bytes(KvKind::kValue).empty()) << what;
+          ExpectExact(cache, *decoded, bits, VideoCodec::kDefaultGroup, what);
+        }
+      }
+    }
+  }
+}
+
+// The MLA geometry through every video coder (x264 and x265 pad pictures to their blocks, a
+// 32x18 tile or a 576-high axis picture included), keys-only and with V present too.
+TEST(VideoCodec, MlaShapeRoundTripsWithEveryCoder) {
+  for (bool keys_only : {true, false}) {
+    const KvShape shape{.n_layers = 4, .n_kv_heads = 1, .head_dim = 576, .n_tokens = 29, .keys_only = keys_only};
+    const KvCache cache = MakeCache(shape, 22);
+    for (const char* coder : {"x265", "x264", "ffv1"}) {
+      for (const char* layout : {"axis", "frames"}) {
+        const std::string what = ShapeName(shape) + " " + coder + " " + layout;
+        auto bytes = Encode(cache, Options("8", {{"coder", coder}, {"layout", layout}, {"preset", "ultrafast"}}));
+        ASSERT_TRUE(bytes.ok()) << what << ": " << bytes.status().ToString();
+        EXPECT_EQ(ReadKvc(*bytes).value().sections.size(), shape.n_kinds()) << what;
+        auto decoded = DecodeKvc(*bytes, &kFp);
+        ASSERT_TRUE(decoded.ok()) << what << ": " << decoded.status().ToString();
+        ExpectExact(cache, *decoded, 8, VideoCodec::kDefaultGroup, what);
+      }
+    }
+  }
+}
+
+// A keys-only file's section is the K section of the same keys with V: V never shapes how K is
+// coded, so nothing of a keys-only cache's absent V can leak into its bytes.
+TEST(VideoCodec, KeysOnlySectionIsTheFullFilesK) {
+  const KvShape full_shape{.n_layers = 3, .n_kv_heads = 2, .head_dim = 16, .n_tokens = 24};
+  const KvCache full = MakeCache(full_shape, 23);
+  KvShape keys_shape = full_shape;
+  keys_shape.keys_only = true;
+  KvCache keys = KvCache::Create(keys_shape, DType::kF16).value();
+  std::ranges::copy(full.Bytes(KvKind::kKey), keys.Bytes(KvKind::kKey).begin());
+  const auto full_bytes = Encode(full, Options("6")).value();
+  const auto keys_bytes = Encode(keys, Options("6")).value();
+  EXPECT_TRUE(std::ranges::equal(ReadKvc(full_bytes)->sections[0].bytes, ReadKvc(keys_bytes)->sections[0].bytes));
+}
+
+// A chunk of a longer keys-only cache decoded in place, and a keys-only cache of no tokens.
+TEST(VideoCodec, KeysOnlyDecodesIntoASliceAndWithZeroTokens) {
+  const KvShape shape = kKeysOnlyShapes[2];
+  const KvCache whole = MakeCache(shape, 24);
+  const KvCache chunk = whole.View(5, 10).value().Copy().value();
+  const auto bytes = Encode(chunk, Options("8")).value();
+  KvCache restored = MakeCache(shape, 25);
+  const Status s = DecodeKvcInto(bytes, restored.Slice(5, 10).value(), &kFp);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ExpectExact(chunk, restored.View(5, 10).value().Copy().value(), 8, VideoCodec::kDefaultGroup, "slice");
+
+  const KvCache empty =
+      KvCache::Create({.n_layers = 2, .n_kv_heads = 1, .head_dim = 576, .n_tokens = 0, .keys_only = true}, DType::kF16)
+          .value();
+  auto empty_bytes = Encode(empty, Options(""));
+  ASSERT_TRUE(empty_bytes.ok()) << empty_bytes.status().ToString();
+  EXPECT_EQ(ReadKvc(*empty_bytes).value().sections.size(), 1u);
+  auto decoded = DecodeKvc(*empty_bytes, &kFp);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->shape(), empty.shape());
+}
+
+// Files whose kinds disagree with their header, rewritten with valid CRCs: the codec meets them
+// before any picture or V byte is touched, and each is kCorrupt, never a crash.
+TEST(VideoCodec, KeysOnlyKindMismatchesAreCorrupt) {
+  const KvShape shape = kKeysOnlyShapes[2];
+  const auto keys = Encode(MakeCache(shape, 26), Options("8")).value();
+  KvShape both_shape = shape;
+  both_shape.keys_only = false;
+  const auto both = Encode(MakeCache(both_shape, 26), Options("8")).value();
+  const auto empty_keys = Encode(KvCache::Create({2, 1, 128, 0, true}, DType::kF16).value(), Options("8")).value();
+  using Edit = std::function<void(KvcHeader&, std::vector<KvcSection>&)>;
+  const std::vector<std::tuple<const char*, const std::vector<uint8_t>*, Edit>> edits = {
+      {"keys-only with a V section", &keys,
+       [](KvcHeader&, std::vector<KvcSection>& s) {
+         s.push_back({KvSectionTag(KvKind::kValue), s[0].bytes});
+       }},
+      {"keys-only with an empty V section", &keys,
+       [](KvcHeader&, std::vector<KvcSection>& s) {
+         s.push_back({KvSectionTag(KvKind::kValue), {}});
+       }},
+      {"keys-only header cleared (V missing)", &keys,
+       [](KvcHeader& h, std::vector<KvcSection>&) { h.shape.keys_only = false; }},
+      {"keys-only section tagged V", &keys,
+       [](KvcHeader&, std::vector<KvcSection>& s) { s[0].tag = KvSectionTag(KvKind::kValue); }},
+      {"keys-only K truncated", &keys, [](KvcHeader&, std::vector<KvcSection>& s) { s[0].bytes.pop_back(); }},
+      {"keys-only K trailing byte", &keys, [](KvcHeader&, std::vector<KvcSection>& s) { s[0].bytes.push_back(0); }},
+      {"keys-only more tokens", &keys, [](KvcHeader& h, std::vector<KvcSection>&) { ++h.shape.n_tokens; }},
+      {"keys-only zero tokens with a V section", &empty_keys,
+       [](KvcHeader&, std::vector<KvcSection>& s) {
+         s.push_back({KvSectionTag(KvKind::kValue), {}});
+       }},
+      {"K+V header set keys-only", &both, [](KvcHeader& h, std::vector<KvcSection>&) { h.shape.keys_only = true; }},
+      {"K+V missing V", &both, [](KvcHeader&, std::vector<KvcSection>& s) { s.pop_back(); }},
+  };
+  for (const auto& [name, good, edit] : edits) {
+    ExpectEditIsCorrupt(*good, name, edit);
+  }
+}
+
+// Called directly (not through DecodeKvcInto, which matches them first), the codec refuses an
+// output whose kinds are not the header's rather than writing V into a keys-only cache.
+TEST(VideoCodec, DecodeIntoRefusesAnOutputOfOtherKinds) {
+  const KvShape shape = kKeysOnlyShapes[1];
+  const auto keys = Encode(MakeCache(shape, 27), Options("8")).value();
+  KvShape both_shape = shape;
+  both_shape.keys_only = false;
+  const auto both = Encode(MakeCache(both_shape, 27), Options("8")).value();
+  const Codec& codec = *FindCodec("video");
+  KvCache keys_out = KvCache::Create(shape, DType::kF16).value();
+  KvCache both_out = KvCache::Create(both_shape, DType::kF16).value();
+  EXPECT_EQ(codec.DecodeInto(ReadKvc(both).value(), {}, keys_out.Slice()).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(codec.DecodeInto(ReadKvc(keys).value(), {}, both_out.Slice()).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(codec.DecodeInto(ReadKvc(keys).value(), {}, keys_out.Slice()).ok());
 }
 
 }  // namespace

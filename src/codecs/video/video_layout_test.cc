@@ -13,7 +13,9 @@ namespace {
 
 // Every value has its own pixel, inside its stream, for shapes with odd counts everywhere.
 TEST(LayoutGeometry, EveryValueHasItsOwnPixel) {
-  const KvShape shapes[] = {{1, 1, 1, 1}, {5, 3, 6, 9}, {4, 2, 64, 17}, {3, 1, 7, 2}, {7, 5, 128, 3}};
+  // The last three: MLA's one 576-wide latent "head" and the indexers' one or two 128-wide heads.
+  const KvShape shapes[] = {{1, 1, 1, 1},   {5, 3, 6, 9},         {4, 2, 64, 17},       {3, 1, 7, 2},
+                            {7, 5, 128, 3}, {4, 1, 576, 3, true}, {2, 1, 128, 5, true}, {4, 2, 128, 3, true}};
   for (const KvShape& shape : shapes) {
     for (VideoLayout layout : {VideoLayout::kTokenFrames, VideoLayout::kTokenAxis}) {
       for (bool planes : {false, true}) {
@@ -51,6 +53,22 @@ TEST(LayoutGeometry, PicturesFollowTheLayout) {
   ASSERT_EQ(axis.streams().size(), 1u);
   EXPECT_EQ(axis.streams()[0].picture, (PictureShape{256, 128, 1}));
   EXPECT_EQ(axis.streams()[0].n_frames, 6u);
+}
+
+// MLA's 576 channels: a 32-wide tile (576 is no square) 18 high, one per frame; the axis layout's
+// pictures are 576 high. Keys-only changes nothing here: a geometry is one kind's.
+TEST(LayoutGeometry, MlaPictures) {
+  const KvShape shape{.n_layers = 5, .n_kv_heads = 1, .head_dim = 576, .n_tokens = 40, .keys_only = true};
+  const LayoutGeometry frames(shape, {VideoLayout::kTokenFrames, true});
+  ASSERT_EQ(frames.streams().size(), 2u);  // layers 0-2 and 3-4
+  EXPECT_EQ(frames.streams()[0].picture, (PictureShape{32, 18, 3}));
+  EXPECT_EQ(frames.streams()[0].n_frames, 40u);
+  const LayoutGeometry axis(shape, {VideoLayout::kTokenAxis, false});
+  ASSERT_EQ(axis.streams().size(), 1u);
+  EXPECT_EQ(axis.streams()[0].picture, (PictureShape{40, 576, 1}));
+  EXPECT_EQ(axis.streams()[0].n_frames, 5u);
+  const LayoutGeometry heads(KvShape{2, 2, 128, 7, true}, {VideoLayout::kTokenFrames, false});
+  EXPECT_EQ(heads.streams()[0].picture, (PictureShape{32, 8, 1}));  // two 16x8 head tiles side by side
 }
 
 TEST(OrderChannels, ChainsSimilarChannels) {
