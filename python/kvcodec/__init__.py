@@ -39,9 +39,10 @@ class Rope:
 
     style: "neox" rotates channel i with i + n_rot/2 (Hugging Face's ``rotate_half``: Llama,
     Qwen, Mistral in transformers and vLLM); "normal" rotates adjacent pairs (2i, 2i+1: GPT-J,
-    and llama.cpp's LLaMA, whose converter permutes the weights for it); "none" (ALiBi or
-    learned positions) and the sectioned "mrope", "imrope" and "vision" are not undone: keys are
-    fitted as stored and the style recorded (``kvcodec tokenize --json`` names a GGUF model's
+    and llama.cpp's LLaMA, whose converter permutes the weights for it); the sectioned "mrope" and
+    "imrope" are undone as "neox" (on text, which is all kvcodec caches, they are NeoX's rotation);
+    "none" (ALiBi or learned positions) and "vision" are not undone: keys are fitted as stored and
+    the style recorded (``kvcodec tokenize --json`` names a GGUF model's
     style). base: theta
     (``rope_theta``). n_rot: rotated channels per head (0: all; partial rotary as in GPT-NeoX).
     freq_scale: positions are multiplied by it (linear scaling; a ``factor`` f in Hugging Face's

@@ -325,7 +325,7 @@ void SaveCalibration(const std::string& hash_hex, const std::string& path) {
 
 // RoPE as the Python layer passes it: None (keys fitted as stored) or (style, n_rot, base, scale).
 // Styles are llama.cpp's names (`kvcodec tokenize --json` reports them); those kvcodec does not
-// undo ("none", and the sectioned "mrope", "imrope", "vision") fit keys as stored, and say so.
+// undo ("none", "vision") fit keys as stored, and say so.
 std::optional<RopeParams> RopeFrom(const py::object& rope) {
   if (rope.is_none()) return std::nullopt;
   const auto [style, n_rot, base, scale] = rope.cast<std::tuple<std::string, uint32_t, double, double>>();
@@ -335,7 +335,7 @@ std::optional<RopeParams> RopeFrom(const py::object& rope) {
     Raise(
         InvalidArgument("rope style must be \"neox\" (halves rotated together, as Hugging Face's rotate_half), "
                         "\"normal\" (adjacent pairs, as GPT-J and llama.cpp's LLaMA), \"none\" (no RoPE on keys) "
-                        "or a sectioned RoPE kvcodec codes keys of as stored (\"mrope\", \"imrope\", \"vision\")"));
+                        "or a sectioned RoPE (\"mrope\", \"imrope\": undone as neox; \"vision\": coded as stored)"));
   }
   r.type = *type;
   r.n_rot = n_rot;

@@ -12,27 +12,32 @@
 
 namespace kvc {
 
-// How a model's keys carry position, named after llama.cpp's llama_rope_type. Only kNormal and
-// kNeox are rotated here; for every other kind RotateRows and RopeTable leave rows as they are.
+// How a model's keys carry position, named after llama.cpp's llama_rope_type. kNormal, kNeox and
+// the sectioned kinds kMrope and kImrope are rotated here; for the others RotateRows and RopeTable
+// leave rows as they are.
 //   kNormal: LLAMA_ROPE_TYPE_NORM rotates adjacent channel pairs (2i, 2i+1).
 //   kNeox:   LLAMA_ROPE_TYPE_NEOX rotates (i, i + n_rot/2).
 //   kNone:   LLAMA_ROPE_TYPE_NONE: no RoPE on keys (ALiBi or learned positions: GPT-2, BLOOM, MPT),
 //            so the cache holds keys as the model computed them and there is nothing to undo.
-//   kMrope, kImrope, kVision: LLAMA_ROPE_TYPE_MROPE / IMROPE / VISION, sectioned RoPE (Qwen2-VL,
-//            Qwen3-VL, GLM-4's vision models): a head's pairs are split into sections
-//            (rope.dimension_sections), each rotated by its own component of a multi-dimensional
-//            position (time, height, width). Those positions are not the token index: they sit
-//            in the KV state's per-cell extension (image tokens get 2-D ones). Undoing this RoPE
-//            needs both the sections and every cell's positions, which kvcodec does not carry
-//            yet, so keys of these models are coded as stored (kvtc fits its basis on them so:
-//            correct, at some cost in ratio). The kinds are kept apart rather than folded into
-//            kNone so that a calibration says what the model does, and a later change can undo
-//            per section.
+//   kMrope, kImrope: LLAMA_ROPE_TYPE_MROPE / IMROPE, sectioned RoPE (Qwen2-VL, Qwen3-VL, GLM-4,
+//            Qwen3.5): a head's pairs (i, i + n_rot/2) are split into sections
+//            (rope.dimension_sections, interleaved for IMROPE), each rotated by its own component
+//            of a multi-dimensional position (time, height, width) at NeoX's angles. A text
+//            token's components are all its position, so on text every section turns by the
+//            same angle NeoX's would: the rotation is NeoX's, and is undone as such
+//            (src/llama/rope_kinds_test.cc checks it on llama.cpp's models: one token repeated,
+//            its layer-0 keys rotated back as NeoX agree at every position to fp16 rounding).
+//            kvcodec caches only text (token ids); an image token's 2-D position would need the
+//            cell's positions, which kvcodec does not take.
+//   kVision: LLAMA_ROPE_TYPE_VISION, vision encoders' 2-D RoPE: not undone (coded as stored).
 enum class RopeType : uint8_t { kNormal = 0, kNeox = 1, kNone = 2, kMrope = 3, kImrope = 4, kVision = 5 };
 inline constexpr RopeType kLastRopeType = RopeType::kVision;
 
 // Whether kvcodec rotates keys of this kind (undoes RoPE before coding, applies it after).
-constexpr bool RopeRotatesKeys(RopeType type) { return type == RopeType::kNormal || type == RopeType::kNeox; }
+// kMrope and kImrope rotate as kNeox (text positions; see above).
+constexpr bool RopeRotatesKeys(RopeType type) {
+  return type == RopeType::kNormal || type == RopeType::kNeox || type == RopeType::kMrope || type == RopeType::kImrope;
+}
 // llama.cpp's name: "normal", "neox", "none", "mrope", "imrope", "vision"; "unknown" outside the enum.
 const char* RopeTypeName(RopeType type);
 // The kind RopeTypeName names; nullopt for any other string.

@@ -82,15 +82,15 @@ TEST(Rope, NormalPairsAdjacentNeoxPairsHalves) {
   EXPECT_EQ(b[1], 0.0f);
 }
 
-// Keys of these kinds are cached as the model left them (no RoPE, or sectioned RoPE kvcodec does
-// not undo yet), so every entry point leaves them bit for bit alone: rotating them by a plain
-// RoPE would corrupt what the model attends with.
+// Keys of these kinds are cached as the model left them (no RoPE, or a vision encoder's 2-D RoPE
+// kvcodec does not undo), so every entry point leaves them bit for bit alone: rotating them by a
+// plain RoPE would corrupt what the model attends with.
 TEST(Rope, KindsKvcodecDoesNotRotateAreTheIdentity) {
   const uint32_t tokens = 5, heads = 2, dim = 64;
   const auto original = Random(size_t{tokens} * heads * dim, 9);
   std::vector<uint16_t> want(original.size());
   Fp32ToFp16Clamped(original.data(), want.data(), original.size());
-  for (RopeType type : {RopeType::kNone, RopeType::kMrope, RopeType::kImrope, RopeType::kVision}) {
+  for (RopeType type : {RopeType::kNone, RopeType::kVision}) {
     SCOPED_TRACE(RopeTypeName(type));
     EXPECT_FALSE(RopeRotatesKeys(type));
     const RopeParams p{.type = type, .n_rot = 32, .freq_base = 10000.0f, .freq_scale = 1.0f};
@@ -111,6 +111,34 @@ TEST(Rope, KindsKvcodecDoesNotRotateAreTheIdentity) {
   }
   EXPECT_TRUE(RopeRotatesKeys(RopeType::kNormal));
   EXPECT_TRUE(RopeRotatesKeys(RopeType::kNeox));
+}
+
+// Sectioned RoPE on text positions is NeoX's rotation (rope.h; checked against llama.cpp's
+// models in src/llama/rope_kinds_test.cc), so every entry point rotates it exactly as NeoX.
+TEST(Rope, SectionedKindsRotateAsNeox) {
+  const uint32_t tokens = 5, heads = 2, dim = 64;
+  const auto original = Random(size_t{tokens} * heads * dim, 11);
+  const RopeParams neox{.type = RopeType::kNeox, .n_rot = 32, .freq_base = 10000.0f, .freq_scale = 1.0f};
+  for (RopeType type : {RopeType::kMrope, RopeType::kImrope}) {
+    SCOPED_TRACE(RopeTypeName(type));
+    EXPECT_TRUE(RopeRotatesKeys(type));
+    RopeParams p = neox;
+    p.type = type;
+    for (bool inverse : {false, true}) {
+      auto want = original, got = original;
+      RotateRows(neox, want.data(), tokens, heads, dim, 300, inverse);
+      RotateRows(p, got.data(), tokens, heads, dim, 300, inverse);
+      EXPECT_EQ(got, want);
+      EXPECT_NE(got, original);
+      auto table_got = original;
+      const RopeTable table(p, dim, 300, tokens);
+      table.Rotate(table_got.data(), heads, inverse);
+      auto table_want = original;
+      const RopeTable neox_table(neox, dim, 300, tokens);
+      neox_table.Rotate(table_want.data(), heads, inverse);
+      EXPECT_EQ(table_got, table_want);
+    }
+  }
 }
 
 TEST(Rope, TypeNamesRoundTrip) {
