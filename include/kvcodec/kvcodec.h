@@ -130,7 +130,10 @@ KVC_API kvc_status kvc_encode(const kvc_kv* kv, uint32_t token_begin, uint32_t n
                               size_t* out_size);
 /* Decodes .kvc bytes; with a non-NULL expected_fingerprint, a file of another model fails. */
 KVC_API kvc_status kvc_decode(const uint8_t* data, size_t size, const uint8_t* expected_fingerprint, kvc_kv** out);
-/* The container header and sections of .kvc bytes as JSON (caller frees). */
+/* What a file says about itself, as JSON (caller frees): a .kvc file's header and sections
+ * ("keys_only" for an MLA latent or indexer cache), or a state chunk object's (the token object,
+ * "KVSC", or the boundary object, llama.cpp's sequence-state bytes): its cells, layers and types
+ * per section. Objects as a store holds them (in their envelope) are not read here. */
 KVC_API kvc_status kvc_inspect_json(const uint8_t* data, size_t size, char** out_json);
 
 /* Decodes one .kvc chunk and appends it to the session's sequence, which must continue at the

@@ -19,6 +19,7 @@
 #include "kvcodec/kvcodec.h"
 #include "kvtc/calibration_registry.h"
 #include "kvtc/kvcal.h"
+#include "llama/chunk_state_json.h"
 #include "llama/llama_engine.h"
 #include "llama/llama_state.h"
 #include "llama/model_files.h"
@@ -598,7 +599,9 @@ kvc_status kvc_reuse_store(kvc_session* session, kvc_store* store, const int32_t
 kvc_status kvc_inspect_json(const uint8_t* data, size_t size, char** out_json) {
   return Guard([&]() -> kvc_status {
     if (MissingInput(data, size) || out_json == nullptr) return NullArgument("data or out_json");
-    auto report = kvc::InspectKvcJson(std::span(data, size));
+    // A state chunk object (its token object or its boundary object) by its magic, else a .kvc.
+    const std::span<const uint8_t> bytes(data, size);
+    auto report = kvc::LooksLikeChunkState(bytes) ? kvc::InspectChunkStateJson(bytes) : kvc::InspectKvcJson(bytes);
     if (!report.ok()) return Fail(report.status());
     *out_json = CopyString(*report);
     return KVC_OK;

@@ -31,6 +31,7 @@ Result<std::string> InspectKvcJson(std::span<const uint8_t> bytes) {
                         {"n_kv_heads", h.shape.n_kv_heads},
                         {"head_dim", h.shape.head_dim},
                         {"n_tokens", h.shape.n_tokens},
+                        {"keys_only", h.shape.keys_only},
                         {"dtype", DTypeName(h.dtype)},
                         {"model_fingerprint", HexString(h.model_fingerprint)},
                         {"token_begin", h.token_begin},

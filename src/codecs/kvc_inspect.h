@@ -12,7 +12,7 @@ namespace kvc {
 
 // What a .kvc file says about itself (its header and sections): `kvcodec inspect`,
 // kvc_inspect_json(), kvcodec.inspect(). The header and the section table are parsed and
-// checked; the payload is not decoded.
+// checked; the payload is not decoded. keys_only: the file holds K alone (MLA, an indexer cache).
 Result<std::string> InspectKvcJson(std::span<const uint8_t> bytes);
 
 // Every codec: name, id, version, levels (best quality first), default level, parameters,

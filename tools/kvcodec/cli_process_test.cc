@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "llama/archs_fixtures.h"
+#include "llama/chunk_state.h"
 #include "reuse/model_profile.h"
 
 namespace {
@@ -151,6 +152,76 @@ TEST(CliOutput, AnErrorQuotingAHostilePathIsOneLine) {
   Scratch scratch;
   const Outcome run =
       RunKvcodec({"inspect", (scratch.dir() / "no\x1b[2J\nkvcodec: error: forged.kvc").string()}, scratch);
+  ASSERT_TRUE(run.exited() && run.code() == 1) << run.Describe();
+  EXPECT_EQ(run.out, "");
+  ExpectPlainLines(run.err, true, "stderr");
+  EXPECT_EQ(Lines(run.err).size(), 1u) << run.err;
+}
+
+// ---- Item: inspect reads a store's state chunk objects ---------------------------------------
+
+// A memory whose chunk is keys-only cells (MLA's latent) and, at its end, a sliding window's
+// cells: the token object and the boundary object, each inspected from a file.
+TEST(CliInspect, StateChunkObjectsArePrinted) {
+  Scratch scratch;
+  const auto cells = [](int32_t pos_begin, uint32_t n_cells, uint64_t row_bytes, bool with_v) {
+    kvc::AttentionSection a;
+    a.pos_begin = pos_begin;
+    a.n_cells = n_cells;
+    for (int l = 0; l < 2; ++l) {
+      const kvc::StateTensor t{.ggml_type = 1,
+                               .elem_bytes = 0,
+                               .row_bytes = row_bytes,
+                               .rows = std::vector<uint8_t>(row_bytes * n_cells, static_cast<uint8_t>(l + 1))};
+      a.k.push_back(t);
+      if (with_v) a.v.push_back(t);
+    }
+    return a;
+  };
+  kvc::ChunkState chunk;
+  chunk.pos_begin = 16;
+  chunk.n_tokens = 8;
+  chunk.at_boundary = {false, true};
+  chunk.tokens.sections.push_back(cells(16, 8, 1152, false));
+  chunk.boundary.sections.push_back(cells(20, 4, 64, true));
+  const auto tokens = kvc::WriteChunkTokens(chunk);
+  const auto boundary = kvc::WriteChunkBoundary(chunk);
+  ASSERT_TRUE(tokens.ok() && boundary.ok());
+  const fs::path tokens_path = scratch.dir() / "chunk.kvsc", boundary_path = scratch.dir() / "chunk.boundary";
+  std::ofstream(tokens_path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(tokens->data()), static_cast<std::streamsize>(tokens->size()));
+  std::ofstream(boundary_path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(boundary->data()), static_cast<std::streamsize>(boundary->size()));
+
+  Outcome run = RunKvcodec({"inspect", tokens_path.string()}, scratch);
+  ASSERT_TRUE(run.exited() && run.code() == 0) << run.Describe();
+  ExpectPlainLines(run.out, false, "stdout");
+  EXPECT_EQ(
+      run.out.rfind(tokens_path.string() + ": state chunk tokens, " + std::to_string(tokens->size()) + " bytes\n", 0),
+      0u)
+      << run.out;
+  EXPECT_NE(run.out.find("8 tokens from position 16"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("section 0    attention, 8 cells from position 16, 2 layers: K f16 x 1152 B/row, no V\n"),
+            std::string::npos)
+      << run.out;
+
+  run = RunKvcodec({"inspect", "--json", tokens_path.string()}, scratch);
+  ASSERT_TRUE(run.exited() && run.code() == 0) << run.Describe();
+  EXPECT_NE(run.out.find("\"kind\": \"state chunk tokens\""), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("\"keys_only\": true"), std::string::npos) << run.out;
+
+  run = RunKvcodec({"inspect", boundary_path.string()}, scratch);
+  ASSERT_TRUE(run.exited() && run.code() == 0) << run.Describe();
+  EXPECT_NE(run.out.find(": state chunk boundary, "), std::string::npos) << run.out;
+  EXPECT_NE(
+      run.out.find("section 0    attention, 4 cells from position 20, 2 layers: K f16 x 64 B/row, V f16 x 64 B/row\n"),
+      std::string::npos)
+      << run.out;
+
+  // A truncated token object: one error line, exit 1.
+  std::ofstream(tokens_path, std::ios::binary | std::ios::trunc)
+      .write(reinterpret_cast<const char*>(tokens->data()), static_cast<std::streamsize>(tokens->size() / 2));
+  run = RunKvcodec({"inspect", tokens_path.string()}, scratch);
   ASSERT_TRUE(run.exited() && run.code() == 1) << run.Describe();
   EXPECT_EQ(run.out, "");
   ExpectPlainLines(run.err, true, "stderr");
