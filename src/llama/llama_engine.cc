@@ -461,7 +461,17 @@ Result<std::vector<uint8_t>> GetStateBytes(llama_context* ctx, int32_t seq, llam
 
 Result<KvCache> LlamaSession::ReadSeqState(int32_t seq) const {
   ASSIGN_OR_RETURN(const std::vector<uint8_t> blob, GetStateBytes(ctx_, seq, 0));
-  return ParseLlamaSeqState(blob, model_->info().n_kv_heads);
+  auto kv = ParseLlamaSeqState(blob, model_->info().n_kv_heads);
+  if (kv.ok()) return kv;
+  // A memory of another kind (MLA's keys-only latent, a sliding-window pair, a recurrent state)
+  // is not corrupt: say what it is and where it is handled, not where the one-cache reader stopped.
+  if (auto state = ParseSeqState(blob); state.ok()) {
+    return Unsupported("this model's memory (" + SeqStateKinds(*state) +
+                       (state->sections.empty() ? "" : ", not one KV cache of uniform layers") +
+                       ") is not read as one KV cache; `run` and `serve` reuse it as state chunks, and each of "
+                       "its attention caches is coded as planes of their own shapes (src/llama/kv_planes.h)");
+  }
+  return kv.status();
 }
 
 Status LlamaSession::RestoreKv(const KvView& kv) {
