@@ -7,6 +7,7 @@
 #include <functional>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "codecs/codec.h"
@@ -55,6 +56,34 @@ inline void ExpectEditIsCorrupt(std::span<const uint8_t> good, const char* name,
   auto decoded = DecodeKvc(Rewrite(good, edit));
   ASSERT_FALSE(decoded.ok()) << name;
   EXPECT_EQ(decoded.status().code(), StatusCode::kCorrupt) << name << ": " << decoded.status().ToString();
+}
+
+// What every codec must call kCorrupt (ExpectEditIsCorrupt) in a keys-only file `keys` and a K and
+// V file `both` of its own: sections that disagree with the header's kinds (a V section added,
+// empty or not; the keys-only bit cleared or set; K tagged V; V missing), a K section cut or
+// extended, more tokens than it holds.
+inline void ExpectKindMismatchesAreCorrupt(std::span<const uint8_t> keys, std::span<const uint8_t> both) {
+  using Edit = std::function<void(KvcHeader&, std::vector<KvcSection>&)>;
+  const std::pair<const char*, Edit> keys_edits[] = {
+      {"keys-only with a V section",
+       [](KvcHeader&, std::vector<KvcSection>& s) {
+         s.push_back({KvSectionTag(KvKind::kValue), s[0].bytes});
+       }},
+      {"keys-only with an empty V section",
+       [](KvcHeader&, std::vector<KvcSection>& s) {
+         s.push_back({KvSectionTag(KvKind::kValue), {}});
+       }},
+      {"keys-only header cleared", [](KvcHeader& h, std::vector<KvcSection>&) { h.shape.keys_only = false; }},
+      {"keys-only K short", [](KvcHeader&, std::vector<KvcSection>& s) { s[0].bytes.pop_back(); }},
+      {"keys-only K long", [](KvcHeader&, std::vector<KvcSection>& s) { s[0].bytes.push_back(0); }},
+      {"keys-only section tagged V",
+       [](KvcHeader&, std::vector<KvcSection>& s) { s[0].tag = KvSectionTag(KvKind::kValue); }},
+      {"keys-only more tokens", [](KvcHeader& h, std::vector<KvcSection>&) { ++h.shape.n_tokens; }},
+  };
+  for (const auto& [name, edit] : keys_edits) ExpectEditIsCorrupt(keys, name, edit);
+  ExpectEditIsCorrupt(both, "K+V header set keys-only",
+                      [](KvcHeader& h, std::vector<KvcSection>&) { h.shape.keys_only = true; });
+  ExpectEditIsCorrupt(both, "K+V with one section", [](KvcHeader&, std::vector<KvcSection>& s) { s.pop_back(); });
 }
 
 }  // namespace kvc

@@ -6,51 +6,13 @@
 #include <random>
 
 #include "base/byte_io.h"
+#include "llama/chunk_state_test_data.h"
 
 namespace kvc {
 namespace {
 
-AttentionSection Cells(int32_t pos_begin, uint32_t n_cells, uint32_t seed, bool with_v = true) {
-  AttentionSection a;
-  a.pos_begin = pos_begin;
-  a.n_cells = n_cells;
-  a.v_trans = true;
-  std::mt19937 rng(seed);
-  for (uint32_t l = 0; l < 2; ++l) {
-    StateTensor k{.ggml_type = 1, .elem_bytes = 0, .row_bytes = 16, .rows = std::vector<uint8_t>(16 * n_cells)};
-    for (uint8_t& b : k.rows) b = static_cast<uint8_t>(rng());
-    a.k.push_back(k);
-    if (with_v) {
-      StateTensor v{.ggml_type = 1, .elem_bytes = 2, .row_bytes = 8, .rows = std::vector<uint8_t>(8 * n_cells)};
-      for (uint8_t& b : v.rows) b = static_cast<uint8_t>(rng());
-      a.v.push_back(v);
-    }
-  }
-  return a;
-}
-
-RecurrentSection Snapshot(int32_t pos) {
-  ByteWriter w;
-  w.U32(1);
-  w.I32(pos);
-  w.U32(0);
-  w.U32(0);
-  w.U32(1);
-  for (int i = 0; i < 2; ++i) {
-    w.I32(0);
-    w.U64(4);
-    w.U32(static_cast<uint32_t>(pos * 7 + i));
-  }
-  RecurrentSection r;
-  r.bytes = w.Take();
-  r.n_cells = 1;
-  r.pos = pos;
-  r.n_layer = 1;
-  r.n_recurrent_layers = 1;
-  r.r_row_bytes = 4;
-  r.s_row_bytes = 4;
-  return r;
-}
+using test_data::Cells;
+using test_data::Snapshot;
 
 // A hybrid memory's chunk: attention cells, then the recurrent state at the chunk's end.
 ChunkState HybridChunk(int32_t pos_begin, uint32_t n_tokens) {

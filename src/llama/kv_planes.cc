@@ -10,31 +10,6 @@
 namespace kvc {
 namespace {
 
-std::optional<DType> FloatType(int32_t ggml_type) {
-  switch (ggml_type) {
-    case kGgmlTypeF32:
-      return DType::kF32;
-    case kGgmlTypeF16:
-      return DType::kF16;
-    case kGgmlTypeBF16:
-      return DType::kBF16;
-    default:
-      return std::nullopt;
-  }
-}
-
-int32_t GgmlTypeOf(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return kGgmlTypeF32;
-    case DType::kF16:
-      return kGgmlTypeF16;
-    case DType::kBF16:
-      return kGgmlTypeBF16;
-  }
-  return -1;
-}
-
 // What makes two layers one plane: the same element type, and the same row widths.
 struct LayerForm {
   int32_t type = 0;
@@ -79,8 +54,8 @@ Result<std::vector<KvPlane>> SplitPlanes(const SeqState& state, const PlaneHeads
       const LayerForm form = FormOf(*a, begin);
       size_t end = begin + 1;
       while (end < a->k.size() && FormOf(*a, end) == form && OneType(*a, end)) ++end;
-      const std::optional<DType> dtype = FloatType(form.type);
-      if (!dtype || !OneType(*a, begin) || (form.v_row_bytes != 0 && form.v_row_bytes != form.k_row_bytes) ||
+      const Result<DType> dtype = DTypeFromGgml(form.type);
+      if (!dtype.ok() || !OneType(*a, begin) || (form.v_row_bytes != 0 && form.v_row_bytes != form.k_row_bytes) ||
           form.k_row_bytes == 0 || form.k_row_bytes % DTypeSize(*dtype) != 0) {
         begin = end;  // kept as written: not a float cache, or K and V of different widths
         continue;
@@ -135,8 +110,8 @@ Status MergePlanes(std::span<const KvPlane> planes, SeqState* state) {
     std::optional<KvCache> converted;
     const KvCache* kv = &plane.kv;
     const int32_t type = a->k[plane.layer_begin].ggml_type;
-    const std::optional<DType> section_dtype = FloatType(type);
-    if (!section_dtype) return InvalidArgument(FormatMessage("plane %zu's section is not a float cache", p));
+    const Result<DType> section_dtype = DTypeFromGgml(type);
+    if (!section_dtype.ok()) return InvalidArgument(FormatMessage("plane %zu's section is not a float cache", p));
     if (*section_dtype != plane.kv.dtype()) {
       ASSIGN_OR_RETURN(converted, plane.kv.ConvertTo(*section_dtype));
       kv = &*converted;
@@ -145,7 +120,7 @@ Status MergePlanes(std::span<const KvPlane> planes, SeqState* state) {
       for (KvKind kind : shape.kinds()) {
         StateTensor& t = kind == KvKind::kKey ? a->k[plane.layer_begin + l] : a->v[plane.layer_begin + l];
         const auto src = kv->RowBytes(kind, l, 0, shape.n_tokens);
-        if (t.ggml_type != GgmlTypeOf(*section_dtype) || t.rows.size() != src.size()) {
+        if (t.ggml_type != GgmlFromDType(*section_dtype) || t.rows.size() != src.size()) {
           return InvalidArgument(
               FormatMessage("plane %zu's layer %u %s does not fit its section's", p, l, KvKindName(kind)));
         }

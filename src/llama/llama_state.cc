@@ -12,7 +12,6 @@
 #endif
 
 namespace kvc {
-namespace {
 
 Result<DType> DTypeFromGgml(int32_t type) {
   switch (type) {
@@ -39,8 +38,6 @@ int32_t GgmlFromDType(DType dtype) {
   }
   return -1;
 }
-
-}  // namespace
 
 Result<KvCache> ParseLlamaSeqState(std::span<const uint8_t> blob, uint32_t n_kv_heads) {
   ByteReader r(blob);

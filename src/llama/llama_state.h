@@ -23,6 +23,10 @@ inline constexpr uint32_t kLlamaStateMagic = 0xaf143cd8;
 inline constexpr int32_t kGgmlTypeF32 = 0;
 inline constexpr int32_t kGgmlTypeF16 = 1;
 inline constexpr int32_t kGgmlTypeBF16 = 30;
+// The dtype of a cache of ggml type `type`: kUnsupported for any but f32, f16 and bf16 (a
+// quantised cache), naming it.
+Result<DType> DTypeFromGgml(int32_t type);
+int32_t GgmlFromDType(DType dtype);
 
 struct LlamaStateLayout {
   uint32_t n_stream = 1;      // streams in the target context (1 unless kv_unified is off with several sequences)

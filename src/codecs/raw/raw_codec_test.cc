@@ -243,23 +243,7 @@ TEST(RawCodec, KeysOnlyDecodesIntoASlice) {
 TEST(RawCodec, KeysOnlyKindMismatchesAreCorrupt) {
   const auto keys = Encode(MakeCache(kKeysOnlyShapes[0], DType::kF16, 16)).value();
   const auto both = Encode(MakeCache(kShape, DType::kF16, 16)).value();
-  using Edit = std::function<void(KvcHeader&, std::vector<KvcSection>&)>;
-  const std::vector<std::tuple<const char*, const std::vector<uint8_t>*, Edit>> edits = {
-      {"keys-only with a V section", &keys,
-       [](KvcHeader&, std::vector<KvcSection>& s) {
-         s.push_back({KvSectionTag(KvKind::kValue), s[0].bytes});
-       }},
-      {"keys-only header cleared", &keys, [](KvcHeader& h, std::vector<KvcSection>&) { h.shape.keys_only = false; }},
-      {"keys-only K short", &keys, [](KvcHeader&, std::vector<KvcSection>& s) { s[0].bytes.pop_back(); }},
-      {"keys-only K long", &keys, [](KvcHeader&, std::vector<KvcSection>& s) { s[0].bytes.push_back(0); }},
-      {"keys-only section tagged V", &keys,
-       [](KvcHeader&, std::vector<KvcSection>& s) { s[0].tag = KvSectionTag(KvKind::kValue); }},
-      {"keys-only more tokens", &keys, [](KvcHeader& h, std::vector<KvcSection>&) { ++h.shape.n_tokens; }},
-      {"K+V header set keys-only", &both, [](KvcHeader& h, std::vector<KvcSection>&) { h.shape.keys_only = true; }},
-  };
-  for (const auto& [name, good, edit] : edits) {
-    ExpectEditIsCorrupt(*good, name, edit);
-  }
+  ExpectKindMismatchesAreCorrupt(keys, both);
 }
 
 }  // namespace

@@ -380,33 +380,10 @@ TEST(VideoCodec, KeysOnlyKindMismatchesAreCorrupt) {
   both_shape.keys_only = false;
   const auto both = Encode(MakeCache(both_shape, 26), Options("8")).value();
   const auto empty_keys = Encode(KvCache::Create({2, 1, 128, 0, true}, DType::kF16).value(), Options("8")).value();
-  using Edit = std::function<void(KvcHeader&, std::vector<KvcSection>&)>;
-  const std::vector<std::tuple<const char*, const std::vector<uint8_t>*, Edit>> edits = {
-      {"keys-only with a V section", &keys,
-       [](KvcHeader&, std::vector<KvcSection>& s) {
-         s.push_back({KvSectionTag(KvKind::kValue), s[0].bytes});
-       }},
-      {"keys-only with an empty V section", &keys,
-       [](KvcHeader&, std::vector<KvcSection>& s) {
-         s.push_back({KvSectionTag(KvKind::kValue), {}});
-       }},
-      {"keys-only header cleared (V missing)", &keys,
-       [](KvcHeader& h, std::vector<KvcSection>&) { h.shape.keys_only = false; }},
-      {"keys-only section tagged V", &keys,
-       [](KvcHeader&, std::vector<KvcSection>& s) { s[0].tag = KvSectionTag(KvKind::kValue); }},
-      {"keys-only K truncated", &keys, [](KvcHeader&, std::vector<KvcSection>& s) { s[0].bytes.pop_back(); }},
-      {"keys-only K trailing byte", &keys, [](KvcHeader&, std::vector<KvcSection>& s) { s[0].bytes.push_back(0); }},
-      {"keys-only more tokens", &keys, [](KvcHeader& h, std::vector<KvcSection>&) { ++h.shape.n_tokens; }},
-      {"keys-only zero tokens with a V section", &empty_keys,
-       [](KvcHeader&, std::vector<KvcSection>& s) {
-         s.push_back({KvSectionTag(KvKind::kValue), {}});
-       }},
-      {"K+V header set keys-only", &both, [](KvcHeader& h, std::vector<KvcSection>&) { h.shape.keys_only = true; }},
-      {"K+V missing V", &both, [](KvcHeader&, std::vector<KvcSection>& s) { s.pop_back(); }},
-  };
-  for (const auto& [name, good, edit] : edits) {
-    ExpectEditIsCorrupt(*good, name, edit);
-  }
+  ExpectEditIsCorrupt(empty_keys, "keys-only zero tokens with a V section", [](KvcHeader&, std::vector<KvcSection>& s) {
+    s.push_back({KvSectionTag(KvKind::kValue), {}});
+  });
+  ExpectKindMismatchesAreCorrupt(keys, both);
 }
 
 // Called directly (not through DecodeKvcInto, which matches them first), the codec refuses an
