@@ -134,7 +134,7 @@ function(kvcodec_module name)
   endif()
 endfunction()
 
-# kvcodec_test(<name> SOURCES ... DEPS ... LABEL unit|model|slow [SERIAL])
+# kvcodec_test(<name> SOURCES ... DEPS ... LABEL unit|model [SERIAL])
 # SERIAL: ctest runs the tests alone (for tests that measure time).
 function(kvcodec_test name)
   if(NOT KVCODEC_BUILD_TESTS)

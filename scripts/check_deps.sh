@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The deps.graph test: holds src/ to the module graph CMake declares, and README.md to CMake.
+# The deps.graph test: holds src/ to the module graph CMake declares, and docs/architecture.md to CMake.
 #   scripts/check_deps.sh build/dev/kvcodec_deps.txt
 # kvcodec_deps.txt is written at configure time by kvcodec_module (cmake/kvcodec.cmake): each
 # module's folder, the folders of its direct kvc_ dependencies and its transitive closure, and
@@ -9,10 +9,10 @@
 #   - third-party headers only in their one folder: llama.cpp (llama.h, ggml*.h) in src/llama/,
 #     cpp-httplib in src/serve/ (the server and its client), zstd in src/bench/, libav* in
 #     src/video/, pybind11 in src/python/;
-#   - README.md's "Source layout and dependency graph" table: one row per module folder, each
+#   - docs/architecture.md's "Source layout and dependency graph" table: one row per module folder, each
 #     listing the folders it uses directly exactly as the CMake files declare them.
 # The include views make most graph violations compile errors already; this test also names
-# them, catches the third-party rules and a README that no longer says what CMake does.
+# them, catches the third-party rules and a layout table that no longer says what CMake does.
 # Prints one line per violation and exits 1 if there is any.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -64,7 +64,7 @@ BEGIN {
     }
   }
   close(deps_file)
-  while ((getline line < "README.md") > 0) {
+  while ((getline line < "docs/architecture.md") > 0) {
     if (line ~ /^## /) in_section = (line == "## Source layout and dependency graph")
     if (!in_section || line !~ /^\| *`src\/[a-z_]+\/`/) continue
     n = split(line, col, "|")
@@ -78,7 +78,7 @@ BEGIN {
     }
     readme[folder] = sorted_list(names, ",")
   }
-  close("README.md")
+  close("docs/architecture.md")
 }
 {
   # path:line:text
@@ -133,18 +133,18 @@ BEGIN {
 END {
   for (folder in module_folder) {
     if (!(folder in readme)) {
-      fail("README.md: no row for src/" folder "/ in \"Source layout and dependency graph\"")
+      fail("docs/architecture.md: no row for src/" folder "/ in \"Source layout and dependency graph\"")
     } else if (readme[folder] != direct[folder]) {
-      fail("README.md says " folder " uses " (readme[folder] == "" ? "nothing" : sorted_list(readme[folder], ", ")) \
+      fail("docs/architecture.md says " folder " uses " (readme[folder] == "" ? "nothing" : sorted_list(readme[folder], ", ")) \
            "; its CMakeLists.txt declares " (direct[folder] == "" ? "nothing" : sorted_list(direct[folder], ", ")))
     }
   }
   for (folder in readme) {
-    if (!(folder in module_folder)) fail("README.md: src/" folder "/ has a row but is no module")
+    if (!(folder in module_folder)) fail("docs/architecture.md: src/" folder "/ has a row but is no module")
   }
   if (failures > 0) {
     print failures " dependency graph violation(s)"
     exit 1
   }
-  print "deps.graph: every include in src/ follows the graph; README.md matches CMake"
+  print "deps.graph: every include in src/ follows the graph; docs/architecture.md matches CMake"
 }'

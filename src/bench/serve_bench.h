@@ -1,4 +1,4 @@
-// `kvcodec bench serve`: a load generator for the completion server (design brief §3). It
+// `kvcodec bench serve`: a load generator for the completion server. It
 // replays one trace of streaming requests, Poisson arrivals from a fixed seed, against a server
 // per configuration: requests that share one of a few long documents as their prefix (each with
 // its own short question after it) mixed with requests that share nothing (text no request has

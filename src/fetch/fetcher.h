@@ -1,4 +1,4 @@
-// Fetch -> decode pipeline for a run of stored chunks (design brief §2.2, "fetcher"). The
+// Fetch -> decode pipeline for a run of stored chunks. The
 // calling thread transfers the chunks one at a time in order, asking the level planner which
 // variant to fetch at the bandwidth recent transfers achieved and reading it from the store
 // through the link shaper (so a capped link is emulated in process); each fetched chunk is

@@ -1,4 +1,4 @@
-// Picks, per chunk, which stored variant to fetch (design brief §2.2, "fetcher"), quality
+// Picks, per chunk, which stored variant to fetch (the fetcher's choice), quality
 // first: among the variants whose predicted time at the bandwidth seen on recent transfers is
 // within `margin` (5%) of the fastest, the most accurate (least measured loss), so reuse leaves
 // the output as it was unless bandwidth makes the trade real; "recompute" (exact) when

@@ -1,4 +1,4 @@
-// Lossless video coding of 8-bit pictures through libavcodec (design brief §2.2): the encoder
+// Lossless video coding of 8-bit pictures through libavcodec: the encoder
 // side, and the byte format of one coded stream, which any decoder backend parses the same way.
 // A stream is a sequence of frames of one picture shape (1 plane: gray, 3 planes: yuv444p).
 // Codecs have minimum and aligned picture sizes; pictures are padded by repeating their last

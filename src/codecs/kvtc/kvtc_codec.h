@@ -1,5 +1,5 @@
-// kvtc: KV-cache transform coding (design brief §2.1). Keys have RoPE undone when the
-// calibration says so (normal or NeoX RoPE; other kinds are coded as stored), K and V are
+// kvtc: KV-cache transform coding (KVTC). Keys have RoPE undone when the calibration says so
+// (normal, NeoX and sectioned RoPE; other kinds are coded as stored), K and V are
 // projected on a calibrated PCA basis, coefficients are quantised per token in groups with the
 // bit widths a dynamic programme chose for the target ratio (the level), and the codes are
 // entropy-coded. The first `sinks` positions and the last `window` tokens stay fp16.

@@ -1,4 +1,4 @@
-// video: lossless video coding of quantised KV (KVCodec, design brief §2.2). K and V are
+// video: lossless video coding of quantised KV (as KVCodec does). K and V are
 // quantised per channel group over the chunk (the only lossy step), laid out as pictures
 // (video_layout.h), and coded losslessly with x265, x264 or FFV1 through libavcodec; decode goes
 // through a VideoDecoderBackend (CPU now, NVDEC later) chosen in the CodecContext.

@@ -1,5 +1,5 @@
-// Where each quantised KV value goes in the video streams of the `video` codec (design brief
-// §2.2): the picture geometry of each layout, the channel ordering, and the per-channel-group
+// Where each quantised KV value goes in the video streams of the `video` codec: the
+// picture geometry of each layout, the channel ordering, and the per-channel-group
 // quantiser. Pure functions, shared by the codec and by the layout ablation.
 #pragma once
 
