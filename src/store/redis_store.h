@@ -23,6 +23,11 @@
 // Stats walks the keyspace (SCAN MATCH kvc:* plus one STRLEN per key, pipelined per SCAN page) on
 // the server or on every master: O(keys in the database) and meant for tools and tests, not for a
 // hot path. Keys written or deleted during the walk may be counted twice or not at all.
+//
+// Behind these stores, internal to src/store: redis_protocol.h (addresses, replies, RESP
+// commands), redis_connection_pool.h (the connections to one server), redis_router.h (where a
+// command goes, and the one-server case) and redis_cluster_router.h (a cluster's slot map and
+// redirects). redis_store.cc holds the store itself: its commands and how to read their replies.
 #pragma once
 
 #include <cstdint>
