@@ -1,5 +1,5 @@
 // The completion server's engine: continuous batching over llama.cpp sequences with a
-// KV-fetch-aware (or FIFO) scheduler in front (design brief §3).
+// KV-fetch-aware (or FIFO) scheduler in front.
 //
 // A request goes through up to three queues. With reuse on, its stored prefix is looked up
 // when it arrives; if chunks are stored it waits for KV (fetch threads bring them in and decode

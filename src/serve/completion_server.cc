@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -22,6 +23,8 @@
 #include "serve/batch_scheduler.h"
 #include "serve/completion_request.h"
 #include "serve/http_server.h"
+#include "serve/openai_response.h"
+#include "serve/request_guard.h"
 #include "store/reconnecting_store.h"
 
 namespace kvc {
@@ -29,65 +32,11 @@ namespace {
 
 using Json = nlohmann::json;
 
-// Every text we send is valid UTF-8 already (ServeRequest's pieces, Status::ToString); dumping
-// with replacement is the second guard, so a byte that slipped through becomes U+FFFD instead of
-// an exception.
-std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
-
-std::string ErrorJson(const std::string& message, const std::string& type) {
-  return Dump(Json{{"error", {{"message", message}, {"type", type}}}});
-}
-
-const char* ErrorType(int status) { return status >= 500 ? "server_error" : "invalid_request_error"; }
-
 // The /metrics endpoint label of a path ("" for paths that are not completion endpoints).
 std::string Endpoint(const std::string& path) {
   if (path == "/v1/completions") return "completions";
   if (path == "/v1/chat/completions") return "chat";
   return "";
-}
-
-// JSON cannot hold -inf: a probability that underflowed is reported as OpenAI reports it.
-double LogprobValue(float logprob) { return std::isfinite(logprob) ? logprob : -9999.0; }
-
-Json ByteArray(const std::string& bytes) {
-  Json out = Json::array();
-  for (const unsigned char b : bytes) out.push_back(b);
-  return out;
-}
-
-// The chat form: an entry per token with its bytes (a token may be part of a character, so its
-// "token" string is the bytes made valid UTF-8) and its alternatives.
-Json ChatLogprobs(const std::vector<TokenLogprob>& tokens) {
-  Json content = Json::array();
-  for (const TokenLogprob& t : tokens) {
-    Json top = Json::array();
-    for (const auto& [bytes, logprob] : t.top) {
-      top.push_back({{"token", ToValidUtf8(bytes)}, {"logprob", LogprobValue(logprob)}, {"bytes", ByteArray(bytes)}});
-    }
-    content.push_back({{"token", ToValidUtf8(t.bytes)},
-                       {"logprob", LogprobValue(t.logprob)},
-                       {"bytes", ByteArray(t.bytes)},
-                       {"top_logprobs", std::move(top)}});
-  }
-  return {{"content", std::move(content)}, {"refusal", nullptr}};
-}
-
-// The completions form: parallel arrays, offsets into the choice's text (after any echo).
-Json CompletionLogprobs(const std::vector<TokenLogprob>& tokens, size_t offset_base) {
-  Json text_tokens = Json::array(), logprobs = Json::array(), top = Json::array(), offsets = Json::array();
-  for (const TokenLogprob& t : tokens) {
-    text_tokens.push_back(ToValidUtf8(t.bytes));
-    logprobs.push_back(LogprobValue(t.logprob));
-    Json alternatives = Json::object();
-    for (const auto& [bytes, logprob] : t.top) alternatives.emplace(ToValidUtf8(bytes), LogprobValue(logprob));
-    top.push_back(std::move(alternatives));
-    offsets.push_back(offset_base + t.text_offset);
-  }
-  return {{"tokens", std::move(text_tokens)},
-          {"token_logprobs", std::move(logprobs)},
-          {"top_logprobs", std::move(top)},
-          {"text_offset", std::move(offsets)}};
 }
 
 // How often a thread waiting for a generation looks at its client.
@@ -106,6 +55,7 @@ struct CancelOnExit {
 
 struct CompletionServer::Impl {
   ServerOptions o;
+  RequestGuard request_guard;
   std::unique_ptr<LlamaModel> model;
   CalibrationRegistry calibrations;
   std::unique_ptr<ReconnectingStore> store;  // may be down: requests then recompute
@@ -162,7 +112,7 @@ struct CompletionServer::Impl {
       s["retry_in_s"] = h.retry_in_s;
       s["consecutive_failures"] = h.consecutive_failures;
     }
-    return Dump(Json{{"status", "ok"}, {"store", std::move(s)}});
+    return DumpJson(Json{{"status", "ok"}, {"store", std::move(s)}});
   }
 
   // A checked request: what it asks for, its prompt as tokens, and the prompt's text (for echo).
@@ -229,71 +179,19 @@ struct CompletionServer::Impl {
   // several tokens is joined whole).
   std::string DetokenizedText(std::span<const int32_t> tokens) const { return ToValidUtf8(model->Detokenize(tokens)); }
 
-  Json Usage(const Generation& g) const {
-    return {{"prompt_tokens", g.prompt_tokens},
-            {"completion_tokens", g.completion_tokens},
-            {"total_tokens", g.prompt_tokens + g.completion_tokens},
-            {"prompt_tokens_details", {{"cached_tokens", g.cached_tokens}}}};
-  }
-
   void Reply(httplib::Response& res, const std::string& endpoint, int status, const std::string& message) {
     res.status = status;
     res.set_content(ErrorJson(message, ErrorType(status)), "application/json");
     metrics.CountRequest(endpoint, std::to_string(status));
   }
 
-  // The body, read here rather than by httplib, which bounds only a body with a Content-Length:
-  // a chunked one is cut off at the limit too. Every POST endpoint reads its body here. False:
-  // the answer (413, 408 or 400) is set, and the connection closes after it (the rest of the
-  // body is never read).
+  // Every POST endpoint reads its body here. False: the refusal is answered (and counted).
   bool ReadBody(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
                 const std::string& endpoint, std::string* body) {
-    HttpConnection* c = CurrentHttpConnection();
-    bool too_large = ContentLengthOverLimit(req);
-    bool read = false;
-    if (too_large) {
-      // A client sends its whole body before it reads the answer, so one that is not read gets a
-      // reset connection instead of the 413. A body up to 16 times the limit is read (httplib
-      // drops it, holding none of it), a larger one is not.
-      const uint64_t length = std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10);
-      if (c != nullptr && length / 16 <= o.max_body_bytes) {
-        c->budget = c->read + length;
-        (void)reader([](const char*, size_t) { return true; });
-      }
-    } else {
-      // The body's bytes, with room for a chunked body's framing (a client that sends one in
-      // tiny chunks is refused).
-      if (c != nullptr) c->budget = c->read + 2 * uint64_t{o.max_body_bytes} + 4096;
-      read = reader([&](const char* data, size_t n) {
-        if (n > o.max_body_bytes - body->size()) {
-          too_large = true;
-          return false;
-        }
-        body->append(data, n);
-        return true;
-      });
-    }
-    if (read) return true;
-    if (c != nullptr) c->close = true;
-    // A chunked body whose framing outgrew its budget (tiny chunks) is too large as sent.
-    if (too_large || res.status == 413 || (c != nullptr && c->budget_spent)) {
-      Reply(res, endpoint, 413,
-            FormatMessage("the request body is larger than the server's limit of %zu bytes", o.max_body_bytes));
-    } else if (c != nullptr && c->deadline_passed) {
-      Reply(res, endpoint, 408, FormatMessage("the request did not arrive within %g s", o.request_timeout_s));
-    } else {
-      Reply(res, endpoint, 400, "the request body could not be read");
-    }
+    const std::optional<BodyRefusal> refusal = request_guard.ReadBody(req, res, reader, body);
+    if (!refusal) return true;
+    Reply(res, endpoint, refusal->status, refusal->message);
     return false;
-  }
-
-  // A Content-Length over the body limit. (One that is not a number never gets here: HttpServer
-  // refuses it.)
-  bool ContentLengthOverLimit(const httplib::Request& req) const {
-    const std::string length = req.get_header_value("Content-Length");
-    const bool digits =
-        !length.empty() && std::all_of(length.begin(), length.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
-    return digits && (length.size() > 19 || std::strtoull(length.c_str(), nullptr, 10) > o.max_body_bytes);
   }
 
   // POST /tokenize, as llama.cpp's server has it: {"content", "add_special" (false),
@@ -333,9 +231,9 @@ struct CompletionServer::Impl {
         continue;
       }
       const std::string piece = model->TokenText(t);
-      out.push_back({{"id", t}, {"piece", IsValidUtf8(piece) ? Json(piece) : ByteArray(piece)}});
+      out.push_back({{"id", t}, {"piece", IsValidUtf8(piece) ? Json(piece) : TokenBytes(piece)}});
     }
-    res.set_content(Dump(Json{{"tokens", std::move(out)}}), "application/json");
+    res.set_content(DumpJson(Json{{"tokens", std::move(out)}}), "application/json");
     metrics.CountRequest("tokenize", "200");
   }
 
@@ -364,48 +262,13 @@ struct CompletionServer::Impl {
       Reply(res, "detokenize", 400, NoTokenizerMessage());
       return;
     }
-    res.set_content(Dump(Json{{"content", DetokenizedText(tokens)}}), "application/json");
+    res.set_content(DumpJson(Json{{"content", DetokenizedText(tokens)}}), "application/json");
     metrics.CountRequest("detokenize", "200");
-  }
-
-  // The key a path needs ("" none): /health never, /metrics the metrics key, the rest the API key.
-  const std::string& KeyFor(const std::string& path) const {
-    static const std::string kNone;
-    if (path == "/health") return kNone;
-    if (path == "/metrics") return o.metrics_key;
-    return o.api_key;
-  }
-
-  // Before routing: a request without the key its path needs gets a 401 (its body unread, so its
-  // connection closes after the answer).
-  bool Unauthorized(const httplib::Request& req, httplib::Response& res) {
-    const std::string& key = KeyFor(req.path);
-    if (key.empty()) return false;
-    const std::string header = req.get_header_value("Authorization");
-    const std::string expected = "Bearer " + key;
-    // Compared in time that does not depend on where they differ.
-    unsigned char diff = header.size() == expected.size() ? 0 : 1;
-    for (size_t i = 0; i < std::min(header.size(), expected.size()); ++i) {
-      diff |= static_cast<unsigned char>(header[i] ^ expected[i]);
-    }
-    if (diff == 0) return false;
-    if (HttpConnection* c = CurrentHttpConnection(); c != nullptr) c->close = true;
-    res.status = 401;
-    res.set_header("WWW-Authenticate", "Bearer");
-    const char* message = header.empty() ? "this server needs an API key: send \"Authorization: Bearer <key>\""
-                                         : "the API key is not valid";
-    res.set_content(
-        Dump(Json{{"error", {{"message", message}, {"type", "invalid_request_error"}, {"code", "invalid_api_key"}}}}),
-        "application/json");
-    if (const std::string endpoint = Endpoint(req.path); !endpoint.empty()) metrics.CountRequest(endpoint, "401");
-    return true;
   }
 
   // What a response needs to know of its request.
   struct Answer {
-    bool chat = false;
-    std::string id;
-    int64_t created = 0;
+    ResponseHead head;
     std::string endpoint;
     std::string echo;  // completions: the prompt's text, which starts each choice's text
     bool logprobs = false;
@@ -413,13 +276,13 @@ struct CompletionServer::Impl {
   };
 
   Json LogprobsJson(const Answer& a, const std::vector<TokenLogprob>& tokens) const {
-    return a.chat ? ChatLogprobs(tokens) : CompletionLogprobs(tokens, a.echo.size());
+    return LogprobsObject(a.head.chat, tokens, a.echo.size());
   }
 
   void HandleCompletion(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
                         bool chat) {
     Answer a;
-    a.chat = chat;
+    a.head.chat = chat;
     a.endpoint = chat ? "chat" : "completions";
     std::string body;
     if (!ReadBody(req, res, reader, a.endpoint, &body)) return;
@@ -431,9 +294,10 @@ struct CompletionServer::Impl {
     }
     const CompletionRequest& r = read->request;
     static std::atomic<uint64_t> next_id{1};
-    a.id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
-    a.created =
+    a.head.id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
+    a.head.created =
         std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    a.head.model = model_name;
     a.echo = std::move(read->prompt_text);
     a.logprobs = r.logprobs >= 0;
     a.include_usage = r.include_usage;
@@ -473,23 +337,12 @@ struct CompletionServer::Impl {
       }
       Json choices = Json::array();
       for (uint32_t i = 0; i < r.n; ++i) {
-        Json choice = {{"index", i}, {"finish_reason", gen.finish_reasons[i]}};
-        if (chat) {
-          choice["message"] = {{"role", "assistant"}, {"content", texts[i]}};
-        } else {
-          choice["text"] = texts[i];
-        }
-        choice["logprobs"] = a.logprobs ? LogprobsJson(a, logprobs[i]) : Json(nullptr);
-        choices.push_back(std::move(choice));
+        choices.push_back(CompletionChoice(chat, i, texts[i], gen.finish_reasons[i],
+                                           a.logprobs ? LogprobsJson(a, logprobs[i]) : Json(nullptr)));
       }
-      Json out = {{"id", a.id},
-                  {"object", chat ? "chat.completion" : "text_completion"},
-                  {"created", a.created},
-                  {"model", model_name},
-                  {"choices", std::move(choices)},
-                  {"usage", Usage(gen)}};
-      res.set_content(Dump(out) + "\n", "application/json");  // a newline for terminals (curl)
-      metrics.CountRequest(a.endpoint, "200");                // counted once the answer exists
+      const Json out = CompletionObject(a.head, std::move(choices), UsageObject(gen));
+      res.set_content(DumpJson(out) + "\n", "application/json");  // a newline for terminals (curl)
+      metrics.CountRequest(a.endpoint, "200");                    // counted once the answer exists
       return;
     }
 
@@ -525,34 +378,19 @@ struct CompletionServer::Impl {
   template <typename Count>
   bool SendEvents(ServeRequest& request, const Answer& a, uint32_t n, httplib::DataSink& sink, Count& count) {
     auto event = [&](const Json& j) {
-      const std::string line = "data: " + Dump(j) + "\n\n";
+      const std::string line = "data: " + DumpJson(j) + "\n\n";
       return sink.is_writable() && sink.write(line.data(), line.size());
     };
-    auto chunk = [&](Json choices) {
-      return Json{{"id", a.id},
-                  {"object", a.chat ? "chat.completion.chunk" : "text_completion"},
-                  {"created", a.created},
-                  {"model", model_name},
-                  {"choices", std::move(choices)}};
-    };
-    // Each choice's first chat delta names the role, as OpenAI's do (the SDK's stream helpers
-    // need it); it rides on the first piece, so a client's first event is still its first token.
+    // Each choice's first chat delta names the role, as OpenAI's do.
     std::vector<bool> role_sent(n, false);
     auto delta = [&](uint32_t index, const std::string& text, const std::vector<TokenLogprob>* logprobs,
                      const Json& finish) {
-      Json choice = {{"index", index}, {"finish_reason", finish}};
-      if (a.chat) {
-        choice["delta"] = text.empty() ? Json::object() : Json{{"content", text}};
-        if (!role_sent[index]) {
-          choice["delta"]["role"] = "assistant";
-          if (!choice["delta"].contains("content")) choice["delta"]["content"] = "";
-          role_sent[index] = true;
-        }
-      } else {
-        choice["text"] = text;
-      }
-      if (a.logprobs) choice["logprobs"] = logprobs != nullptr ? LogprobsJson(a, *logprobs) : Json(nullptr);
-      return chunk(Json::array({std::move(choice)}));
+      std::optional<Json> logprobs_field;
+      if (a.logprobs) logprobs_field = logprobs != nullptr ? LogprobsJson(a, *logprobs) : Json(nullptr);
+      const bool first = a.head.chat && !role_sent[index];
+      if (first) role_sent[index] = true;
+      return ChunkObject(
+          a.head, Json::array({ChunkChoice(a.head.chat, index, text, first, finish, std::move(logprobs_field))}));
     };
     auto gone = [&] {
       request.Cancel();
@@ -583,13 +421,13 @@ struct CompletionServer::Impl {
     const Generation& g = request.generation();
     if (!s.ok()) {
       count("500");
-      event(Json::parse(ErrorJson(s.ToString(), "server_error")));
+      event(ErrorObject(s.ToString(), "server_error"));
     } else {
       bool sent = true;
       for (uint32_t i = 0; i < n && sent; ++i) sent = event(delta(i, "", nullptr, g.finish_reasons[i]));
       if (sent && a.include_usage) {
-        Json last = chunk(Json::array());
-        last["usage"] = Usage(g);
+        Json last = ChunkObject(a.head, Json::array());
+        last["usage"] = UsageObject(g);
         sent = event(last);
       }
       const std::string done = "data: [DONE]\n\n";
@@ -636,6 +474,7 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
     return InvalidArgument("the store's retry wait must be in (0, 3600] s");
   auto impl = std::make_unique<Impl>();
   impl->o = o;
+  impl->request_guard = RequestGuard(o);
   const Codec* codec = FindCodec(o.codec);
   if (codec == nullptr) return InvalidArgument("unknown codec '" + o.codec + "'");
   QualityFloor floor;
@@ -731,8 +570,7 @@ Status CompletionServer::Start() {
   });
   // The one model served, as OpenAI lists models (model pickers ask for this first).
   http.Get("/v1/models", [&s](const httplib::Request&, httplib::Response& res) {
-    const Json model = {{"id", s.model_name}, {"object", "model"}, {"created", s.created}, {"owned_by", "kvcodec"}};
-    res.set_content(Dump(Json{{"object", "list"}, {"data", Json::array({model})}}), "application/json");
+    res.set_content(DumpJson(ModelList(s.model_name, s.created)), "application/json");
     s.metrics.CountRequest("models", "200");
   });
   http.Post("/tokenize", [&s](const httplib::Request& req, httplib::Response& res,
@@ -740,8 +578,9 @@ Status CompletionServer::Start() {
   http.Post("/detokenize", [&s](const httplib::Request& req, httplib::Response& res,
                                 const httplib::ContentReader& reader) { s.HandleDetokenize(req, res, reader); });
   http.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
-    return s.Unauthorized(req, res) ? httplib::Server::HandlerResponse::Handled
-                                    : httplib::Server::HandlerResponse::Unhandled;
+    if (!s.request_guard.Unauthorized(req, res)) return httplib::Server::HandlerResponse::Unhandled;
+    if (const std::string endpoint = Endpoint(req.path); !endpoint.empty()) s.metrics.CountRequest(endpoint, "401");
+    return httplib::Server::HandlerResponse::Handled;
   });
   http.Post("/v1/completions",
             [&s](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
@@ -755,7 +594,7 @@ Status CompletionServer::Start() {
   // A client that asks before sending its body (curl, for large ones) is told 413 instead of
   // "100 Continue", and sends nothing.
   http.set_expect_100_continue_handler([&s](const httplib::Request& req, httplib::Response& res) {
-    if (!s.ContentLengthOverLimit(req)) return 100;
+    if (!s.request_guard.ContentLengthOverLimit(req)) return 100;
     res.status = 413;
     return 413;
   });
@@ -779,10 +618,10 @@ Status CompletionServer::Start() {
         message = "no such endpoint: " + PrintableOneLine(req.path);
         break;
       case 408:
-        message = FormatMessage("the request did not arrive within %g s", s.o.request_timeout_s);
+        message = s.request_guard.TimeoutMessage();
         break;
       case 413:
-        message = FormatMessage("the request body is larger than the server's limit of %zu bytes", s.o.max_body_bytes);
+        message = s.request_guard.BodyTooLargeMessage();
         break;
       case 414:
         message = "the request line is too long";

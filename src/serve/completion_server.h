@@ -1,4 +1,4 @@
-// `kvcodec serve`: an OpenAI-compatible completion server with remote KV reuse (design brief §3).
+// `kvcodec serve`: an OpenAI-compatible completion server with remote KV reuse.
 // POST /v1/completions and /v1/chat/completions (JSON or server-sent events, as OpenAI's: sampling,
 // stop strings, n choices, logprobs, echo, the model's chat template), GET /v1/models, POST
 // /tokenize and /detokenize (as llama.cpp's server has them), GET /health and GET /metrics
@@ -17,7 +17,7 @@
 // is sent whole), and nothing a request does can end the process: an unexpected exception is a
 // 500 `server_error` for that request alone.
 //
-// Scheduling (design brief §3): with the KV-fetch-aware scheduler a request with a stored prefix
+// Scheduling: with the KV-fetch-aware scheduler a request with a stored prefix
 // waits in the waiting-for-KV queue while fetch threads (a bounded number, `fetch_threads`)
 // bring its chunks in and decode them, and requests with nothing to fetch go straight to the
 // batch. The FIFO scheduler admits requests strictly in arrival order, so a request behind one

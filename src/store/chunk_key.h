@@ -1,4 +1,4 @@
-// Keys of stored KV chunks (design brief §4). A prompt is cut into chunks of `chunk_tokens`
+// Keys of stored KV chunks. A prompt is cut into chunks of `chunk_tokens`
 // tokens; chunk i's key hashes the key of chunk i-1 (for chunk 0: the model fingerprint) with
 // chunk i's tokens, so a key names a whole prefix, not just one chunk's tokens, and two models
 // never share keys. xxh3-128 over fixed little-endian bytes: the same on every machine.

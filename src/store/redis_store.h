@@ -1,4 +1,4 @@
-// redis:// and redis-cluster:// stores through hiredis (design brief §3).
+// redis:// and redis-cluster:// stores through hiredis.
 //
 // Objects live under the key kRedisKeyPrefix + name as plain strings, so that the database may
 // hold other data too and Stats counts only ours. Eviction is the server's business (its

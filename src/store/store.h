@@ -1,5 +1,5 @@
 // Where compressed KV chunks live between the request that computed them and the requests that
-// reuse them (design brief §3). One interface, several backends chosen by URL:
+// reuse them. One interface, several backends chosen by URL:
 //   mem://                         in-process, LRU bounded by compressed bytes
 //   dir:///path                    local disk, the embedded default (atomic, crash-safe, shared
 //                                  by processes, LRU bounded by bytes)
