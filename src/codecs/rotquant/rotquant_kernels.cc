@@ -148,6 +148,34 @@ __attribute__((target("avx2"))) void ButterfliesAvx2(float* v, uint32_t n) {
   }
 }
 
+// The block sizes kept in registers (larger blocks go through memory): calls f with n as a
+// compile-time constant, so each kernel's register array and loops are sized for that block, and
+// says whether n was one of them. f carries its caller's target attribute (the kernels are
+// always_inline for that target) and is not always_inline itself: GCC and clang refuse to inline
+// target code into this untargeted helper, so f is inlined into the caller instead.
+template <typename F>
+__attribute__((always_inline)) inline bool WithRegisterBlockSize(uint32_t n, F&& f) {
+  switch (n) {
+    case 8:
+      f(std::integral_constant<uint32_t, 8>{});
+      return true;
+    case 16:
+      f(std::integral_constant<uint32_t, 16>{});
+      return true;
+    case 32:
+      f(std::integral_constant<uint32_t, 32>{});
+      return true;
+    case 64:
+      f(std::integral_constant<uint32_t, 64>{});
+      return true;
+    case 128:
+      f(std::integral_constant<uint32_t, 128>{});
+      return true;
+    default:
+      return false;
+  }
+}
+
 // The 8 codes of kBits bits starting at `p` (8 codes are kBits whole bytes).
 // `spare`: a byte past the 8 codes may be read (one 32-bit load for 3-bit codes).
 template <uint32_t kBits, bool kSpare = false>
@@ -246,25 +274,14 @@ __attribute__((target("avx2,f16c,avx512f"))) bool ReconstructBlockWideOf(uint32_
                                                                          __m256 lv_hi, const float* signs, Out* w) {
   const __m512 lv =
       _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lv_lo)), _mm256_castps_pd(lv_hi), 1));
-  switch (n) {
-    case 8:
-      ReconstructBlock<8, 4>(in, lv_lo, lv_hi, signs, w);
-      return true;
-    case 16:
-      ReconstructBlockWide<16>(in, lv, signs, w);
-      return true;
-    case 32:
-      ReconstructBlockWide<32>(in, lv, signs, w);
-      return true;
-    case 64:
-      ReconstructBlockWide<64>(in, lv, signs, w);
-      return true;
-    case 128:
-      ReconstructBlockWide<128>(in, lv, signs, w);
-      return true;
-    default:
-      return false;
-  }
+  return WithRegisterBlockSize(
+      n, [&](auto kN) __attribute__((target("avx2,f16c,avx512f"))) {
+        if constexpr (kN == 8) {
+          ReconstructBlock<8, 4>(in, lv_lo, lv_hi, signs, w);
+        } else {
+          ReconstructBlockWide<kN>(in, lv, signs, w);
+        }
+      });
 }
 
 // The codes of 8 values: a binary search over the sorted thresholds (padded with +inf to 16)
@@ -372,49 +389,22 @@ __attribute__((target("avx2,f16c,avx512f"))) bool CodeBlockWideOf(uint32_t n, co
                                                                   uint8_t* out) {
   const __m512 thr = _mm512_castpd_ps(
       _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(thr_lo)), _mm256_castps_pd(thr_hi), 1));
-  switch (n) {
-    case 8:
-      CodeBlock<8, kBits>(in, signs, factor, thr_lo, thr_hi, out);
-      return true;
-    case 16:
-      CodeBlockWide<16, kBits>(in, signs, factor, thr, out);
-      return true;
-    case 32:
-      CodeBlockWide<32, kBits>(in, signs, factor, thr, out);
-      return true;
-    case 64:
-      CodeBlockWide<64, kBits>(in, signs, factor, thr, out);
-      return true;
-    case 128:
-      CodeBlockWide<128, kBits>(in, signs, factor, thr, out);
-      return true;
-    default:
-      return false;
-  }
+  return WithRegisterBlockSize(
+      n, [&](auto kN) __attribute__((target("avx2,f16c,avx512f"))) {
+        if constexpr (kN == 8) {
+          CodeBlock<8, kBits>(in, signs, factor, thr_lo, thr_hi, out);
+        } else {
+          CodeBlockWide<kN, kBits>(in, signs, factor, thr, out);
+        }
+      });
 }
 
 template <uint32_t kBits, typename In>
 __attribute__((target("avx2,f16c"))) bool CodeBlockOf(uint32_t n, const In* in, const float* signs, __m256 factor,
                                                       __m256 thr_lo, __m256 thr_hi, uint8_t* out) {
-  switch (n) {
-    case 8:
-      CodeBlock<8, kBits>(in, signs, factor, thr_lo, thr_hi, out);
-      return true;
-    case 16:
-      CodeBlock<16, kBits>(in, signs, factor, thr_lo, thr_hi, out);
-      return true;
-    case 32:
-      CodeBlock<32, kBits>(in, signs, factor, thr_lo, thr_hi, out);
-      return true;
-    case 64:
-      CodeBlock<64, kBits>(in, signs, factor, thr_lo, thr_hi, out);
-      return true;
-    case 128:
-      CodeBlock<128, kBits>(in, signs, factor, thr_lo, thr_hi, out);
-      return true;
-    default:
-      return false;
-  }
+  return WithRegisterBlockSize(
+      n, [&](auto kN)
+             __attribute__((target("avx2,f16c"))) { CodeBlock<kN, kBits>(in, signs, factor, thr_lo, thr_hi, out); });
 }
 
 #pragma GCC diagnostic pop
@@ -435,50 +425,17 @@ __attribute__((target("avx2"), always_inline)) inline void RotateBlock(float* w,
 }
 
 __attribute__((target("avx2"))) bool RotateBlockOf(uint32_t n, float* w, const float* signs, __m256 norm, __m256* acc) {
-  switch (n) {
-    case 8:
-      RotateBlock<8>(w, signs, norm, acc);
-      return true;
-    case 16:
-      RotateBlock<16>(w, signs, norm, acc);
-      return true;
-    case 32:
-      RotateBlock<32>(w, signs, norm, acc);
-      return true;
-    case 64:
-      RotateBlock<64>(w, signs, norm, acc);
-      return true;
-    case 128:
-      RotateBlock<128>(w, signs, norm, acc);
-      return true;
-    default:
-      return false;
-  }
+  return WithRegisterBlockSize(
+      n, [&](auto kN) __attribute__((target("avx2"))) { RotateBlock<kN>(w, signs, norm, acc); });
 }
 
 // ReconstructBlock for a block size and width known only at run time.
 template <uint32_t kBits, typename Out>
 __attribute__((target("avx2,f16c"))) bool ReconstructBlockOf(uint32_t n, const uint8_t* in, __m256 lv_lo, __m256 lv_hi,
                                                              const float* signs, Out* w) {
-  switch (n) {
-    case 8:
-      ReconstructBlock<8, kBits>(in, lv_lo, lv_hi, signs, w);
-      return true;
-    case 16:
-      ReconstructBlock<16, kBits>(in, lv_lo, lv_hi, signs, w);
-      return true;
-    case 32:
-      ReconstructBlock<32, kBits>(in, lv_lo, lv_hi, signs, w);
-      return true;
-    case 64:
-      ReconstructBlock<64, kBits>(in, lv_lo, lv_hi, signs, w);
-      return true;
-    case 128:
-      ReconstructBlock<128, kBits>(in, lv_lo, lv_hi, signs, w);
-      return true;
-    default:
-      return false;
-  }
+  return WithRegisterBlockSize(
+      n, [&](auto kN)
+             __attribute__((target("avx2,f16c"))) { ReconstructBlock<kN, kBits>(in, lv_lo, lv_hi, signs, w); });
 }
 
 #endif

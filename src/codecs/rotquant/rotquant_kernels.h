@@ -1,7 +1,8 @@
 // rotquant's per-vector arithmetic (docs/format.md, "rotquant"): the rotation, the scale code and
-// the Lloyd-Max codes of a layer's head vectors, and back. A portable path and an AVX2 path (for
-// head_dim a multiple of 8) with the same results bit for bit: the same operations on every
-// value in the same order, so a file's bytes and its decoded values do not depend on the CPU.
+// the Lloyd-Max codes of a layer's head vectors, and back. A portable path and vector paths (for
+// head_dim a multiple of 8: AVX2, and AVX-512 where it runs) with the same results bit for bit:
+// the same operations on every value in the same order, so a file's bytes and its decoded values
+// do not depend on the CPU.
 #pragma once
 
 #include <array>
