@@ -2,9 +2,21 @@
  *
  * Opaque handles, plain C types, no exceptions. Every function that can fail returns a
  * kvc_status; on failure kvc_last_error() gives a one-line message for the calling thread.
- * Buffers and strings the library allocates are released with kvc_free(). */
+ * Buffers and strings the library allocates are released with kvc_free().
+ *
+ * Compatibility: while KVC_VERSION_MAJOR is 0, a minor release may change this API and its ABI;
+ * the library's SONAME carries major.minor (libkvcodec.so.0.1), so a program is never loaded
+ * against another minor's library. Within one minor, patch releases keep both. The numbers of
+ * kvc_status and kvc_dtype values are stable: a value never changes meaning, new ones may be
+ * added; messages (kvc_last_error) are for people and may change. */
 #ifndef KVCODEC_H
 #define KVCODEC_H
+
+/* The version this header belongs to; kvc_version() gives the library's. */
+#define KVC_VERSION_MAJOR 0
+#define KVC_VERSION_MINOR 1
+#define KVC_VERSION_PATCH 0
+#define KVC_VERSION_STRING "0.1.0"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -57,8 +69,13 @@ typedef struct kvc_session_params {
 KVC_API kvc_status kvc_quality_floor_json(const char* model_path, const char* profile_path, const char* calibration,
                                           double max_ppl_delta, double min_top1, char** out_json);
 
+/* The library's version, "major.minor.patch" (the library's own string, never freed). */
 KVC_API const char* kvc_version(void);
+/* The message of the calling thread's last failed call, one line ("" before any); valid
+ * until that thread's next call into the library. */
 KVC_API const char* kvc_last_error(void);
+/* Frees what the library allocated for the caller (JSON, text, byte buffers, token arrays);
+ * NULL is ignored. Handles have their own kvc_*_free. */
 KVC_API void kvc_free(void* p);
 
 /* The codecs, by index 0..kvc_codec_count()-1; the strings are the library's own (never freed).
@@ -75,19 +92,28 @@ KVC_API int kvc_codec_needs_calibration(const char* codec);
 /* Codecs and their levels as a JSON array (caller frees). */
 KVC_API kvc_status kvc_codecs_json(char** out_json);
 
+/* Loads a GGUF model (*out is the caller's until kvc_model_free; NULL is ignored there). */
 KVC_API kvc_status kvc_model_load(const char* path, kvc_model** out);
 KVC_API void kvc_model_free(kvc_model* model);
+/* The 16 bytes that bind .kvc files, calibrations and stored chunks to this model. */
 KVC_API void kvc_model_fingerprint(const kvc_model* model, uint8_t out[16]);
 /* Model shape and metadata as a JSON object (caller frees). */
 KVC_API kvc_status kvc_model_info_json(const kvc_model* model, char** out_json);
+/* Tokenizes len bytes of text (a BOS first when add_bos is non-zero and the model has one);
+ * *out_tokens is the caller's (kvc_free). A model without a tokenizer is refused. */
 KVC_API kvc_status kvc_model_tokenize(const kvc_model* model, const char* text, size_t len, int add_bos,
                                       int32_t** out_tokens, size_t* out_n);
 
+/* A llama.cpp context of the model for one sequence. The model must outlive the session. */
 KVC_API void kvc_session_default_params(kvc_session_params* params);
 KVC_API kvc_status kvc_session_create(const kvc_model* model, const kvc_session_params* params, kvc_session** out);
 KVC_API void kvc_session_free(kvc_session* session);
+/* Appends n tokens to the sequence (token ids below the model's vocabulary size). */
 KVC_API kvc_status kvc_session_eval(kvc_session* session, const int32_t* tokens, size_t n);
+/* The sequence's KV cache as a new kvc_kv (the caller's: kvc_kv_free). A model whose memory is
+ * not one KV cache of uniform layers (sliding window, MLA, recurrent) is KVC_UNSUPPORTED. */
 KVC_API kvc_status kvc_session_extract(const kvc_session* session, kvc_kv** out);
+/* Replaces the sequence with the cache (the model's geometry); the next eval continues after it. */
 KVC_API kvc_status kvc_session_restore(kvc_session* session, const kvc_kv* kv);
 /* The logits (n_vocab floats) of the last token of the last kvc_session_eval. The pointer stays
  * valid until the next call that changes the session; fails when no eval has run since the
@@ -106,6 +132,7 @@ typedef struct kvc_sampler_params {
   int has_seed;            /* non-zero: draws repeat for the same seed */
   uint64_t seed;
 } kvc_sampler_params;
+/* Greedy defaults; create checks every field's range (KVC_INVALID_ARGUMENT naming it). */
 KVC_API void kvc_sampler_default_params(kvc_sampler_params* params);
 KVC_API kvc_status kvc_sampler_create(const kvc_model* model, const kvc_sampler_params* params, kvc_sampler** out);
 KVC_API void kvc_sampler_free(kvc_sampler* sampler);
@@ -117,6 +144,7 @@ KVC_API int kvc_model_is_end_of_generation(const kvc_model* model, int32_t token
  * byte-fallback tokens, cut at the end) become U+FFFD, so the text is always valid UTF-8. */
 KVC_API kvc_status kvc_model_detokenize(const kvc_model* model, const int32_t* tokens, size_t n, char** out_text);
 
+/* A kvc_kv is the caller's once returned; NULL is ignored. */
 KVC_API void kvc_kv_free(kvc_kv* kv);
 KVC_API void kvc_kv_shape(const kvc_kv* kv, kvc_shape* out);
 /* llama.cpp's sequence-state bytes (llama_state_seq_get_data) <-> a KV cache. */

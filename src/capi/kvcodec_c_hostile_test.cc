@@ -60,7 +60,14 @@ bool OneLine(const std::string& s) {
 }
 
 // The library reports the version project() declares, not a literal of its own.
-TEST(CApiHostile, VersionIsTheProjectVersion) { EXPECT_STREQ(kvc_version(), KVCODEC_PROJECT_VERSION); }
+TEST(CApiHostile, VersionIsTheProjectVersion) {
+  EXPECT_STREQ(kvc_version(), KVCODEC_PROJECT_VERSION);
+  // The header's macros too: bumping project() without them (or back) fails here.
+  EXPECT_STREQ(KVC_VERSION_STRING, KVCODEC_PROJECT_VERSION);
+  const std::string from_parts = std::to_string(KVC_VERSION_MAJOR) + "." + std::to_string(KVC_VERSION_MINOR) + "." +
+                                 std::to_string(KVC_VERSION_PATCH);
+  EXPECT_EQ(from_parts, KVCODEC_PROJECT_VERSION);
+}
 
 TEST(CApiHostile, HeaderStringsOutsideTheCharsetAreCorruptOnOneLine) {
   // Before: a level that is not UTF-8 made the JSON library throw through kvc_inspect_json (the

@@ -17,6 +17,12 @@ cmake --install "$build" --prefix "$prefix" >"$work/install.log" || { cat "$work
 lib=$(find "$prefix" -name 'libkvcodec.so.*.*.*' -type f | head -1)
 [[ -n "$lib" ]] || fail "no versioned libkvcodec.so in $prefix"
 rel_libdir=$(dirname "${lib#"$prefix"/}")
+# While the major version is 0 the SONAME carries major.minor (a 0.x minor may break the ABI).
+soname=$(readelf -d "$lib" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+version=$(basename "$lib" | sed 's/^libkvcodec\.so\.//')
+if [[ "$version" == 0.* ]]; then want="libkvcodec.so.${version%.*}"; else want="libkvcodec.so.${version%%.*}"; fi
+[[ "$soname" == "$want" ]] || fail "SONAME is '$soname', expected $want"
+echo "soname: $soname"
 exported=$(nm -D --defined-only "$lib" | awk '{print $3}')
 others=$(grep -v '^kvc_' <<<"$exported" || true)
 [[ -z "$others" ]] || fail "libkvcodec exports more than kvc_*: $(head -5 <<<"$others" | tr '\n' ' ')"
