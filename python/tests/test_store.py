@@ -77,7 +77,10 @@ def test_kvcodec_run_reuses_chunks_stored_from_python(tmp_path):
 
     reusable = (len(tokens) - 1) // 256  # run always prefills the last token
     fresh = run("--no-reuse")
-    fast = run()
+    # A floor only raw fp16 is inside (every lossy rung's profiled top-1 agreement is below 1): on
+    # a busy machine a slow-looking local read would otherwise let the planner take the smaller
+    # kvtc chunks, and what is fetched would depend on the load.
+    fast = run("--min-top1", "1")
     assert fast["reused_tokens"] == reusable * 256 and fast["chunks_fetched"] == reusable, fast["fallback"]
     assert not fast["damaged"]
     # raw fp16 is the stored KV bit for bit: the continuation is the one recomputing gives.
