@@ -607,6 +607,14 @@ std::vector<uint8_t> TinyKeysFile(KvtcQuantizer quantizer = KvtcQuantizer::kComp
 
 void FixCrcsV3(std::vector<uint8_t>& b) { FixCrcs(b, kV3HeaderCrcAt, kV3FirstSectionAt); }
 
+// A copy of a version 3 file after `edit`, its CRCs made right again, so the reader meets the
+// edited field rather than a CRC mismatch.
+std::vector<uint8_t> EditedV3(std::vector<uint8_t> file, const std::function<void(std::vector<uint8_t>&)>& edit) {
+  edit(file);
+  FixCrcsV3(file);
+  return file;
+}
+
 TEST(Kvcal3, RoundTripEachGroupingAndQuantizerByteForByte) {
   for (KvtcQuantizer q : {KvtcQuantizer::kTokenGroup, KvtcQuantizer::kComponent}) {
     for (KvtcGrouping g : {KvtcGrouping::kLayerHead, KvtcGrouping::kLayer, KvtcGrouping::kAll}) {
@@ -726,37 +734,14 @@ TEST(Kvcal3, HostileFlagsAndBasisCountsFail) {
     const char* needle;
   };
   const Case cases[] = {
-      {"flags 0",
-       [&] {
-         std::vector<uint8_t> b = keys_file;
-         b[kV3FlagsAt] = 0;
-         FixCrcsV3(b);
-         return b;
-       },
+      {"flags 0", [&] { return EditedV3(keys_file, [&](std::vector<uint8_t>& b) { b[kV3FlagsAt] = 0; }); },
        "header: format version 3 holds only keys-only calibrations"},
-      {"unknown flag",
-       [&] {
-         std::vector<uint8_t> b = keys_file;
-         b[kV3FlagsAt] = 0x03;
-         FixCrcsV3(b);
-         return b;
-       },
+      {"unknown flag", [&] { return EditedV3(keys_file, [&](std::vector<uint8_t>& b) { b[kV3FlagsAt] = 0x03; }); },
        "header: unknown flags 0x03"},
-      {"high flag",
-       [&] {
-         std::vector<uint8_t> b = keys_file;
-         b[kV3FlagsAt] = 0x80;
-         FixCrcsV3(b);
-         return b;
-       },
+      {"high flag", [&] { return EditedV3(keys_file, [&](std::vector<uint8_t>& b) { b[kV3FlagsAt] = 0x80; }); },
        "header: unknown flags 0x80"},
       {"n_bases counts both kinds",
-       [&] {
-         std::vector<uint8_t> b = keys_file;
-         PutU32(b, kNBasesAt, 2 * keys.n_bases());
-         FixCrcsV3(b);
-         return b;
-       },
+       [&] { return EditedV3(keys_file, [&](std::vector<uint8_t>& b) { PutU32(b, kNBasesAt, 2 * keys.n_bases()); }); },
        "header: n_bases 4, but grouping layer of this shape has 2"},
       // The flag set on a file that still holds V bases: they stand where the allocations belong.
       {"flag on a file with V bases", [&] { return Relabel(full_file, 3, kKvcalFlagKeysOnly); },
@@ -782,24 +767,22 @@ TEST(Kvcal3, HostileFlagsAndBasisCountsFail) {
        "K basis 1: tag 0x434f4c41 'ALOC' where 0x5341424b 'KBAS' belongs"},
       {"groups of K and V",
        [&] {
-         std::vector<uint8_t> b = keys_file;
-         const std::vector<size_t> at = SectionOffsets(b, kV3FirstSectionAt);
-         PutU32(b, at[keys.n_bases()] + 16, 2 * GetU32(b, at[keys.n_bases()] + 16));
-         FixCrcsV3(b);
-         return b;
+         return EditedV3(keys_file, [&](std::vector<uint8_t>& b) {
+           const std::vector<size_t> at = SectionOffsets(b, kV3FirstSectionAt);
+           PutU32(b, at[keys.n_bases()] + 16, 2 * GetU32(b, at[keys.n_bases()] + 16));
+         });
        },
        "allocations: groups_per_allocation 30, but the bases have 15 groups"},
       {"a million bases",
        [&] {
-         std::vector<uint8_t> b = keys_file;
-         PutU32(b, kNLayersAt, 1024);
-         PutU32(b, kNKvHeadsAt, 1024);
-         PutU32(b, kHeadDimAt, 32);
-         b[kGroupingAt] = static_cast<uint8_t>(KvtcGrouping::kLayerHead);
-         PutU32(b, kNBasesAt, 1024 * 1024);
-         PutU32(b, kNRotAt, 32);
-         FixCrcsV3(b);
-         return b;
+         return EditedV3(keys_file, [&](std::vector<uint8_t>& b) {
+           PutU32(b, kNLayersAt, 1024);
+           PutU32(b, kNKvHeadsAt, 1024);
+           PutU32(b, kHeadDimAt, 32);
+           b[kGroupingAt] = static_cast<uint8_t>(KvtcGrouping::kLayerHead);
+           PutU32(b, kNBasesAt, 1024 * 1024);
+           PutU32(b, kNRotAt, 32);
+         });
        },
        "truncated: 1048576 bases of dimension 32 and 2 allocations need at least"},
   };
