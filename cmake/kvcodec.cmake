@@ -154,7 +154,7 @@ function(kvcodec_test name)
   if(ARG_SERIAL)
     set(serial TRUE)
   endif()
-  # One llama.cpp thread per test (llama_engine.cc, DefaultThreads): ctest runs tests side by side.
+  # One llama.cpp thread per test (llama_session.cc, DefaultThreads): ctest runs tests side by side.
   gtest_discover_tests(${name} PROPERTIES LABELS ${ARG_LABEL} RUN_SERIAL ${serial} ENVIRONMENT KVCODEC_THREADS=1
                        DISCOVERY_TIMEOUT 120)
 endfunction()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The NVDEC check in one go (issue 17), within 10 minutes on a machine with one NVIDIA GPU:
-#  1. builds what it needs (dev preset, optimised with tests: video_test and the CLI) unless a build is there;
+#  1. builds what it needs (dev preset, optimised with tests: libav_test and the CLI) unless a build is there;
 #  2. the device probe and the NVDEC tests (bit-exactness against the CPU decoder on lossless
 #     HEVC 4:4:4 streams; the automatic backend's fallback) -> $OUT/nvdec_tests.json;
 #  3. decode throughput of the video variant NVDEC decodes (`--param nvdec=1`: x265, three layers as the planes of
@@ -15,13 +15,13 @@ out=${1:-results/gpu}
 model=${MODEL:-models/kvtiny/kvtiny.gguf}
 mkdir -p "$out"
 bin=build/dev/tools/kvcodec/kvcodec
-test_bin=build/dev/src/video/video_test
+test_bin=build/dev/src/libav/libav_test
 if [[ ! -x $bin || ! -x $test_bin ]]; then
-  echo "== building (dev: video_test, kvcodec)" >&2
+  echo "== building (dev: libav_test, kvcodec)" >&2
   KVCODEC_LLAMA_ROOT="$(scripts/setup-llama.sh)"
   export KVCODEC_LLAMA_ROOT
   [[ -f build/dev/CMakeCache.txt ]] || cmake --preset dev >/dev/null
-  cmake --build build/dev -j"$(nproc)" --target video_test kvcodec_cli >/dev/null
+  cmake --build build/dev -j"$(nproc)" --target libav_test kvcodec_cli >/dev/null
 fi
 
 echo "== NVDEC tests" >&2

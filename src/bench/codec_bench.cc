@@ -10,6 +10,7 @@
 #include "base/thread_pool.h"
 #include "bench/round_rate.h"
 #include "llama/model_files.h"
+#include "transform_coding/calibration_registry.h"
 
 namespace kvc {
 namespace {

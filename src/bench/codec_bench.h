@@ -7,7 +7,7 @@
 
 #include "base/status.h"
 #include "codecs/codec.h"
-#include "llama/llama_engine.h"
+#include "llama/llama_model.h"
 
 namespace kvc {
 

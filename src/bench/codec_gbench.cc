@@ -8,8 +8,8 @@
 #include <sstream>
 
 #include "codecs/codec.h"
-#include "kvtc/calibration_registry.h"
-#include "llama/llama_engine.h"
+#include "llama/llama_session.h"
+#include "transform_coding/calibration_registry.h"
 
 namespace kvc {
 namespace {

@@ -17,7 +17,7 @@
 #include "codecs/rotquant/rotquant_codec.h"
 #include "codecs/rotquant/rotquant_kernels.h"
 #include "entropy/rans.h"
-#include "llama/llama_engine.h"
+#include "llama/llama_model.h"
 #include "llama/model_files.h"
 #include "tensor/rope.h"
 

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "base/progress.h"
-#include "llama/llama_engine.h"
+#include "llama/llama_model.h"
 #include "llama/model_files.h"
 #include "serve/completion_client.h"
 #include "serve/completion_server.h"

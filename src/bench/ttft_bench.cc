@@ -12,11 +12,12 @@
 #include "base/clock.h"
 #include "base/progress.h"
 #include "base/thread_pool.h"
-#include "llama/llama_engine.h"
+#include "llama/llama_session.h"
 #include "llama/model_files.h"
 #include "reuse/prefix_reuse.h"
 #include "store/chunk_manifest.h"
 #include "store/memory_store.h"
+#include "transform_coding/calibration_registry.h"
 
 namespace kvc {
 namespace {

@@ -11,7 +11,7 @@
 #include "codecs/video/video_codec.h"
 #include "codecs/video/video_layout.h"
 #include "entropy/deflate.h"
-#include "llama/llama_engine.h"
+#include "llama/llama_model.h"
 #include "llama/model_files.h"
 #include "tensor/rope.h"
 

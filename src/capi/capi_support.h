@@ -17,9 +17,9 @@
 #include "base/report_json.h"
 #include "base/status.h"
 #include "kvcodec/kvcodec.h"
-#include "kvtc/calibration_registry.h"
-#include "llama/llama_engine.h"
+#include "llama/llama_session.h"
 #include "reuse/model_profile.h"
+#include "transform_coding/calibration_registry.h"
 
 namespace kvc::capi {
 

@@ -17,10 +17,9 @@
 #include "codecs/codec.h"
 #include "codecs/kvc_inspect.h"
 #include "kvcodec/kvcodec.h"
-#include "kvtc/calibration_registry.h"
-#include "kvtc/kvcal.h"
+#include "libav/video_decoder.h"
 #include "llama/chunk_state_json.h"
-#include "llama/llama_engine.h"
+#include "llama/llama_session.h"
 #include "llama/llama_state.h"
 #include "llama/model_files.h"
 #include "llama/token_sampler.h"
@@ -30,7 +29,8 @@
 #include "serve/completion_server.h"
 #include "store/chunk_key.h"
 #include "store/store.h"
-#include "video/video_decoder.h"
+#include "transform_coding/calibration_registry.h"
+#include "transform_coding/kvcal.h"
 
 struct kvc_model {
   std::unique_ptr<kvc::LlamaModel> model;

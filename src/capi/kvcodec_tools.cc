@@ -3,18 +3,18 @@
 
 #include <string>
 
-#include "bench/calibrate.h"
 #include "bench/codec_bench.h"
-#include "bench/evaluator.h"
-#include "bench/profile_measure.h"
 #include "bench/rotquant_ablation.h"
 #include "bench/serve_bench.h"
-#include "bench/token_file.h"
 #include "bench/ttft_bench.h"
 #include "bench/video_ablation.h"
 #include "capi_support.h"
-#include "kvtc/kvcal.h"
 #include "llama/model_files.h"
+#include "quality/calibrate.h"
+#include "quality/evaluator.h"
+#include "quality/profile_measure.h"
+#include "quality/token_file.h"
+#include "transform_coding/kvcal.h"
 
 using namespace kvc::capi;  // NOLINT(google-build-using-namespace): the C API's conventions
 

@@ -12,8 +12,8 @@
 
 #include "base/byte_io.h"
 #include "codecs/fuzz_input.h"
+#include "libav/video_decoder.h"
 #include "tensor/synthetic_kv.h"
-#include "video/video_decoder.h"
 
 namespace kvc {
 namespace {

@@ -25,7 +25,7 @@
 #include "codecs/kvtc/kvtc_test_calibration.h"
 #include "codecs/test_kv.h"
 #include "entropy/rans.h"
-#include "kvtc/calibration_registry.h"
+#include "transform_coding/calibration_registry.h"
 
 namespace kvc {
 namespace {

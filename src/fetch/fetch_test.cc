@@ -10,11 +10,11 @@
 
 #include "base/thread_pool.h"
 #include "fetch/fetcher.h"
+#include "libav/video_decoder.h"
 #include "store/chunk_manifest.h"
 #include "store/memory_store.h"
 #include "store/store_contract.h"
 #include "tensor/synthetic_kv.h"
-#include "video/video_decoder.h"
 
 namespace kvc {
 namespace {

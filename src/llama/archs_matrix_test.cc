@@ -14,14 +14,14 @@
 
 #include "codecs/codec.h"
 #include "codecs/kvtc/kvtc_fit.h"
-#include "kvtc/calibration_registry.h"
 #include "llama/archs_fixtures.h"
 #include "llama/chunk_state.h"
 #include "llama/chunk_state_json.h"
 #include "llama/kv_planes.h"
-#include "llama/llama_engine.h"
+#include "llama/llama_session.h"
 #include "llama/llama_state.h"
 #include "llama/seq_state.h"
+#include "transform_coding/calibration_registry.h"
 
 namespace kvc {
 namespace {

@@ -10,6 +10,9 @@
 #include <set>
 #include <span>
 
+#include "llama/llama_session.h"
+#include "llama/token_sampler.h"
+
 namespace kvc {
 namespace {
 

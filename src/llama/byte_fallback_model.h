@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "llama/llama_engine.h"
+#include "llama/llama_model.h"
 
 namespace kvc {
 

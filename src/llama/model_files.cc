@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "base/file_io.h"
+#include "llama/llama_session.h"
 
 namespace kvc {
 
@@ -13,18 +14,6 @@ Result<std::string> ReadTextFile(const std::string& path, uint64_t max_bytes) { 
 std::string BesideModel(const std::string& model_path, const std::string& name, const std::string& explicit_path) {
   if (!explicit_path.empty()) return explicit_path;
   return (std::filesystem::path(model_path).parent_path() / name).string();
-}
-
-Status LoadModelCalibration(CalibrationRegistry& registry, const std::string& model_path,
-                            const std::string& explicit_path) {
-  std::string path = explicit_path;
-  if (path.empty()) {
-    const std::string beside = std::filesystem::path(model_path).replace_extension(".kvcal").string();
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(beside, ec)) return Status::Ok();
-    path = beside;
-  }
-  return registry.Load(path).status();
 }
 
 Result<PrefilledText> PrefillModelText(const std::string& model_path, const std::string& text_path, uint32_t ctx) {

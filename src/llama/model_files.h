@@ -1,14 +1,13 @@
-// The files that travel with a model: texts beside it (eval.txt, calib.txt) and its KVTC
-// calibration (<model>.kvcal), which the evaluator, the calibrator and the benchmark all find
-// the same way.
+// The files that travel with a model: texts beside it (eval.txt, calib.txt), read the same way by
+// every command, and the prefilled KV cache of one the benchmarks measure on.
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "base/status.h"
-#include "kvtc/calibration_registry.h"
-#include "llama/llama_engine.h"
+#include "llama/llama_model.h"
+#include "tensor/kv_cache.h"
 
 namespace kvc {
 
@@ -18,10 +17,6 @@ Result<std::string> ReadTextFile(const std::string& path, uint64_t max_bytes = u
 
 // `explicit_path` if given, else `name` in the model's folder.
 std::string BesideModel(const std::string& model_path, const std::string& name, const std::string& explicit_path);
-
-// Loads `explicit_path`, or else <model>.kvcal when it exists (nothing when it does not).
-Status LoadModelCalibration(CalibrationRegistry& registry, const std::string& model_path,
-                            const std::string& explicit_path);
 
 // A model and the KV cache of the first `ctx` tokens of a text (eval.txt beside the model
 // unless `text_path` is given), prefilled in a fresh context: what the benchmarks measure on.

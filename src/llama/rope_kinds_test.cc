@@ -18,12 +18,12 @@
 
 #include "codecs/codec.h"
 #include "codecs/kvtc/kvtc_fit.h"
-#include "kvtc/calibration_registry.h"
 #include "llama/archs_fixtures.h"
 #include "llama/kv_planes.h"
-#include "llama/llama_engine.h"
+#include "llama/llama_session.h"
 #include "tensor/rope.h"
 #include "tensor/synthetic_kv.h"
+#include "transform_coding/calibration_registry.h"
 
 namespace kvc {
 namespace {

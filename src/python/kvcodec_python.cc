@@ -22,11 +22,11 @@
 #include "codecs/kvc_inspect.h"
 #include "codecs/kvtc/kvtc_fit.h"
 #include "fetch/store_chunks.h"
-#include "kvtc/calibration_registry.h"
-#include "kvtc/kvcal.h"
 #include "store/chunk_key.h"
 #include "store/store.h"
 #include "tensor/kv_cache.h"
+#include "transform_coding/calibration_registry.h"
+#include "transform_coding/kvcal.h"
 
 namespace py = pybind11;
 

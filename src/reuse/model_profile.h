@@ -15,8 +15,8 @@
 
 #include "base/hash.h"
 #include "base/status.h"
-#include "kvtc/calibration_registry.h"
-#include "llama/llama_engine.h"
+#include "llama/llama_model.h"
+#include "transform_coding/calibration_registry.h"
 
 namespace kvc {
 

@@ -10,7 +10,7 @@
 #include "codecs/codec.h"
 #include "fetch/fetcher.h"
 #include "fetch/store_chunks.h"
-#include "llama/llama_engine.h"
+#include "llama/llama_session.h"
 #include "reuse/model_profile.h"
 #include "store/chunk_key.h"
 #include "store/chunk_manifest.h"

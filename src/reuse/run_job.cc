@@ -10,10 +10,11 @@
 #include "base/report_json.h"
 #include "base/thread_pool.h"
 #include "base/utf8.h"
-#include "llama/llama_engine.h"
+#include "llama/llama_session.h"
 #include "llama/model_files.h"
 #include "reuse/prefix_reuse.h"
 #include "reuse/state_chunks.h"
+#include "transform_coding/calibration_registry.h"
 
 namespace kvc {
 namespace {

@@ -7,15 +7,16 @@
 #include <set>
 
 #include "base/utf8.h"
-#include "kvtc/kvcal.h"
 #include "llama/archs_fixtures.h"
 #include "llama/byte_fallback_model.h"
-#include "llama/llama_engine.h"
+#include "llama/llama_session.h"
 #include "llama/model_files.h"
 #include "reuse/model_profile.h"
 #include "reuse/prefix_reuse.h"
 #include "store/memory_store.h"
 #include "store/redis_test_server.h"
+#include "transform_coding/calibration_registry.h"
+#include "transform_coding/kvcal.h"
 
 namespace kvc {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "fetch/store_chunks.h"
 #include "llama/chunk_state.h"
-#include "llama/llama_engine.h"
+#include "llama/llama_session.h"
 #include "reuse/prefix_reuse.h"
 #include "store/chunk_key.h"
 #include "store/chunk_manifest.h"

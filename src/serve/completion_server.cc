@@ -18,7 +18,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/utf8.h"
-#include "llama/llama_engine.h"
+#include "llama/llama_session.h"
 #include "llama/model_files.h"
 #include "serve/batch_scheduler.h"
 #include "serve/completion_request.h"
@@ -26,6 +26,7 @@
 #include "serve/openai_response.h"
 #include "serve/request_guard.h"
 #include "store/reconnecting_store.h"
+#include "transform_coding/calibration_registry.h"
 
 namespace kvc {
 namespace {

@@ -26,7 +26,7 @@
 #include "base/utf8.h"
 #include "llama/archs_fixtures.h"
 #include "llama/byte_fallback_model.h"
-#include "llama/llama_engine.h"
+#include "llama/llama_model.h"
 #include "llama/model_files.h"
 #include "serve/completion_client.h"
 #include "serve/completion_request.h"

@@ -400,7 +400,7 @@ TEST(CliUnderAddressSpaceLimit, VersionAndInspectExit) {
 
 // kvtc's encode calls BLAS, whose first call on a thread maps a 128 MiB buffer: with room for it
 // the encode succeeds, without it fails with one error line, never hangs. (Many threads each
-// needing a buffer: src/kvtc/pca_test.cc.)
+// needing a buffer: src/transform_coding/pca_test.cc.)
 TEST(CliUnderAddressSpaceLimit, KvtcEncodeSucceedsOrSaysWhy) {
   Scratch scratch;
   std::ofstream(scratch.dir() / "prompt.txt")

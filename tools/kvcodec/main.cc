@@ -22,7 +22,7 @@ using kvcodec_cli::Fail;
 // first (or OPENBLAS_NUM_THREADS of them), each mapping a 128 MiB buffer as it starts. Under an
 // address-space limit (ulimit -v) a mapping that fails is retried forever, so every command, even
 // --version, would spin a core and then wait for that thread at exit, never returning. kvcodec
-// calls BLAS single-threaded (src/kvtc/pca.h) and needs none of those threads, so it sets the
+// calls BLAS single-threaded (src/transform_coding/pca.h) and needs none of those threads, so it sets the
 // count before the constructor runs: from the executable's .preinit_array, which runs before any
 // shared library's constructor. Setting OPENBLAS_NUM_THREADS there would not do: libc's own
 // initialisation, which comes after, resets the environment to the one the process started with.

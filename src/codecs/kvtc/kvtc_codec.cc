@@ -17,15 +17,15 @@
 #include "entropy/deflate.h"
 #include "entropy/rans.h"
 #include "entropy/varint.h"
-#include "kvtc/basis_layout.h"
-#include "kvtc/calibration_registry.h"
-#include "kvtc/code_stream.h"
-#include "kvtc/component_quantizer.h"
-#include "kvtc/decode_scratch.h"
-#include "kvtc/pca.h"
-#include "kvtc/quantizer.h"
-#include "kvtc/reconstruct_rows.h"
 #include "tensor/rope.h"
+#include "transform_coding/basis_layout.h"
+#include "transform_coding/calibration_registry.h"
+#include "transform_coding/code_stream.h"
+#include "transform_coding/component_quantizer.h"
+#include "transform_coding/decode_scratch.h"
+#include "transform_coding/pca.h"
+#include "transform_coding/quantizer.h"
+#include "transform_coding/reconstruct_rows.h"
 
 namespace kvc {
 namespace {

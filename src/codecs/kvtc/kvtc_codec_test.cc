@@ -19,10 +19,10 @@
 #include "base/thread_pool.h"
 #include "codecs/kvtc/kvtc_test_calibration.h"
 #include "codecs/test_kv.h"
-#include "kvtc/calibration_registry.h"
-#include "kvtc/code_stream.h"
-#include "kvtc/component_quantizer.h"
-#include "kvtc/kvcal.h"
+#include "transform_coding/calibration_registry.h"
+#include "transform_coding/code_stream.h"
+#include "transform_coding/component_quantizer.h"
+#include "transform_coding/kvcal.h"
 
 namespace kvc {
 namespace {

@@ -10,14 +10,14 @@
 #include "base/report_json.h"
 #include "base/thread_pool.h"
 #include "codecs/codec.h"
-#include "kvtc/basis_layout.h"
-#include "kvtc/bit_allocation.h"
-#include "kvtc/calibration_registry.h"
-#include "kvtc/component_quantizer.h"
-#include "kvtc/kvcal.h"
-#include "kvtc/pca.h"
-#include "kvtc/quantizer.h"
-#include "kvtc/water_filling.h"
+#include "transform_coding/basis_layout.h"
+#include "transform_coding/bit_allocation.h"
+#include "transform_coding/calibration_registry.h"
+#include "transform_coding/component_quantizer.h"
+#include "transform_coding/kvcal.h"
+#include "transform_coding/pca.h"
+#include "transform_coding/quantizer.h"
+#include "transform_coding/water_filling.h"
 
 namespace kvc {
 namespace {

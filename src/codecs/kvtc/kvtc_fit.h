@@ -1,5 +1,5 @@
 // Fitting a KVTC calibration from K and V windows of any source: what `kvcodec calibrate` does
-// with the windows it prefills in llama.cpp (src/bench/calibrate.h), and what the Python
+// with the windows it prefills in llama.cpp (src/quality/calibrate.h), and what the Python
 // package's kvcodec.calibrate does with tensors a user collected from their own engine.
 //
 // How the choice is made (nothing here is tuned to one model):
@@ -23,9 +23,9 @@
 
 #include "base/status.h"
 #include "format/container.h"
-#include "kvtc/calibration.h"
 #include "tensor/kv_cache.h"
 #include "tensor/rope.h"
+#include "transform_coding/calibration.h"
 
 namespace kvc {
 

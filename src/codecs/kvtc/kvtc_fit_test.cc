@@ -7,9 +7,9 @@
 
 #include "codecs/codec.h"
 #include "codecs/kvtc/kvtc_test_calibration.h"
-#include "kvtc/calibration_registry.h"
-#include "kvtc/kvcal.h"
 #include "tensor/synthetic_kv.h"
+#include "transform_coding/calibration_registry.h"
+#include "transform_coding/kvcal.h"
 
 namespace kvc {
 namespace {

@@ -30,7 +30,7 @@
 #include "codecs/codec.h"
 #include "codecs/fuzz_input.h"
 #include "codecs/kvtc/kvtc_test_calibration.h"
-#include "kvtc/calibration_registry.h"
+#include "transform_coding/calibration_registry.h"
 
 namespace {
 

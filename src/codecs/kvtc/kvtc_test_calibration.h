@@ -16,9 +16,9 @@
 #include "base/byte_io.h"
 #include "codecs/fuzz_input.h"
 #include "format/container.h"
-#include "kvtc/calibration.h"
 #include "tensor/kv_cache.h"
 #include "tensor/rope.h"
+#include "transform_coding/calibration.h"
 
 namespace kvc::kvtc_test {
 

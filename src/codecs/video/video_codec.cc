@@ -7,7 +7,7 @@
 #include "base/half.h"
 #include "base/thread_pool.h"
 #include "codecs/video/video_layout.h"
-#include "video/video_decoder.h"
+#include "libav/video_decoder.h"
 
 namespace kvc {
 namespace {

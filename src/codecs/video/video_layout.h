@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "base/status.h"
+#include "libav/video_stream.h"
 #include "tensor/kv_cache.h"
-#include "video/video_stream.h"
 
 namespace kvc {
 

@@ -1,0 +1,231 @@
+#include "quality/evaluator.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <vector>
+
+#include "base/progress.h"
+#include "base/report_json.h"
+#include "quality/token_file.h"
+#include "llama/model_files.h"
+#include "transform_coding/calibration_registry.h"
+
+namespace kvc {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// log-softmax of one logits row, in double for stable sums.
+void LogSoftmax(std::span<const float> logits, std::vector<double>* out) {
+  out->resize(logits.size());
+  double max = -INFINITY;
+  for (float v : logits) max = std::max(max, static_cast<double>(v));
+  double sum = 0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v) - max);
+  const double log_z = max + std::log(sum);
+  for (size_t i = 0; i < logits.size(); ++i) (*out)[i] = static_cast<double>(logits[i]) - log_z;
+}
+
+size_t ArgMax(std::span<const float> v) {
+  size_t best = 0;
+  for (size_t i = 1; i < v.size(); ++i)
+    if (v[i] > v[best]) best = i;
+  return best;
+}
+
+// Per-document scoring of the continuation: logits rows are copied out because llama.cpp
+// overwrites them at the next decode.
+std::vector<std::vector<float>> ContinuationLogits(LlamaSession& session, uint32_t cont) {
+  std::vector<std::vector<float>> rows(cont);
+  for (uint32_t i = 0; i < cont; ++i) {
+    auto row = session.Logits(static_cast<int>(i));
+    rows[i].assign(row.begin(), row.end());
+  }
+  return rows;
+}
+
+}  // namespace
+
+Result<std::vector<std::vector<int32_t>>> MakeDocuments(const std::vector<int32_t>& stream, int32_t bos,
+                                                        uint32_t n_docs, uint32_t doc_tokens) {
+  if (doc_tokens < 2) return InvalidArgument("documents need at least 2 tokens");
+  const size_t body = doc_tokens - (bos >= 0 ? 1 : 0);
+  const size_t available = stream.size() / body;
+  if (available < n_docs) {
+    return InvalidArgument(
+        FormatMessage("evaluation text has %zu tokens: enough for %zu documents of %u tokens, not %u", stream.size(),
+                      available, doc_tokens, n_docs));
+  }
+  std::vector<std::vector<int32_t>> docs(n_docs);
+  for (uint32_t d = 0; d < n_docs; ++d) {
+    docs[d].reserve(doc_tokens);
+    if (bos >= 0) docs[d].push_back(bos);
+    docs[d].insert(docs[d].end(), stream.begin() + d * body, stream.begin() + (d + 1) * body);
+  }
+  return docs;
+}
+
+Result<std::vector<std::vector<int32_t>>> DocumentsFromTokenLines(const std::vector<std::vector<int32_t>>& lines,
+                                                                  int32_t bos, uint32_t n_docs, uint32_t doc_tokens) {
+  std::vector<std::vector<int32_t>> docs;
+  for (const auto& line : lines) {
+    if (docs.size() == n_docs) break;
+    std::vector<int32_t> doc;
+    doc.reserve(doc_tokens);
+    if (bos >= 0 && (line.empty() || line.front() != bos)) doc.push_back(bos);
+    const size_t take = std::min<size_t>(line.size(), doc_tokens - doc.size());
+    doc.insert(doc.end(), line.begin(), line.begin() + static_cast<std::ptrdiff_t>(take));
+    if (doc.size() == doc_tokens) docs.push_back(std::move(doc));
+  }
+  if (docs.size() < n_docs) {
+    return InvalidArgument(
+        FormatMessage("the token file has %zu documents of at least %u tokens (ctx + cont + 1%s); --docs asks for %u",
+                      docs.size(), doc_tokens, bos >= 0 ? ", BOS included" : "", n_docs));
+  }
+  return docs;
+}
+
+Result<EvalReport> RunEval(const EvalOptions& options) {
+  ASSIGN_OR_RETURN(std::vector<EvalReport> reports, RunEvalRungs(options, {{options.codec, options.encode}}));
+  return std::move(reports.front());
+}
+
+Result<std::vector<EvalReport>> RunEvalRungs(const EvalOptions& options, const std::vector<EvalRung>& rungs) {
+  if (options.n_docs == 0) return InvalidArgument("--docs must be at least 1");
+  if (options.ctx < 2) return InvalidArgument("--ctx must be at least 2");
+  if (options.cont < 1 || options.cont > 4096) return InvalidArgument("--cont must be in 1..4096");
+  if (rungs.empty()) return InvalidArgument("no codec to evaluate");
+  std::vector<const Codec*> codecs;
+  for (const EvalRung& rung : rungs) {
+    const Codec* codec = FindCodec(rung.codec);
+    if (codec == nullptr) return InvalidArgument("unknown codec '" + rung.codec + "' (see `kvcodec codecs`)");
+    codecs.push_back(codec);
+  }
+
+  const auto t_start = Clock::now();
+  ASSIGN_OR_RETURN(auto model, LlamaModel::Load(options.model_path));
+  RETURN_IF_ERROR(model->CheckKeepsKv());
+  const uint32_t doc_tokens = options.ctx + options.cont + 1;
+  std::vector<std::vector<int32_t>> docs;
+  if (!options.token_path.empty()) {
+    ASSIGN_OR_RETURN(auto lines, ReadTokenFile(options.token_path, model->info().n_vocab));
+    ASSIGN_OR_RETURN(docs, DocumentsFromTokenLines(lines, model->bos_token(), options.n_docs, doc_tokens));
+  } else {
+    ASSIGN_OR_RETURN(std::string text, ReadTextFile(BesideModel(options.model_path, "eval.txt", options.text_path)));
+    ASSIGN_OR_RETURN(std::vector<int32_t> stream, model->Tokenize(text, /*add_bos=*/false));
+    if (options.docs_from_end) {
+      // The last n_docs windows: the part of a calibration text calibrate held back.
+      const size_t want = size_t{options.n_docs} * (doc_tokens - (model->has_bos() ? 1 : 0));
+      if (stream.size() > want) stream.erase(stream.begin(), stream.end() - static_cast<std::ptrdiff_t>(want));
+    }
+    ASSIGN_OR_RETURN(docs, MakeDocuments(stream, model->bos_token(), options.n_docs, doc_tokens));
+  }
+
+  CalibrationRegistry calibrations;
+  RETURN_IF_ERROR(LoadModelCalibration(calibrations, options.model_path, options.calibration));
+  // One thread: encode_mb_s and decode_mb_s are per-core figures.
+  const CodecContext codec_context{&calibrations, &model->fingerprint(), nullptr};
+
+  SessionOptions session_options = options.session;
+  session_options.n_ctx = options.ctx + options.cont + 16;
+  session_options.n_batch = std::max<uint32_t>(512, options.cont);
+  session_options.require_kv = true;
+  ASSIGN_OR_RETURN(auto base, LlamaSession::Create(*model, session_options));
+  ASSIGN_OR_RETURN(auto restored, LlamaSession::Create(*model, session_options));
+
+  struct Sums {
+    double nll_base = 0, nll_codec = 0, kl = 0, encode_s = 0, decode_s = 0;
+    uint64_t agree = 0, scored = 0;
+  };
+  std::vector<EvalReport> reports(rungs.size());
+  std::vector<Sums> sums(rungs.size());
+  for (size_t k = 0; k < rungs.size(); ++k) {
+    EvalReport& report = reports[k];
+    report.model = options.model_path;
+    report.codec = codecs[k]->info().name;
+    report.n_docs = options.n_docs;
+    report.ctx = options.ctx;
+    report.cont = options.cont;
+    report.kv_dtype = DTypeName(session_options.cache_type);
+  }
+  std::vector<double> lp_base, lp_codec;
+
+  // One base run per document serves every rung: only the restored continuation is per rung.
+  ProgressBar progress(rungs.size() == 1 ? "eval " + reports[0].codec : "eval", options.n_docs * rungs.size(),
+                       options.progress);
+  for (const auto& doc : docs) {
+    const std::span<const int32_t> context(doc.data(), options.ctx);
+    const std::span<const int32_t> cont_in(doc.data() + options.ctx, options.cont);
+
+    base->Clear();
+    RETURN_IF_ERROR(base->Eval(context, false));
+    ASSIGN_OR_RETURN(KvCache kv, base->ExtractKv());
+    RETURN_IF_ERROR(base->Eval(cont_in, true));
+    const auto base_rows = ContinuationLogits(*base, options.cont);
+
+    for (size_t k = 0; k < rungs.size(); ++k) {
+      EvalReport& report = reports[k];
+      Sums& sum = sums[k];
+      const auto t0 = Clock::now();
+      ASSIGN_OR_RETURN(std::vector<uint8_t> file,
+                       EncodeKvc(*codecs[k], kv.View(), rungs[k].encode, model->fingerprint(), 0, codec_context));
+      const auto t1 = Clock::now();
+      ASSIGN_OR_RETURN(KvCache decoded, DecodeKvc(file, &model->fingerprint(), codec_context));
+      const auto t2 = Clock::now();
+      sum.encode_s += Seconds(t0, t1);
+      sum.decode_s += Seconds(t1, t2);
+      if (report.level.empty()) {
+        ASSIGN_OR_RETURN(KvcFile parsed, ReadKvc(file));
+        report.level = parsed.header.level;
+      }
+      report.bytes_fp16 += kv.shape().fp16_bytes();
+      report.bytes_stored += file.size();
+
+      restored->Clear();
+      RETURN_IF_ERROR(restored->RestoreKv(decoded));
+      RETURN_IF_ERROR(restored->Eval(cont_in, true));
+      for (uint32_t i = 0; i < options.cont; ++i) {
+        const auto codec_row = restored->Logits(static_cast<int>(i));
+        const int32_t target = doc[options.ctx + 1 + i];
+        LogSoftmax(base_rows[i], &lp_base);
+        LogSoftmax(codec_row, &lp_codec);
+        sum.nll_base -= lp_base[static_cast<size_t>(target)];
+        sum.nll_codec -= lp_codec[static_cast<size_t>(target)];
+        double kl = 0;
+        for (size_t v = 0; v < lp_base.size(); ++v) kl += std::exp(lp_base[v]) * (lp_base[v] - lp_codec[v]);
+        sum.kl += std::max(0.0, kl);
+        sum.agree += ArgMax(base_rows[i]) == ArgMax(codec_row);
+        ++sum.scored;
+      }
+      progress.Advance();
+    }
+  }
+  progress.Finish();
+
+  const double seconds = Seconds(t_start, Clock::now());
+  for (size_t k = 0; k < rungs.size(); ++k) {
+    EvalReport& report = reports[k];
+    const Sums& sum = sums[k];
+    const double scored = static_cast<double>(sum.scored);
+    report.compression_ratio = static_cast<double>(report.bytes_fp16) / static_cast<double>(report.bytes_stored);
+    report.ppl_base = std::exp(sum.nll_base / scored);
+    report.ppl_codec = std::exp(sum.nll_codec / scored);
+    report.ppl_delta_pct = 100.0 * (report.ppl_codec - report.ppl_base) / report.ppl_base;
+    report.top1_agreement = static_cast<double>(sum.agree) / scored;
+    report.kl_mean = sum.kl / scored;
+    report.encode_mb_s = sum.encode_s > 0 ? static_cast<double>(report.bytes_fp16) / 1e6 / sum.encode_s : 0;
+    report.decode_mb_s = sum.decode_s > 0 ? static_cast<double>(report.bytes_fp16) / 1e6 / sum.decode_s : 0;
+    report.seconds = seconds;
+  }
+  return reports;
+}
+
+KVC_REPORT_JSON(EvalReport, codec, level, n_docs, ctx, cont, bytes_fp16, bytes_stored, compression_ratio, ppl_base,
+                ppl_codec, ppl_delta_pct, top1_agreement, kl_mean, encode_mb_s, decode_mb_s, model, kv_dtype, seconds)
+
+std::string EvalReportJson(const EvalReport& r) { return DumpReport(r); }
+
+}  // namespace kvc
