@@ -4,22 +4,38 @@
 # by side, a kvtc grouping/group-size ablation, the video codec's layout ablation and quantiser
 # groups, and codec speeds.
 # Every figure in that file comes from this command.
-#   scripts/results.sh [--docs N] [--ctx N] [--cont N] [--no-ablation]
+#   scripts/results.sh [--docs N] [--ctx N] [--cont N] [--no-ablation] [--no-build]
+#   scripts/results.sh --quality-only [--out DIR] [--docs N] [--ctx N] [--cont N] [--no-build]
+# --quality-only runs only the `kvcodec eval` loops (every codec and level on kvtiny and kvmini, the
+# files docs/results.md's accuracy tables come from) into DIR (relative to the repository root;
+# default results/eval; its *.json are replaced) and renders nothing: compare two such folders
+# with scripts/compare_quality.py to see whether a change moved any quality figure.
+# --no-build uses build/dev as it is (no scripts/setup.sh).
+# JSON edits and look-ups are scripts/results_json.py's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-docs=8 ctx=1024 cont=128 ablation=1
+docs=8 ctx=1024 cont=128 ablation=1 quality_only=0 build=1 out=
 while (($#)); do
   case $1 in
     --docs) docs=$2; shift 2 ;;
     --ctx) ctx=$2; shift 2 ;;
     --cont) cont=$2; shift 2 ;;
     --no-ablation) ablation=0; shift ;;
+    --quality-only) quality_only=1; shift ;;
+    --out) out=$2; shift 2 ;;
+    --no-build) build=0; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
-scripts/setup.sh dev
+# The full run renders from results/eval, so only a quality-only run may write elsewhere.
+if [[ -n $out ]] && ((!quality_only)); then
+  echo "--out needs --quality-only (render_results.py reads results/eval)" >&2
+  exit 2
+fi
+out=${out:-results/eval}
+if ((build)); then scripts/setup.sh dev; fi
 kvcodec=build/dev/tools/kvcodec/kvcodec
-out=results/eval
+json=(/usr/bin/python3 scripts/results_json.py)
 mkdir -p "$out"
 rm -f "$out"/*.json
 models=(models/kvtiny/kvtiny.gguf models/kvmini/kvmini.gguf)
@@ -49,16 +65,16 @@ for model in "${models[@]}"; do
       for entropy in deflate none; do
         i=$((i + 1))
         eval_one "$name" "$model" kvtc "$level" --param entropy=$entropy \
-          | /usr/bin/python3 -c 'import json,sys; r=json.load(sys.stdin); r["codec"]+="+'$entropy'"; print(json.dumps(r))' \
+          | "${json[@]}" append-suffix codec "+$entropy" \
           > "$out/$(printf %03d $i)-$name-kvtc-$entropy-$level.json"
       done
     fi
-  done < <($kvcodec codecs --json | /usr/bin/python3 -c '
-import json, sys
-for c in json.load(sys.stdin):
-    for level in c["levels"]:
-        print(c["name"], level)')
+  done < <($kvcodec codecs --json | "${json[@]}" levels)
 done
+if ((quality_only)); then
+  echo "wrote $out" >&2
+  exit 0
+fi
 
 # kvtc: how coefficients are quantised, which features share a basis, and (token-group) how many
 # components share a scale (kvtiny).
@@ -77,7 +93,7 @@ if ((ablation)); then
     fi
     for level in 16 24 32; do
       eval_one kvtiny models/kvtiny/kvtiny.gguf kvtc "$level" --calibration "$cal" \
-        | /usr/bin/python3 -c 'import json,sys; r=json.load(sys.stdin); r["quantizer"]="'$quantizer'"; r["grouping"]="'$group'"; r["group_size"]='$size'; print(json.dumps(r))' \
+        | "${json[@]}" set quantizer="$quantizer" grouping="$group" group_size:="$size" \
         > "$abl/$quantizer-$group-$size-$level.json"
     done
   done
@@ -94,7 +110,7 @@ if ((ablation)); then
   for group in 1 8 64 128; do
     for level in 8 6 4; do
       eval_one kvtiny models/kvtiny/kvtiny.gguf video "$level" --param group=$group \
-        | /usr/bin/python3 -c 'import json,sys; r=json.load(sys.stdin); r["group"]='$group'; print(json.dumps(r))' \
+        | "${json[@]}" set group:="$group" \
         > "$vid/group-$(printf %03d $group)-$level.json"
     done
   done
@@ -152,10 +168,7 @@ mkdir -p "$rq"
 rm -f "$rq"/*.json
 for meta in models/*/model.json; do
   m=$(basename "$(dirname "$meta")")
-  read -r rq_ctx rq_chunk < <(/usr/bin/python3 -c '
-import json
-t = min(1024, json.load(open("'"$meta"'"))["train_ctx"])
-print(t, min(256, t))')
+  read -r rq_ctx rq_chunk < <("${json[@]}" ctx-chunk "$meta")
   echo "== bench rotquant $m" >&2
   $kvcodec bench rotquant --model "models/$m/$m.gguf" --ctx "$rq_ctx" --chunk "$rq_chunk" --json --quiet > "$rq/$m.json"
 done
