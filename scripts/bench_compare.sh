@@ -54,8 +54,7 @@ for ((r = 1; r <= rounds; r++)); do
   for tree in "$old" "$PWD"; do
     echo "== round $r: $tree" >&2
     (cd "$tree" && build/dev/tools/kvcodec/kvcodec bench codec --codec "$codec" --level "$level" --json) |
-      /usr/bin/python3 -c 'import json,sys; r=json.load(sys.stdin); r["tree"]=sys.argv[1]; print(json.dumps(r))' \
-        "$([[ $tree == "$old" ]] && echo old || echo new)" >> "$results"
+      /usr/bin/python3 scripts/results_json.py set tree="$([[ $tree == "$old" ]] && echo old || echo new)" >> "$results"
   done
 done
 /usr/bin/python3 - "$results" "$commit" "$(git rev-parse HEAD)" "$identical" <<'EOF'

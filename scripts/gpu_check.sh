@@ -45,8 +45,7 @@ for backend in "${backends[@]}"; do
     echo "== $backend, $n at once" >&2
     "$bin" --video-decoder "$backend" bench codec --model "$model" --codec video --level 8 --param nvdec=1 \
       --threads "$n" --min-seconds 1 --json |
-      /usr/bin/python3 -c 'import json,sys; r=json.load(sys.stdin); r["backend"]=sys.argv[1]; r["at_once"]=int(sys.argv[2]); print(json.dumps(r))' \
-        "$backend" "$n" >> "$rows"
+      python3 scripts/results_json.py set backend="$backend" at_once:="$n" >> "$rows"
   done
 done
 

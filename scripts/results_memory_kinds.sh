@@ -15,7 +15,7 @@ fixtures="$(scripts/setup-llama.sh)/share/archs-fixtures"
 out=results/memory-kinds
 rm -rf "$out"
 mkdir -p "$out"
-/usr/bin/python3 -c "print(' '.join(str((i * 37 + 5) % 128) for i in range($tokens)))" > "$out/prompt.ids"
+/usr/bin/python3 scripts/results_json.py prompt-ids "$tokens" > "$out/prompt.ids"
 kinds=(
   "llama-dense:one KV cache (standard attention)"
   "gemma2-dense:sliding-window pair (iSWA)"

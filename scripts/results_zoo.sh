@@ -15,11 +15,7 @@ if ((${#models[@]} == 0)); then
   for meta in models/*/model.json; do models+=("$(basename "$(dirname "$meta")")"); done
 fi
 for m in "${models[@]}"; do
-  read -r ctx cont docs < <(/usr/bin/python3 -c '
-import json, sys
-t = json.load(open("models/'"$m"'/model.json"))["train_ctx"]
-cont = min(128, t // 4)
-print(t - cont - 1, cont, max(8, -(-1024 // cont)))')
+  read -r ctx cont docs < <(/usr/bin/python3 scripts/results_json.py profile-geometry "models/$m/model.json")
   if [[ ! -f models/$m/$m.kvcal || ! -f models/$m/$m.kvcal.json ]]; then
     echo "== calibrating $m" >&2
     $kvcodec calibrate --model "models/$m/$m.gguf" --json --quiet > "models/$m/$m.kvcal.json"
