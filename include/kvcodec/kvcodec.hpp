@@ -1,5 +1,11 @@
 // Thin C++ layer over the kvcodec C API: RAII handles and std types. Header-only; it adds no
-// behaviour of its own, so the C API stays the one contract.
+// behaviour of its own, so the C API stays the one contract (kvcodec.h: ownership, defaults, the
+// JSON schemas of the *Json functions' text).
+//
+// Ownership: Model, Session, Sampler, Store and Kv own their handle (move-only) and free it when
+// destroyed; what the library hands back as a buffer (text, JSON, bytes, tokens, keys) is copied
+// into a std::string or std::vector and the buffer freed at once. As in C, a Session must be
+// destroyed before the Model it was made of; get() lends the raw handle, which stays the object's.
 #pragma once
 
 #include <cstdint>

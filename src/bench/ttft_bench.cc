@@ -15,9 +15,9 @@
 #include "llama/llama_session.h"
 #include "llama/model_files.h"
 #include "reuse/prefix_reuse.h"
+#include "reuse/reuse_setup.h"
 #include "store/chunk_manifest.h"
 #include "store/memory_store.h"
-#include "transform_coding/calibration_registry.h"
 
 namespace kvc {
 namespace {
@@ -94,25 +94,36 @@ Result<std::string> RunTtftBenchJson(const TtftBenchOptions& o) {
           FormatMessage("prefix length %u is not a whole number of %u-token chunks", p, o.chunk_tokens));
     }
   }
-  ASSIGN_OR_RETURN(auto model, LlamaModel::Load(o.model_path));
-  RETURN_IF_ERROR(model->CheckKeepsKv());
-  CalibrationRegistry calibrations;
-  RETURN_IF_ERROR(LoadModelCalibration(calibrations, o.model_path, o.calibration));
+  for (const std::string& name : o.codecs) RETURN_IF_ERROR(CheckCodecName(name));
+  for (const double gbps : o.link_gbps) {
+    RETURN_IF_ERROR(CheckLinkGbps(gbps));
+    if (gbps == 0) return InvalidArgument("a link rate to emulate must be positive");
+  }
+  // The codecs measured are stored at every level the floor allows: the floor alone, no plan.
+  ReuseSetupOptions setup_options = ReuseSetupOptionsOf(o);
+  setup_options.codec.clear();
+  ASSIGN_OR_RETURN(const ReuseSetup setup, SetUpReuse(setup_options));
+  const std::unique_ptr<LlamaModel>& model = setup.model;
+  CalibrationRegistry& calibrations = *setup.calibrations;
+  const QualityFloor& floor = setup.plan.floor;
   const ModelFingerprint& fp = model->fingerprint();
+  std::vector<const Codec*> codecs;
+  for (const Codec* c : AllCodecs()) {
+    const std::string& name = c->info().name;
+    const bool named = std::find(o.codecs.begin(), o.codecs.end(), name) != o.codecs.end();
+    if (!o.codecs.empty() && !named) continue;
+    if (c->info().needs_calibration && calibrations.FindForModel(fp) == nullptr) {
+      // Every codec: those that can run here. One asked for by name: said, as `run` says it.
+      if (named) return NeedsCalibration(name, o.model_path);
+      continue;
+    }
+    if (floor.Levels(name).empty()) continue;  // every rung over the model's quality floor
+    codecs.push_back(c);
+  }
   ASSIGN_OR_RETURN(std::string text, ReadTextFile(BesideModel(o.model_path, "eval.txt", o.text_path)));
   ASSIGN_OR_RETURN(const std::vector<int32_t> text_tokens, model->Tokenize(text, true));
   const size_t n_bos = model->has_bos() && !text_tokens.empty() && text_tokens[0] == model->bos_token() ? 1 : 0;
   if (text_tokens.size() <= n_bos) return InvalidArgument("the text has no tokens");
-
-  ASSIGN_OR_RETURN(const QualityFloor floor, LoadQualityFloor(o.model_path, o.profile, fp, calibrations, o.quality));
-  std::vector<const Codec*> codecs;
-  for (const Codec* c : AllCodecs()) {
-    const std::string& name = c->info().name;
-    if (!o.codecs.empty() && std::find(o.codecs.begin(), o.codecs.end(), name) == o.codecs.end()) continue;
-    if (c->info().needs_calibration && calibrations.FindForModel(fp) == nullptr) continue;
-    if (floor.Levels(name).empty()) continue;  // every rung over the model's quality floor
-    codecs.push_back(c);
-  }
   const CodecContext context{&calibrations, &fp, nullptr};
   // Fetch and decode on one pool, as run and serve do; llama.cpp keeps its own threads.
   ThreadPool pool(FetchPoolThreads(o.fetch_threads));

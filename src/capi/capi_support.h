@@ -1,6 +1,6 @@
-// What the C API's entry points share (kvcodec_c.cc, and the command line's extra entry points in
-// kvcodec_tools.cc): the per-thread error message, the guard that keeps exceptions from crossing
-// the C boundary, the process-wide calibrations, and the conversions between C and C++ types.
+// What the C API's entry points (kvcodec_c.cc) share: the per-thread error message, the guard
+// that keeps exceptions from crossing the C boundary, the process-wide calibrations, and the
+// conversions between C and C++ types.
 // Internal: not installed.
 #pragma once
 
@@ -108,8 +108,8 @@ inline uint8_t* CopyBytes(std::span<const uint8_t> bytes) {
   return out;
 }
 
-// Every entry point that takes a parameter struct naming a model and returns a JSON report (the
-// tools, kvc_run_json): one argument check, and the report or its error handed back one way.
+// An entry point that takes a parameter struct naming a model and returns a JSON report
+// (kvc_run_json): one argument check, and the report or its error handed back one way.
 template <typename Params>
 kvc_status JsonTool(const Params* p, char** out_json, kvc::Result<std::string> (*run)(const Params*)) {
   return Guard([&]() -> kvc_status {

@@ -1,11 +1,13 @@
 // The C API over the C++ library. Converts Status to kvc_status + a thread-local message and
 // copies results into malloc'd buffers the caller frees with kvc_free().
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
 #include <new>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <sstream>
 #include <string>
@@ -25,6 +27,7 @@
 #include "llama/token_sampler.h"
 #include "reuse/model_profile.h"
 #include "reuse/prefix_reuse.h"
+#include "reuse/reuse_setup.h"
 #include "reuse/run_job.h"
 #include "serve/completion_server.h"
 #include "store/chunk_key.h"
@@ -239,18 +242,34 @@ void kvc_sampler_default_params(kvc_sampler_params* params) {
   params->frequency_penalty = defaults.frequency_penalty;
 }
 
+}  // extern "C"
+
+namespace {
+
+// The one conversion of the C sampling fields (kvc_sampler_create, kvc_run_json), unchecked:
+// kvc_sampler_create checks them, RunJob does for kvc_run_json. top_p 0, as in a struct of
+// zeros, is "off".
+kvc::SamplingParams ToSamplingParams(const kvc_sampler_params& c) {
+  kvc::SamplingParams p;
+  p.temperature = c.temperature;
+  p.top_p = c.top_p == 0 ? 1.0f : c.top_p;
+  p.top_k = c.top_k;
+  p.min_p = c.min_p;
+  p.presence_penalty = c.presence_penalty;
+  p.frequency_penalty = c.frequency_penalty;
+  if (c.has_seed != 0) p.seed = c.seed;
+  return p;
+}
+
+}  // namespace
+
+extern "C" {
+
 kvc_status kvc_sampler_create(const kvc_model* model, const kvc_sampler_params* params, kvc_sampler** out) {
   return Guard([&]() -> kvc_status {
     if (model == nullptr || params == nullptr || out == nullptr) return NullArgument("model, params or out");
-    kvc::SamplingParams p;
-    p.temperature = params->temperature;
-    p.top_p = params->top_p;
-    p.top_k = params->top_k;
-    p.min_p = params->min_p;
-    p.presence_penalty = params->presence_penalty;
-    p.frequency_penalty = params->frequency_penalty;
-    if (params->has_seed != 0) p.seed = params->seed;
-    if (kvc::Status s = kvc::CheckSamplingParams(p); !s.ok()) return Fail(s);
+    const kvc::SamplingParams p = ToSamplingParams(*params);
+    if (kvc::Status s = kvc::CheckSamplingParams(p); !s.ok()) return Fail(s);  // where they come in
     const kvc::ModelInfo& info = model->model->info();
     // Penalties count every generated token a context of the model's trained length can hold.
     auto sampler = kvc::TokenSampler::Create(p, info.n_vocab, info.n_ctx_train);
@@ -501,28 +520,38 @@ kvc::ThreadPool& SessionPool(kvc_session& session, int32_t fetch_threads) {
   return *session.pool;
 }
 
-// What both halves of the reuse path start from: the arguments checked, the chunk size, the
-// prompt's reusable chunk keys and the model's quality floor.
+// What both halves of the reuse path start from: the arguments checked (once, by the reuse
+// set-up), the chunk size, the prompt's reusable chunk keys, the model's quality floor and, for
+// a store, what new chunks are stored as.
 struct ReuseInputs {
   uint32_t chunk_tokens = 0;
   std::vector<kvc::ChunkKey> keys;
-  kvc::QualityFloor floor;
+  kvc::ReusePlan plan;
 };
 
+// `codec`: what new chunks are stored as (kvc_reuse_store; NULL or "": kvtc where a calibration
+// for the model is loaded, quant otherwise); nullopt: nothing is stored (kvc_reuse_restore).
 kvc::Result<ReuseInputs> PrepareReuse(const kvc::LlamaModel& model, const kvc_reuse_params& p, const int32_t* tokens,
-                                      size_t n_tokens) {
+                                      size_t n_tokens, std::optional<const char*> codec) {
   if (tokens == nullptr && n_tokens > 0) return kvc::InvalidArgument("tokens is NULL");
-  if (!(p.link_gbps >= 0) || !(p.recompute_chunk_s >= 0)) {
-    return kvc::InvalidArgument("link_gbps and recompute_chunk_s must be non-negative numbers");
+  if (!(p.recompute_chunk_s >= 0) || !std::isfinite(p.recompute_chunk_s)) {
+    return kvc::InvalidArgument("recompute_chunk_s must be a finite, non-negative number of seconds");
   }
+  kvc::ReuseSetupOptions o;
+  o.codec.clear();
+  if (codec.has_value()) {
+    o.codec = *codec != nullptr ? *codec : "";
+    if (o.codec.empty()) o.codec = Calibrations().FindForModel(model.fingerprint()) != nullptr ? "kvtc" : "quant";
+  }
+  if (p.profile_path != nullptr) o.profile = p.profile_path;
+  o.quality = ToQualityLimits(p.max_ppl_delta, p.min_top1);
+  o.chunk_tokens = p.chunk_tokens == 0 ? kvc::kDefaultChunkTokens : p.chunk_tokens;
+  o.link_gbps = p.link_gbps;
+  o.fetch_threads = p.fetch_threads;
   ReuseInputs in;
-  in.chunk_tokens = p.chunk_tokens == 0 ? kvc::kDefaultChunkTokens : p.chunk_tokens;
+  ASSIGN_OR_RETURN(in.plan, kvc::PlanReuse(model, Calibrations(), o));
+  in.chunk_tokens = o.chunk_tokens;
   in.keys = kvc::ReusableChunkKeys(model.fingerprint(), std::span(tokens, n_tokens), in.chunk_tokens);
-  const kvc::QualityLimits limits = ToQualityLimits(p.max_ppl_delta, p.min_top1);
-  auto floor = kvc::LoadQualityFloor(model.path(), p.profile_path ? p.profile_path : "", model.fingerprint(),
-                                     Calibrations(), limits);
-  if (!floor.ok()) return floor.status();
-  in.floor = std::move(floor).value();
   return in;
 }
 
@@ -534,12 +563,12 @@ kvc_status kvc_reuse_restore(kvc_session* session, kvc_store* store, const int32
     if (session == nullptr || store == nullptr || params == nullptr || out == nullptr) return NullArgument("argument");
     if (session->session->n_cached() != 0) return Fail(kvc::InvalidArgument("reuse restores into an empty session"));
     const kvc::LlamaModel& model = *session->model;
-    auto in = PrepareReuse(model, *params, tokens, n_tokens);
+    auto in = PrepareReuse(model, *params, tokens, n_tokens, std::nullopt);
     if (!in.ok()) return Fail(in.status());
     const uint32_t chunk_tokens = in->chunk_tokens;
     kvc::LinkShaper link(kvc::LinkShaper::GbpsToBytesPerSecond(params->link_gbps));
-    kvc::FetchOptions options =
-        kvc::ReuseFetchOptions(params->link_gbps, params->recompute_chunk_s, model.info(), in->floor, *store->store);
+    kvc::FetchOptions options = kvc::ReuseFetchOptions(params->link_gbps, params->recompute_chunk_s, model.info(),
+                                                       in->plan.floor, *store->store);
     options.pool = &SessionPool(*session, params->fetch_threads);
     const kvc::CodecContext context{&Calibrations(), &model.fingerprint(), nullptr};
     auto restored = kvc::RestoreStoredPrefix(*store->store, *session->session, model.fingerprint(), in->keys,
@@ -570,7 +599,7 @@ kvc_status kvc_reuse_store(kvc_session* session, kvc_store* store, const int32_t
       return NullArgument("argument");
     }
     const kvc::LlamaModel& model = *session->model;
-    auto in = PrepareReuse(model, *params, tokens, n_tokens);
+    auto in = PrepareReuse(model, *params, tokens, n_tokens, params->codec);
     if (!in.ok()) return Fail(in.status());
     const uint32_t chunk_tokens = in->chunk_tokens;
     const std::vector<kvc::ChunkKey>& keys = in->keys;
@@ -579,17 +608,12 @@ kvc_status kvc_reuse_store(kvc_session* session, kvc_store* store, const int32_t
           kvc::FormatMessage("the session holds %u tokens, fewer than the %zu chunks of the tokens given",
                              session->session->n_cached(), keys.size())));
     }
-    std::string codec = params->codec ? params->codec : "";
-    if (codec.empty()) codec = Calibrations().FindForModel(model.fingerprint()) != nullptr ? "kvtc" : "quant";
-    if (kvc::FindCodec(codec) == nullptr) return Fail(kvc::InvalidArgument("unknown codec '" + codec + "'"));
-    auto plan = kvc::PlanStoredRungs(in->floor, codec);
-    if (!plan.ok()) return Fail(plan.status());
     *out_chunks_stored = 0;
     if (first_chunk >= keys.size()) return KVC_OK;
     const kvc::CodecContext context{&Calibrations(), &model.fingerprint(),
                                     &SessionPool(*session, params->fetch_threads)};
     auto stored = kvc::StoreSessionChunks(*store->store, *session->session, keys, first_chunk, chunk_tokens,
-                                          plan->rungs, model.fingerprint(), context);
+                                          in->plan.rungs, model.fingerprint(), context);
     if (!stored.ok()) return Fail(stored.status());
     *out_chunks_stored = stored->chunks;
     return KVC_OK;
@@ -628,15 +652,17 @@ kvc_status kvc_quality_floor_json(const char* model_path, const char* profile_pa
                                   double max_ppl_delta, double min_top1, char** out_json) {
   return Guard([&]() -> kvc_status {
     if (model_path == nullptr || out_json == nullptr) return NullArgument("model or out");
-    auto model = kvc::LlamaModel::Load(model_path);
-    if (!model.ok()) return Fail(model.status());
-    kvc::CalibrationRegistry calibrations;
-    kvc::Status loaded = kvc::LoadModelCalibration(calibrations, model_path, calibration ? calibration : "");
-    if (!loaded.ok()) return Fail(loaded);
-    const kvc::QualityLimits limits = ToQualityLimits(max_ppl_delta, min_top1);
-    auto floor = kvc::LoadQualityFloor(model_path, profile_path ? profile_path : "", (*model)->fingerprint(),
-                                       calibrations, limits);
-    if (!floor.ok()) return Fail(floor.status());
+    kvc::ReuseSetupOptions o;
+    o.model_path = model_path;
+    if (calibration != nullptr) o.calibration = calibration;
+    if (profile_path != nullptr) o.profile = profile_path;
+    o.quality = ToQualityLimits(max_ppl_delta, min_top1);
+    o.codec.clear();       // the floor alone
+    o.require_kv = false;  // a model that keeps no KV has a floor too: raw, and nothing to store
+    auto setup = kvc::SetUpReuse(o);
+    if (!setup.ok()) return Fail(setup.status());
+    const kvc::QualityLimits& limits = o.quality;
+    const kvc::QualityFloor* floor = &setup->plan.floor;
     nlohmann::ordered_json j;
     j["model"] = model_path;
     j["max_ppl_delta"] = limits.max_ppl_delta;
@@ -662,13 +688,15 @@ void kvc_run_default_params(kvc_run_params* params) {
   params->n_threads = defaults.threads;
   params->n_fetch_threads = defaults.fetch_threads;
   SetDefaultQuality(params);
-  params->top_p = defaults.sampling.top_p;
+  kvc_sampler_default_params(&params->sampling);
 }
 
 }  // extern "C"
 
 namespace {
 
+// Only what is the C API's own is checked here (the pointers and the token count behind them);
+// RunJob checks every option once, before it loads anything.
 kvc::Result<std::string> RunJsonReport(const kvc_run_params* p) {
   if ((p->prompt == nullptr) == (p->prompt_tokens == nullptr)) {
     return kvc::InvalidArgument("give the prompt as text or as token ids, one of them");
@@ -684,7 +712,6 @@ kvc::Result<std::string> RunJsonReport(const kvc_run_params* p) {
   if (p->codec) o.codec = p->codec;
   o.levels = SplitList(p->levels);
   if (p->calibration) o.calibration = p->calibration;
-  if (p->link_gbps < 0) return kvc::InvalidArgument("link rate must not be negative");
   o.link_gbps = p->link_gbps;
   if (p->chunk_tokens) o.chunk_tokens = p->chunk_tokens;
   o.n_generate = p->n_generate;
@@ -694,15 +721,7 @@ kvc::Result<std::string> RunJsonReport(const kvc_run_params* p) {
   o.plan_recompute = p->always_fetch == 0;
   SetQuality(p, &o.profile, &o.quality);
   if (p->store_secret) o.store_secret = p->store_secret;
-  o.sampling.temperature = static_cast<float>(p->temperature);
-  o.sampling.top_p = p->top_p == 0 ? 1.0f : static_cast<float>(p->top_p);
-  o.sampling.top_k = p->top_k;
-  o.sampling.min_p = static_cast<float>(p->min_p);
-  o.sampling.presence_penalty = static_cast<float>(p->presence_penalty);
-  o.sampling.frequency_penalty = static_cast<float>(p->frequency_penalty);
-  if (p->has_seed) o.sampling.seed = p->seed;
-  RETURN_IF_ERROR(kvc::CheckSamplingParams(o.sampling));
-  if (p->n_fetch_threads < 0 || p->n_fetch_threads > 64) return kvc::InvalidArgument("fetch threads must be in 0..64");
+  o.sampling = ToSamplingParams(p->sampling);
   o.fetch_threads = p->n_fetch_threads;
   ASSIGN_OR_RETURN(const kvc::RunReport report, kvc::RunJob(o));
   return kvc::RunReportJson(report);
@@ -744,13 +763,10 @@ kvc_status kvc_server_create(const kvc_serve_params* p, kvc_server** out) {
     if (p->host) o.host = p->host;
     if (p->port < 0 || p->port > 65535) return Fail(kvc::InvalidArgument("port outside 0..65535"));
     o.port = p->port;
-    if (p->link_gbps < 0) return Fail(kvc::InvalidArgument("link rate must not be negative"));
-    o.link_gbps = p->link_gbps;
+    o.link_gbps = p->link_gbps;  // it and the other reuse options: checked by the server's reuse set-up
     if (p->n_ctx) o.n_ctx = p->n_ctx;
     if (p->default_max_tokens) o.default_max_tokens = p->default_max_tokens;
     o.threads = p->n_threads;
-    if (p->n_parallel < 0 || p->n_fetch_threads < 0)
-      return Fail(kvc::InvalidArgument("parallel and fetch threads must not be negative"));
     if (p->n_parallel) o.parallel = p->n_parallel;
     if (p->n_fetch_threads) o.fetch_threads = p->n_fetch_threads;
     if (p->scheduler) {

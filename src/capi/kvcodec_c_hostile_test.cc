@@ -3,9 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kvcodec/kvcodec.h"
@@ -57,6 +62,48 @@ bool OneLine(const std::string& s) {
     if (c < 0x20 || c == 0x7F) return false;
   }
   return !s.empty();
+}
+
+// The symbols a library or object file defines, as nm lists them: (type, mangled name). The
+// static symbol table where there is one, else the dynamic one (a stripped shared library).
+std::vector<std::pair<char, std::string>> DefinedSymbols(const std::string& path) {
+  std::vector<std::pair<char, std::string>> out;
+  for (const char* table : {"", "-D "}) {
+    const std::string command = std::string("nm --defined-only ") + table + "'" + path + "' 2>/dev/null";
+    FILE* nm = popen(command.c_str(), "r");
+    if (nm == nullptr) return out;
+    char line[4096];
+    while (std::fgets(line, sizeof line, nm) != nullptr) {
+      std::istringstream fields(line);
+      std::string address, type, name;
+      if (fields >> address >> type >> name && type.size() == 1) out.emplace_back(type[0], name);
+    }
+    pclose(nm);
+    if (!out.empty()) break;
+  }
+  return out;
+}
+
+// Test-only code stays out of the shipped library: no library libkvcodec.so is linked from
+// (kvc_codecs and the rest, listed by CMake), nor the library itself, defines a function of
+// kvc_codecs_fuzz_input (the fuzz targets' input layout, once compiled into kvc_codecs).
+TEST(CApiHostile, TheLibraryHoldsNoTestOnlyCode) {
+  std::set<std::string> test_only;
+  for (const auto& [type, name] : DefinedSymbols(KVCODEC_TEST_ONLY_LIBRARY)) {
+    if (type == 'T') test_only.insert(name);  // its own functions, not the inline ones it instantiates
+  }
+  ASSERT_FALSE(test_only.empty()) << "nm found no function in " << KVCODEC_TEST_ONLY_LIBRARY;
+  std::ifstream list(KVCODEC_LINKED_LIBRARIES);
+  ASSERT_TRUE(list.good()) << KVCODEC_LINKED_LIBRARIES;
+  size_t files = 0;
+  for (std::string path; std::getline(list, path);) {
+    if (path.empty()) continue;
+    ++files;
+    const auto symbols = DefinedSymbols(path);
+    EXPECT_FALSE(symbols.empty()) << "nm read nothing from " << path;
+    for (const auto& [type, name] : symbols) EXPECT_EQ(test_only.count(name), 0u) << name << " is in " << path;
+  }
+  EXPECT_GE(files, 2u);  // the shared library and at least kvc_codecs
 }
 
 // The library reports the version project() declares, not a literal of its own.
@@ -186,8 +233,22 @@ TEST(CApiHostile, DefaultParamsAreTheDocumentedDefaults) {
   EXPECT_STREQ(run.codec, "kvtc");
   EXPECT_EQ(run.chunk_tokens, 256u);
   EXPECT_EQ(run.n_generate, 32u);
-  EXPECT_EQ(run.top_p, 1.0);
-  EXPECT_EQ(run.temperature, 0.0);
+  // Sampling: greedy, the same defaults kvc_sampler_default_params gives.
+  kvc_sampler_params greedy;
+  std::memset(&greedy, 0xAB, sizeof greedy);
+  kvc_sampler_default_params(&greedy);
+  EXPECT_EQ(greedy.temperature, 0.0f);
+  EXPECT_EQ(greedy.top_p, 1.0f);
+  EXPECT_EQ(greedy.top_k, 0);
+  EXPECT_EQ(greedy.min_p, 0.0f);
+  EXPECT_EQ(greedy.has_seed, 0);
+  EXPECT_EQ(run.sampling.temperature, greedy.temperature);
+  EXPECT_EQ(run.sampling.top_p, greedy.top_p);
+  EXPECT_EQ(run.sampling.top_k, greedy.top_k);
+  EXPECT_EQ(run.sampling.min_p, greedy.min_p);
+  EXPECT_EQ(run.sampling.presence_penalty, greedy.presence_penalty);
+  EXPECT_EQ(run.sampling.frequency_penalty, greedy.frequency_penalty);
+  EXPECT_EQ(run.sampling.has_seed, greedy.has_seed);
   EXPECT_EQ(run.model_path, nullptr);
   EXPECT_EQ(run.store_url, nullptr);
   kvc_serve_params serve;

@@ -1,11 +1,20 @@
 // The public API end to end on the test model, through the thin C++ header.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "kvcodec/kvcodec.hpp"
 
@@ -113,6 +122,14 @@ TEST(CApi, RestoredSessionContinuesWithTheSameLogitsAndTokens) {
   EXPECT_EQ(s1.value().Next(original.value()).value(), s2.value().Next(original.value()).value());
   hot.temperature = 3;
   EXPECT_EQ(kvcodec::Sampler::Create(model.value(), hot).error().code, KVC_INVALID_ARGUMENT);
+  // A struct of zeros is greedy decoding (top_p 0 is "off"), as kvc_run_params' sampling is.
+  kvc_sampler_params zeros{};
+  auto greedy_c = kvcodec::Sampler::Create(model.value(), zeros);
+  ASSERT_TRUE(greedy_c.ok()) << greedy_c.error().message;
+  auto logits = original.value().Logits();
+  ASSERT_TRUE(logits.ok());
+  EXPECT_EQ(greedy_c.value().Next(original.value()).value(),
+            std::max_element(logits.value().begin(), logits.value().end()) - logits.value().begin());
   EXPECT_EQ(model.value().Detokenize({-1}).error().code, KVC_INVALID_ARGUMENT);
   EXPECT_EQ(model.value().Detokenize({1 << 30}).error().code, KVC_INVALID_ARGUMENT);
   EXPECT_FALSE(model.value().IsEndOfGeneration(-5));
@@ -335,7 +352,25 @@ TEST(CApi, RunFromDefaultParams) {
   EXPECT_EQ(j["codec"], "kvtc");
 }
 
-// A fetch thread count out of range is refused before any model loads.
+// Sampling settings are checked once, by the job, before any model loads.
+TEST(CApi, RunRefusesBadSampling) {
+  kvc_run_params r;
+  kvc_run_default_params(&r);
+  r.model_path = KVCODEC_TEST_MODEL;
+  r.prompt = "hello";
+  r.sampling.temperature = 3;
+  auto run = kvcodec::RunJson(r);
+  ASSERT_FALSE(run.ok());
+  EXPECT_EQ(run.error().code, KVC_INVALID_ARGUMENT);
+  EXPECT_NE(run.error().message.find("temperature"), std::string::npos) << run.error().message;
+  r.sampling.temperature = 1;
+  r.sampling.min_p = -1;
+  run = kvcodec::RunJson(r);
+  ASSERT_FALSE(run.ok());
+  EXPECT_NE(run.error().message.find("min_p"), std::string::npos) << run.error().message;
+}
+
+// A fetch thread count or link rate out of range is refused (by the job) before any model loads.
 TEST(CApi, RunRefusesBadThreadCounts) {
   kvc_run_params r{};
   r.model_path = KVCODEC_TEST_MODEL;
@@ -345,6 +380,223 @@ TEST(CApi, RunRefusesBadThreadCounts) {
   ASSERT_FALSE(run.ok());
   EXPECT_EQ(run.error().code, KVC_INVALID_ARGUMENT);
   EXPECT_NE(run.error().message.find("fetch threads"), std::string::npos);
+  r.n_fetch_threads = 0;
+  r.link_gbps = -1;
+  run = kvcodec::RunJson(r);
+  ASSERT_FALSE(run.ok());
+  EXPECT_EQ(run.error().code, KVC_INVALID_ARGUMENT);
+  EXPECT_NE(run.error().message.find("link rate"), std::string::npos) << run.error().message;
+}
+
+// The JSON schemas kvcodec.h documents, read from the header itself (its "JSON:" paragraph):
+// a line ending in `JSON schema "<name>":` opens a block of ` *   "key"  type  meaning` lines
+// (meanings wrapped onto lines indented deeper); any other line closes it.
+struct DocumentedKey {
+  std::string name;
+  std::vector<std::string> types;  // string, integer, number, boolean, array, object, null
+  bool optional = false;           // "absent" among them
+};
+using Schemas = std::map<std::string, std::vector<DocumentedKey>>;
+
+Schemas HeaderSchemas() {
+  std::ifstream in(KVCODEC_SOURCE_DIR "/include/kvcodec/kvcodec.h");
+  EXPECT_TRUE(in.good()) << "cannot read kvcodec.h";
+  const std::regex opens(R"re(JSON schema "([a-z_]+)":\s*$)re");
+  const std::regex key(R"re(^ \*   "([a-z0-9_]+)" +([a-z|]+)( |$))re");
+  const std::regex continuation(R"re(^ \*\s{5,}\S)re");
+  const std::set<std::string> kTypes = {"string", "integer", "number", "boolean", "array", "object", "null"};
+  Schemas schemas;
+  std::vector<DocumentedKey>* open = nullptr;
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (open != nullptr) {
+      if (std::regex_search(line, m, key)) {
+        DocumentedKey k{m[1].str(), {}, false};
+        std::stringstream alternatives(m[2].str());
+        for (std::string t; std::getline(alternatives, t, '|');) {
+          if (t == "absent") {
+            k.optional = true;
+          } else {
+            EXPECT_TRUE(kTypes.count(t)) << "kvcodec.h: key \"" << k.name << "\" has an unknown type '" << t << "'";
+            k.types.push_back(t);
+          }
+        }
+        open->push_back(std::move(k));
+        continue;
+      }
+      if (std::regex_search(line, continuation)) continue;
+      open = nullptr;
+    }
+    if (std::regex_search(line, m, opens)) {
+      EXPECT_FALSE(schemas.count(m[1].str())) << "kvcodec.h documents JSON schema \"" << m[1] << "\" twice";
+      open = &schemas[m[1].str()];
+    }
+  }
+  return schemas;
+}
+
+bool HasType(const nlohmann::ordered_json& v, const std::string& type) {
+  if (type == "string") return v.is_string();
+  if (type == "integer") return v.is_number_integer();
+  if (type == "number") return v.is_number();
+  if (type == "boolean") return v.is_boolean();
+  if (type == "array") return v.is_array();
+  if (type == "object") return v.is_object();
+  return type == "null" && v.is_null();
+}
+
+// Holds one JSON object to the header's schema: the keys listed, in their order (an "absent" key
+// may be missing), each of a documented type.
+class SchemaCheck {
+ public:
+  SchemaCheck() : schemas_(HeaderSchemas()) {}
+
+  void Expect(const nlohmann::ordered_json& j, const std::string& schema) {
+    const auto it = schemas_.find(schema);
+    ASSERT_NE(it, schemas_.end()) << "kvcodec.h documents no JSON schema \"" << schema << "\"";
+    ASSERT_TRUE(j.is_object()) << schema << ": " << j.dump();
+    checked_.insert(schema);
+    std::vector<std::string> got, want;
+    for (const auto& [name, value] : j.items()) got.push_back(name);
+    for (const DocumentedKey& k : it->second) {
+      if (!j.contains(k.name)) {
+        EXPECT_TRUE(k.optional) << schema << ": the library leaves out \"" << k.name << "\", which kvcodec.h lists";
+        continue;
+      }
+      want.push_back(k.name);
+      const auto& v = j.at(k.name);
+      EXPECT_TRUE(std::any_of(k.types.begin(), k.types.end(), [&](const std::string& t) { return HasType(v, t); }))
+          << schema << ": \"" << k.name << "\" is " << v.type_name() << ", not what kvcodec.h says";
+    }
+    EXPECT_EQ(got, want) << schema << ": the library's keys (left) differ from those kvcodec.h lists";
+  }
+
+  // Every schema the header documents was met by some output.
+  void ExpectAllChecked() const {
+    std::set<std::string> documented;
+    for (const auto& [name, keys] : schemas_) documented.insert(name);
+    EXPECT_EQ(checked_, documented) << "a JSON schema kvcodec.h documents was not checked, or one checked is not there";
+  }
+
+  size_t size() const { return schemas_.size(); }
+
+ private:
+  Schemas schemas_;
+  std::set<std::string> checked_;
+};
+
+nlohmann::ordered_json Parse(const kvcodec::Outcome<std::string>& json) {
+  EXPECT_TRUE(json.ok()) << json.error().message;
+  return json.ok() ? nlohmann::ordered_json::parse(json.value()) : nlohmann::ordered_json();
+}
+
+void ExpectStateChunk(SchemaCheck& check, const nlohmann::ordered_json& j, const std::string& schema) {
+  check.Expect(j, schema);
+  for (const auto& section : j["sections"]) {
+    if (section.value("kind", "") == "recurrent") {
+      check.Expect(section, "state_recurrent_section");
+      continue;
+    }
+    check.Expect(section, "state_attention_section");
+    for (const auto& layer : section["layers"]) {
+      check.Expect(layer, "state_layer");
+      check.Expect(layer["k"], "state_tensor");
+      if (!layer["v"].is_null()) check.Expect(layer["v"], "state_tensor");
+    }
+  }
+}
+
+// Every kvc_*_json function on real input gives exactly the keys kvcodec.h documents next to it:
+// a key added, removed or renamed on either side fails here.
+TEST(CApi, JsonOutputsHaveTheKeysTheHeaderDocuments) {
+  SchemaCheck check;
+  ASSERT_GE(check.size(), 10u) << "kvcodec.h's JSON schemas were not found";
+
+  auto codecs = Parse(kvcodec::CodecsJson());
+  ASSERT_TRUE(codecs.is_array());
+  for (const auto& codec : codecs) check.Expect(codec, "codec");
+
+  auto model = kvcodec::Model::Load(KVCODEC_TEST_MODEL);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  check.Expect(Parse(model.value().InfoJson()), "model_info");
+
+  // A .kvc file and its sections.
+  auto tokens = model.value().Tokenize("In the beginning God created the heaven and the earth.", true);
+  ASSERT_TRUE(tokens.ok());
+  kvc_session_params params;
+  kvc_session_default_params(&params);
+  params.n_ctx = 128;
+  auto session = kvcodec::Session::Create(model.value(), params);
+  ASSERT_TRUE(session.ok());
+  ASSERT_FALSE(session.value().Eval(tokens.value()).has_value());
+  auto kv = session.value().Extract();
+  ASSERT_TRUE(kv.ok());
+  auto bytes = kvcodec::Encode(kv.value(), "quant", "8", "", model.value().Fingerprint());
+  ASSERT_TRUE(bytes.ok()) << bytes.error().message;
+  const auto kvc = Parse(kvcodec::InspectJson(bytes.value()));
+  check.Expect(kvc, "inspect_kvc");
+  ASSERT_FALSE(kvc["sections"].empty());
+  for (const auto& section : kvc["sections"]) check.Expect(section, "inspect_kvc_section");
+
+  // A state chunk (a hybrid model's: attention and recurrent sections) as the chunk_state fuzz
+  // seed holds it: a u16 length, the token object, then the boundary object.
+  std::ifstream seed(KVCODEC_SOURCE_DIR "/fuzz/corpus/chunk_state/hybrid", std::ios::binary);
+  const std::vector<uint8_t> both((std::istreambuf_iterator<char>(seed)), std::istreambuf_iterator<char>());
+  ASSERT_GT(both.size(), 2u);
+  const size_t split = std::min<size_t>(both.size() - 2, size_t{both[0]} << 8 | both[1]);
+  const std::vector<uint8_t> token_object(both.begin() + 2, both.begin() + 2 + static_cast<ptrdiff_t>(split));
+  const std::vector<uint8_t> boundary_object(both.begin() + 2 + static_cast<ptrdiff_t>(split), both.end());
+  ExpectStateChunk(check, Parse(kvcodec::InspectJson(token_object)), "state_chunk_tokens");
+  ExpectStateChunk(check, Parse(kvcodec::InspectJson(boundary_object)), "state_chunk_boundary");
+
+  // The floor from the test model's profile, and the profile in it.
+  const auto floor = Parse(kvcodec::QualityFloorJson(KVCODEC_TEST_MODEL, "", "", 0, 0));
+  check.Expect(floor, "quality_floor");
+  ASSERT_TRUE(floor["profile"].is_object());
+  check.Expect(floor["profile"], "quality_profile");
+  ASSERT_FALSE(floor["profile"]["rungs"].empty());
+  for (const auto& rung : floor["profile"]["rungs"]) check.Expect(rung, "quality_profile_rung");
+
+  // The same model with no profile beside it: the lossless floor, as the header says.
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("kvcodec_capi_schema_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string bare = (dir / "bare.gguf").string();
+  std::filesystem::create_symlink(KVCODEC_TEST_MODEL, bare);
+  const auto lossless = Parse(kvcodec::QualityFloorJson(bare, "", "", 0, 0));
+  check.Expect(lossless, "quality_floor");
+  EXPECT_EQ(lossless["from_profile"], false);
+  EXPECT_TRUE(lossless["profile"].is_null());
+  EXPECT_EQ(lossless["allowed"], nlohmann::ordered_json::array({"raw/fp16"}));
+
+  // The main job, twice on a store of its own: the second run fetches what the first stored,
+  // raw fp16 alone (no profile: the lossless floor, whatever the codec).
+  const std::string store = "dir://" + (dir / "store").string();
+  kvc_run_params run;
+  kvc_run_default_params(&run);
+  run.model_path = bare.c_str();
+  run.prompt =
+      "Now the serpent was more subtil than any beast of the field which the LORD God had made. And he said "
+      "unto the woman, Yea, hath God said, Ye shall not eat of every tree of the garden?";
+  run.store_url = store.c_str();
+  run.chunk_tokens = 16;
+  run.n_generate = 2;
+  run.n_threads = 1;
+  run.n_fetch_threads = 1;
+  run.always_fetch = 1;
+  const auto first = Parse(kvcodec::RunJson(run));
+  check.Expect(first, "run_report");
+  EXPECT_EQ(first["stored_levels"], nlohmann::ordered_json::array({"raw/fp16"}));
+  EXPECT_GT(first["chunks_stored"].get<int>(), 0);
+  const auto second = Parse(kvcodec::RunJson(run));
+  check.Expect(second, "run_report");
+  EXPECT_EQ(second["chunks_fetched"], first["chunks_stored"]);
+  ASSERT_FALSE(second["variants"].empty());
+  for (const auto& v : second["variants"]) EXPECT_EQ(v, "raw/fp16");
+  std::filesystem::remove_all(dir);
+
+  check.ExpectAllChecked();
 }
 
 }  // namespace

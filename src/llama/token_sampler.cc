@@ -3,6 +3,7 @@
 #include <llama.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -37,7 +38,7 @@ uint32_t DrawSeed(const std::optional<uint64_t>& seed, uint64_t offset) {
 
 Result<std::unique_ptr<TokenSampler>> TokenSampler::Create(const SamplingParams& p, uint32_t n_vocab,
                                                            uint32_t penalty_window, uint64_t seed_offset) {
-  RETURN_IF_ERROR(CheckSamplingParams(p));
+  assert(CheckSamplingParams(p).ok() && "sampling settings are checked where they come in");
   if (n_vocab == 0) return InvalidArgument("the vocabulary is empty");
   std::unique_ptr<TokenSampler> s(new TokenSampler());
   s->greedy_ = p.greedy();

@@ -29,13 +29,17 @@ struct SamplingParams {
   bool greedy() const { return temperature <= 0; }
 };
 
-// The range checks the request parser applies; the message names the field.
-Status CheckSamplingParams(const SamplingParams& params);
+// The range checks of every field, with a message that names the field. Called once, where the
+// settings come in: RunJob for `run`, the request parser for `serve`, the C API's sampler and
+// run calls; what is built from them afterwards (TokenSampler) trusts them.
+[[nodiscard]] Status CheckSamplingParams(const SamplingParams& params);
 
 // One sequence's sampler: holds the chain's state (the penalties' token counts, the random
 // generator), so each generated sequence has its own.
 class TokenSampler {
  public:
+  // `params` must have passed CheckSamplingParams: the sampler does not check them again (a
+  // debug build asserts it). Errors: an empty vocabulary, llama.cpp failing to make a chain.
   // `seed_offset` separates the n choices of one request that share a seed.
   static Result<std::unique_ptr<TokenSampler>> Create(const SamplingParams& params, uint32_t n_vocab,
                                                       uint32_t penalty_window, uint64_t seed_offset = 0);

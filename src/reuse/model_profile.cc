@@ -210,12 +210,17 @@ QualityFloor FloorFromProfile(const ModelProfile& profile, const QualityLimits& 
   return f;
 }
 
-Result<QualityFloor> LoadQualityFloor(const std::string& model_path, const std::string& profile_path,
-                                      const ModelFingerprint& model, const CalibrationRegistry& calibrations,
-                                      const QualityLimits& limits) {
+Status CheckQualityLimits(const QualityLimits& limits) {
   if (!(limits.max_ppl_delta >= 0) || !(limits.min_top1 >= 0 && limits.min_top1 <= 1)) {
     return InvalidArgument("--max-ppl-delta must be >= 0 and --min-top1 in [0, 1]");
   }
+  return Status::Ok();
+}
+
+Result<QualityFloor> LoadQualityFloor(const std::string& model_path, const std::string& profile_path,
+                                      const ModelFingerprint& model, const CalibrationRegistry& calibrations,
+                                      const QualityLimits& limits) {
+  RETURN_IF_ERROR(CheckQualityLimits(limits));
   const auto loaded_kvcal = calibrations.FindForModel(model);
   const std::string kvcal_hash = loaded_kvcal ? HexString(loaded_kvcal->hash) : "";
   // `calibrate` writes the calibration kvtc needs and measures every codec's rungs into the

@@ -57,6 +57,8 @@ struct QualityLimits {
   double max_ppl_delta = 1.0;  // percent
   double min_top1 = 0.97;
 };
+// max_ppl_delta >= 0 and min_top1 in [0, 1] (NaN is neither); kInvalidArgument otherwise.
+[[nodiscard]] Status CheckQualityLimits(const QualityLimits& limits);
 
 struct QualityFloor {
   std::vector<std::pair<std::string, std::string>> allowed;    // (codec, level), most accurate first

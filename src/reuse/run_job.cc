@@ -13,8 +13,8 @@
 #include "llama/llama_session.h"
 #include "llama/model_files.h"
 #include "reuse/prefix_reuse.h"
+#include "reuse/reuse_setup.h"
 #include "reuse/state_chunks.h"
-#include "transform_coding/calibration_registry.h"
 
 namespace kvc {
 namespace {
@@ -35,66 +35,41 @@ Result<RunReport> RunJob(const RunOptions& o) {
   RunReport r;
   r.codec = o.codec;
   r.link_gbps = o.link_gbps;
-  if (FindCodec(o.codec) == nullptr) return InvalidArgument("unknown codec '" + o.codec + "'");
-  if (o.chunk_tokens == 0) return InvalidArgument("chunk tokens must be positive");
+  // Every option is checked once, before anything is loaded: the sampling settings here, the rest
+  // by the reuse set-up. What follows trusts them.
   RETURN_IF_ERROR(CheckSamplingParams(o.sampling));
-
-  const auto t_load = SteadyClock::now();
-  ASSIGN_OR_RETURN(auto model, LlamaModel::Load(o.model_path));
-  // What the model cannot do is said before anything else (the store, the probe) is touched.
-  RETURN_IF_ERROR(model->CheckKeepsKv());
+  ReuseSetupOptions setup_options = ReuseSetupOptionsOf(o);
+  setup_options.store = o.reuse || o.store_new_chunks ? StoreOpening::kOnce : StoreOpening::kNone;
+  // The prompt is the model's to read: checked before the calibration, the floor and the store.
   std::vector<int32_t> tokens = o.prompt_tokens;
-  if (tokens.empty()) {
-    ASSIGN_OR_RETURN(tokens, model->Tokenize(o.prompt, true));
-  } else {
-    for (const int32_t id : tokens) {
-      if (id < 0 || static_cast<uint32_t>(id) >= model->info().n_vocab) {
-        return InvalidArgument(
-            FormatMessage("token id %d is not in the model's vocabulary of %u", id, model->info().n_vocab));
+  setup_options.check_model = [&](const LlamaModel& model) -> Status {
+    if (tokens.empty()) {
+      ASSIGN_OR_RETURN(tokens, model.Tokenize(o.prompt, true));
+    } else {
+      for (const int32_t id : tokens) {
+        if (id < 0 || static_cast<uint32_t>(id) >= model.info().n_vocab) {
+          return InvalidArgument(
+              FormatMessage("token id %d is not in the model's vocabulary of %u", id, model.info().n_vocab));
+        }
       }
     }
-  }
-  const bool starts_with_bos = model->has_bos() && !tokens.empty() && tokens.front() == model->bos_token();
-  if (tokens.size() <= (starts_with_bos ? 1u : 0u)) return InvalidArgument("the prompt is empty");
-  CalibrationRegistry calibrations;
-  RETURN_IF_ERROR(LoadModelCalibration(calibrations, o.model_path, o.calibration));
-  // Without a calibration kvtc has no rung in the floor and only what the floor allows is
-  // stored (raw alone without a profile); levels the caller names are encoded as named.
-  if (!o.levels.empty() && FindCodec(o.codec)->info().needs_calibration &&
-      calibrations.FindForModel(model->fingerprint()) == nullptr) {
-    return InvalidArgument("codec '" + o.codec + "' needs a calibration for the levels asked for: run `kvcodec " +
-                           "calibrate --model " + o.model_path + "` or pass --calibration");
-  }
-  ASSIGN_OR_RETURN(const QualityFloor floor,
-                   LoadQualityFloor(o.model_path, o.profile, model->fingerprint(), calibrations, o.quality));
+    const bool starts_with_bos = model.has_bos() && !tokens.empty() && tokens.front() == model.bos_token();
+    if (tokens.size() <= (starts_with_bos ? 1u : 0u)) return InvalidArgument("the prompt is empty");
+    return CheckWithinTrainingContext(model.info(), tokens.size() + uint64_t{o.n_generate},
+                                      FormatMessage("the prompt and %u tokens to generate", o.n_generate));
+  };
+
+  const auto t_load = SteadyClock::now();
+  ASSIGN_OR_RETURN(ReuseSetup setup, SetUpReuse(setup_options));
+  const std::unique_ptr<LlamaModel>& model = setup.model;
+  CalibrationRegistry& calibrations = *setup.calibrations;
+  const QualityFloor& floor = setup.plan.floor;
+  const std::unique_ptr<Store>& store = setup.store;
   // Said once, in the report: the CLI prints it, and a C API caller reads it from the JSON.
   r.quality_floor = floor.note;
-  ASSIGN_OR_RETURN(StorePlan plan, PlanStoredRungs(floor, o.codec));
-  if (!o.levels.empty()) {  // the caller's own choice, exactly
-    plan.rungs.clear();
-    for (const std::string& level : o.levels) plan.rungs.push_back({FindCodec(o.codec), level});
-    plan.note.clear();
-  }
-  if (!plan.note.empty()) KVC_LOG_WARN("%s", PrintableOneLine(plan.note).c_str());
-  r.stored_levels = RungNames(plan.rungs);
-  const std::string store_url = o.store_url.empty() ? DefaultStoreUrl() : o.store_url;
-  r.store = RedactedUrl(store_url);
-  // A malformed URL is the caller's mistake; a store that cannot be reached is a warning.
-  std::unique_ptr<Store> store;
-  if (o.reuse || o.store_new_chunks) {
-    StoreOptions store_options;
-    store_options.secret = o.store_secret;
-    auto opened = OpenStore(store_url, store_options);
-    if (opened.ok()) {
-      store = std::move(opened).value();
-    } else if (opened.status().code() == StatusCode::kInvalidArgument) {
-      return opened.status();
-    } else {
-      Warn(r, "store " + r.store + " unavailable, recomputing and not storing: " + opened.status().ToString());
-    }
-  }
-  RETURN_IF_ERROR(CheckWithinTrainingContext(model->info(), tokens.size() + uint64_t{o.n_generate},
-                                             FormatMessage("the prompt and %u tokens to generate", o.n_generate)));
+  r.stored_levels = RungNames(setup.plan.rungs);
+  r.store = setup.store_url;
+  r.warnings = setup.warnings;  // logged already
   r.prompt_tokens = static_cast<uint32_t>(tokens.size());
   SessionOptions so;
   so.n_ctx = r.prompt_tokens + o.n_generate + 8;
@@ -204,7 +179,7 @@ Result<RunReport> RunJob(const RunOptions& o) {
     if (!one_cache.ok()) {
       stored = one_cache.status();
     } else if (*one_cache) {
-      stored = StoreSessionChunks(*store, *session, keys, r.chunks_fetched, o.chunk_tokens, plan.rungs,
+      stored = StoreSessionChunks(*store, *session, keys, r.chunks_fetched, o.chunk_tokens, setup.plan.rungs,
                                   model->fingerprint(), store_context);
     } else {
       // Lossless state chunks: these layouts have no codec rungs yet.

@@ -74,6 +74,8 @@ struct RunReport {
   double link_gbps = 0;
 };
 
+// The options are checked first, once: the sampling settings here, the rest by the reuse set-up
+// (reuse/reuse_setup.h), before the model loads; then the prompt, before the store is opened.
 Result<RunReport> RunJob(const RunOptions& options);
 std::string RunReportJson(const RunReport& report);
 

@@ -20,13 +20,13 @@
 #include "base/utf8.h"
 #include "llama/llama_session.h"
 #include "llama/model_files.h"
+#include "reuse/reuse_setup.h"
 #include "serve/batch_scheduler.h"
 #include "serve/completion_request.h"
 #include "serve/http_server.h"
 #include "serve/openai_response.h"
 #include "serve/request_guard.h"
 #include "store/reconnecting_store.h"
-#include "transform_coding/calibration_registry.h"
 
 namespace kvc {
 namespace {
@@ -58,7 +58,7 @@ struct CompletionServer::Impl {
   ServerOptions o;
   RequestGuard request_guard;
   std::unique_ptr<LlamaModel> model;
-  CalibrationRegistry calibrations;
+  std::unique_ptr<CalibrationRegistry> calibrations;
   std::unique_ptr<ReconnectingStore> store;  // may be down: requests then recompute
   std::unique_ptr<LlamaSession> session;
   std::string model_name;
@@ -464,8 +464,7 @@ CompletionServer::~CompletionServer() { Stop(); }
 
 Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerOptions& o) {
   if (o.parallel < 1 || o.parallel > 64) return InvalidArgument("parallel must be in 1..64");
-  if (o.fetch_threads < 1 || o.fetch_threads > 64) return InvalidArgument("fetch threads must be in 1..64");
-  if (o.n_ctx < 2 || o.chunk_tokens == 0) return InvalidArgument("the context and chunk size must be positive");
+  if (o.n_ctx < 2) return InvalidArgument("the context must be at least 2 tokens");
   if (o.max_body_bytes == 0 || o.max_body_bytes > (uint64_t{1} << 40))
     return InvalidArgument("the body limit must be in 1..2^40 bytes");
   if (!(o.request_timeout_s > 0 && o.request_timeout_s <= 86400))
@@ -473,37 +472,33 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
   if (o.max_connections < 1 || o.max_connections > 65536) return InvalidArgument("max connections must be in 1..65536");
   if (!(o.store_retry_max_s > 0 && o.store_retry_max_s <= 3600))
     return InvalidArgument("the store's retry wait must be in (0, 3600] s");
+  // The reuse options (codec, chunk size, link rate, fetch threads, quality limits) are checked
+  // by the reuse set-up, before the model loads.
+  ReuseSetupOptions setup_options = ReuseSetupOptionsOf(o);
+  setup_options.min_fetch_threads = 1;  // the fetch threads are the server's own, never "one per core"
+  setup_options.decide_floor = o.reuse;
+  // A store that is down (Redis stopped, a wrong password) is no reason not to serve: requests
+  // recompute while it is retried in the background. A malformed URL is still an error.
+  setup_options.store = StoreOpening::kReconnecting;
+  setup_options.reconnect.max_retry =
+      std::max(setup_options.reconnect.first_retry,
+               std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(o.store_retry_max_s)));
+  ASSIGN_OR_RETURN(ReuseSetup setup, SetUpReuse(setup_options));
   auto impl = std::make_unique<Impl>();
   impl->o = o;
   impl->request_guard = RequestGuard(o);
-  const Codec* codec = FindCodec(o.codec);
-  if (codec == nullptr) return InvalidArgument("unknown codec '" + o.codec + "'");
-  QualityFloor floor;
-  ASSIGN_OR_RETURN(impl->model, LlamaModel::Load(o.model_path));
-  RETURN_IF_ERROR(impl->model->CheckKeepsKv());
-  RETURN_IF_ERROR(LoadModelCalibration(impl->calibrations, o.model_path, o.calibration));
-  if (o.reuse) {
-    ASSIGN_OR_RETURN(
-        floor, LoadQualityFloor(o.model_path, o.profile, impl->model->fingerprint(), impl->calibrations, o.quality));
-    // Without a profile (or kvtc's calibration) the floor is lossless, which serves and stores,
-    // and its note says how to calibrate: a warning, once, not a reason to refuse to start.
-    if (floor.from_profile()) {
-      KVC_LOG_INFO("quality floor: %s", PrintableOneLine(floor.note).c_str());
-    } else {
-      KVC_LOG_WARN("quality floor: %s", PrintableOneLine(floor.note).c_str());
-    }
-    ASSIGN_OR_RETURN(StorePlan plan, PlanStoredRungs(floor, o.codec));
-    if (!plan.note.empty()) KVC_LOG_WARN("%s", PrintableOneLine(plan.note).c_str());
-    impl->stored_rungs = plan.rungs;
+  impl->model = std::move(setup.model);
+  impl->calibrations = std::move(setup.calibrations);
+  impl->store = std::move(setup.reconnecting_store);
+  impl->stored_rungs = std::move(setup.plan.rungs);
+  const QualityFloor& floor = setup.plan.floor;
+  // Without a profile (or kvtc's calibration) the floor is lossless, which serves and stores,
+  // and its note says how to calibrate: a warning, once, not a reason to refuse to start.
+  if (floor.from_profile()) {
+    KVC_LOG_INFO("quality floor: %s", PrintableOneLine(floor.note).c_str());
+  } else if (o.reuse) {
+    KVC_LOG_WARN("quality floor: %s", PrintableOneLine(floor.note).c_str());
   }
-  // A store that is down (Redis stopped, a wrong password) is no reason not to serve: requests
-  // recompute while it is retried in the background. A malformed URL is still an error.
-  ReconnectOptions reconnect;
-  reconnect.max_retry =
-      std::max(reconnect.first_retry,
-               std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(o.store_retry_max_s)));
-  ASSIGN_OR_RETURN(impl->store, ReconnectingStore::Open(o.store_url.empty() ? DefaultStoreUrl() : o.store_url,
-                                                        StoreOptions{.secret = o.store_secret}, reconnect));
   SessionOptions so;
   so.n_ctx = o.n_ctx;
   so.n_seq = static_cast<uint32_t>(o.parallel);
@@ -544,7 +539,8 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
     const std::vector<int32_t> probe(64, impl->model->has_bos() ? impl->model->bos_token() : 0);
     ASSIGN_OR_RETURN(so2.recompute_s, MeasureChunkPrefillSeconds(*impl->session, probe, o.chunk_tokens));
   }
-  const ReuseContext reuse{impl->store.get(), codec, &impl->calibrations, &impl->model->fingerprint()};
+  const ReuseContext reuse{impl->store.get(), FindCodec(o.codec), impl->calibrations.get(),
+                           &impl->model->fingerprint()};
   impl->scheduler = std::make_unique<BatchScheduler>(*impl->model, *impl->session, reuse, so2, impl->metrics);
   HttpServerOptions http;
   http.request_timeout_s = o.request_timeout_s;

@@ -95,6 +95,8 @@ const char* SchedulerName(ServerOptions::Scheduler scheduler);
 
 class CompletionServer {
  public:
+  // Every option checked (the reuse ones by the reuse set-up that `run` shares,
+  // reuse/reuse_setup.h), then the model loaded, its floor decided and the store opened.
   static Result<std::unique_ptr<CompletionServer>> Create(const ServerOptions& options);
   ~CompletionServer();
   CompletionServer(const CompletionServer&) = delete;

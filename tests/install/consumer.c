@@ -63,6 +63,13 @@ int main(int argc, char** argv) {
   memcpy(original_logits, logits, n_vocab * sizeof(float));
   kvc_sampler_params sampling;
   kvc_sampler_default_params(&sampling); /* greedy */
+  /* kvc_run_params holds the same struct, with the same defaults. */
+  kvc_run_params run;
+  kvc_run_default_params(&run);
+  if (run.sampling.temperature != sampling.temperature || run.sampling.top_p != 1.0f || run.sampling.has_seed != 0) {
+    fprintf(stderr, "kvc_run_default_params' sampling is not greedy\n");
+    goto done;
+  }
   if (!check(kvc_sampler_create(model, &sampling, &sampler), "kvc_sampler_create")) goto done;
   if (!check(kvc_sampler_next(sampler, original, &original_next), "kvc_sampler_next")) goto done;
 

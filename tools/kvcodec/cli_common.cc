@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "base/utf8.h"
+#include "quality/token_file.h"
 
 namespace kvcodec_cli {
 
@@ -13,6 +14,8 @@ int Fail(const std::string& message) {
 }
 
 int Fail(const kvcodec::Error& error) { return Fail(error.message); }
+
+int Fail(const kvc::Status& status) { return Fail(status.ToString()); }
 
 std::string Printable(const std::string& text) { return kvc::PrintableOneLine(text); }
 
@@ -31,10 +34,18 @@ std::string JoinParams(const std::vector<std::string>& params) {
   return joined;
 }
 
-kvc_dtype ParseCacheType(const std::string& s) {
-  if (s == "f32") return KVC_F32;
-  if (s == "bf16") return KVC_BF16;
-  return KVC_F16;
+kvc::DType ParseCacheType(const std::string& s) {
+  if (s == "f32") return kvc::DType::kF32;
+  if (s == "bf16") return kvc::DType::kBF16;
+  return kvc::DType::kF16;
+}
+
+kvc::Result<std::vector<int32_t>> ReadTokenIds(const std::string& path, uint32_t n_vocab) {
+  auto docs = kvc::ReadTokenFile(path, n_vocab);
+  if (!docs.ok()) return docs.status();
+  std::vector<int32_t> ids;
+  for (const auto& d : *docs) ids.insert(ids.end(), d.begin(), d.end());
+  return ids;
 }
 
 std::string FormatGbps(double gbps) {
@@ -70,7 +81,7 @@ void AddCacheTypeOption(CLI::App* app, std::string* type) {
 }
 
 void AddQualityLimitOptions(CLI::App* app, double* max_ppl_delta, double* min_top1) {
-  // The library reads a limit of 0 as "the default", so 0 is refused here rather than changed.
+  // The C API reads a limit of 0 as "the default", so 0 is refused here rather than changed.
   auto above_zero = [](double most) {
     return CLI::Validator(
         [most](std::string& in) -> std::string {
@@ -91,11 +102,15 @@ void AddQualityLimitOptions(CLI::App* app, double* max_ppl_delta, double* min_to
       ->check(above_zero(1.0));
 }
 
-void QualityArgs::AddTo(CLI::App* app) {
-  app->add_option("--profile", profile,
+void AddQualityOptions(CLI::App* app, std::string* profile, kvc::QualityLimits* limits) {
+  app->add_option("--profile", *profile,
                   "Quality profile (default: <model>.kvprof.json beside the model; without one only raw fp16, "
                   "lossless, is stored and fetched)");
-  AddQualityLimitOptions(app, &max_ppl_delta, &min_top1);
+  app->add_option("--max-ppl-delta", limits->max_ppl_delta,
+                  "Largest profiled perplexity change a rung may have, percent")
+      ->capture_default_str();
+  app->add_option("--min-top1", limits->min_top1, "Smallest profiled top-1 agreement a rung may have")
+      ->capture_default_str();
 }
 
 }  // namespace kvcodec_cli

@@ -7,7 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "kvcodec/kvcodec.hpp"
+#include "reuse/model_profile.h"
+#include "tensor/kv_cache.h"
 
 namespace kvcodec_cli {
 
@@ -15,7 +18,8 @@ namespace kvcodec_cli {
 // sequence in it can neither forge another line nor reach the terminal as a control sequence.
 // (The library's own messages are already escaped this way.) Returns the exit status, 1.
 int Fail(const std::string& message);
-int Fail(const kvcodec::Error& error);
+int Fail(const kvcodec::Error& error);  // the C API's (its message)
+int Fail(const kvc::Status& status);    // the library's (its code and message, as the C API words it)
 
 // `text` as one printable line (kvc::PrintableOneLine): every string a report prints goes through
 // it, since most come from files (a profile's text, a .kvc header's names, a calibration's
@@ -37,10 +41,14 @@ constexpr const char* kStoreSecretHelp =
     "Seal and check every stored object with HMAC-SHA256 keyed with this secret, so that only writers "
     "holding it can supply chunks (for shared stores); prefer $KVCODEC_STORE_SECRET, which `ps` does not show";
 
-// --param values as the library takes them: "k=v,k=v".
+// --param values as the C API takes them: "k=v,k=v" (the C++ commands: ParseCodecParams).
 std::string JoinParams(const std::vector<std::string>& params);
 // "f32", "bf16", else fp16 (the option's check admits only those three).
-kvc_dtype ParseCacheType(const std::string& s);
+kvc::DType ParseCacheType(const std::string& s);
+
+// A --token-file's ids (kvc::ReadTokenFile), every document one after another, each id checked
+// against n_vocab.
+kvc::Result<std::vector<int32_t>> ReadTokenIds(const std::string& path, uint32_t n_vocab);
 
 // "10 Gbps", "0.3 Gbps": a link rate in reports.
 std::string FormatGbps(double gbps);
@@ -54,20 +62,13 @@ void AddCalibrationOption(CLI::App* app, std::string* path);      // --calibrati
 void AddParamOption(CLI::App* app, std::vector<std::string>* p);  // --param key=value, repeatable
 void AddCacheTypeOption(CLI::App* app, std::string* type);        // --cache-type f16|f32|bf16
 
-// --max-ppl-delta and --min-top1 (each above 0).
+// --max-ppl-delta and --min-top1 for the C API (`codecs --model`), which reads a limit of 0 as
+// its default: each is checked to be above 0 here.
 void AddQualityLimitOptions(CLI::App* app, double* max_ppl_delta, double* min_top1);
 
-// The quality-floor flags of run, serve and bench ttft.
-struct QualityArgs {
-  std::string profile;
-  double max_ppl_delta = 1.0, min_top1 = 0.97;
-  void AddTo(CLI::App* app);
-  template <typename Params>
-  void Set(Params* p) const {
-    p->profile = profile.empty() ? nullptr : profile.c_str();
-    p->max_ppl_delta = max_ppl_delta;
-    p->min_top1 = min_top1;
-  }
-};
+// The quality-floor options of run, serve and bench ttft, bound to their options' profile path
+// and limits (default: kvc::QualityLimits's), which the library checks: --profile,
+// --max-ppl-delta, --min-top1.
+void AddQualityOptions(CLI::App* app, std::string* profile, kvc::QualityLimits* limits);
 
 }  // namespace kvcodec_cli

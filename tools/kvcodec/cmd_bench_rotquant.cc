@@ -7,36 +7,28 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "bench/rotquant_ablation.h"
 #include "cli_common.h"
 #include "commands.h"
-#include "kvcodec/kvcodec.hpp"
-#include "kvcodec_tools.h"
 
 namespace kvcodec_cli {
 namespace {
 
 struct BenchRotQuantArgs {
-  std::string model = DefaultModel(), text;
-  uint32_t ctx = 1024, chunk = 256;
-  double min_seconds = 0.3;
+  kvc::RotQuantAblationOptions o;  // bound to the options; progress set from `quiet`
   bool json = false, quiet = false;
+  BenchRotQuantArgs() { o.model_path = DefaultModel(); }
 };
 
-int RunBenchRotQuant(const BenchRotQuantArgs& a) {
-  kvc_bench_rotquant_params p{};
-  p.model_path = a.model.c_str();
-  p.text_path = a.text.empty() ? nullptr : a.text.c_str();
-  p.ctx = a.ctx;
-  p.chunk = a.chunk;
-  p.min_seconds = a.min_seconds;
-  p.quiet = a.quiet ? 1 : 0;
-  auto report = kvcodec::BenchRotQuantJson(p);
-  if (!report.ok()) return Fail(report.error());
+int RunBenchRotQuant(BenchRotQuantArgs& a) {
+  a.o.progress = !a.quiet;
+  auto report = kvc::RunRotQuantAblationJson(a.o);
+  if (!report.ok()) return Fail(report.status());
   if (a.json) {
-    std::cout << report.value() << "\n";
+    std::cout << *report << "\n";
     return 0;
   }
-  const auto j = nlohmann::json::parse(report.value());
+  const auto j = nlohmann::json::parse(*report);
   std::printf("rotquant ablation: %u chunks of %u tokens, head_dim %u (relative squared error K / V)\n",
               j["n_chunks"].get<unsigned>(), j["chunk"].get<unsigned>(), j["head_dim"].get<unsigned>());
   auto row = [](const char* name, const nlohmann::json& r) {
@@ -61,15 +53,16 @@ int RunBenchRotQuant(const BenchRotQuantArgs& a) {
 
 Command AddBenchRotQuantCommand(CLI::App* parent) {
   auto br = std::make_shared<BenchRotQuantArgs>();
+  kvc::RotQuantAblationOptions& o = br->o;
   auto* bench_rotquant = parent->add_subcommand(
       "rotquant",
       "rotquant's optional parts on a real KV cache: entropy coding, a residual sign bit, a QJL residual sketch, "
       "RoPE undone");
-  AddModelOption(bench_rotquant, &br->model);
-  bench_rotquant->add_option("--text", br->text, "Text to prefill (default: eval.txt beside the model)");
-  bench_rotquant->add_option("--ctx", br->ctx, "Tokens prefilled")->capture_default_str();
-  bench_rotquant->add_option("--chunk", br->chunk, "Tokens per coded chunk")->capture_default_str();
-  bench_rotquant->add_option("--min-seconds", br->min_seconds, "Time per decode measurement")->capture_default_str();
+  AddModelOption(bench_rotquant, &o.model_path);
+  bench_rotquant->add_option("--text", o.text_path, "Text to prefill (default: eval.txt beside the model)");
+  bench_rotquant->add_option("--ctx", o.ctx, "Tokens prefilled")->capture_default_str();
+  bench_rotquant->add_option("--chunk", o.chunk, "Tokens per coded chunk")->capture_default_str();
+  bench_rotquant->add_option("--min-seconds", o.min_seconds, "Time per decode measurement")->capture_default_str();
   AddJsonFlag(bench_rotquant, &br->json);
   AddQuietFlag(bench_rotquant, &br->quiet);
   return {bench_rotquant, [br] { return RunBenchRotQuant(*br); }};

@@ -1,4 +1,5 @@
-// `kvcodec bench ttft`: tTFT of a long prompt reusing its stored prefix, per codec and link rate, beside recompute; .
+// `kvcodec bench ttft`: TTFT of a long prompt reusing its stored prefix, per codec and link rate, beside recompute;
+// plus a labelled projection to 7B-70B shapes.
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -7,44 +8,42 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "bench/ttft_bench.h"
 #include "cli_common.h"
+#include "cli_lists.h"
 #include "commands.h"
-#include "kvcodec/kvcodec.hpp"
-#include "kvcodec_tools.h"
 
 namespace kvcodec_cli {
 namespace {
 
 struct BenchTtftArgs {
-  std::string model = DefaultModel(), text, calibration, codecs, link_gbps, prefix_tokens;
-  uint32_t prompt_tokens = 4096, chunk = 256, repeats = 3;
-  int threads = 0, fetch_threads = 0;
+  kvc::TtftBenchOptions o;  // bound to the options; the lists and progress set from theirs
+  std::string codecs, link_gbps, prefix_tokens;
   bool json = false, quiet = false;
-  QualityArgs quality;
+  BenchTtftArgs() { o.model_path = DefaultModel(); }
 };
 
-int RunBenchTtft(const BenchTtftArgs& a) {
-  kvc_bench_ttft_params p{};
-  p.model_path = a.model.c_str();
-  p.text_path = a.text.empty() ? nullptr : a.text.c_str();
-  p.calibration = a.calibration.empty() ? nullptr : a.calibration.c_str();
-  p.codecs = a.codecs.empty() ? nullptr : a.codecs.c_str();
-  p.link_gbps = a.link_gbps.empty() ? nullptr : a.link_gbps.c_str();
-  p.prompt_tokens = a.prompt_tokens;
-  p.chunk_tokens = a.chunk;
-  p.repeats = a.repeats;
-  a.quality.Set(&p);
-  p.n_threads = a.threads;
-  p.quiet = a.quiet ? 1 : 0;
-  p.prefix_tokens = a.prefix_tokens.empty() ? nullptr : a.prefix_tokens.c_str();
-  p.n_fetch_threads = a.fetch_threads;
-  auto report = kvcodec::BenchTtftJson(p);
-  if (!report.ok()) return Fail(report.error());
+int RunBenchTtft(BenchTtftArgs& a) {
+  kvc::TtftBenchOptions& o = a.o;
+  // The lists' syntax is checked here; their values (codecs that exist, rates above 0, prefixes
+  // of whole chunks) and the fetch threads' range by RunTtftBenchJson.
+  o.codecs = SplitList(a.codecs);
+  if (!a.link_gbps.empty()) {
+    auto rates = ParseLinkRates(a.link_gbps);
+    if (!rates.ok()) return Fail(rates.status());
+    o.link_gbps = std::move(rates).value();
+  }
+  auto prefixes = ParsePrefixLengths(a.prefix_tokens);
+  if (!prefixes.ok()) return Fail(prefixes.status());
+  o.prefix_tokens = std::move(prefixes).value();
+  o.progress = !a.quiet;
+  auto report = kvc::RunTtftBenchJson(o);
+  if (!report.ok()) return Fail(report.status());
   if (a.json) {
-    std::cout << report.value() << "\n";
+    std::cout << *report << "\n";
     return 0;
   }
-  const auto j = nlohmann::json::parse(report.value());
+  const auto j = nlohmann::json::parse(*report);
   for (const auto& pj : j["prefixes"]) {
     std::printf("prefix %u tokens stored, %u-token prompt: recompute %.3f s\n", pj["prefix_tokens"].get<unsigned>(),
                 pj["prompt_tokens"].get<unsigned>(), pj["recompute_ttft_s"].get<double>());
@@ -66,26 +65,27 @@ int RunBenchTtft(const BenchTtftArgs& a) {
 
 Command AddBenchTtftCommand(CLI::App* parent) {
   auto bt = std::make_shared<BenchTtftArgs>();
+  kvc::TtftBenchOptions& o = bt->o;
   auto* bench_ttft = parent->add_subcommand(
       "ttft",
       "TTFT of a long prompt reusing its stored prefix, per codec and link rate, beside recompute; "
       "plus a labelled projection to 7B-70B shapes");
-  AddModelOption(bench_ttft, &bt->model);
-  bench_ttft->add_option("--text", bt->text, "Text the prompt is taken from (default: eval.txt beside the model)");
-  AddCalibrationOption(bench_ttft, &bt->calibration);
-  bt->quality.AddTo(bench_ttft);
+  AddModelOption(bench_ttft, &o.model_path);
+  bench_ttft->add_option("--text", o.text_path, "Text the prompt is taken from (default: eval.txt beside the model)");
+  AddCalibrationOption(bench_ttft, &o.calibration);
+  AddQualityOptions(bench_ttft, &o.profile, &o.quality);
   bench_ttft->add_option("--codecs", bt->codecs, "Codecs, comma-separated (default: every codec)");
   bench_ttft->add_option("--link-gbps", bt->link_gbps,
                          "Link rates, comma-separated (default: 0.01,0.03,0.1,0.3,1,3,10)");
-  bench_ttft->add_option("--prompt-tokens", bt->prompt_tokens, "Prompt length (without --prefix-tokens)")
+  bench_ttft->add_option("--prompt-tokens", o.prompt_tokens, "Prompt length (without --prefix-tokens)")
       ->capture_default_str();
   bench_ttft->add_option("--prefix-tokens", bt->prefix_tokens,
                          "Stored prefix lengths, comma-separated whole chunks, each followed by one chunk to prefill "
                          "(e.g. 1024,4096,16384,32768; the text repeats when shorter)");
-  bench_ttft->add_option("--fetch-threads", bt->fetch_threads, "Workers chunks decode on (0: one per core)");
-  bench_ttft->add_option("--chunk", bt->chunk, "Tokens per chunk")->capture_default_str();
-  bench_ttft->add_option("--repeats", bt->repeats, "Runs per point (median reported)")->capture_default_str();
-  AddThreadsOption(bench_ttft, &bt->threads);
+  bench_ttft->add_option("--fetch-threads", o.fetch_threads, "Workers chunks decode on (0: one per core)");
+  bench_ttft->add_option("--chunk", o.chunk_tokens, "Tokens per chunk")->capture_default_str();
+  bench_ttft->add_option("--repeats", o.repeats, "Runs per point (median reported)")->capture_default_str();
+  AddThreadsOption(bench_ttft, &o.threads);
   AddJsonFlag(bench_ttft, &bt->json);
   AddQuietFlag(bench_ttft, &bt->quiet);
   return {bench_ttft, [bt] { return RunBenchTtft(*bt); }};

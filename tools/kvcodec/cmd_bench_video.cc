@@ -8,37 +8,28 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "bench/video_ablation.h"
 #include "cli_common.h"
 #include "commands.h"
-#include "kvcodec/kvcodec.hpp"
-#include "kvcodec_tools.h"
 
 namespace kvcodec_cli {
 namespace {
 
 struct BenchVideoArgs {
-  std::string model = DefaultModel(), text, preset = "medium";
-  uint32_t ctx = 1024, chunk = 256;
-  double min_seconds = 0.3;
+  kvc::VideoAblationOptions o;  // bound to the options; progress set from `quiet`
   bool json = false, quiet = false;
+  BenchVideoArgs() { o.model_path = DefaultModel(); }
 };
 
-int RunBenchVideo(const BenchVideoArgs& a) {
-  kvc_bench_video_params p{};
-  p.model_path = a.model.c_str();
-  p.text_path = a.text.empty() ? nullptr : a.text.c_str();
-  p.preset = a.preset.c_str();
-  p.ctx = a.ctx;
-  p.chunk = a.chunk;
-  p.min_seconds = a.min_seconds;
-  p.quiet = a.quiet ? 1 : 0;
-  auto report = kvcodec::BenchVideoJson(p);
-  if (!report.ok()) return Fail(report.error());
+int RunBenchVideo(BenchVideoArgs& a) {
+  a.o.progress = !a.quiet;
+  auto report = kvc::RunVideoAblationJson(a.o);
+  if (!report.ok()) return Fail(report.status());
   if (a.json) {
-    std::cout << report.value() << "\n";
+    std::cout << *report << "\n";
     return 0;
   }
-  const auto j = nlohmann::json::parse(report.value());
+  const auto j = nlohmann::json::parse(*report);
   std::printf("video ablation: %u chunks of %u tokens; quant 8-bit ratio %.3fx\n", j["n_chunks"].get<unsigned>(),
               j["chunk"].get<unsigned>(), j["quant8_ratio"].get<double>());
   std::printf("  %-56s %-10s %8s %12s\n", "step", "coder", "ratio", "decode MB/s");
@@ -59,14 +50,15 @@ int RunBenchVideo(const BenchVideoArgs& a) {
 
 Command AddBenchVideoCommand(CLI::App* parent) {
   auto bv = std::make_shared<BenchVideoArgs>();
+  kvc::VideoAblationOptions& o = bv->o;
   auto* bench_video = parent->add_subcommand(
       "video", "The video codec's layout ablation: 8-bit codes, general-purpose coders, each layout step x coder");
-  AddModelOption(bench_video, &bv->model);
-  bench_video->add_option("--text", bv->text, "Text to prefill (default: eval.txt beside the model)");
-  bench_video->add_option("--ctx", bv->ctx, "Tokens prefilled")->capture_default_str();
-  bench_video->add_option("--chunk", bv->chunk, "Tokens per encoded chunk")->capture_default_str();
-  bench_video->add_option("--preset", bv->preset, "x265/x264 preset")->capture_default_str();
-  bench_video->add_option("--min-seconds", bv->min_seconds, "Time per decode measurement")->capture_default_str();
+  AddModelOption(bench_video, &o.model_path);
+  bench_video->add_option("--text", o.text_path, "Text to prefill (default: eval.txt beside the model)");
+  bench_video->add_option("--ctx", o.ctx, "Tokens prefilled")->capture_default_str();
+  bench_video->add_option("--chunk", o.chunk, "Tokens per encoded chunk")->capture_default_str();
+  bench_video->add_option("--preset", o.preset, "x265/x264 preset")->capture_default_str();
+  bench_video->add_option("--min-seconds", o.min_seconds, "Time per decode measurement")->capture_default_str();
   AddJsonFlag(bench_video, &bv->json);
   AddQuietFlag(bench_video, &bv->quiet);
   return {bench_video, [bv] { return RunBenchVideo(*bv); }};

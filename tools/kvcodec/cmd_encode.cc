@@ -11,7 +11,6 @@
 #include "cli_files.h"
 #include "commands.h"
 #include "kvcodec/kvcodec.hpp"
-#include "kvcodec_tools.h"
 
 namespace kvcodec_cli {
 namespace {
@@ -52,9 +51,9 @@ int RunEncode(const EncodeArgs& a) {
     if (!a.token_file.empty()) {
       auto info = model.value().InfoJson();
       if (!info.ok()) return Fail(info.error());
-      auto read = kvcodec::ReadTokenFile(a.token_file, nlohmann::json::parse(info.value())["n_vocab"].get<uint32_t>());
-      if (!read.ok()) return Fail(read.error());
-      ids = std::move(read.value());
+      auto read = ReadTokenIds(a.token_file, nlohmann::json::parse(info.value())["n_vocab"].get<uint32_t>());
+      if (!read.ok()) return Fail(read.status());
+      ids = std::move(read).value();
     } else {
       std::vector<uint8_t> text;
       if (auto e = kvcodec_cli::ReadInputFile(a.text, kMaxTextFileBytes, &text); !e.empty()) return Fail(e);
@@ -76,7 +75,7 @@ int RunEncode(const EncodeArgs& a) {
     kvc_session_params sp;
     kvc_session_default_params(&sp);
     sp.n_ctx = static_cast<uint32_t>(ids.size()) + 8;
-    sp.cache_type = ParseCacheType(a.cache_type);
+    sp.cache_type = a.cache_type == "f32" ? KVC_F32 : a.cache_type == "bf16" ? KVC_BF16 : KVC_F16;
     auto session = kvcodec::Session::Create(model.value(), sp);
     if (!session.ok()) return Fail(session.error());
     if (auto err = session.value().Eval(ids)) return Fail(*err);

@@ -1,20 +1,21 @@
-// `kvcodec profile`, which `kvcodec calibrate --profile` also runs once the calibration is written.
+// `kvcodec profile`, which `kvcodec calibrate` also runs once the calibration is written.
 #pragma once
 
-#include <cstdint>
 #include <string>
 
 #include "cli_common.h"
+#include "quality/profile_measure.h"
 
 namespace kvcodec_cli {
 
 struct ProfileArgs {
-  std::string model = DefaultModel(), text, calibration, out;
-  uint32_t docs = 0, ctx = 0, cont = 0;
-  int threads = 0;
+  kvc::ProfileOptions o;  // progress: set from `quiet`
+  std::string out;        // empty: kvc::DefaultProfilePath(model)
   bool json = false, quiet = false;
+  ProfileArgs() { o.model_path = DefaultModel(); }
 };
 
-int RunProfile(const ProfileArgs& a);
+// Measures the profile and writes it; `print`: the report too (as JSON with --json).
+int RunProfile(ProfileArgs& a, bool print = true);
 
 }  // namespace kvcodec_cli

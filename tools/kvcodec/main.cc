@@ -1,14 +1,14 @@
 // kvcodec: compress, inspect and evaluate LLM KV caches from the command line. One file per
-// subcommand (cmd_<name>.cc); this one builds the app, parses and runs the command given. Uses
-// only the public API and the tools' entry points (kvcodec_tools.h); every error is one line on
-// stderr and a non-zero exit.
+// subcommand (cmd_<name>.cc); this one builds the app, parses and runs the command given. Which
+// commands call the public C API and which the C++ modules: CMakeLists.txt. Every error is one
+// line on stderr and a non-zero exit.
 #include <CLI/CLI.hpp>
 #include <string>
 #include <vector>
 
 #include "cli_common.h"
 #include "commands.h"
-#include "kvcodec/kvcodec.h"
+#include "libav/video_decoder.h"
 
 // OpenBLAS's thread counts (see OneBlasThread below).
 extern "C" int blas_num_threads;
@@ -37,7 +37,7 @@ void OneBlasThread(int, char**, char**) {
 int Main(int argc, char** argv) {
   CLI::App app{"kvcodec: compress, inspect and evaluate LLM KV caches"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", kvc_version());
+  app.set_version_flag("--version", KVCODEC_VERSION);
   // One choice for the whole process (the machine's GPU), given before or after the command:
   // subcommands pass options they do not know up to here.
   app.fallthrough();
@@ -80,7 +80,7 @@ int Main(int argc, char** argv) {
     return Fail(std::string(e.what()) + " (see --help)");
   }
 
-  if (kvc_set_video_decoder(video_decoder.c_str()) != KVC_OK) return Fail(kvc_last_error());
+  if (kvc::Status set = kvc::SetDefaultVideoDecoder(video_decoder); !set.ok()) return Fail(set);
   for (const kvcodec_cli::Command& command : commands) {
     if (*command.app) return command.run();
   }
