@@ -5,8 +5,8 @@
 
 #include "base/clock.h"
 #include "base/progress.h"
-#include "quality/token_file.h"
 #include "llama/model_files.h"
+#include "quality/token_file.h"
 
 namespace kvc {
 

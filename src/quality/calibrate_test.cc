@@ -6,9 +6,9 @@
 #include <nlohmann/json.hpp>
 
 #include "codecs/codec.h"
+#include "llama/model_files.h"
 #include "transform_coding/calibration_registry.h"
 #include "transform_coding/kvcal.h"
-#include "llama/model_files.h"
 
 namespace kvc {
 namespace {

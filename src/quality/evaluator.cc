@@ -7,8 +7,8 @@
 
 #include "base/progress.h"
 #include "base/report_json.h"
-#include "quality/token_file.h"
 #include "llama/model_files.h"
+#include "quality/token_file.h"
 #include "transform_coding/calibration_registry.h"
 
 namespace kvc {

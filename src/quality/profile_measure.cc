@@ -5,10 +5,10 @@
 #include <vector>
 
 #include "base/hash.h"
-#include "quality/evaluator.h"
 #include "codecs/codec.h"
-#include "transform_coding/calibration_registry.h"
 #include "llama/model_files.h"
+#include "quality/evaluator.h"
+#include "transform_coding/calibration_registry.h"
 
 namespace kvc {
 
