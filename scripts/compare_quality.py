@@ -2,6 +2,7 @@
 """Compares the quality figures of two folders of `kvcodec eval` reports, file by file.
 
     scripts/compare_quality.py OLD_DIR NEW_DIR
+    scripts/compare_quality.py --tables OLD.md NEW.md
 
 Made for `scripts/results.sh --quality-only --out DIR` before and after a change: a refactor of a
 codec should move no ratio, perplexity, agreement or KL figure, and a speed-up should move none
@@ -14,6 +15,12 @@ Files are matched by name without results.sh's running number (`007-kvtiny-kvtc-
 `kvtiny-kvtc-8.json`), so a codec added to the binary does not misalign every file after it; a
 file on one side only is a difference. Prints a table of the differences (or a line saying there
 are none); exit status 0 when none, 1 when any, 2 on a usage error.
+
+--tables compares two renderings of docs/results.md instead (the committed file and
+`render_results.py` run on a fresh --quality-only folder): every table row whose section, codec
+and level both files hold, cell by cell as printed, speed columns (MB/s, seconds) left out. The
+committed file's figures come from a full results.sh run; this checks that the code still makes
+them, without the hours the rest of that run takes.
 """
 
 import glob
@@ -112,9 +119,52 @@ def change(old, new):
     return f"{(new - old) / abs(old):+.3e}"
 
 
+def table_rows(path):
+    """{(section heading, first cell, second cell): {column: cell}} of every markdown table row."""
+    rows, section, header = {}, None, None
+    with open(path) as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if line.startswith("#"):
+                section, header = line, None
+            elif line.startswith("|") and header is None:
+                header = [c.strip() for c in line.strip("|").split("|")]
+            elif line.startswith("|") and not line.startswith("|-"):
+                cells = [c.strip() for c in line.strip("|").split("|")]
+                if len(cells) == len(header):
+                    rows[(section, *cells[:2])] = dict(zip(header, cells))
+            elif not line.startswith("|"):
+                header = None
+    return rows
+
+
+def compare_tables(old_md, new_md):
+    """The cells of the rows both renderings hold, speed columns aside; exit status as main's."""
+    old, new = table_rows(old_md), table_rows(new_md)
+    speed = re.compile(r"MB/s|seconds|\bms\b|\(s\)|_s$", re.IGNORECASE)
+    shared = [key for key in new if key in old]
+    if not shared:
+        print(f"compare_quality.py: no table row of {new_md} is in {old_md}", file=sys.stderr)
+        return 2
+    cells, diffs = 0, []
+    for key in shared:
+        for column, cell in new[key].items():
+            if speed.search(column):
+                continue
+            cells += 1
+            if old[key].get(column) != cell:
+                diffs.append((key, column, old[key].get(column), cell))
+    for (section, *first), column, a, b in diffs:
+        print(f"{section} | {' '.join(first)} | {column}: {a} -> {b}")
+    print(f"{len(shared)} rows, {cells} cells compared (speed columns left out): {len(diffs)} difference(s).")
+    return 1 if diffs else 0
+
+
 def main(argv=None):
     """Compares OLD_DIR with NEW_DIR; prints the differences and exits 1 if there are any."""
     argv = sys.argv[1:] if argv is None else argv
+    if len(argv) == 3 and argv[0] == "--tables":
+        return compare_tables(argv[1], argv[2])
     if len(argv) != 2 or argv[0].startswith("-"):
         sys.stderr.write(__doc__)
         return 2

@@ -9,7 +9,9 @@
 # --quality-only runs only the `kvcodec eval` loops (every codec and level on kvtiny and kvmini, the
 # files docs/results.md's accuracy tables come from) into DIR (relative to the repository root;
 # default results/eval; its *.json are replaced) and renders nothing: compare two such folders
-# with scripts/compare_quality.py to see whether a change moved any quality figure.
+# with scripts/compare_quality.py to see whether a change moved any quality figure, or render one
+# (results/eval) and hold it to the committed tables:
+#   scripts/render_results.py 8 1024 128 > /tmp/r.md && scripts/compare_quality.py --tables docs/results.md /tmp/r.md
 # --no-build uses build/dev as it is (no scripts/setup.sh).
 # JSON edits and look-ups are scripts/results_json.py's.
 set -euo pipefail
