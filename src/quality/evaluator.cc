@@ -110,12 +110,20 @@ Result<std::vector<EvalReport>> RunEvalRungs(const EvalOptions& options, const s
   RETURN_IF_ERROR(model->CheckKeepsKv());
   const uint32_t doc_tokens = options.ctx + options.cont + 1;
   std::vector<std::vector<int32_t>> docs;
-  if (!options.token_path.empty()) {
+  if (!options.token_path.empty() && !options.docs_from_end) {
     ASSIGN_OR_RETURN(auto lines, ReadTokenFile(options.token_path, model->info().n_vocab));
     ASSIGN_OR_RETURN(docs, DocumentsFromTokenLines(lines, model->bos_token(), options.n_docs, doc_tokens));
   } else {
-    ASSIGN_OR_RETURN(std::string text, ReadTextFile(BesideModel(options.model_path, "eval.txt", options.text_path)));
-    ASSIGN_OR_RETURN(std::vector<int32_t> stream, model->Tokenize(text, /*add_bos=*/false));
+    std::vector<int32_t> stream;
+    if (!options.token_path.empty()) {
+      // The end of a token file is what calibrate held back of it: its lines one after another,
+      // as calibrate reads them (quality/calibrate.cc), cut into windows.
+      ASSIGN_OR_RETURN(auto lines, ReadTokenFile(options.token_path, model->info().n_vocab));
+      for (const auto& line : lines) stream.insert(stream.end(), line.begin(), line.end());
+    } else {
+      ASSIGN_OR_RETURN(std::string text, ReadTextFile(BesideModel(options.model_path, "eval.txt", options.text_path)));
+      ASSIGN_OR_RETURN(stream, model->Tokenize(text, /*add_bos=*/false));
+    }
     if (options.docs_from_end) {
       // The last n_docs windows: the part of a calibration text calibrate held back.
       const size_t want = size_t{options.n_docs} * (doc_tokens - (model->has_bos() ? 1 : 0));

@@ -15,9 +15,10 @@ namespace kvc {
 struct EvalOptions {
   std::string model_path;
   std::string text_path;  // empty: eval.txt beside the model
-  // Instead of text: one document per line of token ids (bench/token_file.h). Each of the first
+  // Instead of text: one document per line of token ids (quality/token_file.h). Each of the first
   // n_docs lines with at least ctx + cont + 1 tokens (the model's BOS prepended when it has one
-  // and the line does not start with it) gives one document, its first ctx + cont + 1 tokens.
+  // and the line does not start with it) gives one document, its first ctx + cont + 1 tokens;
+  // with docs_from_end, the lines one after another are cut into windows as a text is.
   std::string token_path;
   std::string codec = "raw";
   EncodeOptions encode;
@@ -25,7 +26,7 @@ struct EvalOptions {
   uint32_t n_docs = 8;
   uint32_t ctx = 1024;         // context tokens per document (any BOS included) whose KV is compressed
   uint32_t cont = 128;         // teacher-forced continuation tokens scored after the context
-  bool docs_from_end = false;  // text: the last n_docs windows instead of the first
+  bool docs_from_end = false;  // the last n_docs windows of the text (or token file) instead of the first
   SessionOptions session;
   bool progress = true;
 };

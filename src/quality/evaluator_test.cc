@@ -75,6 +75,47 @@ TEST(Evaluator, TokenFileScoresLikeItsText) {
   std::remove(path.c_str());
 }
 
+// The held-back end of a token file (its lines one after another, as calibrate reads it) scores
+// exactly as the held-back end of the text the ids came from, however the lines split it.
+TEST(Evaluator, TokenFileHeldBackWindowsAreTheTextsHeldBackWindows) {
+  EvalOptions text = SmallEval("quant", "8");
+  text.text_path = std::filesystem::path(KVCODEC_TEST_MODEL).parent_path() / "eval.txt";
+  text.docs_from_end = true;
+  auto from_text = RunEval(text);
+  ASSERT_TRUE(from_text.ok()) << from_text.status().ToString();
+
+  auto model = LlamaModel::Load(KVCODEC_TEST_MODEL);
+  ASSERT_TRUE(model.ok());
+  auto eval_text = ReadTextFile(text.text_path);
+  ASSERT_TRUE(eval_text.ok());
+  auto stream = (*model)->Tokenize(*eval_text, false);
+  ASSERT_TRUE(stream.ok());
+  const std::string path = testing::TempDir() + "/kvc_eval_tokens_from_end.txt";
+  {
+    std::ofstream out(path);
+    for (size_t i = 0; i < stream->size(); ++i) out << (*stream)[i] << (i % 97 == 96 ? "\n" : " ");
+    out << "\n";
+  }
+  EvalOptions tokens = text;
+  tokens.text_path.clear();
+  tokens.token_path = path;
+  auto from_tokens = RunEval(tokens);
+  ASSERT_TRUE(from_tokens.ok()) << from_tokens.status().ToString();
+  EXPECT_EQ(from_tokens->ppl_base, from_text->ppl_base);
+  EXPECT_EQ(from_tokens->ppl_codec, from_text->ppl_codec);
+  EXPECT_EQ(from_tokens->top1_agreement, from_text->top1_agreement);
+  EXPECT_EQ(from_tokens->bytes_stored, from_text->bytes_stored);
+  // And they are not the file's first documents: the end is what calibrate did not fit on.
+  EvalOptions first = tokens;
+  first.docs_from_end = false;
+  first.token_path.clear();
+  first.text_path = text.text_path;
+  auto from_start = RunEval(first);
+  ASSERT_TRUE(from_start.ok()) << from_start.status().ToString();
+  EXPECT_NE(from_start->ppl_base, from_text->ppl_base);
+  std::remove(path.c_str());
+}
+
 TEST(Evaluator, JsonHasTheContractFields) {
   EvalReport r;
   r.codec = "raw";

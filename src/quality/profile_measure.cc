@@ -29,7 +29,11 @@ Result<ModelProfile> MeasureProfile(const ProfileOptions& o) {
   }
   EvalOptions eo;
   eo.model_path = o.model_path;
-  eo.text_path = BesideModel(o.model_path, "calib.txt", o.text_path);
+  if (!o.token_path.empty()) {
+    eo.token_path = o.token_path;
+  } else {
+    eo.text_path = BesideModel(o.model_path, "calib.txt", o.text_path);
+  }
   eo.calibration = kvcal ? kvcal->path : "";
   eo.n_docs = docs;
   eo.ctx = ctx;
@@ -42,7 +46,8 @@ Result<ModelProfile> MeasureProfile(const ProfileOptions& o) {
   ModelProfile p;
   p.model = model->fingerprint();
   p.calibration = kvcal ? HexString(kvcal->hash) : "";
-  p.text = std::filesystem::path(eo.text_path).filename().string() + ", its last windows (held back by calibrate)";
+  const std::string& source = o.token_path.empty() ? eo.text_path : eo.token_path;
+  p.text = std::filesystem::path(source).filename().string() + ", its last windows (held back by calibrate)";
   p.docs = docs;
   p.ctx = ctx;
   p.cont = cont;

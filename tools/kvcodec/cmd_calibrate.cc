@@ -68,6 +68,9 @@ int RunCalibrate(CalibrateArgs& a) {
     ProfileArgs pa;
     pa.o.model_path = o.model_path;
     pa.o.calibration = out;
+    // Measured on what calibrate held back of its own input, never on a text it was not given.
+    pa.o.text_path = o.text_path;
+    pa.o.token_path = o.token_path;
     pa.o.session.n_threads = o.session.n_threads;
     pa.quiet = a.quiet;
     // With --json the one report printed is the calibration's.

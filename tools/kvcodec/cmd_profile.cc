@@ -43,6 +43,11 @@ Command AddProfileCommand(CLI::App* parent) {
       "Measure every rung of every codec on the model (held-back calibration text) and write its quality profile");
   AddModelOption(profile, &o.model_path);
   profile->add_option("--text", o.text_path, "Text (default: calib.txt beside the model; its last windows are used)");
+  profile
+      ->add_option("--token-file", o.token_path,
+                   "Token ids instead of a text (the file calibrate read): its lines one after another, the last "
+                   "windows used; the input for a model without a tokenizer")
+      ->excludes("--text");
   AddCalibrationOption(profile, &o.calibration);
   profile->add_option("--out", pa->out, "Output (default: <model>.kvprof.json)");
   profile->add_option("--docs", o.docs, "Documents (0: enough for 1024 scored positions, at least 8)")
