@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "base/comma_list.h"
 #include "base/report_json.h"
 #include "base/status.h"
 #include "kvcodec/kvcodec.h"
@@ -121,31 +122,13 @@ kvc_status JsonTool(const Params* p, char** out_json, kvc::Result<std::string> (
   });
 }
 
-// "a,b,c" -> {"a", "b", "c"} (empty items dropped).
-inline std::vector<std::string> SplitList(const char* list) {
-  std::vector<std::string> out;
-  std::string_view rest = list == nullptr ? "" : list;
-  while (!rest.empty()) {
-    const size_t comma = rest.find(',');
-    if (comma != 0) out.emplace_back(rest.substr(0, comma));
-    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-  }
-  return out;
-}
+// A C string list (NULL: empty) as base/comma_list.h splits it.
+inline std::vector<std::string> SplitList(const char* list) { return kvc::SplitCommaList(list == nullptr ? "" : list); }
 
+// "k=v,k=v" codec parameters (NULL: none), as the command line reads them.
 inline kvc::Result<std::map<std::string, std::string>> ParseParams(const char* text) {
   std::map<std::string, std::string> params;
-  if (text == nullptr) return params;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      return kvc::InvalidArgument("codec parameter '" + item + "' is not key=value");
-    }
-    params[item.substr(0, eq)] = item.substr(eq + 1);
-  }
+  if (text != nullptr) RETURN_IF_ERROR(kvc::ParseKeyValues(text, "codec parameter", &params));
   return params;
 }
 

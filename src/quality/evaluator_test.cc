@@ -24,6 +24,15 @@ EvalOptions SmallEval(const std::string& codec, const std::string& level) {
   return options;
 }
 
+// The text's tokens as the evaluator reads it: no BOS, one stream.
+Result<std::vector<int32_t>> TestModelTokens(const std::string& text_path) {
+  ASSIGN_OR_RETURN(auto model, LlamaModel::Load(KVCODEC_TEST_MODEL));
+  ASSIGN_OR_RETURN(const std::string text, ReadTextFile(text_path));
+  return model->Tokenize(text, false);
+}
+
+const std::string kEvalText = (std::filesystem::path(KVCODEC_TEST_MODEL).parent_path() / "eval.txt").string();
+
 TEST(Evaluator, RawCodecIsExact) {
   auto report = RunEval(SmallEval("raw", ""));
   ASSERT_TRUE(report.ok()) << report.status().ToString();
@@ -49,12 +58,8 @@ TEST(Evaluator, TokenFileScoresLikeItsText) {
   auto from_text = RunEval(text);
   ASSERT_TRUE(from_text.ok()) << from_text.status().ToString();
 
-  auto model = LlamaModel::Load(KVCODEC_TEST_MODEL);
-  ASSERT_TRUE(model.ok());
-  auto eval_text = ReadTextFile(std::filesystem::path(KVCODEC_TEST_MODEL).parent_path() / "eval.txt");
-  ASSERT_TRUE(eval_text.ok());
-  auto stream = (*model)->Tokenize(*eval_text, false);
-  ASSERT_TRUE(stream.ok());
+  auto stream = TestModelTokens(kEvalText);
+  ASSERT_TRUE(stream.ok()) << stream.status().ToString();
   const uint32_t body = text.ctx + text.cont;
   const std::string path = testing::TempDir() + "/kvc_eval_tokens.txt";
   {
@@ -79,17 +84,13 @@ TEST(Evaluator, TokenFileScoresLikeItsText) {
 // exactly as the held-back end of the text the ids came from, however the lines split it.
 TEST(Evaluator, TokenFileHeldBackWindowsAreTheTextsHeldBackWindows) {
   EvalOptions text = SmallEval("quant", "8");
-  text.text_path = std::filesystem::path(KVCODEC_TEST_MODEL).parent_path() / "eval.txt";
+  text.text_path = kEvalText;
   text.docs_from_end = true;
   auto from_text = RunEval(text);
   ASSERT_TRUE(from_text.ok()) << from_text.status().ToString();
 
-  auto model = LlamaModel::Load(KVCODEC_TEST_MODEL);
-  ASSERT_TRUE(model.ok());
-  auto eval_text = ReadTextFile(text.text_path);
-  ASSERT_TRUE(eval_text.ok());
-  auto stream = (*model)->Tokenize(*eval_text, false);
-  ASSERT_TRUE(stream.ok());
+  auto stream = TestModelTokens(text.text_path);
+  ASSERT_TRUE(stream.ok()) << stream.status().ToString();
   const std::string path = testing::TempDir() + "/kvc_eval_tokens_from_end.txt";
   {
     std::ofstream out(path);

@@ -13,9 +13,6 @@
 
 namespace kvcodec_cli {
 
-// "a,b,,c" -> {"a", "b", "c"}: empty items are dropped.
-std::vector<std::string> SplitList(std::string_view list);
-
 // --param values (each "key=value" or "k=v,k=v") as EncodeOptions::params; a later key wins.
 // kInvalidArgument for an item that is not key=value.
 kvc::Result<std::map<std::string, std::string>> ParseCodecParams(const std::vector<std::string>& params);

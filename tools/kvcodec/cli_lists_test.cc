@@ -7,12 +7,6 @@
 namespace kvcodec_cli {
 namespace {
 
-TEST(CliLists, SplitDropsEmptyItems) {
-  EXPECT_EQ(SplitList(""), std::vector<std::string>{});
-  EXPECT_EQ(SplitList("raw"), std::vector<std::string>{"raw"});
-  EXPECT_EQ(SplitList(",raw,,quant,"), (std::vector<std::string>{"raw", "quant"}));
-}
-
 TEST(CliLists, CodecParamsAreKeyValuePairsInOneOptionOrMany) {
   auto params = ParseCodecParams({"coder=x265,preset=fast", "", "coder=ffv1"});
   ASSERT_TRUE(params.ok()) << params.status().ToString();

@@ -8,9 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "base/comma_list.h"
 #include "bench/serve_bench.h"
 #include "cli_common.h"
-#include "cli_lists.h"
 #include "commands.h"
 
 namespace kvcodec_cli {
@@ -24,7 +24,7 @@ struct BenchServeArgs {
 };
 
 int RunBenchServe(BenchServeArgs& a) {
-  a.o.configs = SplitList(a.configs);
+  a.o.configs = kvc::SplitCommaList(a.configs);
   a.o.progress = !a.quiet;
   auto report = kvc::RunServeBenchJson(a.o);
   if (!report.ok()) return Fail(report.status());

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "base/comma_list.h"
 #include "bench/ttft_bench.h"
 #include "cli_common.h"
 #include "cli_lists.h"
@@ -27,7 +28,7 @@ int RunBenchTtft(BenchTtftArgs& a) {
   kvc::TtftBenchOptions& o = a.o;
   // The lists' syntax is checked here; their values (codecs that exist, rates above 0, prefixes
   // of whole chunks) and the fetch threads' range by RunTtftBenchJson.
-  o.codecs = SplitList(a.codecs);
+  o.codecs = kvc::SplitCommaList(a.codecs);
   if (!a.link_gbps.empty()) {
     auto rates = ParseLinkRates(a.link_gbps);
     if (!rates.ok()) return Fail(rates.status());

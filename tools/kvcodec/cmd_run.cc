@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "base/comma_list.h"
 #include "cli_common.h"
 #include "cli_files.h"
-#include "cli_lists.h"
 #include "commands.h"
 #include "reuse/run_job.h"
 
@@ -64,7 +64,7 @@ int RunRun(RunArgs& a) {
     if (auto e = ReadInputFile(a.prompt_file, kMaxTextFileBytes, &prompt_bytes); !e.empty()) return Fail(e);
     o.prompt.assign(prompt_bytes.begin(), prompt_bytes.end());
   }
-  o.levels = SplitList(a.levels);
+  o.levels = kvc::SplitCommaList(a.levels);
   o.store_new_chunks = !a.no_store;
   o.reuse = !a.no_reuse;
   o.plan_recompute = !a.always_fetch;
