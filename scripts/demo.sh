@@ -11,7 +11,8 @@ kvcodec=build/dev/tools/kvcodec/kvcodec
 mkdir -p results
 $kvcodec codecs
 prompt=results/demo-prompt.txt
-head -c 6000 models/kvtiny/eval.txt > "$prompt"
+# Within kvtiny's 1,536-token training context with the 24 tokens generated (run refuses more).
+head -c 5000 models/kvtiny/eval.txt > "$prompt"
 echo
 echo "== request 1 (store: the embedded default; prefills and stores whatever is new)"
 $kvcodec run "$prompt" -n 24
