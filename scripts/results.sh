@@ -148,7 +148,7 @@ $kvcodec bench serve --json --quiet > "$serve/serve.json"
 bench=results/bench
 mkdir -p "$bench"
 rm -f "$bench"/*.json
-for spec in raw: quant:8 quant:4 rotquant:4 rotquant:3 rotquant:2 kvtc:16 kvtc:20 cachegen:medium cachegen:low video:8 \
+for spec in raw: planes: quant:8 quant:4 rotquant:4 rotquant:3 rotquant:2 kvtc:16 kvtc:20 cachegen:medium cachegen:low video:8 \
             video:4; do
   codec=${spec%%:*} level=${spec#*:}
   echo "== bench $codec $level" >&2

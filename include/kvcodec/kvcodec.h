@@ -116,7 +116,9 @@ KVC_API int kvc_codec_needs_calibration(const char* codec);
  *   "params"             array    the key=value parameters kvc_encode's codec_params takes
  *                                 (strings: "name=default", some with a note)
  *   "description"        string   one line
- *   "needs_calibration"  boolean  kvc_codec_needs_calibration */
+ *   "needs_calibration"  boolean  kvc_codec_needs_calibration
+ *   "lossless"           boolean  decodes bit for bit what it was given (raw: an fp16 cache;
+ *                                 planes: any dtype), so no model needs a measured profile for it */
 KVC_API kvc_status kvc_codecs_json(char** out_json);
 
 /* Loads a GGUF model; *out is the caller's (kvc_model_free, which ignores NULL). Every session made

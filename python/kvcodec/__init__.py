@@ -161,10 +161,10 @@ def encode(k, v, codec: str = "kvtc", level: str | None = None, *, calibration: 
            model=None, pos_begin: int = 0, params: dict | None = None) -> bytes:
     """One .kvc file holding K and V ([layers, tokens, kv_heads, head_dim], same shape and dtype).
 
-    codec: "raw", "quant", "kvtc", "cachegen" or "video" (see codecs()); level: the codec's level
-    name (None: its default). kvtc needs a calibration, and encodes for its model; other codecs
-    take ``model`` (16 bytes or 32 hex digits, as the C++ side's fingerprint) to bind the file to a
-    model. pos_begin: the sequence position of token 0 (kvtc undoes RoPE from it).
+    codec: "raw", "planes", "quant", "rotquant", "kvtc", "cachegen" or "video" (see codecs());
+    level: the codec's level name (None: its default). kvtc needs a calibration, and encodes for
+    its model; other codecs take ``model`` (16 bytes or 32 hex digits, as the C++ side's
+    fingerprint) to bind the file to a model. pos_begin: the sequence position of token 0 (kvtc undoes RoPE from it).
     """
     kb, dtype = from_tensor(k, "k")
     vb, v_dtype = from_tensor(v, "v")
@@ -197,7 +197,7 @@ def inspect(data) -> dict:
 
 def codecs() -> list:
     """Every codec: name, levels (best quality first), default level, parameters, description,
-    whether it needs a calibration (as `kvcodec codecs --json`)."""
+    whether it needs a calibration, whether it is lossless (as `kvcodec codecs --json`)."""
     return json.loads(_kvcodec.codecs_json())
 
 

@@ -11,6 +11,7 @@
 #include "base/hash.h"
 #include "codecs/cachegen/cachegen_codec.h"
 #include "codecs/kvtc/kvtc_codec.h"
+#include "codecs/planes/planes_codec.h"
 #include "codecs/quant/quant_codec.h"
 #include "codecs/raw/raw_codec.h"
 #include "codecs/rotquant/rotquant_codec.h"
@@ -29,7 +30,8 @@ const std::vector<const Codec*>& Registry() {
   static const CacheGenCodec cachegen;
   static const VideoCodec video;
   static const RotQuantCodec rotquant;
-  static const std::vector<const Codec*> codecs = {&raw, &quant, &kvtc, &cachegen, &video, &rotquant};
+  static const PlanesCodec planes;
+  static const std::vector<const Codec*> codecs = {&raw, &quant, &kvtc, &cachegen, &video, &rotquant, &planes};
   return codecs;
 }
 

@@ -28,6 +28,10 @@ struct CodecInfo {
   // Stores NaN, infinities and values past the fp16 range as they are (raw). The others quantise by
   // ranges and scales that such a value would overflow, so EncodeKvc refuses it (CheckFinite).
   bool keeps_non_finite = false;
+  // Decodes bit for bit what it was given (raw: an fp16 cache, the type it stores; planes: any
+  // dtype), so there is no loss to measure on any model: a model without a quality profile may
+  // use it, and the level planner ranks it with raw (loss 0).
+  bool lossless = false;
 };
 
 // Level plus codec-specific parameters (e.g. group_size=128).

@@ -165,8 +165,8 @@ TEST(EncodeKvc, IsDeterministic) {
 
 // A lossy codec fed NaN, infinity or a value past the fp16 range used to write a file its own
 // decoder rejects (cachegen: "an anchor min/scale or delta step is inf, NaN or negative", found
-// by the capi fuzzer): the data was lost at encode time without an error. Now every codec but raw refuses such input,
-// naming where it is; raw keeps NaN and infinities.
+// by the capi fuzzer): the data was lost at encode time without an error. Now every codec but raw
+// and planes refuses such input, naming where it is; raw keeps NaN and infinities, planes every bit.
 TEST(EncodeKvc, OutOfRangeInputIsRefusedByLossyCodecsAndNaNAndInfinityKeptByRaw) {
   for (DType dtype : {DType::kF16, DType::kBF16, DType::kF32}) {
     for (const float bad : {std::nanf(""), INFINITY, -INFINITY, 1e30f, -70000.0f}) {
@@ -191,6 +191,11 @@ TEST(EncodeKvc, OutOfRangeInputIsRefusedByLossyCodecsAndNaNAndInfinityKeptByRaw)
           if (std::isinf(bad)) {
             EXPECT_EQ(got[17], bad);
           }
+          continue;
+        }
+        if (codec->info().name == "planes") {
+          ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+          EXPECT_TRUE(DecodeKvc(*bytes).value() == cache) << "planes must keep " << bad << " bit for bit";
           continue;
         }
         ASSERT_FALSE(bytes.ok()) << codec->info().name << " " << level;
@@ -461,6 +466,9 @@ TEST(FuzzCorpus, DISABLED_Regenerate) {
       {"rotquant3_f16", "rotquant", {.level = "3"}, DType::kF16, 5, 1},
       {"rotquant4_bf16_odd_dim", "rotquant", {.level = "4"}, DType::kBF16, 5, 2},
       {"rotquant2_f32_seed", "rotquant", {.level = "2", .params = {{"seed", "7"}}}, DType::kF32, 5, 3},
+      {"planes_f16", "planes", {}, DType::kF16, 6, 1},
+      {"planes_bf16_odd_dim", "planes", {}, DType::kBF16, 6, 2},
+      {"planes_f32", "planes", {}, DType::kF32, 6, 3},
   };
   std::filesystem::create_directories(kCorpus);
   for (const Seed& seed : seeds) {

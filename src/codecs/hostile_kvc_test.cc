@@ -87,6 +87,7 @@ std::vector<Sample> Samples() {
       {"kvtc_rans", "kvtc", {.level = "16", .params = {{"sinks", "2"}, {"window", "2"}, {"entropy", "rans"}}}},
       {"kvtc_deflate", "kvtc", {.level = "4", .params = {{"sinks", "2"}, {"window", "2"}, {"entropy", "deflate"}}}},
       {"kvtc_packed", "kvtc", {.level = "8", .params = {{"sinks", "0"}, {"window", "0"}, {"entropy", "none"}}}},
+      {"planes", "planes", {}},
   };
   std::vector<Sample> out;
   for (const Spec& s : specs) {

@@ -53,7 +53,8 @@ std::string CodecListJson() {
                     {"default_level", info.default_level},
                     {"params", info.params},
                     {"description", info.description},
-                    {"needs_calibration", info.needs_calibration}});
+                    {"needs_calibration", info.needs_calibration},
+                    {"lossless", info.lossless}});
   }
   return DumpReport(list);
 }

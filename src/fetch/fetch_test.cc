@@ -127,6 +127,42 @@ TEST(LevelPlanner, QualityFirstWithinTheMarginBandwidthFirstBeyondIt) {
   EXPECT_EQ(floor.Choose(m, 1e3)->variant.level, "8");
 }
 
+// A lossless codec other than raw (planes) needs no measured loss: it ranks with raw at 0, ahead
+// of every lossy rung, and between the two the faster wins.
+TEST(LevelPlanner, ALosslessCodecRanksWithRawAndWinsWhenFaster) {
+  using Rung = LevelPlanner::Rung;
+  ASSERT_TRUE(FindCodec("planes")->info().lossless);
+  // Measured loss for the lossy rung only; planes is missing from it, as from every profile.
+  const std::map<Rung, double> loss = {{{"quant", "8"}, 1e-6}};
+  const ChunkManifest m = Manifest({{"raw", "fp16", 64'000}, {"planes", "lossless", 50'000}, {"quant", "8", 48'000}});
+  LevelPlanner planner({}, 1, 0, loss, 1000);
+  planner.ObserveDecode({"raw", "fp16", 0}, 0.0001);
+  planner.ObserveDecode({"planes", "lossless", 0}, 0.0004);
+  planner.ObserveDecode({"quant", "8", 0}, 0.0002);
+  // At 10 MB/s transfer decides: planes (5.0 ms) beats raw (6.4 ms), and quant 8 (4.8 ms) is
+  // within 5% of it, but planes is exact and quant is not.
+  auto slow = planner.Choose(m, 10e6);
+  EXPECT_EQ(slow->variant.codec, "planes");
+  EXPECT_NEAR(slow->predicted_s, 0.005, 1e-9);
+  // Uncapped, raw's faster decode wins between the two exact rungs.
+  EXPECT_EQ(planner.Choose(m, 1e12)->variant.codec, "raw");
+  // A floor of the lossless rungs alone (a model without a quality profile) fetches planes where
+  // it is faster, raw where raw is.
+  LevelPlanner lossless({{"raw", "fp16"}, {"planes", "lossless"}}, 1, 0, {}, 1000);
+  lossless.ObserveDecode({"raw", "fp16", 0}, 0.0001);
+  lossless.ObserveDecode({"planes", "lossless", 0}, 0.0004);
+  EXPECT_EQ(lossless.Choose(m, 10e6)->variant.codec, "planes");
+  EXPECT_EQ(lossless.Choose(m, 1e12)->variant.codec, "raw");
+  // A codec name this build does not know has no loss but what was measured.
+  const ChunkManifest unknown = Manifest({{"raw", "fp16", 64'000}, {"nosuch", "x", 1'000}});
+  LevelPlanner guess({}, 1, 0, {}, 1000);
+  guess.ObserveDecode({"raw", "fp16", 0}, 0.0001);
+  guess.ObserveDecode({"nosuch", "x", 0}, 0.0001);
+  EXPECT_EQ(guess.Choose(unknown, 1e6)->variant.codec, "nosuch") << "beyond the margin: bandwidth decides";
+  EXPECT_EQ(guess.Choose(Manifest({{"raw", "fp16", 1'020}, {"nosuch", "x", 1'000}}), 1e6)->variant.codec, "raw")
+      << "within the margin: the exact rung";
+}
+
 KvCache RandomKv(uint32_t seed, const KvShape& shape) { return NoiseKv(shape, DType::kF16, seed); }
 
 // Stores n chunks of random KV, each as every (codec, level) given, with manifests.

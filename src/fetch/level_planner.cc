@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "codecs/codec.h"
+
 namespace kvc {
 namespace {
 
@@ -27,7 +29,9 @@ bool LevelPlanner::Allowed(const ChunkVariant& v) const {
 }
 
 double LevelPlanner::Loss(const ChunkVariant& v) const {
-  if (v.codec == "raw") return 0;  // bit-exact
+  // Bit-exact: nothing to measure, whatever the model. A name no codec has (a manifest from
+  // another build) falls through to the measured losses.
+  if (const Codec* codec = FindCodec(v.codec); codec != nullptr && codec->info().lossless) return 0;
   const auto it = loss_.find({v.codec, v.level});
   return it == loss_.end() ? std::numeric_limits<double>::infinity() : it->second;
 }

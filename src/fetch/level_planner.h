@@ -38,9 +38,10 @@ class LevelPlanner {
   using Rung = std::pair<std::string, std::string>;  // (codec, level)
   // `allowed`: (codec, level) pairs a request accepts (empty: every variant); `decoders`: how
   // many chunks decode at once; `recompute_s`: seconds to prefill one chunk here (0: never);
-  // `loss`: each rung's measured quality loss (lower is better; raw fp16 is 0, a rung missing
-  // from it ranks last); `output_bytes_per_token`: fp16 bytes of one token's KV, for the
-  // decode prior (0: unseen variants decode for free).
+  // `loss`: each rung's measured quality loss (lower is better; a lossless codec's rungs, raw
+  // fp16 and planes, are 0 whatever it says; a rung missing from it ranks last);
+  // `output_bytes_per_token`: fp16 bytes of one token's KV, for the decode prior (0: unseen
+  // variants decode for free).
   LevelPlanner(std::vector<Rung> allowed, unsigned decoders, double recompute_s, std::map<Rung, double> loss = {},
                double output_bytes_per_token = 0, double margin = kDefaultQualityMargin);
 

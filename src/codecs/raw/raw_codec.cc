@@ -44,6 +44,7 @@ const CodecInfo& RawCodec::info() const {
       .params = {},
       .needs_calibration = false,
       .keeps_non_finite = true,
+      .lossless = true,
   };
   return info;
 }
