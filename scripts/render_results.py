@@ -518,8 +518,9 @@ def render_zoo(zoo, zoo_order):
     """rotquant, quant and kvtc on every zoo model (the files docs/results-zoo.md renders too), and
     where kvtc stops beating rotquant at equal quality."""
     print("## rotquant beside quant and kvtc on the model zoo\n")
-    print("The rungs of `scripts/results_zoo.sh` (which results.sh runs; each model at its training context, the")
-    print("settings of docs/results-zoo.md): rotquant needs nothing but the KV, quant neither, kvtc a calibration")
+    print("The rungs of `scripts/results_zoo.sh` (which results.sh runs; each model profiled as `kvcodec profile`")
+    print("measures, the settings of docs/results-zoo.md, each figure the worst 95% bound over the first 8 and 32")
+    print("tokens after the restored prefixes): rotquant needs nothing but the KV, quant neither, kvtc a calibration")
     print("per model. *within*: `ppl_delta_pct <= 1.0` and `top1_agreement >= 0.95`.\n")
     print_side_by_side(zoo, zoo_order, 1.0, 0.95)
     print("### Where kvtc stops beating rotquant at equal quality\n")

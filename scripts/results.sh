@@ -58,7 +58,7 @@ for model in "${models[@]}"; do
   # per model and committed; delete both to refit.
   if [[ ! -f $cal || ! -f $cal.json ]]; then
     echo "== calibrating $name" >&2
-    $kvcodec calibrate --model "$model" --out "$cal" --json --quiet > "$cal.json"
+    $kvcodec calibrate --model "$model" --text "$(dirname "$model")/calib.txt" --out "$cal" --json --quiet > "$cal.json"
   fi
   while IFS=' ' read -r codec level; do
     i=$((i + 1))
@@ -90,8 +90,8 @@ if ((ablation)); then
     cal=$abl/kvtiny-$quantizer-$group-$size.kvcal
     echo "== ablation $quantizer $group $size" >&2
     if [[ ! -f $cal || ! -f $cal.json ]]; then
-      $kvcodec calibrate --quantizer "$quantizer" --group "$group" --group-size "$size" --no-profile --out "$cal" \
-        --json --quiet > "$cal.json"
+      $kvcodec calibrate --text models/kvtiny/calib.txt --quantizer "$quantizer" --group "$group" \
+        --group-size "$size" --no-profile --out "$cal" --json --quiet > "$cal.json"
     fi
     for level in 16 24 32; do
       eval_one kvtiny models/kvtiny/kvtiny.gguf kvtc "$level" --calibration "$cal" \

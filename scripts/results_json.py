@@ -9,7 +9,6 @@ and level to evaluate, and sizes the rotquant bench per model. Each of those is 
     results_json.py append-suffix KEY SUFFIX       < report.json   (string field extended, printed)
     results_json.py levels                         < codecs.json   ("codec level" lines)
     results_json.py ctx-chunk MODEL_JSON                           ("ctx chunk" for bench rotquant)
-    results_json.py profile-geometry MODEL_JSON                    ("ctx cont docs" for results_zoo.sh)
     results_json.py prompt-ids N                                   (N token ids for results_memory_kinds.sh)
 
 `set` takes `KEY=VALUE` for a string and `KEY:=VALUE` for a JSON literal (a number, true, null...),
@@ -83,18 +82,6 @@ def cmd_ctx_chunk(args):
     print(ctx, min(256, ctx))
 
 
-def cmd_profile_geometry(args):
-    """"ctx cont docs" for `kvcodec profile` on one zoo model: the whole training context, at most
-    128 continuation tokens (a quarter of the context on short ones), and enough documents for
-    1,024 scored positions but never fewer than 8."""
-    if len(args) != 1:
-        raise SystemExit("usage: results_json.py profile-geometry MODEL_JSON")
-    with open(args[0]) as f:
-        train_ctx = json.load(f)["train_ctx"]
-    cont = min(128, train_ctx // 4)
-    print(train_ctx - cont - 1, cont, max(8, -(-1024 // cont)))
-
-
 def cmd_prompt_ids(args):
     """N token ids, the same every run and inside every fixture's 128-token vocabulary, for the
     memory-kinds runs (random-weight models have no tokenizer)."""
@@ -108,7 +95,6 @@ COMMANDS = {
     "append-suffix": cmd_append_suffix,
     "levels": cmd_levels,
     "ctx-chunk": cmd_ctx_chunk,
-    "profile-geometry": cmd_profile_geometry,
     "prompt-ids": cmd_prompt_ids,
 }
 

@@ -9,9 +9,22 @@ import os
 HELD_OUT = "kvjargon"  # the model no default was tuned on
 
 
+def worst_bounds(rung):
+    """A profile rung (docs/format.md, "Quality profile") as the floor judges it: its worst bound over
+    the windows scored after the restored prefixes, as ppl_delta_pct, top1_agreement and kl_mean."""
+    w = rung["windows"]
+    return dict(rung,
+                ppl_delta_pct=max(x["ppl_delta_pct_bound"] for x in w),
+                top1_agreement=min(x["top1_agreement_bound"] for x in w),
+                kl_mean=max(x["kl_mean_bound"] for x in w))
+
+
 def load_zoo():
-    """{model: profile} for every results/zoo/*.json, and the models in report order (held out last)."""
+    """{model: profile} for every results/zoo/*.json, each rung with its worst bounds as its figures
+    (worst_bounds), and the models in report order (held out last)."""
     zoo = {os.path.basename(p)[:-5]: json.load(open(p)) for p in sorted(glob.glob("results/zoo/*.json"))}
+    for p in zoo.values():
+        p["rungs"] = [worst_bounds(r) for r in p["rungs"]]
     return zoo, sorted(zoo, key=lambda m: (m == HELD_OUT, m))
 
 

@@ -341,13 +341,15 @@ KVC_API kvc_status kvc_chunk_object_name(const kvc_chunk_key* key, const char* c
                                          char** out_name);
 
 /* Quality floors. A model's quality profile (<model>.kvprof.json, written by `kvcodec calibrate`
- * or `kvcodec profile`) holds every codec rung measured on that model; the floor is the rungs
- * within the limits (max_ppl_delta: the largest perplexity change, percent; min_top1: the smallest
- * top-1 agreement), and raw fp16 always. Only the floor's rungs are fetched, and stored (unless
- * kvc_run_params.levels names others). kvtc rungs count only when the profile was measured with the
- * kvtc calibration in use. Without a profile for the model (none beside it, or one beside it that
- * cannot be read or is another model's: skipped, with a note), the floor is lossless: raw fp16
- * alone, whatever codec is asked for.
+ * or `kvcodec profile`) holds every codec rung measured on that model, in the first 8 and 32
+ * tokens after restored prefixes, each figure with a 95% confidence bound; the floor is the rungs
+ * whose bounds in every window are within the limits (max_ppl_delta: the largest perplexity
+ * change, percent; min_top1: the smallest top-1 agreement), and raw fp16 always. Only the floor's
+ * rungs are fetched, and stored (unless kvc_run_params.levels names others). kvtc rungs count only
+ * when the profile was measured with the kvtc calibration in use. Without a profile for the model
+ * (none beside it, or one beside it that cannot be read, is of an older version or is another
+ * model's: skipped, with a note), the floor is lossless: raw fp16 and the lossless codecs
+ * (planes), whatever codec is asked for.
  *
  * The floor a model gets, as JSON (*out_json: the caller's, kvc_free). model_path is loaded (the
  * whole GGUF); profile_path: that profile, which must exist and be the model's, or NULL for
@@ -361,28 +363,38 @@ KVC_API kvc_status kvc_chunk_object_name(const kvc_chunk_key* key, const char* c
  *   "note"           string   how it was decided, one line (without a profile: why, and how to
  *                             make one)
  *   "allowed"        array    the rungs that may be stored and fetched, "codec/level" strings,
- *                             most accurate first; "raw/fp16" always, and alone without a profile
+ *                             most accurate first; "raw/fp16" always; without a profile the
+ *                             lossless ones alone ("raw/fp16", "planes/lossless")
  *   "profile"        object|null  the profile it was decided from (docs/format.md, "Quality
  *                             profile"), JSON schema "quality_profile"; null without one
  * JSON schema "quality_profile":
  *   "format"             string   "kvcodec-quality-profile"
- *   "version"            integer  the profile format's version (1)
+ *   "version"            integer  the profile format's version (2)
  *   "model_fingerprint"  string   the model it was measured on, 32 lowercase hex digits
  *   "calibration"        string   the hash of the .kvcal its kvtc rungs were measured with; "": none
  *   "text"               string   what it was measured on (informational)
  *   "docs"               integer  documents scored
- *   "ctx"                integer  context tokens per document
- *   "cont"               integer  continuation tokens scored per document
+ *   "prefix_lengths"     array    the restored prefix lengths each document is scored after, tokens
+ *   "windows"            array    the scored windows after each prefix, tokens ([8, 32])
+ *   "resamples"          integer  bootstrap resamples of the documents behind each bound
+ *   "confidence"         number   of each one-sided bound (0.95)
  *   "rungs"              array    every rung measured, each of JSON schema "quality_profile_rung"
  *   "checksum"           string   xxh3-128 of the profile written without it, 32 hex digits
  * JSON schema "quality_profile_rung":
  *   "codec"              string   the codec
  *   "level"              string   its level
  *   "ratio"              number   fp16 bytes / stored bytes
+ *   "windows"            array    one per profile window, each of JSON schema "quality_window"
+ * JSON schema "quality_window":
+ *   "tokens"             integer  the first this many tokens after each restored prefix
+ *   "positions"          integer  positions scored: docs x prefix lengths x tokens
  *   "ppl_delta_pct"      number   teacher-forced perplexity change, percent
+ *   "ppl_delta_pct_bound" number  its upper bound
  *   "top1_agreement"     number   share of positions whose most likely next token is unchanged
+ *   "top1_agreement_bound" number its lower bound
  *   "kl_mean"            number   mean KL divergence from the uncompressed run's next-token
- *                                 distribution, nats */
+ *                                 distribution, nats
+ *   "kl_mean_bound"      number   its upper bound */
 KVC_API kvc_status kvc_quality_floor_json(const char* model_path, const char* profile_path, const char* calibration,
                                           double max_ppl_delta, double min_top1, char** out_json);
 
@@ -403,7 +415,7 @@ typedef struct kvc_reuse_params {
                                calibration for the model is loaded, quant otherwise */
   const char* profile_path; /* the quality profile (which must exist and be the model's); NULL:
                                <model>.kvprof.json beside the model, and without one the lossless
-                               floor (raw fp16 alone) */
+                               floor (raw fp16 and planes) */
   double max_ppl_delta;     /* percent; <= 0: 1.0 */
   double min_top1;          /* at most 1; <= 0: 0.97 */
 } kvc_reuse_params;
@@ -423,7 +435,8 @@ KVC_API kvc_status kvc_reuse_restore(kvc_session* session, kvc_store* store, con
 /* Stores chunks [first_chunk, ...) of the session's sequence, which must hold tokens from
  * position 0 (the caller says which tokens: they name the chunks), at raw fp16 and each level of
  * the codec the floor allows. Where the floor is a profile's and allows no level of the codec,
- * quant 8 and rotquant 3 are stored where it allows them; under the lossless floor, raw fp16 alone. */
+ * planes, quant 8 and rotquant 3 are stored where it allows them; under the lossless floor, raw fp16
+ * and planes (lossless). */
 KVC_API kvc_status kvc_reuse_store(kvc_session* session, kvc_store* store, const int32_t* tokens, size_t n_tokens,
                                    uint32_t first_chunk, const kvc_reuse_params* params, uint32_t* out_chunks_stored);
 
@@ -457,7 +470,7 @@ typedef struct kvc_run_params {
                                   with it (for stores others can write to); NULL: a CRC32C seal */
   const char* profile;         /* quality profile (which must exist and be the model's); NULL:
                                   <model>.kvprof.json beside the model, if any: without one the floor is
-                                  lossless, only raw fp16 is stored and fetched */
+                                  lossless, only raw fp16 and planes are stored and fetched */
   double max_ppl_delta;        /* largest profiled perplexity change a rung may have, percent; <= 0: 1.0 */
   double min_top1;             /* smallest profiled top-1 agreement, at most 1; <= 0: 0.97 */
   kvc_sampler_params sampling; /* how generated tokens are chosen; all zero: greedy */

@@ -555,7 +555,10 @@ TEST(CApi, JsonOutputsHaveTheKeysTheHeaderDocuments) {
   ASSERT_TRUE(floor["profile"].is_object());
   check.Expect(floor["profile"], "quality_profile");
   ASSERT_FALSE(floor["profile"]["rungs"].empty());
-  for (const auto& rung : floor["profile"]["rungs"]) check.Expect(rung, "quality_profile_rung");
+  for (const auto& rung : floor["profile"]["rungs"]) {
+    check.Expect(rung, "quality_profile_rung");
+    for (const auto& window : rung["windows"]) check.Expect(window, "quality_window");
+  }
 
   // The same model with no profile beside it: the lossless floor, as the header says.
   const std::filesystem::path dir =
@@ -568,10 +571,10 @@ TEST(CApi, JsonOutputsHaveTheKeysTheHeaderDocuments) {
   check.Expect(lossless, "quality_floor");
   EXPECT_EQ(lossless["from_profile"], false);
   EXPECT_TRUE(lossless["profile"].is_null());
-  EXPECT_EQ(lossless["allowed"], nlohmann::ordered_json::array({"raw/fp16"}));
+  EXPECT_EQ(lossless["allowed"], nlohmann::ordered_json::array({"raw/fp16", "planes/lossless"}));
 
   // The main job, twice on a store of its own: the second run fetches what the first stored,
-  // raw fp16 alone (no profile: the lossless floor, whatever the codec).
+  // lossless rungs alone (no profile: the lossless floor, whatever the codec).
   const std::string store = "dir://" + (dir / "store").string();
   kvc_run_params run;
   kvc_run_default_params(&run);
@@ -587,13 +590,14 @@ TEST(CApi, JsonOutputsHaveTheKeysTheHeaderDocuments) {
   run.always_fetch = 1;
   const auto first = Parse(kvcodec::RunJson(run));
   check.Expect(first, "run_report");
-  EXPECT_EQ(first["stored_levels"], nlohmann::ordered_json::array({"raw/fp16"}));
+  EXPECT_EQ(first["stored_levels"], nlohmann::ordered_json::array({"raw/fp16", "planes/lossless"}));
   EXPECT_GT(first["chunks_stored"].get<int>(), 0);
   const auto second = Parse(kvcodec::RunJson(run));
   check.Expect(second, "run_report");
   EXPECT_EQ(second["chunks_fetched"], first["chunks_stored"]);
   ASSERT_FALSE(second["variants"].empty());
-  for (const auto& v : second["variants"]) EXPECT_EQ(v, "raw/fp16");
+  for (const auto& v : second["variants"]) EXPECT_TRUE(v == "raw/fp16" || v == "planes/lossless") << v;
+  EXPECT_EQ(second["text"], first["text"]);
   std::filesystem::remove_all(dir);
 
   check.ExpectAllChecked();

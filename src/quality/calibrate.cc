@@ -6,12 +6,17 @@
 #include "base/clock.h"
 #include "base/progress.h"
 #include "llama/model_files.h"
+#include "quality/profile_measure.h"
 #include "quality/token_file.h"
 
 namespace kvc {
 
 Result<CalibrateReport> RunCalibrate(const CalibrateOptions& options, KvtcCalibration* out) {
   const auto t_start = SteadyClock::now();
+  if (options.text_path.empty() == options.token_path.empty()) {
+    return InvalidArgument(
+        "calibrate fits the model's KV on text like your prompts: give --text FILE or --token-file FILE (one of them)");
+  }
   if (options.group_size > 4096) return InvalidArgument("--group-size must be in 1..4096");
   if (options.chunk_tokens < 16) return InvalidArgument("--chunk must be 16 tokens or more");
   if (!(options.heldout_fraction > 0 && options.heldout_fraction < 1))
@@ -29,7 +34,7 @@ Result<CalibrateReport> RunCalibrate(const CalibrateOptions& options, KvtcCalibr
     ASSIGN_OR_RETURN(auto docs, ReadTokenFile(options.token_path, info.n_vocab));
     for (const auto& d : docs) stream.insert(stream.end(), d.begin(), d.end());
   } else {
-    ASSIGN_OR_RETURN(std::string text, ReadTextFile(BesideModel(options.model_path, "calib.txt", options.text_path)));
+    ASSIGN_OR_RETURN(std::string text, ReadTextFile(options.text_path));
     ASSIGN_OR_RETURN(stream, model->Tokenize(text, false));
   }
   if (options.max_tokens > 0 && stream.size() > options.max_tokens) stream.resize(options.max_tokens);
@@ -41,8 +46,19 @@ Result<CalibrateReport> RunCalibrate(const CalibrateOptions& options, KvtcCalibr
     return InvalidArgument(
         FormatMessage("calibration text has %zu tokens: need at least two windows of %u", stream.size(), window));
   }
+  // The profile measured after the fit reads the text's last windows: they are held back from
+  // the fit too, or kvtc would be scored on what it was fitted to.
+  ASSIGN_OR_RETURN(const ProfileGeometry profile, PlanProfile(ProfileOptions{}, info));
+  const uint64_t profile_tokens = options.hold_back_for_profile ? profile.SourceTokens(model->has_bos()) : 0;
+  const size_t profile_windows = (profile_tokens + body - 1) / body;
   const size_t n_heldout_windows =
-      std::max<size_t>(1, static_cast<size_t>(std::lround(n_windows * options.heldout_fraction)));
+      std::max<size_t>({1, static_cast<size_t>(std::lround(n_windows * options.heldout_fraction)), profile_windows});
+  if (n_heldout_windows >= n_windows) {
+    return InvalidArgument(FormatMessage(
+        "calibration text has %zu tokens: %zu windows of %u, all held back for the quality profile (%llu tokens "
+        "from its end); give a longer text (at least twice that) or --no-profile",
+        stream.size(), n_windows, window, static_cast<unsigned long long>(profile_tokens)));
+  }
   const size_t n_fit_windows = n_windows - n_heldout_windows;
 
   KvtcFitOptions fo;

@@ -19,12 +19,16 @@ namespace kvc {
 
 struct CalibrateOptions {
   std::string model_path;
-  std::string text_path;    // empty: calib.txt beside the model
-  std::string token_path;   // instead of text: one document per line of space-separated token ids
+  // The source, one of the two (nothing beside the model is read in their place): a text, or one
+  // document per line of space-separated token ids. Its last windows are held back from the fit
+  // (heldout_fraction, and at least what the quality profile reads: quality/profile_measure.h).
+  std::string text_path;
+  std::string token_path;
   uint32_t max_tokens = 0;  // 0: the whole text
   uint32_t window = 0;      // tokens per prefill (any BOS included); 0: min(1024, the model's training context)
   uint32_t sinks = 4;       // leading positions left out of the fit (attention sinks can be outliers)
   double heldout_fraction = 0.2;
+  bool hold_back_for_profile = true;       // false: a profile will not be measured on this text's end
   std::optional<KvtcGrouping> grouping;    // unset: choose among layer and layer-head
   std::optional<KvtcQuantizer> quantizer;  // unset: choose among token-group and component
   uint32_t group_size = 0;                 // token-group components per scale; 0: choose among 8, 16, 32

@@ -7,6 +7,7 @@
 
 #include "codecs/codec.h"
 #include "llama/model_files.h"
+#include "quality/profile_measure.h"
 #include "transform_coding/calibration_registry.h"
 #include "transform_coding/kvcal.h"
 
@@ -16,10 +17,14 @@ namespace {
 // kvh32: 4 layers, 2 KV heads of 32, trained at 128 tokens, so a calibration takes seconds.
 const std::string kModel = std::string(KVCODEC_SOURCE_DIR) + "/models/kvh32/kvh32.gguf";
 
+const std::string kText = std::string(KVCODEC_SOURCE_DIR) + "/models/kvh32/calib.txt";
+
 CalibrateOptions Small() {
   CalibrateOptions o;
   o.model_path = kModel;
+  o.text_path = kText;
   o.max_tokens = 6000;
+  o.hold_back_for_profile = false;  // the profile's 128 documents would take more than 6000 tokens
   o.grouping = KvtcGrouping::kLayer;
   o.group_size = 16;
   o.ratios = {8, 16};
@@ -85,12 +90,45 @@ TEST(Calibrate, ReportJsonCarriesTheChoice) {
   EXPECT_TRUE(j.contains("rungs"));
 }
 
+// The quality profile calibrate measures next reads the text's last windows: they are held
+// back from the fit, or kvtc would be scored on what it was fitted to.
+TEST(Calibrate, HoldsBackWhatTheProfileReads) {
+  KvtcCalibration cal;
+  CalibrateOptions o = Small();
+  o.hold_back_for_profile = true;
+  Status s = RunCalibrate(o, &cal).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("all held back for the quality profile"), std::string::npos) << s.message();
+  // 24000 tokens: 188 windows of 127 (BOS first); the profile reads 128 documents of 127 (kvh32
+  // is trained at 128 tokens: 2 prefix lengths x 8 tokens each, for 2048 positions), so the fit
+  // has 60 windows where a 20% hold-back would leave it 150.
+  o.max_tokens = 24000;
+  auto model = LlamaModel::Load(kModel);
+  ASSERT_TRUE(model.ok());
+  auto profile = PlanProfile(ProfileOptions{}, (*model)->info());
+  ASSERT_TRUE(profile.ok());
+  EXPECT_EQ(profile->docs, 128u);
+  EXPECT_EQ(profile->SourceTokens((*model)->has_bos()), 128u * 127);
+  auto held = RunCalibrate(o, &cal);
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  o.hold_back_for_profile = false;
+  auto not_held = RunCalibrate(o, &cal);
+  ASSERT_TRUE(not_held.ok()) << not_held.status().ToString();
+  EXPECT_EQ(held->fit_tokens * 150, not_held->fit_tokens * 60);
+}
+
 TEST(Calibrate, ClearErrors) {
   KvtcCalibration cal;
   CalibrateOptions o = Small();
+  o.text_path.clear();  // nothing beside the model is read in its place
+  Status s = RunCalibrate(o, &cal).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("give --text FILE or --token-file FILE"), std::string::npos) << s.message();
+  o = Small();
   o.max_tokens = 200;  // under two windows
   EXPECT_NE(RunCalibrate(o, &cal).status().message().find("need at least two windows of 128"), std::string::npos);
   o = Small();
+  o.text_path.clear();
   o.token_path = "/nonexistent/tokens.txt";
   EXPECT_EQ(RunCalibrate(o, &cal).status().code(), StatusCode::kNotFound);
   o = Small();

@@ -36,17 +36,6 @@ size_t ArgMax(std::span<const float> v) {
   return best;
 }
 
-// Per-document scoring of the continuation: logits rows are copied out because llama.cpp
-// overwrites them at the next decode.
-std::vector<std::vector<float>> ContinuationLogits(LlamaSession& session, uint32_t cont) {
-  std::vector<std::vector<float>> rows(cont);
-  for (uint32_t i = 0; i < cont; ++i) {
-    auto row = session.Logits(static_cast<int>(i));
-    rows[i].assign(row.begin(), row.end());
-  }
-  return rows;
-}
-
 }  // namespace
 
 Result<std::vector<std::vector<int32_t>>> MakeDocuments(const std::vector<int32_t>& stream, int32_t bos,
@@ -88,6 +77,58 @@ Result<std::vector<std::vector<int32_t>>> DocumentsFromTokenLines(const std::vec
   return docs;
 }
 
+Result<std::vector<std::vector<int32_t>>> LoadDocuments(const LlamaModel& model, const DocumentSource& source,
+                                                        uint32_t n_docs, uint32_t doc_tokens, bool from_end) {
+  if (!source.token_path.empty() && !from_end) {
+    ASSIGN_OR_RETURN(auto lines, ReadTokenFile(source.token_path, model.info().n_vocab));
+    return DocumentsFromTokenLines(lines, model.bos_token(), n_docs, doc_tokens);
+  }
+  std::vector<int32_t> stream;
+  if (!source.token_path.empty()) {
+    // The lines one after another, as calibrate reads them (quality/calibrate.cc).
+    ASSIGN_OR_RETURN(auto lines, ReadTokenFile(source.token_path, model.info().n_vocab));
+    for (const auto& line : lines) stream.insert(stream.end(), line.begin(), line.end());
+  } else {
+    ASSIGN_OR_RETURN(std::string text, ReadTextFile(source.text_path));
+    ASSIGN_OR_RETURN(stream, model.Tokenize(text, /*add_bos=*/false));
+  }
+  if (source.max_tokens > 0 && stream.size() > source.max_tokens) stream.resize(source.max_tokens);
+  if (from_end) {
+    const size_t want = size_t{n_docs} * (doc_tokens - (model.has_bos() ? 1 : 0));
+    if (stream.size() > want) stream.erase(stream.begin(), stream.end() - static_cast<std::ptrdiff_t>(want));
+  }
+  return MakeDocuments(stream, model.bos_token(), n_docs, doc_tokens);
+}
+
+std::vector<std::vector<float>> CopyLogitsRows(LlamaSession& session, uint32_t n) {
+  std::vector<std::vector<float>> rows(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    auto row = session.Logits(static_cast<int>(i));
+    rows[i].assign(row.begin(), row.end());
+  }
+  return rows;
+}
+
+std::vector<PositionScore> ScoreRows(const std::vector<std::vector<float>>& base_rows, LlamaSession& restored,
+                                     std::span<const int32_t> targets) {
+  std::vector<PositionScore> out(targets.size());
+  std::vector<double> lp_base, lp_codec;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const auto codec_row = restored.Logits(static_cast<int>(i));
+    const auto target = static_cast<size_t>(targets[i]);
+    LogSoftmax(base_rows[i], &lp_base);
+    LogSoftmax(codec_row, &lp_codec);
+    PositionScore& p = out[i];
+    p.nll_base = -lp_base[target];
+    p.nll_codec = -lp_codec[target];
+    double kl = 0;
+    for (size_t v = 0; v < lp_base.size(); ++v) kl += std::exp(lp_base[v]) * (lp_base[v] - lp_codec[v]);
+    p.kl = std::max(0.0, kl);
+    p.agree = ArgMax(base_rows[i]) == ArgMax(codec_row);
+  }
+  return out;
+}
+
 Result<EvalReport> RunEval(const EvalOptions& options) {
   ASSIGN_OR_RETURN(std::vector<EvalReport> reports, RunEvalRungs(options, {{options.codec, options.encode}}));
   return std::move(reports.front());
@@ -109,28 +150,10 @@ Result<std::vector<EvalReport>> RunEvalRungs(const EvalOptions& options, const s
   ASSIGN_OR_RETURN(auto model, LlamaModel::Load(options.model_path));
   RETURN_IF_ERROR(model->CheckKeepsKv());
   const uint32_t doc_tokens = options.ctx + options.cont + 1;
-  std::vector<std::vector<int32_t>> docs;
-  if (!options.token_path.empty() && !options.docs_from_end) {
-    ASSIGN_OR_RETURN(auto lines, ReadTokenFile(options.token_path, model->info().n_vocab));
-    ASSIGN_OR_RETURN(docs, DocumentsFromTokenLines(lines, model->bos_token(), options.n_docs, doc_tokens));
-  } else {
-    std::vector<int32_t> stream;
-    if (!options.token_path.empty()) {
-      // The end of a token file is what calibrate held back of it: its lines one after another,
-      // as calibrate reads them (quality/calibrate.cc), cut into windows.
-      ASSIGN_OR_RETURN(auto lines, ReadTokenFile(options.token_path, model->info().n_vocab));
-      for (const auto& line : lines) stream.insert(stream.end(), line.begin(), line.end());
-    } else {
-      ASSIGN_OR_RETURN(std::string text, ReadTextFile(BesideModel(options.model_path, "eval.txt", options.text_path)));
-      ASSIGN_OR_RETURN(stream, model->Tokenize(text, /*add_bos=*/false));
-    }
-    if (options.docs_from_end) {
-      // The last n_docs windows: the part of a calibration text calibrate held back.
-      const size_t want = size_t{options.n_docs} * (doc_tokens - (model->has_bos() ? 1 : 0));
-      if (stream.size() > want) stream.erase(stream.begin(), stream.end() - static_cast<std::ptrdiff_t>(want));
-    }
-    ASSIGN_OR_RETURN(docs, MakeDocuments(stream, model->bos_token(), options.n_docs, doc_tokens));
-  }
+  const DocumentSource source{
+      .text_path = options.token_path.empty() ? BesideModel(options.model_path, "eval.txt", options.text_path) : "",
+      .token_path = options.token_path};
+  ASSIGN_OR_RETURN(auto docs, LoadDocuments(*model, source, options.n_docs, doc_tokens, options.docs_from_end));
 
   CalibrationRegistry calibrations;
   RETURN_IF_ERROR(LoadModelCalibration(calibrations, options.model_path, options.calibration));
@@ -159,7 +182,6 @@ Result<std::vector<EvalReport>> RunEvalRungs(const EvalOptions& options, const s
     report.cont = options.cont;
     report.kv_dtype = DTypeName(session_options.cache_type);
   }
-  std::vector<double> lp_base, lp_codec;
 
   // One base run per document serves every rung: only the restored continuation is per rung.
   ProgressBar progress(rungs.size() == 1 ? "eval " + reports[0].codec : "eval", options.n_docs * rungs.size(),
@@ -172,7 +194,7 @@ Result<std::vector<EvalReport>> RunEvalRungs(const EvalOptions& options, const s
     RETURN_IF_ERROR(base->Eval(context, false));
     ASSIGN_OR_RETURN(KvCache kv, base->ExtractKv());
     RETURN_IF_ERROR(base->Eval(cont_in, true));
-    const auto base_rows = ContinuationLogits(*base, options.cont);
+    const auto base_rows = CopyLogitsRows(*base, options.cont);
 
     for (size_t k = 0; k < rungs.size(); ++k) {
       EvalReport& report = reports[k];
@@ -195,17 +217,12 @@ Result<std::vector<EvalReport>> RunEvalRungs(const EvalOptions& options, const s
       restored->Clear();
       RETURN_IF_ERROR(restored->RestoreKv(decoded));
       RETURN_IF_ERROR(restored->Eval(cont_in, true));
-      for (uint32_t i = 0; i < options.cont; ++i) {
-        const auto codec_row = restored->Logits(static_cast<int>(i));
-        const int32_t target = doc[options.ctx + 1 + i];
-        LogSoftmax(base_rows[i], &lp_base);
-        LogSoftmax(codec_row, &lp_codec);
-        sum.nll_base -= lp_base[static_cast<size_t>(target)];
-        sum.nll_codec -= lp_codec[static_cast<size_t>(target)];
-        double kl = 0;
-        for (size_t v = 0; v < lp_base.size(); ++v) kl += std::exp(lp_base[v]) * (lp_base[v] - lp_codec[v]);
-        sum.kl += std::max(0.0, kl);
-        sum.agree += ArgMax(base_rows[i]) == ArgMax(codec_row);
+      const auto targets = std::span(doc).subspan(options.ctx + 1, options.cont);
+      for (const PositionScore& p : ScoreRows(base_rows, *restored, targets)) {
+        sum.nll_base += p.nll_base;
+        sum.nll_codec += p.nll_codec;
+        sum.kl += p.kl;
+        sum.agree += p.agree;
         ++sum.scored;
       }
       progress.Advance();

@@ -4,10 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "codecs/codec.h"
+#include "llama/llama_model.h"
 #include "llama/llama_session.h"
 
 namespace kvc {
@@ -64,6 +67,34 @@ Result<std::vector<EvalReport>> RunEvalRungs(const EvalOptions& options, const s
 
 // The report as one JSON object (field names are part of the CLI's contract).
 std::string EvalReportJson(const EvalReport& report);
+
+// The documents of an evaluation or a profile: `n_docs` of `doc_tokens` tokens (the model's BOS
+// first where it has one) from a text (tokenised) or a token file (quality/token_file.h). From a
+// token file, each document is the start of one line long enough (DocumentsFromTokenLines),
+// unless `from_end`: then, as from a text, the source's tokens one after another are cut into
+// windows, the last n_docs of them (what calibrate held back of its input). `max_tokens` (0: all)
+// keeps only the source's first tokens, as calibrate's --tokens does.
+struct DocumentSource {
+  std::string text_path;
+  std::string token_path;  // instead of text_path
+  uint32_t max_tokens = 0;
+};
+Result<std::vector<std::vector<int32_t>>> LoadDocuments(const LlamaModel& model, const DocumentSource& source,
+                                                        uint32_t n_docs, uint32_t doc_tokens, bool from_end);
+
+// How a restored run's next-token distribution at one position compares with the uncompressed
+// run's, for the token that follows there.
+struct PositionScore {
+  double nll_base = 0;
+  double nll_codec = 0;
+  double kl = 0;       // KL(base || restored), nats, >= 0
+  bool agree = false;  // the same argmax
+};
+// Logits rows 0..n-1 of the session's last Eval, copied (llama.cpp overwrites them at the next).
+std::vector<std::vector<float>> CopyLogitsRows(LlamaSession& session, uint32_t n);
+// Scores rows 0..targets.size()-1 of `restored`'s last Eval against `base_rows`.
+std::vector<PositionScore> ScoreRows(const std::vector<std::vector<float>>& base_rows, LlamaSession& restored,
+                                     std::span<const int32_t> targets);
 
 // Splits a token stream into `n_docs` documents of `doc_tokens` tokens, each starting with `bos`
 // (bos < 0: the model has none, and documents are the stream's tokens alone).

@@ -33,16 +33,24 @@ Json Body(const ModelProfile& p) {
   j["calibration"] = p.calibration;
   j["text"] = p.text;
   j["docs"] = p.docs;
-  j["ctx"] = p.ctx;
-  j["cont"] = p.cont;
+  j["prefix_lengths"] = p.prefix_lengths;
+  j["windows"] = p.windows;
+  j["resamples"] = p.resamples;
+  j["confidence"] = p.confidence;
   j["rungs"] = Json::array();
   for (const ProfileRung& r : p.rungs) {
-    j["rungs"].push_back({{"codec", r.codec},
-                          {"level", r.level},
-                          {"ratio", r.ratio},
-                          {"ppl_delta_pct", r.ppl_delta_pct},
-                          {"top1_agreement", r.top1_agreement},
-                          {"kl_mean", r.kl_mean}});
+    Json windows = Json::array();
+    for (const WindowScore& w : r.windows) {
+      windows.push_back({{"tokens", w.tokens},
+                         {"positions", w.positions},
+                         {"ppl_delta_pct", w.ppl_delta_pct},
+                         {"ppl_delta_pct_bound", w.ppl_delta_pct_bound},
+                         {"top1_agreement", w.top1_agreement},
+                         {"top1_agreement_bound", w.top1_agreement_bound},
+                         {"kl_mean", w.kl_mean},
+                         {"kl_mean_bound", w.kl_mean_bound}});
+    }
+    j["rungs"].push_back({{"codec", r.codec}, {"level", r.level}, {"ratio", r.ratio}, {"windows", std::move(windows)}});
   }
   return j;
 }
@@ -79,6 +87,39 @@ Status GetCount(const Json& j, const char* key, uint32_t* out) {
   return Status::Ok();
 }
 
+// A list of 1..max_size whole numbers in [1, 2^22], strictly ascending.
+Status GetAscendingCounts(const Json& j, const char* key, size_t max_size, std::vector<uint32_t>* out) {
+  const auto it = j.find(key);
+  KVC_CHECK_CORRUPT(it != j.end() && it->is_array(), "profile: '%s' is missing or not an array", key);
+  KVC_CHECK_CORRUPT(!it->empty() && it->size() <= max_size, "profile: '%s' has %zu entries, not 1..%zu", key,
+                    it->size(), max_size);
+  out->clear();
+  for (const Json& v : *it) {
+    KVC_CHECK_CORRUPT(v.is_number(), "profile: '%s' holds a value that is not a number", key);
+    const double d = v.get<double>();
+    KVC_CHECK_CORRUPT(std::isfinite(d) && d >= 1 && d <= (1 << 22) && d == std::floor(d),
+                      "profile: '%s' holds %g, not a whole number in [1, 2^22]", key, d);
+    const auto n = static_cast<uint32_t>(d);
+    KVC_CHECK_CORRUPT(out->empty() || n > out->back(), "profile: '%s' is not strictly ascending", key);
+    out->push_back(n);
+  }
+  return Status::Ok();
+}
+
+Status GetWindowScore(const Json& w, size_t rung, uint32_t tokens, WindowScore* out) {
+  KVC_CHECK_CORRUPT(w.is_object() && w.size() == 8, "profile: rung %zu: a window is not an object of 8 members", rung);
+  RETURN_IF_ERROR(GetCount(w, "tokens", &out->tokens));
+  KVC_CHECK_CORRUPT(out->tokens == tokens, "profile: rung %zu: windows differ from the profile's 'windows'", rung);
+  RETURN_IF_ERROR(GetCount(w, "positions", &out->positions));
+  RETURN_IF_ERROR(GetNumber(w, "ppl_delta_pct", -100, 1e9, &out->ppl_delta_pct));
+  RETURN_IF_ERROR(GetNumber(w, "ppl_delta_pct_bound", -100, 1e9, &out->ppl_delta_pct_bound));
+  RETURN_IF_ERROR(GetNumber(w, "top1_agreement", 0, 1, &out->top1_agreement));
+  RETURN_IF_ERROR(GetNumber(w, "top1_agreement_bound", 0, 1, &out->top1_agreement_bound));
+  RETURN_IF_ERROR(GetNumber(w, "kl_mean", 0, 1e9, &out->kl_mean));
+  RETURN_IF_ERROR(GetNumber(w, "kl_mean_bound", 0, 1e9, &out->kl_mean_bound));
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::string DefaultProfilePath(const std::string& model_path) {
@@ -103,7 +144,9 @@ Result<ModelProfile> ParseProfile(std::string_view text) {
   RETURN_IF_ERROR(GetNumber(j, "version", 0, 1e9, &version));
   if (version != kProfileVersion) {
     return Unsupported(
-        FormatMessage("profile: version %g not supported (this build reads %u)", version, kProfileVersion));
+        FormatMessage("profile: version %g not supported (this build reads %u; measure it again with `kvcodec "
+                      "profile`)",
+                      version, kProfileVersion));
   }
   ModelProfile p;
   RETURN_IF_ERROR(GetString(j, "model_fingerprint", 64, &fingerprint));
@@ -115,14 +158,16 @@ Result<ModelProfile> ParseProfile(std::string_view text) {
   RETURN_IF_ERROR(GetString(j, "text", 4096, &p.text));
   KVC_CHECK_CORRUPT(IsValidUtf8(p.text), "profile: text is not valid UTF-8");
   RETURN_IF_ERROR(GetCount(j, "docs", &p.docs));
-  RETURN_IF_ERROR(GetCount(j, "ctx", &p.ctx));
-  RETURN_IF_ERROR(GetCount(j, "cont", &p.cont));
+  RETURN_IF_ERROR(GetAscendingCounts(j, "prefix_lengths", kMaxPrefixLengths, &p.prefix_lengths));
+  RETURN_IF_ERROR(GetAscendingCounts(j, "windows", kMaxProfileWindows, &p.windows));
+  RETURN_IF_ERROR(GetCount(j, "resamples", &p.resamples));
+  RETURN_IF_ERROR(GetNumber(j, "confidence", 0.5, 1, &p.confidence));
   const auto rungs = j.find("rungs");
   KVC_CHECK_CORRUPT(rungs != j.end() && rungs->is_array(), "profile: 'rungs' is missing or not an array");
   KVC_CHECK_CORRUPT(rungs->size() <= kMaxProfileRungs, "profile: %zu rungs, over %zu", rungs->size(), kMaxProfileRungs);
   for (size_t i = 0; i < rungs->size(); ++i) {
     const Json& r = (*rungs)[i];
-    KVC_CHECK_CORRUPT(r.is_object(), "profile: rung %zu is not an object", i);
+    KVC_CHECK_CORRUPT(r.is_object() && r.size() == 4, "profile: rung %zu is not an object of 4 members", i);
     ProfileRung rung;
     RETURN_IF_ERROR(GetString(r, "codec", kMaxLevelNameBytes, &rung.codec));
     RETURN_IF_ERROR(GetString(r, "level", kMaxLevelNameBytes, &rung.level));
@@ -133,9 +178,13 @@ Result<ModelProfile> ParseProfile(std::string_view text) {
       return Corrupt(FormatMessage("profile: rung %zu: codec or level is empty or outside [A-Za-z0-9._+-]", i));
     }
     RETURN_IF_ERROR(GetNumber(r, "ratio", 1e-6, 1e9, &rung.ratio));
-    RETURN_IF_ERROR(GetNumber(r, "ppl_delta_pct", -100, 1e9, &rung.ppl_delta_pct));
-    RETURN_IF_ERROR(GetNumber(r, "top1_agreement", 0, 1, &rung.top1_agreement));
-    RETURN_IF_ERROR(GetNumber(r, "kl_mean", 0, 1e9, &rung.kl_mean));
+    const auto windows = r.find("windows");
+    KVC_CHECK_CORRUPT(windows != r.end() && windows->is_array() && windows->size() == p.windows.size(),
+                      "profile: rung %zu: 'windows' is not an array of one score per window", i);
+    rung.windows.resize(p.windows.size());
+    for (size_t w = 0; w < p.windows.size(); ++w) {
+      RETURN_IF_ERROR(GetWindowScore((*windows)[w], i, p.windows[w], &rung.windows[w]));
+    }
     for (const ProfileRung& seen : p.rungs) {
       KVC_CHECK_CORRUPT(seen.codec != rung.codec || seen.level != rung.level, "profile: rung %s/%s listed twice",
                         rung.codec.c_str(), rung.level.c_str());
@@ -144,7 +193,7 @@ Result<ModelProfile> ParseProfile(std::string_view text) {
   }
   RETURN_IF_ERROR(GetString(j, "checksum", 64, &checksum));
   j.erase("checksum");
-  KVC_CHECK_CORRUPT(j.size() == 9, "profile: unknown fields");
+  KVC_CHECK_CORRUPT(j.size() == 11, "profile: unknown fields");
   // The checksum covers the canonical form, so it also proves nothing was reordered or added.
   KVC_CHECK_CORRUPT(Checksum(Body(p)) == checksum, "profile: checksum mismatch (edited or damaged)");
   return p;
@@ -179,34 +228,51 @@ std::vector<std::string> QualityFloor::Levels(const std::string& codec) const {
 QualityFloor LosslessFloor(std::string note) {
   QualityFloor f;
   f.allowed = {{"raw", "fp16"}};
-  f.loss[{"raw", "fp16"}] = 0;
+  for (const Codec* c : AllCodecs()) {
+    if (c->info().lossless && c->info().name != "raw") f.allowed.emplace_back(c->info().name, c->info().default_level);
+  }
+  for (const auto& rung : f.allowed) f.loss[rung] = 0;
   f.note = std::move(note);
   return f;
+}
+
+bool WithinLimits(const ProfileRung& rung, const QualityLimits& limits) {
+  if (rung.windows.empty()) return false;
+  return std::all_of(rung.windows.begin(), rung.windows.end(), [&](const WindowScore& w) {
+    return w.ppl_delta_pct_bound <= limits.max_ppl_delta && w.top1_agreement_bound >= limits.min_top1;
+  });
 }
 
 QualityFloor FloorFromProfile(const ModelProfile& profile, const QualityLimits& limits, const std::string& kvcal_hash) {
   QualityFloor f;
   f.profile = profile;
-  std::vector<const ProfileRung*> ok;
+  // The planner ranks rungs by loss: each rung's worst bound on KL over the windows.
+  auto worst_kl = [](const ProfileRung& r) {
+    double kl = 0;
+    for (const WindowScore& w : r.windows) kl = std::max(kl, w.kl_mean_bound);
+    return kl;
+  };
+  std::vector<std::pair<const ProfileRung*, double>> ok;
   for (const ProfileRung& r : profile.rungs) {
     if (r.codec == "kvtc" && (profile.calibration.empty() || profile.calibration != kvcal_hash)) continue;
     if (FindCodec(r.codec) == nullptr) continue;
-    if (r.ppl_delta_pct <= limits.max_ppl_delta && r.top1_agreement >= limits.min_top1) ok.push_back(&r);
+    if (WithinLimits(r, limits)) ok.emplace_back(&r, worst_kl(r));
   }
-  std::stable_sort(ok.begin(), ok.end(),
-                   [](const ProfileRung* a, const ProfileRung* b) { return a->kl_mean < b->kl_mean; });
+  std::stable_sort(ok.begin(), ok.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
   bool has_raw = false;
-  for (const ProfileRung* r : ok) {
+  for (const auto& [r, kl] : ok) {
     f.allowed.emplace_back(r->codec, r->level);
-    f.loss[{r->codec, r->level}] = r->kl_mean;
+    f.loss[{r->codec, r->level}] = kl;
     has_raw = has_raw || (r->codec == "raw" && r->level == "fp16");
   }
   if (!has_raw) {  // exact by construction, whatever was measured
     f.allowed.insert(f.allowed.begin(), {"raw", "fp16"});
     f.loss[{"raw", "fp16"}] = 0;
   }
-  f.note = FormatMessage("%zu of %zu profiled rungs within ppl_delta_pct <= %g and top1_agreement >= %g", ok.size(),
-                         profile.rungs.size(), limits.max_ppl_delta, limits.min_top1);
+  f.note = FormatMessage(
+      "%zu of %zu profiled rungs within ppl_delta_pct <= %g and top1_agreement >= %g at %g%% confidence in every "
+      "window",
+      ok.size(), profile.rungs.size(), limits.max_ppl_delta, limits.min_top1, 100 * profile.confidence);
   return f;
 }
 
@@ -228,7 +294,7 @@ Result<QualityFloor> LoadQualityFloor(const std::string& model_path, const std::
   const std::string how = "to store compressed chunks, run `kvcodec calibrate --model " + model_path +
                           " --text TEXT` on text like your prompts (it writes a calibration and a quality profile "
                           "measured on this model)";
-  constexpr const char* kLosslessOnly = "only lossless rungs (raw fp16) are stored and fetched";
+  constexpr const char* kLosslessOnly = "only lossless rungs (raw fp16, planes) are stored and fetched";
   if (!profile_path.empty()) {
     ASSIGN_OR_RETURN(ModelProfile p, LoadProfile(profile_path));
     if (p.model != model) return InvalidArgument(profile_path + " is the profile of another model");

@@ -16,11 +16,21 @@ Result<StorePlan> PlanStoredRungs(const QualityFloor& floor, const std::string& 
   plan.rungs.push_back({FindCodec("raw"), "fp16"});
   if (codec == "raw") return plan;
   for (const std::string& level : floor.Levels(codec)) plan.rungs.push_back({requested, level});
-  if (plan.rungs.size() > 1 || !floor.from_profile()) return plan;
+  if (!floor.from_profile()) {
+    // Nothing lossy was measured on this model: the lossless codecs are what saves bytes on a
+    // slow link (the floor allows them).
+    for (const auto& [name, level] : floor.allowed) {
+      const Codec* c = FindCodec(name);
+      if (c != nullptr && c != requested && name != "raw") plan.rungs.push_back({c, level});
+    }
+    return plan;
+  }
+  if (plan.rungs.size() > 1) return plan;
   // No rung of the codec asked for: the calibration-free ones the profile measured within the floor.
   std::string stored;
   for (const auto& [name, level] :
-       {std::pair<std::string, std::string>{"quant", "8"}, std::pair<std::string, std::string>{"rotquant", "3"}}) {
+       {std::pair<std::string, std::string>{"planes", "lossless"}, std::pair<std::string, std::string>{"quant", "8"},
+        std::pair<std::string, std::string>{"rotquant", "3"}}) {
     if (!floor.Allows(name, level)) continue;
     plan.rungs.push_back({FindCodec(name), level});
     stored += " and " + name + "/" + level;

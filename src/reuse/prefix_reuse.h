@@ -21,10 +21,11 @@ namespace kvc {
 // What a request stores new chunks as: raw fp16 (what a fast link fetches, so reuse there
 // changes nothing), then `codec`'s levels within the model's quality floor (what slower links
 // fetch), or, when the floor allows none of them (every rung over it, or kvtc without the
-// calibration its profile was measured with), the calibration-free quant 8 and rotquant 3 where
-// the floor allows them (that is, where the model's profile measured them within it), with a
-// note saying so. Without a profile the floor is lossless and so is the plan: raw only, and the
-// floor's own note already says how to change that (no second note).
+// calibration its profile was measured with), the calibration-free planes (lossless), quant 8
+// and rotquant 3 where the floor allows them (that is, where the model's profile measured them
+// within it), with a note saying so. Without a profile the floor is lossless and so is the plan:
+// raw and the lossless codecs (planes), and the floor's own note already says how to change
+// that (no second note).
 struct StorePlan {
   std::vector<StoredRung> rungs;
   std::string note;  // empty when the requested codec is stored, or the floor's note says why not

@@ -91,7 +91,7 @@ TEST(ReuseSetup, LevelsOfACodecThatNeedsACalibrationNeedOne) {
   o.levels.clear();
   const auto lossless = SetUpReuse(o);
   ASSERT_TRUE(lossless.ok()) << lossless.status().ToString();
-  EXPECT_EQ(Names(lossless->plan.rungs), std::vector<std::string>{"raw/fp16"});
+  EXPECT_EQ(Names(lossless->plan.rungs), (std::vector<std::string>{"raw/fp16", "planes/lossless"}));
   EXPECT_NE(lossless->plan.floor.note.find("only lossless rungs"), std::string::npos) << lossless->plan.floor.note;
 
   // Given explicitly, the calibration is loaded from where it is said to be.

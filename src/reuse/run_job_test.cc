@@ -14,6 +14,7 @@
 #include "llama/model_files.h"
 #include "reuse/model_profile.h"
 #include "reuse/prefix_reuse.h"
+#include "reuse/profile_test_rungs.h"
 #include "store/memory_store.h"
 #include "store/redis_test_server.h"
 #include "transform_coding/calibration_registry.h"
@@ -123,10 +124,11 @@ std::string ProfileWithHighRungsOverTheFloor(const std::string& tag) {
   p.model = (*model)->fingerprint();
   p.calibration = HexString(kvcal_hash);
   p.text = "test";
-  p.rungs = {{"raw", "fp16", 1, 0, 1, 0},         {"quant", "8", 1.9, 0.01, 0.999, 1e-5},
-             {"kvtc", "8", 8, 0.05, 0.995, 1e-4}, {"kvtc", "16", 16, 0.3, 0.985, 5e-4},
-             {"kvtc", "24", 24, 1.5, 0.97, 2e-3}, {"kvtc", "32", 32, 3.0, 0.95, 5e-3},
-             {"kvtc", "64", 60, 9.0, 0.90, 2e-2}};
+  SetProfileGeometry(p);
+  p.rungs = {MeasuredRung("raw", "fp16", 1, 0, 1, 0),         MeasuredRung("quant", "8", 1.9, 0.01, 0.999, 1e-5),
+             MeasuredRung("kvtc", "8", 8, 0.05, 0.995, 1e-4), MeasuredRung("kvtc", "16", 16, 0.3, 0.985, 5e-4),
+             MeasuredRung("kvtc", "24", 24, 1.5, 0.97, 2e-3), MeasuredRung("kvtc", "32", 32, 3.0, 0.95, 5e-3),
+             MeasuredRung("kvtc", "64", 60, 9.0, 0.90, 2e-2)};
   const std::string path = FreshStore(tag) + ".kvprof.json";
   EXPECT_TRUE(SaveProfile(p, path).ok());
   return path;
@@ -207,7 +209,8 @@ TEST(RunJob, ReuseIsExactWhenFastAndStaysWithinTheFloorWhenSlow) {
 
 // A user's own model, with neither a calibration nor a quality profile beside it: `run` works
 // with the default codec (kvtc, which needs a calibration), stores and fetches only the lossless
-// rung, even on a slow link where a lossy one would be faster, and says once how to calibrate.
+// rungs (raw, and planes, which is what a slow link fetches), even on a slow link where a lossy one
+// would be faster, and says once how to calibrate.
 // With a calibration but still no profile, nothing lossy either: kvtc's and every other codec's
 // loss depends on the model, and none was measured on it.
 TEST(RunJob, WithoutAProfileOnlyLosslessRungsAreStoredAndFetched) {
@@ -219,30 +222,33 @@ TEST(RunJob, WithoutAProfileOnlyLosslessRungsAreStoredAndFetched) {
   o.profile.clear();
   o.model_path = (dir / "m.gguf").string();
   o.link_gbps = 0.01;
+  o.plan_recompute = false;  // at 0.01 Gbps recomputing a chunk of this small model is faster
   const auto first = RunJob(o);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
-  EXPECT_EQ(first->stored_levels, (std::vector<std::string>{"raw/fp16"}));
+  const std::vector<std::string> lossless = {"raw/fp16", "planes/lossless"};
+  EXPECT_EQ(first->stored_levels, lossless);
   EXPECT_EQ(first->chunks_stored, first->chunks_reusable);
   EXPECT_NE(first->quality_floor.find("only lossless rungs"), std::string::npos) << first->quality_floor;
   EXPECT_NE(first->quality_floor.find("kvcodec calibrate --model " + o.model_path), std::string::npos)
       << first->quality_floor;
   const auto second = RunJob(o);
   ASSERT_TRUE(second.ok()) << second.status().ToString();
-  for (const std::string& v : second->variants) EXPECT_EQ(v, "raw/fp16");
+  // 0.01 Gbps: the fewer bytes of planes are what is fetched, with no loss.
+  EXPECT_EQ(second->variants, std::vector<std::string>(first->chunks_reusable, "planes/lossless"));
   EXPECT_EQ(second->text, first->text);
-  // Over a fast link the stored raw chunks are fetched, and give recomputing's text.
+  // Over a fast link the stored lossless chunks are fetched, and give recomputing's text.
   o.link_gbps = 0;
   const auto fast = RunJob(o);
   ASSERT_TRUE(fast.ok()) << fast.status().ToString();
   EXPECT_EQ(fast->chunks_fetched, first->chunks_reusable);
-  EXPECT_EQ(fast->variants, std::vector<std::string>(first->chunks_reusable, "raw/fp16"));
+  for (const std::string& v : fast->variants) EXPECT_TRUE(v == lossless[0] || v == lossless[1]) << v;
   EXPECT_EQ(fast->text, first->text);
 
   std::filesystem::copy_file(std::filesystem::path(KVCODEC_TEST_MODEL).replace_extension(".kvcal"), dir / "m.kvcal");
   o.store_url = "dir://" + FreshStore("no-profile-calibrated");
   const auto calibrated = RunJob(o);
   ASSERT_TRUE(calibrated.ok()) << calibrated.status().ToString();
-  EXPECT_EQ(calibrated->stored_levels, (std::vector<std::string>{"raw/fp16"}));
+  EXPECT_EQ(calibrated->stored_levels, lossless);
   // Levels named by the caller are stored as named; kvtc's need the calibration.
   std::filesystem::remove(dir / "m.kvcal");
   o.levels = {"16"};

@@ -900,8 +900,8 @@ TEST(ServerAuth, ApiKeyAndMetricsKey) {
 
 // A user's own model, with neither a calibration nor a quality profile beside it: serve starts
 // with the default codec (kvtc, which needs a calibration), and stores and reuses only the
-// lossless rung: no lossy rung was measured on this model.
-TEST(ServerUnprofiledModel, ServesAndStoresOnlyTheLosslessRung) {
+// lossless rungs (raw fp16 and planes): no lossy rung was measured on this model.
+TEST(ServerUnprofiledModel, ServesAndStoresOnlyTheLosslessRungs) {
   const auto dir = std::filesystem::temp_directory_path() / ("kvc-server-unprofiled-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir / "model");
@@ -932,7 +932,8 @@ TEST(ServerUnprofiledModel, ServesAndStoresOnlyTheLosslessRung) {
   }
   ASSERT_FALSE(objects.empty());
   for (const std::string& name : objects) {
-    EXPECT_TRUE(name.ends_with(".raw.fp16") || name.ends_with(".manifest")) << name;
+    EXPECT_TRUE(name.ends_with(".raw.fp16") || name.ends_with(".planes.lossless") || name.ends_with(".manifest"))
+        << name;
   }
   const Json second = complete();
   EXPECT_GE(second["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 512);

@@ -29,9 +29,19 @@ endif()
 
 # The test model's quality profile and floor.
 run(TRUE "${KVCODEC}" codecs --model "${src}/models/kvtiny/kvtiny.gguf")
-if(NOT out MATCHES "profiled rungs within" OR NOT out MATCHES "kvtc +16 .* allowed" OR NOT out MATCHES "over the floor")
+# The evidence for each rung: positions scored in the first 8 and 32 tokens, figures and bounds.
+if(NOT out MATCHES "profiled rungs within" OR NOT out MATCHES "kvtc +12 .* allowed" OR NOT out MATCHES "over the floor"
+   OR NOT out MATCHES "first 8 +2048 " OR NOT out MATCHES "first 32 +8192 " OR NOT out MATCHES "\\(bound\\)")
   message(FATAL_ERROR "codecs --model output unexpected:\n${out}")
 endif()
+# Calibrate and profile read only the source they are given: none named is one clear error,
+# before the model is loaded (no calib.txt beside the model is read in its place).
+foreach(command calibrate profile)
+  run(FALSE "${KVCODEC}" ${command} --model "${src}/models/kvtiny/kvtiny.gguf" --out "${WORK}/unused")
+  if(NOT err MATCHES "give --text FILE or --token-file FILE")
+    message(FATAL_ERROR "${command} without a source: unexpected error:\n${err}")
+  endif()
+endforeach()
 # A profile that is not one: a clear error naming it.
 file(WRITE "${WORK}/bad.kvprof.json" "{\"format\": \"kvcodec-quality-profile\"}")
 run(FALSE "${KVCODEC}" codecs --model "${src}/models/kvtiny/kvtiny.gguf" --profile "${WORK}/bad.kvprof.json")

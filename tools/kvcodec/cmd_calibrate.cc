@@ -57,6 +57,7 @@ int RunCalibrate(CalibrateArgs& a) {
     o.quantizer = *quantizer;
   }
   o.progress = !a.quiet;
+  o.hold_back_for_profile = !a.no_profile;
   kvc::KvtcCalibration calibration;
   auto report = kvc::RunCalibrate(o, &calibration);
   if (!report.ok()) return Fail(report.status());
@@ -71,6 +72,7 @@ int RunCalibrate(CalibrateArgs& a) {
     // Measured on what calibrate held back of its own input, never on a text it was not given.
     pa.o.text_path = o.text_path;
     pa.o.token_path = o.token_path;
+    pa.o.max_tokens = o.max_tokens;
     pa.o.session.n_threads = o.session.n_threads;
     pa.quiet = a.quiet;
     // With --json the one report printed is the calibration's.
@@ -93,7 +95,9 @@ Command AddCalibrateCommand(CLI::App* parent) {
   kvc::CalibrateOptions& o = ca->o;
   auto* calibrate = parent->add_subcommand("calibrate", "Fit KVTC's PCA bases and bit allocations for a model");
   AddModelOption(calibrate, &o.model_path);
-  calibrate->add_option("--text", o.text_path, "Calibration text (default: calib.txt beside the model)");
+  calibrate->add_option("--text", o.text_path,
+                        "Calibration text, like your prompts (this or --token-file is required; its last windows are "
+                        "held back from the fit for the quality profile)");
   calibrate->add_option("--out", ca->out, "Output .kvcal (default: <model>.kvcal)");
   calibrate->add_option("--tokens", o.max_tokens, "Use at most this many tokens of the text (0: all)");
   calibrate
@@ -120,7 +124,8 @@ Command AddCalibrateCommand(CLI::App* parent) {
   AddThreadsOption(calibrate, &o.session.n_threads);
   calibrate->add_flag("--json", ca->json, "Print the report as JSON");
   calibrate->add_flag("--no-profile", ca->no_profile,
-                      "Do not measure the quality profile afterwards (`kvcodec profile`)");
+                      "Do not measure the quality profile afterwards (`kvcodec profile`), nor hold the text's end "
+                      "back from the fit for it");
   AddQuietFlag(calibrate, &ca->quiet);
   return {calibrate, [ca] { return RunCalibrate(*ca); }};
 }

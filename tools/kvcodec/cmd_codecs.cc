@@ -21,7 +21,14 @@ struct CodecsArgs {
   bool json = false;
 };
 
-// The model's quality profile and the floor it gives: what run, serve and bench ttft may use.
+std::string FormatRatio(double ratio) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", ratio);
+  return buf;
+}
+
+// The model's quality profile and the floor it gives: what run, serve and bench ttft may use,
+// with the evidence for each rung (positions scored, the figures and their bounds).
 int RunModelFloor(const CodecsArgs& a) {
   auto floor = kvcodec::QualityFloorJson(a.model, a.profile, a.calibration, a.max_ppl_delta, a.min_top1);
   if (!floor.ok()) return Fail(floor.error());
@@ -36,15 +43,28 @@ int RunModelFloor(const CodecsArgs& a) {
   if (!j["profile"].is_null()) {
     const auto& p = j["profile"];
     // The profile's text is the file's to say (any UTF-8): shown as one printable line.
-    std::printf("profile: %u documents of %u + %u tokens from %s\n", p["docs"].get<unsigned>(),
-                p["ctx"].get<unsigned>(), p["cont"].get<unsigned>(), Printable(p["text"]).c_str());
-    std::printf("  %-9s %-7s %8s %10s %8s %10s  %s\n", "codec", "level", "ratio", "ppl delta", "top-1", "KL", "");
+    const auto& lengths = p["prefix_lengths"];
+    std::printf(
+        "profile: %u documents from %s, each scored after %zu restored prefixes of %u to %u tokens; bounds at %g%% "
+        "confidence (bootstrap over documents, %u resamples)\n",
+        p["docs"].get<unsigned>(), Printable(p["text"]).c_str(), lengths.size(), lengths.front().get<unsigned>(),
+        lengths.back().get<unsigned>(), 100 * p["confidence"].get<double>(), p["resamples"].get<unsigned>());
+    std::printf("  %-9s %-9s %7s  %-9s %9s %21s %17s %21s  %s\n", "codec", "level", "ratio", "window", "positions",
+                "ppl delta (bound)", "top-1 (bound)", "KL (bound)", "");
     for (const auto& r : p["rungs"]) {
       const std::string name = r["codec"].get<std::string>() + "/" + r["level"].get<std::string>();
-      std::printf("  %-9s %-7s %8.2f %+9.3f%% %8.4f %10.6f  %s\n", Printable(r["codec"]).c_str(),
-                  Printable(r["level"]).c_str(), r["ratio"].get<double>(), r["ppl_delta_pct"].get<double>(),
-                  r["top1_agreement"].get<double>(), r["kl_mean"].get<double>(),
-                  allowed.count(name) ? "allowed" : "over the floor");
+      bool first = true;
+      for (const auto& w : r["windows"]) {
+        const std::string window = "first " + std::to_string(w["tokens"].get<unsigned>());
+        std::printf(
+            "  %-9s %-9s %7s  %-9s %9u %+9.3f%% (%+8.3f%%) %7.4f (%7.4f) %9.6f (%9.6f)  %s\n",
+            first ? Printable(r["codec"]).c_str() : "", first ? Printable(r["level"]).c_str() : "",
+            first ? FormatRatio(r["ratio"].get<double>()).c_str() : "", window.c_str(), w["positions"].get<unsigned>(),
+            w["ppl_delta_pct"].get<double>(), w["ppl_delta_pct_bound"].get<double>(), w["top1_agreement"].get<double>(),
+            w["top1_agreement_bound"].get<double>(), w["kl_mean"].get<double>(), w["kl_mean_bound"].get<double>(),
+            first ? (allowed.count(name) ? "allowed" : "over the floor") : "");
+        first = false;
+      }
     }
   } else {
     std::string list;

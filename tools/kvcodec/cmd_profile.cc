@@ -11,6 +11,7 @@
 
 #include "base/report_json.h"
 #include "cli_common.h"
+#include "cli_lists.h"
 #include "commands.h"
 #include "reuse/model_profile.h"
 
@@ -18,6 +19,11 @@ namespace kvcodec_cli {
 
 int RunProfile(ProfileArgs& a, bool print) {
   a.o.progress = !a.quiet;
+  if (!a.prefix_lengths.empty()) {
+    auto lengths = ParsePrefixLengths(a.prefix_lengths);
+    if (!lengths.ok()) return Fail(lengths.status());
+    a.o.prefix_lengths = *lengths;
+  }
   auto profile = kvc::MeasureProfile(a.o);
   if (!profile.ok()) return Fail(profile.status());
   const std::string out = a.out.empty() ? kvc::DefaultProfilePath(a.o.model_path) : a.out;
@@ -29,9 +35,12 @@ int RunProfile(ProfileArgs& a, bool print) {
     std::cout << kvc::DumpReport(json) << "\n";
     return 0;
   }
-  std::printf("wrote %s: %zu rungs on %u documents of %u + %u tokens (see `kvcodec codecs --model %s`)\n",
-              Printable(out).c_str(), profile->rungs.size(), profile->docs, profile->ctx, profile->cont,
-              Printable(a.o.model_path).c_str());
+  const kvc::ModelProfile& p = *profile;
+  std::printf(
+      "wrote %s: %zu rungs on %u documents, each scored in the first %u and %u tokens after %zu restored prefixes "
+      "of %u to %u tokens; bounds at %g%% confidence (see `kvcodec codecs --model %s`)\n",
+      Printable(out).c_str(), p.rungs.size(), p.docs, p.windows.front(), p.windows.back(), p.prefix_lengths.size(),
+      p.prefix_lengths.front(), p.prefix_lengths.back(), 100 * p.confidence, Printable(a.o.model_path).c_str());
   return 0;
 }
 
@@ -42,22 +51,32 @@ Command AddProfileCommand(CLI::App* parent) {
       "profile",
       "Measure every rung of every codec on the model (held-back calibration text) and write its quality profile");
   AddModelOption(profile, &o.model_path);
-  profile->add_option("--text", o.text_path, "Text (default: calib.txt beside the model; its last windows are used)");
+  profile->add_option("--text", o.text_path,
+                      "Text like your prompts (this or --token-file is required); its last windows are the documents "
+                      "(calibrate held them back)");
   profile
       ->add_option("--token-file", o.token_path,
                    "Token ids instead of a text (the file calibrate read): its lines one after another, the last "
                    "windows used; the input for a model without a tokenizer")
       ->excludes("--text");
+  profile->add_option("--tokens", o.max_tokens, "Use at most this many tokens of the source, as calibrate did (0: all)")
+      ->capture_default_str();
   AddCalibrationOption(profile, &o.calibration);
   profile->add_option("--out", pa->out, "Output (default: <model>.kvprof.json)");
-  profile->add_option("--docs", o.docs, "Documents (0: enough for 1024 scored positions, at least 8)")
+  profile
+      ->add_option("--docs", o.docs,
+                   "Documents (0: enough for 2048 scored positions in the first 8 tokens after the prefixes)")
       ->capture_default_str()
       ->check(CLI::Range(0u, 100000u));
-  profile->add_option("--ctx", o.ctx, "Context tokens per document (0: min(1024, training context) - cont - 1)")
-      ->capture_default_str();
-  profile->add_option("--cont", o.cont, "Continuation tokens scored (0: min(128, training context / 4))")
+  profile->add_option("--window", o.window, "Tokens per document (0: min(1024, the model's training context))")
       ->capture_default_str()
-      ->check(CLI::Range(0u, 4096u));
+      ->check(CLI::Range(0u, 1u << 20));
+  profile->add_option("--prefix-lengths", pa->prefix_lengths,
+                      "Restored prefix lengths, comma-separated, ascending (default: up to 16 evenly spaced up to the "
+                      "window less 33)");
+  profile->add_option("--resamples", o.resamples, "Bootstrap resamples of the documents for the bounds")
+      ->capture_default_str();
+  profile->add_option("--confidence", o.confidence, "Confidence of each one-sided bound")->capture_default_str();
   AddThreadsOption(profile, &o.session.n_threads);
   profile->add_flag("--json", pa->json, "Print the profile as JSON");
   AddQuietFlag(profile, &pa->quiet);

@@ -9,8 +9,9 @@
 namespace kvcodec_cli {
 
 struct ProfileArgs {
-  kvc::ProfileOptions o;  // progress: set from `quiet`
-  std::string out;        // empty: kvc::DefaultProfilePath(model)
+  kvc::ProfileOptions o;       // progress: set from `quiet`
+  std::string out;             // empty: kvc::DefaultProfilePath(model)
+  std::string prefix_lengths;  // "a,b,c"; empty: the default lengths
   bool json = false, quiet = false;
   ProfileArgs() { o.model_path = DefaultModel(); }
 };

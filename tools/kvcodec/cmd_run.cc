@@ -100,8 +100,9 @@ Command AddRunCommand(CLI::App* parent) {
   run->add_option("--store-secret", o.store_secret, kStoreSecretHelp)->envname("KVCODEC_STORE_SECRET");
   run->add_option("--codec", o.codec,
                   "Codec for new chunks, stored beside raw fp16 at its levels within the model's quality floor "
-                  "(--levels: exactly those). Without a quality profile measured on the model only raw fp16 "
-                  "(lossless) is stored and fetched; `kvcodec calibrate` writes the profile and kvtc's calibration")
+                  "(--levels: exactly those). Without a quality profile measured on the model only the lossless "
+                  "rungs (raw fp16, planes) are stored and fetched; `kvcodec calibrate --text T` writes the profile "
+                  "and kvtc's calibration")
       ->capture_default_str();
   run->add_option("--levels", ru->levels,
                   "Levels to store, comma-separated, exactly these (default: the codec's levels within the floor)");
