@@ -4,24 +4,10 @@
 #include <cmath>
 #include <vector>
 
+#include "base/split_mix.h"
+
 namespace kvc {
 namespace {
-
-// SplitMix64: the same sequence on every platform and standard library (std's distributions
-// are not), so the bounds are reproducible bit for bit.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-
- private:
-  uint64_t state_;
-};
 
 struct Figures {
   double ppl_delta_pct = 0, top1 = 0, kl = 0;

@@ -19,6 +19,7 @@
 #include "base/byte_io.h"
 #include "base/crc32c.h"
 #include "base/hash.h"
+#include "base/split_mix.h"
 
 // The largest single allocation since the last reset, so tests can show that a hostile count
 // is refused before anything of that size is allocated.
@@ -58,17 +59,12 @@ constexpr size_t kUndoneAt = 53, kGroupingAt = 54, kGroupSizeAt = 55, kNBasesAt 
 // seeds regenerate byte for byte.
 class Rng {
  public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
+  explicit Rng(uint64_t seed) : rng_(seed) {}
+  uint64_t Next() { return rng_.Next(); }
   double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53 * 2.0 - 1.0; }  // [-1, 1)
 
  private:
-  uint64_t state_;
+  SplitMix64 rng_;
 };
 
 PcaBasis MakeBasis(uint32_t dim, uint32_t n_components, Rng& rng) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/byte_io.h"
+#include "base/split_mix.h"
 #include "codecs/fuzz_input.h"
 #include "format/container.h"
 #include "tensor/kv_cache.h"
@@ -27,18 +28,13 @@ inline constexpr ModelFingerprint kTestFingerprint{'k', 'v', 't', 'c', '-', 't',
 // splitmix64: tiny, and the same everywhere.
 class TestRng {
  public:
-  explicit TestRng(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
+  explicit TestRng(uint64_t seed) : rng_(seed) {}
+  uint64_t Next() { return rng_.Next(); }
   // Uniform in [-1, 1), exactly representable (53 random bits).
   double Uniform() { return static_cast<double>(Next() >> 11) * 0x1p-52 - 1.0; }
 
  private:
-  uint64_t state_;
+  SplitMix64 rng_;
 };
 
 struct TestCalibrationSpec {

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "base/half.h"
+#include "base/split_mix.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -49,13 +50,6 @@ constexpr float kScaleSteps[16] = {1.0f,
 // subnormal, as ldexp does.
 constexpr float kPowersOfHalf[16] = {1.0f,    0x1p-1f, 0x1p-2f,  0x1p-3f,  0x1p-4f,  0x1p-5f,  0x1p-6f,  0x1p-7f,
                                      0x1p-8f, 0x1p-9f, 0x1p-10f, 0x1p-11f, 0x1p-12f, 0x1p-13f, 0x1p-14f, 0x1p-15f};
-
-uint64_t SplitMix64(uint64_t* state) {
-  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 inline float ToFloat(float x) { return x; }
 inline float ToFloat(uint16_t h) { return Fp16ToFp32(h); }
@@ -479,10 +473,10 @@ LayerCoder::LayerCoder(uint32_t dim, uint32_t heads, uint32_t bits) : dim_(dim),
 void LayerCoder::SetSigns(uint32_t seed, uint32_t kind, uint32_t layer) {
   // layer < 2^10 and head < 2^10 (kMaxLayers, kMaxKvHeads) fit their fields of the state.
   for (uint32_t h = 0; h < heads_; ++h) {
-    uint64_t state = uint64_t{seed} << 32 | uint64_t{kind & 1} << 31 | uint64_t{layer} << 12 | h;
+    SplitMix64 rng(uint64_t{seed} << 32 | uint64_t{kind & 1} << 31 | uint64_t{layer} << 12 | h);
     uint64_t bits = 0;
     for (uint32_t c = 0; c < dim_; ++c) {
-      if (c % 64 == 0) bits = SplitMix64(&state);
+      if (c % 64 == 0) bits = rng.Next();
       signs_[size_t{h} * dim_ + c] = (bits >> (c % 64)) & 1 ? -1.0f : 1.0f;
     }
   }
