@@ -3,7 +3,7 @@
 # profiled on its held-out eval.txt as `kvcodec profile` measures (the first 8 and 32 tokens
 # after restored prefixes up to min(1024, training context), with bounds), beside what `kvcodec
 # calibrate` chose for it and why and the kvtc curve against the reverse water-filling rate.
-# Every figure in that file comes from this command (about 40 minutes on 2 cores).
+# Every figure in that file comes from this command (about 15 minutes on 2 cores).
 #   scripts/results_zoo.sh [MODEL ...]    (default: every model with a model.json)
 set -euo pipefail
 cd "$(dirname "$0")/.."
