@@ -106,13 +106,14 @@ Result<ModelProfile> MeasureProfile(const ProfileOptions& o) {
 
   const DocumentSource source{.text_path = o.text_path, .token_path = o.token_path, .max_tokens = o.max_tokens};
   auto docs = LoadDocuments(*model, source, g.docs, g.window, /*from_end=*/true);
-  if (!docs.ok()) {
-    return InvalidArgument(
-        FormatMessage("%s: a profile takes %u documents of %u tokens (%u prefix lengths x %u scored "
-                      "tokens each, for %u positions); give a longer text or fewer --docs",
-                      docs.status().message().c_str(), g.docs, g.window, static_cast<unsigned>(g.prefix_lengths.size()),
-                      kProfileWindows.front(), kProfileMinPositions));
+  if (docs.status().code() == StatusCode::kInvalidArgument) {  // the source is too short
+    return InvalidArgument(FormatMessage(
+        "%s: a profile takes %u documents of %u tokens (%zu prefix lengths x %u scored tokens each, for %llu "
+        "positions); give a longer text or fewer --docs",
+        docs.status().message().c_str(), g.docs, g.window, g.prefix_lengths.size(), kProfileWindows.front(),
+        static_cast<unsigned long long>(uint64_t{g.docs} * g.prefix_lengths.size() * kProfileWindows.front())));
   }
+  if (!docs.ok()) return docs.status();
 
   SessionOptions so = o.session;
   so.n_ctx = g.window + 16;

@@ -98,7 +98,13 @@ TEST(MeasureProfile, ReadsOnlyWhatItIsGiven) {
   o.max_tokens = 300;
   s = MeasureProfile(o).status();
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("a profile takes 3 documents of 128 tokens"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("a profile takes 3 documents of 128 tokens (2 prefix lengths x 8 scored tokens each, "
+                             "for 48 positions)"),
+            std::string::npos)
+      << s.message();
+  o = Small();
+  o.text_path = "/nonexistent/prompts.txt";
+  EXPECT_EQ(MeasureProfile(o).status().code(), StatusCode::kNotFound);
 }
 
 // Every rung is scored in the first 8 and the first 32 tokens after each restored prefix, on
