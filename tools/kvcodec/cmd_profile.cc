@@ -1,5 +1,5 @@
-// `kvcodec profile`: measure every rung of every codec on the model (held-back calibration text) and write its quality
-// profile.
+// `kvcodec profile`: measure every rung of every codec on the model (the end of the text it is given,
+// which calibrate held back) and write its quality profile.
 
 #include "cmd_profile.h"
 
@@ -49,7 +49,8 @@ Command AddProfileCommand(CLI::App* parent) {
   kvc::ProfileOptions& o = pa->o;
   auto* profile = parent->add_subcommand(
       "profile",
-      "Measure every rung of every codec on the model (held-back calibration text) and write its quality profile");
+      "Measure every rung of every codec on the model, in the first 8 and 32 tokens after restored prefixes, with "
+      "95% bounds, and write its quality profile");
   AddModelOption(profile, &o.model_path);
   profile->add_option("--text", o.text_path,
                       "Text like your prompts (this or --token-file is required); its last windows are the documents "
