@@ -33,6 +33,16 @@ Result<std::vector<int32_t>> TestModelTokens(const std::string& text_path) {
 
 const std::string kEvalText = (std::filesystem::path(KVCODEC_TEST_MODEL).parent_path() / "eval.txt").string();
 
+// Evaluating `options` scores exactly as `expected` did (the same documents, tokenised or not).
+void ExpectTheSameScores(const EvalOptions& options, const EvalReport& expected) {
+  auto got = RunEval(options);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->ppl_base, expected.ppl_base);
+  EXPECT_EQ(got->ppl_codec, expected.ppl_codec);
+  EXPECT_EQ(got->top1_agreement, expected.top1_agreement);
+  EXPECT_EQ(got->bytes_stored, expected.bytes_stored);
+}
+
 TEST(Evaluator, RawCodecIsExact) {
   auto report = RunEval(SmallEval("raw", ""));
   ASSERT_TRUE(report.ok()) << report.status().ToString();
@@ -71,12 +81,7 @@ TEST(Evaluator, TokenFileScoresLikeItsText) {
   }
   EvalOptions tokens = text;
   tokens.token_path = path;
-  auto from_tokens = RunEval(tokens);
-  ASSERT_TRUE(from_tokens.ok()) << from_tokens.status().ToString();
-  EXPECT_EQ(from_tokens->ppl_base, from_text->ppl_base);
-  EXPECT_EQ(from_tokens->ppl_codec, from_text->ppl_codec);
-  EXPECT_EQ(from_tokens->top1_agreement, from_text->top1_agreement);
-  EXPECT_EQ(from_tokens->bytes_stored, from_text->bytes_stored);
+  ExpectTheSameScores(tokens, *from_text);
   std::remove(path.c_str());
 }
 
@@ -100,12 +105,7 @@ TEST(Evaluator, TokenFileHeldBackWindowsAreTheTextsHeldBackWindows) {
   EvalOptions tokens = text;
   tokens.text_path.clear();
   tokens.token_path = path;
-  auto from_tokens = RunEval(tokens);
-  ASSERT_TRUE(from_tokens.ok()) << from_tokens.status().ToString();
-  EXPECT_EQ(from_tokens->ppl_base, from_text->ppl_base);
-  EXPECT_EQ(from_tokens->ppl_codec, from_text->ppl_codec);
-  EXPECT_EQ(from_tokens->top1_agreement, from_text->top1_agreement);
-  EXPECT_EQ(from_tokens->bytes_stored, from_text->bytes_stored);
+  ExpectTheSameScores(tokens, *from_text);
   // And they are not the file's first documents: the end is what calibrate did not fit on.
   EvalOptions first = tokens;
   first.docs_from_end = false;
