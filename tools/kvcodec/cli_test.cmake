@@ -42,6 +42,11 @@ foreach(command calibrate profile)
     message(FATAL_ERROR "${command} without a source: unexpected error:\n${err}")
   endif()
 endforeach()
+# serve takes --chunk as run does, checked by the library before the model is loaded.
+run(FALSE "${KVCODEC}" serve --model "${src}/models/kvtiny/kvtiny.gguf" --store mem:// --port 0 --chunk 0)
+if(NOT err MATCHES "chunk tokens must be positive")
+  message(FATAL_ERROR "serve --chunk 0: unexpected error:\n${err}")
+endif()
 # A profile that is not one: a clear error naming it.
 file(WRITE "${WORK}/bad.kvprof.json" "{\"format\": \"kvcodec-quality-profile\"}")
 run(FALSE "${KVCODEC}" codecs --model "${src}/models/kvtiny/kvtiny.gguf" --profile "${WORK}/bad.kvprof.json")

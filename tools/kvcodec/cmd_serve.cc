@@ -77,6 +77,8 @@ Command AddServeCommand(CLI::App* parent) {
                    "threads of their own)")
       ->capture_default_str();
   serve->add_option("--codec", o.codec, "Codec for new chunks")->capture_default_str();
+  // Its range is the library's to check (the same message as run's).
+  serve->add_option("--chunk", o.chunk_tokens, "Tokens per chunk")->capture_default_str();
   AddCalibrationOption(serve, &o.calibration);
   AddQualityOptions(serve, &o.profile, &o.quality);
   serve->add_option("--host", o.host, "Address to listen on")->capture_default_str();
