@@ -415,11 +415,38 @@ uint64_t AddressSpaceBytes() {
   std::_Exit(ok && grown <= (uint64_t{129} << 20) ? 0 : 1);
 }
 
+// A death test's child re-executes this binary with the parent's environment. OpenBLAS starts
+// its own threads when it is loaded, each mapping a buffer as it starts: on a loaded machine one
+// started late mapped its buffer while the first call was being measured (256 MiB, two buffers).
+// With OPENBLAS_NUM_THREADS=1 from the child's start there are none, as in a process that ran
+// UseSingleThreadedBlas before loading anything, so what is measured is the call's own buffer.
+class SingleThreadedBlasChildren {
+ public:
+  SingleThreadedBlasChildren() {
+    const char* old = std::getenv("OPENBLAS_NUM_THREADS");
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
+  }
+  ~SingleThreadedBlasChildren() {
+    if (had_) {
+      ::setenv("OPENBLAS_NUM_THREADS", old_.c_str(), 1);
+    } else {
+      ::unsetenv("OPENBLAS_NUM_THREADS");
+    }
+  }
+
+ private:
+  bool had_ = false;
+  std::string old_;
+};
+
 // OpenBLAS retries a buffer it cannot map forever; without room for one the call fails instead,
 // and with room it is not refused.
 TEST(Pca, WithoutRoomForABlasBufferTheCallFailsInsteadOfHanging) {
   if (kUnderAddressSanitizer) GTEST_SKIP() << "AddressSanitizer's shadow needs terabytes of address space";
   GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const SingleThreadedBlasChildren single_threaded;
   EXPECT_EXIT(AddUnderALimitAndExit(uint64_t{48} << 20), testing::ExitedWithCode(1),
               "internal error: no address space for a BLAS working buffer .*ulimit -v");
   EXPECT_EXIT(AddUnderALimitAndExit(uint64_t{1} << 30), testing::ExitedWithCode(0), "ok");
@@ -430,6 +457,7 @@ TEST(Pca, WithoutRoomForABlasBufferTheCallFailsInsteadOfHanging) {
 // too small, and a limit could hang a call again: this notices.
 TEST(Pca, ABlasBufferIsNoLargerThanTheCheckLooksFor) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const SingleThreadedBlasChildren single_threaded;
   EXPECT_EXIT(FirstAddGrowthAndExit(), testing::ExitedWithCode(0), "grew");
 }
 
