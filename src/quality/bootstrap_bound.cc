@@ -31,14 +31,6 @@ void Accumulate(DocumentSums& into, const DocumentSums& s) {
 
 }  // namespace
 
-void DocumentSums::Add(const PositionScore& p) {
-  nll_base += p.nll_base;
-  nll_codec += p.nll_codec;
-  kl += p.kl;
-  agree += p.agree ? 1 : 0;
-  ++positions;
-}
-
 WindowScore BoundedWindowScore(uint32_t tokens, std::span<const DocumentSums> docs, uint32_t resamples,
                                double confidence) {
   DocumentSums all;

@@ -11,17 +11,8 @@
 
 namespace kvc {
 
-// One document's sums over the positions it scored in one window.
-struct DocumentSums {
-  double nll_base = 0;
-  double nll_codec = 0;
-  double kl = 0;
-  uint64_t agree = 0;
-  uint64_t positions = 0;
-  void Add(const PositionScore& p);
-};
-
-// The window's figures over every document, with one-sided bounds at `confidence` (an upper
+// The window's figures over every document (DocumentSums: one per document, over the positions
+// it scored in the window), with one-sided bounds at `confidence` (an upper
 // bound on the perplexity change and KL, a lower bound on top-1 agreement): percentiles of the
 // figures over `resamples` resamples of the documents with replacement. Deterministic (a fixed
 // seed), so a profile measured twice on the same input is the same file.

@@ -5,9 +5,8 @@
 
 #include "base/clock.h"
 #include "base/progress.h"
-#include "llama/model_files.h"
+#include "quality/evaluator.h"
 #include "quality/profile_measure.h"
-#include "quality/token_file.h"
 
 namespace kvc {
 
@@ -29,15 +28,10 @@ Result<CalibrateReport> RunCalibrate(const CalibrateOptions& options, KvtcCalibr
       options.window != 0 ? options.window : std::min<uint32_t>(1024, info.n_ctx_train > 0 ? info.n_ctx_train : 1024);
   if (window < options.sinks + 16) return InvalidArgument("--window must exceed the sink tokens by 16 or more");
 
-  std::vector<int32_t> stream;
-  if (!options.token_path.empty()) {
-    ASSIGN_OR_RETURN(auto docs, ReadTokenFile(options.token_path, info.n_vocab));
-    for (const auto& d : docs) stream.insert(stream.end(), d.begin(), d.end());
-  } else {
-    ASSIGN_OR_RETURN(std::string text, ReadTextFile(options.text_path));
-    ASSIGN_OR_RETURN(stream, model->Tokenize(text, false));
-  }
-  if (options.max_tokens > 0 && stream.size() > options.max_tokens) stream.resize(options.max_tokens);
+  // Read as the profile reads it (LoadDocuments), so its last windows are the ones held back here.
+  ASSIGN_OR_RETURN(const std::vector<int32_t> stream, LoadTokenStream(*model, {.text_path = options.text_path,
+                                                                               .token_path = options.token_path,
+                                                                               .max_tokens = options.max_tokens}));
   // Each window is what eval's documents are: the model's BOS, if it has one, then the text.
   const size_t n_bos = model->has_bos() ? 1 : 0;
   const size_t body = window - n_bos;

@@ -18,15 +18,13 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
-// log-softmax of one logits row, in double for stable sums.
-void LogSoftmax(std::span<const float> logits, std::vector<double>* out) {
-  out->resize(logits.size());
+// log of sum(exp(logits)), in double for stable sums: logit - LogNormaliser is the log-softmax.
+double LogNormaliser(std::span<const float> logits) {
   double max = -INFINITY;
   for (float v : logits) max = std::max(max, static_cast<double>(v));
   double sum = 0;
   for (float v : logits) sum += std::exp(static_cast<double>(v) - max);
-  const double log_z = max + std::log(sum);
-  for (size_t i = 0; i < logits.size(); ++i) (*out)[i] = static_cast<double>(logits[i]) - log_z;
+  return max + std::log(sum);
 }
 
 size_t ArgMax(std::span<const float> v) {
@@ -77,15 +75,17 @@ Result<std::vector<std::vector<int32_t>>> DocumentsFromTokenLines(const std::vec
   return docs;
 }
 
-Result<std::vector<std::vector<int32_t>>> LoadDocuments(const LlamaModel& model, const DocumentSource& source,
-                                                        uint32_t n_docs, uint32_t doc_tokens, bool from_end) {
-  if (!source.token_path.empty() && !from_end) {
-    ASSIGN_OR_RETURN(auto lines, ReadTokenFile(source.token_path, model.info().n_vocab));
-    return DocumentsFromTokenLines(lines, model.bos_token(), n_docs, doc_tokens);
-  }
+void DocumentSums::Add(const PositionScore& p) {
+  nll_base += p.nll_base;
+  nll_codec += p.nll_codec;
+  kl += p.kl;
+  agree += p.agree ? 1 : 0;
+  ++positions;
+}
+
+Result<std::vector<int32_t>> LoadTokenStream(const LlamaModel& model, const DocumentSource& source) {
   std::vector<int32_t> stream;
   if (!source.token_path.empty()) {
-    // The lines one after another, as calibrate reads them (quality/calibrate.cc).
     ASSIGN_OR_RETURN(auto lines, ReadTokenFile(source.token_path, model.info().n_vocab));
     for (const auto& line : lines) stream.insert(stream.end(), line.begin(), line.end());
   } else {
@@ -93,6 +93,16 @@ Result<std::vector<std::vector<int32_t>>> LoadDocuments(const LlamaModel& model,
     ASSIGN_OR_RETURN(stream, model.Tokenize(text, /*add_bos=*/false));
   }
   if (source.max_tokens > 0 && stream.size() > source.max_tokens) stream.resize(source.max_tokens);
+  return stream;
+}
+
+Result<std::vector<std::vector<int32_t>>> LoadDocuments(const LlamaModel& model, const DocumentSource& source,
+                                                        uint32_t n_docs, uint32_t doc_tokens, bool from_end) {
+  if (!source.token_path.empty() && !from_end) {
+    ASSIGN_OR_RETURN(auto lines, ReadTokenFile(source.token_path, model.info().n_vocab));
+    return DocumentsFromTokenLines(lines, model.bos_token(), n_docs, doc_tokens);
+  }
+  ASSIGN_OR_RETURN(std::vector<int32_t> stream, LoadTokenStream(model, source));
   if (from_end) {
     const size_t want = size_t{n_docs} * (doc_tokens - (model.has_bos() ? 1 : 0));
     if (stream.size() > want) stream.erase(stream.begin(), stream.end() - static_cast<std::ptrdiff_t>(want));
@@ -100,31 +110,36 @@ Result<std::vector<std::vector<int32_t>>> LoadDocuments(const LlamaModel& model,
   return MakeDocuments(stream, model.bos_token(), n_docs, doc_tokens);
 }
 
-std::vector<std::vector<float>> CopyLogitsRows(LlamaSession& session, uint32_t n) {
-  std::vector<std::vector<float>> rows(n);
+std::vector<ReferenceRow> CopyReferenceRows(LlamaSession& session, uint32_t n) {
+  std::vector<ReferenceRow> rows(n);
   for (uint32_t i = 0; i < n; ++i) {
-    auto row = session.Logits(static_cast<int>(i));
-    rows[i].assign(row.begin(), row.end());
+    const auto row = session.Logits(static_cast<int>(i));
+    rows[i].logits.assign(row.begin(), row.end());
+    rows[i].log_z = LogNormaliser(row);
+    rows[i].argmax = ArgMax(row);
   }
   return rows;
 }
 
-std::vector<PositionScore> ScoreRows(const std::vector<std::vector<float>>& base_rows, LlamaSession& restored,
+std::vector<PositionScore> ScoreRows(const std::vector<ReferenceRow>& reference, LlamaSession& restored,
                                      std::span<const int32_t> targets) {
   std::vector<PositionScore> out(targets.size());
-  std::vector<double> lp_base, lp_codec;
   for (size_t i = 0; i < targets.size(); ++i) {
+    const ReferenceRow& base = reference[i];
     const auto codec_row = restored.Logits(static_cast<int>(i));
+    const double codec_log_z = LogNormaliser(codec_row);
     const auto target = static_cast<size_t>(targets[i]);
-    LogSoftmax(base_rows[i], &lp_base);
-    LogSoftmax(codec_row, &lp_codec);
     PositionScore& p = out[i];
-    p.nll_base = -lp_base[target];
-    p.nll_codec = -lp_codec[target];
+    p.nll_base = -(static_cast<double>(base.logits[target]) - base.log_z);
+    p.nll_codec = -(static_cast<double>(codec_row[target]) - codec_log_z);
     double kl = 0;
-    for (size_t v = 0; v < lp_base.size(); ++v) kl += std::exp(lp_base[v]) * (lp_base[v] - lp_codec[v]);
+    for (size_t v = 0; v < base.logits.size(); ++v) {
+      const double lp_base = static_cast<double>(base.logits[v]) - base.log_z;
+      const double lp_codec = static_cast<double>(codec_row[v]) - codec_log_z;
+      kl += std::exp(lp_base) * (lp_base - lp_codec);
+    }
     p.kl = std::max(0.0, kl);
-    p.agree = ArgMax(base_rows[i]) == ArgMax(codec_row);
+    p.agree = base.argmax == ArgMax(codec_row);
   }
   return out;
 }
@@ -168,8 +183,8 @@ Result<std::vector<EvalReport>> RunEvalRungs(const EvalOptions& options, const s
   ASSIGN_OR_RETURN(auto restored, LlamaSession::Create(*model, session_options));
 
   struct Sums {
-    double nll_base = 0, nll_codec = 0, kl = 0, encode_s = 0, decode_s = 0;
-    uint64_t agree = 0, scored = 0;
+    DocumentSums scores;
+    double encode_s = 0, decode_s = 0;
   };
   std::vector<EvalReport> reports(rungs.size());
   std::vector<Sums> sums(rungs.size());
@@ -194,7 +209,7 @@ Result<std::vector<EvalReport>> RunEvalRungs(const EvalOptions& options, const s
     RETURN_IF_ERROR(base->Eval(context, false));
     ASSIGN_OR_RETURN(KvCache kv, base->ExtractKv());
     RETURN_IF_ERROR(base->Eval(cont_in, true));
-    const auto base_rows = CopyLogitsRows(*base, options.cont);
+    const auto base_rows = CopyReferenceRows(*base, options.cont);
 
     for (size_t k = 0; k < rungs.size(); ++k) {
       EvalReport& report = reports[k];
@@ -218,13 +233,7 @@ Result<std::vector<EvalReport>> RunEvalRungs(const EvalOptions& options, const s
       RETURN_IF_ERROR(restored->RestoreKv(decoded));
       RETURN_IF_ERROR(restored->Eval(cont_in, true));
       const auto targets = std::span(doc).subspan(options.ctx + 1, options.cont);
-      for (const PositionScore& p : ScoreRows(base_rows, *restored, targets)) {
-        sum.nll_base += p.nll_base;
-        sum.nll_codec += p.nll_codec;
-        sum.kl += p.kl;
-        sum.agree += p.agree;
-        ++sum.scored;
-      }
+      for (const PositionScore& p : ScoreRows(base_rows, *restored, targets)) sum.scores.Add(p);
       progress.Advance();
     }
   }
@@ -234,13 +243,14 @@ Result<std::vector<EvalReport>> RunEvalRungs(const EvalOptions& options, const s
   for (size_t k = 0; k < rungs.size(); ++k) {
     EvalReport& report = reports[k];
     const Sums& sum = sums[k];
-    const double scored = static_cast<double>(sum.scored);
+    const DocumentSums& scores = sum.scores;
+    const double scored = static_cast<double>(scores.positions);
     report.compression_ratio = static_cast<double>(report.bytes_fp16) / static_cast<double>(report.bytes_stored);
-    report.ppl_base = std::exp(sum.nll_base / scored);
-    report.ppl_codec = std::exp(sum.nll_codec / scored);
+    report.ppl_base = std::exp(scores.nll_base / scored);
+    report.ppl_codec = std::exp(scores.nll_codec / scored);
     report.ppl_delta_pct = 100.0 * (report.ppl_codec - report.ppl_base) / report.ppl_base;
-    report.top1_agreement = static_cast<double>(sum.agree) / scored;
-    report.kl_mean = sum.kl / scored;
+    report.top1_agreement = static_cast<double>(scores.agree) / scored;
+    report.kl_mean = scores.kl / scored;
     report.encode_mb_s = sum.encode_s > 0 ? static_cast<double>(report.bytes_fp16) / 1e6 / sum.encode_s : 0;
     report.decode_mb_s = sum.decode_s > 0 ? static_cast<double>(report.bytes_fp16) / 1e6 / sum.decode_s : 0;
     report.seconds = seconds;

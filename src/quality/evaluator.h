@@ -81,6 +81,9 @@ struct DocumentSource {
 };
 Result<std::vector<std::vector<int32_t>>> LoadDocuments(const LlamaModel& model, const DocumentSource& source,
                                                         uint32_t n_docs, uint32_t doc_tokens, bool from_end);
+// The source's tokens one after another (a token file's lines concatenated, a text tokenised
+// without BOS), its first max_tokens: what calibrate fits on and LoadDocuments cuts from_end.
+Result<std::vector<int32_t>> LoadTokenStream(const LlamaModel& model, const DocumentSource& source);
 
 // How a restored run's next-token distribution at one position compares with the uncompressed
 // run's, for the token that follows there.
@@ -90,10 +93,28 @@ struct PositionScore {
   double kl = 0;       // KL(base || restored), nats, >= 0
   bool agree = false;  // the same argmax
 };
-// Logits rows 0..n-1 of the session's last Eval, copied (llama.cpp overwrites them at the next).
-std::vector<std::vector<float>> CopyLogitsRows(LlamaSession& session, uint32_t n);
-// Scores rows 0..targets.size()-1 of `restored`'s last Eval against `base_rows`.
-std::vector<PositionScore> ScoreRows(const std::vector<std::vector<float>>& base_rows, LlamaSession& restored,
+// Position scores summed (over a document's positions in a window, or a whole evaluation).
+struct DocumentSums {
+  double nll_base = 0;
+  double nll_codec = 0;
+  double kl = 0;
+  uint64_t agree = 0;
+  uint64_t positions = 0;
+  void Add(const PositionScore& p);
+};
+
+// One row of the uncompressed run, which every rung is scored against: its logits copied
+// (llama.cpp overwrites them at the next Eval), with what each comparison needs of it computed
+// once rather than once per rung.
+struct ReferenceRow {
+  std::vector<float> logits;
+  double log_z = 0;  // log of the softmax's normaliser: log-probability = logit - log_z
+  size_t argmax = 0;
+};
+// Rows 0..n-1 of the session's last Eval.
+std::vector<ReferenceRow> CopyReferenceRows(LlamaSession& session, uint32_t n);
+// Scores rows 0..targets.size()-1 of `restored`'s last Eval against `reference`.
+std::vector<PositionScore> ScoreRows(const std::vector<ReferenceRow>& reference, LlamaSession& restored,
                                      std::span<const int32_t> targets);
 
 // Splits a token stream into `n_docs` documents of `doc_tokens` tokens, each starting with `bos`

@@ -134,7 +134,7 @@ Result<ModelProfile> MeasureProfile(const ProfileOptions& o) {
       const auto scored_in = tokens.subspan(prefix, kScoredTokens);
       const auto targets = tokens.subspan(prefix + 1, kScoredTokens);
       RETURN_IF_ERROR(base->Eval(scored_in, true));
-      const auto base_rows = CopyLogitsRows(*base, kScoredTokens);
+      const auto base_rows = CopyReferenceRows(*base, kScoredTokens);
       done = prefix + kScoredTokens;
       for (Rung& rung : rungs) {
         ASSIGN_OR_RETURN(std::vector<uint8_t> file,
