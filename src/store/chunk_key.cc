@@ -4,6 +4,7 @@ namespace kvc {
 namespace {
 
 constexpr char kDomain[] = "kvcodec-chunk-v1";
+constexpr char kTailDomain[] = "kvcodec-tail-v1";
 
 void PutU32(Xxh3Hasher& h, uint32_t v) {
   const uint8_t b[4] = {static_cast<uint8_t>(v), static_cast<uint8_t>(v >> 8), static_cast<uint8_t>(v >> 16),
@@ -31,10 +32,21 @@ std::vector<ChunkKey> ChunkKeys(const ModelFingerprint& model, std::span<const i
   return keys;
 }
 
+ChunkKey ChunkTailKey(const ChunkKey& previous, std::span<const int32_t> tokens) {
+  Xxh3Hasher h;
+  h.Update(kTailDomain, sizeof(kTailDomain) - 1);
+  h.Update(previous.data(), previous.size());
+  PutU32(h, static_cast<uint32_t>(tokens.size()));
+  for (const int32_t t : tokens) PutU32(h, static_cast<uint32_t>(t));
+  return h.Digest();
+}
+
 std::string ChunkObjectName(const ChunkKey& key, std::string_view codec, std::string_view level) {
   return HexString(key) + "." + std::string(codec) + "." + std::string(level);
 }
 
 std::string ChunkManifestName(const ChunkKey& key) { return HexString(key) + ".manifest"; }
+
+std::string ChunkTailsName(const ChunkKey& previous) { return HexString(previous) + ".tails"; }
 
 }  // namespace kvc

@@ -20,14 +20,26 @@ inline constexpr uint32_t kDefaultChunkTokens = 256;
 
 using ChunkKey = Hash128;
 
-// Keys of the whole chunks of `tokens` (floor(tokens / chunk_tokens) of them; a partial last
-// chunk has no key: it is never stored).
+// Keys of the whole chunks of `tokens` (floor(tokens / chunk_tokens) of them; the tokens after
+// them are a tail, keyed by ChunkTailKey).
 std::vector<ChunkKey> ChunkKeys(const ModelFingerprint& model, std::span<const int32_t> tokens,
                                 uint32_t chunk_tokens = kDefaultChunkTokens);
+
+// The key a chunk hashes with its tokens: the chunk before it, or for the first chunk the model
+// (so keys[i - 1], or `model` for i = 0).
+inline ChunkKey PreviousChunkKey(const ModelFingerprint& model, std::span<const ChunkKey> keys, size_t i) {
+  return i == 0 ? ChunkKey(model) : keys[i - 1];
+}
+
+// The key of a tail: `tokens` (fewer than a whole chunk) right after the chunk keyed `previous`
+// (PreviousChunkKey). Its own domain, so no tail and no whole chunk ever share a key.
+ChunkKey ChunkTailKey(const ChunkKey& previous, std::span<const int32_t> tokens);
 
 // "<32 hex>.<codec>.<level>": one encoded variant of a chunk.
 std::string ChunkObjectName(const ChunkKey& key, std::string_view codec, std::string_view level);
 // "<32 hex>.manifest": which variants of a chunk are stored, and their sizes.
 std::string ChunkManifestName(const ChunkKey& key);
+// "<32 hex>.tails": the tails stored after the chunk keyed `previous` (chunk_tails.h).
+std::string ChunkTailsName(const ChunkKey& previous);
 
 }  // namespace kvc

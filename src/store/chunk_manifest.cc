@@ -13,18 +13,40 @@ constexpr size_t kMaxNameBytes = 64;
 
 }  // namespace
 
+void WriteChunkVariants(ByteWriter& w, const std::vector<ChunkVariant>& variants) {
+  w.U32(static_cast<uint32_t>(variants.size()));
+  for (const ChunkVariant& v : variants) {
+    w.String(v.codec);
+    w.String(v.level);
+    w.U64(v.bytes);
+  }
+}
+
+Status ReadChunkVariants(ByteReader& r, const char* what, std::vector<ChunkVariant>* variants) {
+  uint32_t n;
+  RETURN_IF_ERROR(r.U32(&n, "variant count"));
+  KVC_CHECK_CORRUPT(n <= kMaxManifestVariants, "%s: %u variants (at most %zu)", what, n, kMaxManifestVariants);
+  variants->resize(n);
+  for (ChunkVariant& v : *variants) {
+    RETURN_IF_ERROR(r.String(&v.codec, kMaxNameBytes, "variant codec"));
+    RETURN_IF_ERROR(r.String(&v.level, kMaxNameBytes, "variant level"));
+    RETURN_IF_ERROR(r.U64(&v.bytes, "variant bytes"));
+    KVC_CHECK_CORRUPT(!v.codec.empty() && !v.level.empty(), "%s: a variant without codec or level", what);
+    // The names become parts of object names and of messages: the .kvc header's charset.
+    for (const auto& [name, field] : {std::pair{&v.codec, "variant codec"}, std::pair{&v.level, "variant level"}}) {
+      if (Status s = CheckName(*name, field); !s.ok()) return Corrupt(std::string(what) + ": " + s.message());
+    }
+  }
+  return Status::Ok();
+}
+
 std::vector<uint8_t> WriteChunkManifest(const ChunkManifest& m) {
   ByteWriter w;
   w.Bytes(kMagic, sizeof(kMagic));
   w.U32(kVersion);
   w.U32(m.chunk_tokens);
   w.U32(m.chunk_index);
-  w.U32(static_cast<uint32_t>(m.variants.size()));
-  for (const ChunkVariant& v : m.variants) {
-    w.String(v.codec);
-    w.String(v.level);
-    w.U64(v.bytes);
-  }
+  WriteChunkVariants(w, m.variants);
   w.U32(Crc32c(w.bytes().data(), w.size()));
   return w.Take();
 }
@@ -39,23 +61,10 @@ Result<ChunkManifest> ReadChunkManifest(std::span<const uint8_t> bytes) {
   ByteReader r(body);
   RETURN_IF_ERROR(ExpectMagicAndVersion(r, kMagic, kVersion, "chunk manifest"));
   ChunkManifest m;
-  uint32_t n;
   RETURN_IF_ERROR(r.U32(&m.chunk_tokens, "chunk_tokens"));
   RETURN_IF_ERROR(r.U32(&m.chunk_index, "chunk_index"));
-  RETURN_IF_ERROR(r.U32(&n, "variant count"));
   KVC_CHECK_CORRUPT(m.chunk_tokens > 0, "manifest: chunk_tokens 0");
-  KVC_CHECK_CORRUPT(n <= kMaxManifestVariants, "manifest: %u variants (at most %zu)", n, kMaxManifestVariants);
-  m.variants.resize(n);
-  for (ChunkVariant& v : m.variants) {
-    RETURN_IF_ERROR(r.String(&v.codec, kMaxNameBytes, "variant codec"));
-    RETURN_IF_ERROR(r.String(&v.level, kMaxNameBytes, "variant level"));
-    RETURN_IF_ERROR(r.U64(&v.bytes, "variant bytes"));
-    KVC_CHECK_CORRUPT(!v.codec.empty() && !v.level.empty(), "manifest: a variant without codec or level");
-    // The names become parts of object names and of messages: the .kvc header's charset.
-    for (const auto& [name, what] : {std::pair{&v.codec, "variant codec"}, std::pair{&v.level, "variant level"}}) {
-      if (Status s = CheckName(*name, what); !s.ok()) return Corrupt("manifest: " + s.message());
-    }
-  }
+  RETURN_IF_ERROR(ReadChunkVariants(r, "manifest", &m.variants));
   KVC_CHECK_CORRUPT(r.empty(), "manifest: %zu bytes after the variants", r.remaining());
   return m;
 }

@@ -37,6 +37,14 @@ inline constexpr size_t kMaxManifestVariants = 64;
 inline constexpr uint64_t kMaxChunkManifestBytes =
     4 + 4 + 4 + 4 + 4 + kMaxManifestVariants * (4 + kMaxLevelNameBytes + 4 + kMaxLevelNameBytes + 8) + 4;
 
+// A list of variants as a manifest holds it (a u32 count, then each variant), which the tails
+// list (chunk_tails.h) holds too; the reader checks the count against kMaxManifestVariants and
+// every name against the .kvc name charset (kCorrupt, `what` saying whose they are).
+class ByteReader;
+class ByteWriter;
+void WriteChunkVariants(ByteWriter& w, const std::vector<ChunkVariant>& variants);
+Status ReadChunkVariants(ByteReader& r, const char* what, std::vector<ChunkVariant>* variants);
+
 std::vector<uint8_t> WriteChunkManifest(const ChunkManifest& manifest);
 // `bytes` is hostile: kCorrupt on anything malformed, truncated or failing its CRC32C.
 Result<ChunkManifest> ReadChunkManifest(std::span<const uint8_t> bytes);
