@@ -421,8 +421,10 @@ typedef struct kvc_reuse_params {
 } kvc_reuse_params;
 typedef struct kvc_reuse_result {
   uint32_t chunks_found;    /* stored, from chunk 0 on */
-  uint32_t chunks_restored; /* restored into the session (fewer when one is damaged or recomputed) */
-  uint32_t tokens_restored; /* evaluate tokens[tokens_restored..] next */
+  uint32_t chunks_restored; /* whole chunks restored into the session (fewer when one is damaged or
+                               recomputed) */
+  uint32_t tokens_restored; /* those chunks' tokens and a stored tail's; evaluate
+                               tokens[tokens_restored..] next */
   int32_t damaged;          /* non-zero: reuse stopped at a damaged chunk (corrupt, forged, another model's) */
   uint64_t bytes_fetched;
   double lookup_s, fetch_s, decode_s, restore_s;
@@ -436,7 +438,9 @@ KVC_API kvc_status kvc_reuse_restore(kvc_session* session, kvc_store* store, con
  * position 0 (the caller says which tokens: they name the chunks), at raw fp16 and each level of
  * the codec the floor allows. Where the floor is a profile's and allows no level of the codec,
  * planes, quant 8 and rotquant 3 are stored where it allows them; under the lossless floor, raw fp16
- * and planes (lossless). */
+ * and planes (lossless). The tokens after the last whole chunk but the last token (what
+ * kvc_reuse_restore of the same tokens may restore) are stored too, as the chunks' tail, where
+ * the session holds them. */
 KVC_API kvc_status kvc_reuse_store(kvc_session* session, kvc_store* store, const int32_t* tokens, size_t n_tokens,
                                    uint32_t first_chunk, const kvc_reuse_params* params, uint32_t* out_chunks_stored);
 

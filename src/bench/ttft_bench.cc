@@ -207,7 +207,7 @@ Result<std::string> RunTtftBenchJson(const TtftBenchOptions& o) {
           const uint64_t rss_before = ProcStatusBytes("VmRSS:");
           const auto t0 = SteadyClock::now();
           ASSIGN_OR_RETURN(const PrefixRestore p,
-                           RestoreStoredPrefix(*store, *session, fp, keys, o.chunk_tokens, context, link, fo));
+                           RestoreStoredPrefix(*store, *session, fp, keys, {}, o.chunk_tokens, context, link, fo));
           if (p.chunks_fetched != keys.size()) return Internal(name + ": reuse stopped early: " + p.fallback);
           const auto t_prefill = SteadyClock::now();
           RETURN_IF_ERROR(session->Eval(std::span(tokens).subspan(reused), false));

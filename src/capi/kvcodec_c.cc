@@ -527,6 +527,9 @@ struct ReuseInputs {
   uint32_t chunk_tokens = 0;
   std::vector<kvc::ChunkKey> keys;
   kvc::ReusePlan plan;
+  std::span<const int32_t> tokens;
+  // Every token but the last, whose logits give the first generated token: whole chunks and a tail.
+  std::span<const int32_t> Reusable() const { return tokens.first(tokens.empty() ? 0 : tokens.size() - 1); }
 };
 
 // `codec`: what new chunks are stored as (kvc_reuse_store; NULL or "": kvtc where a calibration
@@ -551,7 +554,8 @@ kvc::Result<ReuseInputs> PrepareReuse(const kvc::LlamaModel& model, const kvc_re
   ReuseInputs in;
   ASSIGN_OR_RETURN(in.plan, kvc::PlanReuse(model, Calibrations(), o));
   in.chunk_tokens = o.chunk_tokens;
-  in.keys = kvc::ReusableChunkKeys(model.fingerprint(), std::span(tokens, n_tokens), in.chunk_tokens);
+  in.tokens = std::span(tokens, n_tokens);
+  in.keys = kvc::ReusableChunkKeys(model.fingerprint(), in.tokens, in.chunk_tokens);
   return in;
 }
 
@@ -567,12 +571,12 @@ kvc_status kvc_reuse_restore(kvc_session* session, kvc_store* store, const int32
     if (!in.ok()) return Fail(in.status());
     const uint32_t chunk_tokens = in->chunk_tokens;
     kvc::LinkShaper link(kvc::LinkShaper::GbpsToBytesPerSecond(params->link_gbps));
-    kvc::FetchOptions options = kvc::ReuseFetchOptions(params->link_gbps, params->recompute_chunk_s, model.info(),
-                                                       in->plan.floor, *store->store);
+    kvc::FetchOptions options = kvc::ReuseFetchOptions(params->link_gbps, params->recompute_chunk_s, chunk_tokens,
+                                                       model.info(), in->plan.floor, *store->store);
     options.pool = &SessionPool(*session, params->fetch_threads);
     const kvc::CodecContext context{&Calibrations(), &model.fingerprint(), nullptr};
     auto restored = kvc::RestoreStoredPrefix(*store->store, *session->session, model.fingerprint(), in->keys,
-                                             chunk_tokens, context, link, options);
+                                             in->Reusable(), chunk_tokens, context, link, options);
     if (!restored.ok()) {
       session->session->Clear();  // a refused restore leaves nothing trustworthy behind
       return Fail(restored.status());
@@ -581,7 +585,7 @@ kvc_status kvc_reuse_restore(kvc_session* session, kvc_store* store, const int32
     *out = kvc_reuse_result{};
     out->chunks_found = r.chunks_found;
     out->chunks_restored = r.chunks_fetched;
-    out->tokens_restored = r.chunks_fetched * chunk_tokens;
+    out->tokens_restored = r.chunks_fetched * chunk_tokens + r.tail_tokens;
     out->damaged = r.damaged ? 1 : 0;
     out->bytes_fetched = r.bytes;
     out->lookup_s = r.lookup_s;
@@ -609,11 +613,15 @@ kvc_status kvc_reuse_store(kvc_session* session, kvc_store* store, const int32_t
                              session->session->n_cached(), keys.size())));
     }
     *out_chunks_stored = 0;
-    if (first_chunk >= keys.size()) return KVC_OK;
+    // The reusable tokens the session holds: whole chunks, then a tail.
+    const std::span<const int32_t> held =
+        in->Reusable().first(std::min<size_t>(in->Reusable().size(), session->session->n_cached()));
+    if (first_chunk >= keys.size() && held.size() == keys.size() * chunk_tokens) return KVC_OK;
     const kvc::CodecContext context{&Calibrations(), &model.fingerprint(),
                                     &SessionPool(*session, params->fetch_threads)};
-    auto stored = kvc::StoreSessionChunks(*store->store, *session->session, keys, first_chunk, chunk_tokens,
-                                          in->plan.rungs, model.fingerprint(), context);
+    auto stored = kvc::StoreSessionChunks(*store->store, *session->session, held, held.size(),
+                                          std::min<uint32_t>(first_chunk, static_cast<uint32_t>(keys.size())),
+                                          chunk_tokens, in->plan.rungs, model.fingerprint(), context);
     if (!stored.ok()) return Fail(stored.status());
     *out_chunks_stored = stored->chunks;
     return KVC_OK;

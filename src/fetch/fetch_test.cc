@@ -58,15 +58,15 @@ ChunkManifest Manifest(std::vector<ChunkVariant> v) {
 TEST(LevelPlanner, TradesTransferAgainstDecode) {
   const ChunkManifest m = Manifest({{"raw", "fp16", 100'000}, {"kvtc", "16", 5'000}});
   LevelPlanner planner({}, 1, 0);
-  planner.ObserveDecode({"raw", "fp16", 0}, 0.001);
-  planner.ObserveDecode({"kvtc", "16", 0}, 0.010);
+  planner.ObserveDecode({"raw", "fp16", 0}, 0.001, 64);
+  planner.ObserveDecode({"kvtc", "16", 0}, 0.010, 64);
   // Fast link: kvtc's decode (10 ms) costs more than raw's transfer (0.1 ms).
   EXPECT_EQ(planner.Choose(m, 1e9)->variant.codec, "raw");
   // Slow link: raw's transfer (100 ms) costs more than kvtc's decode.
   EXPECT_EQ(planner.Choose(m, 1e6)->variant.codec, "kvtc");
   // Two decoders halve what decode costs per chunk.
   LevelPlanner two({}, 2, 0);
-  two.ObserveDecode({"kvtc", "16", 0}, 0.010);
+  two.ObserveDecode({"kvtc", "16", 0}, 0.010, 64);
   EXPECT_NEAR(two.Choose(Manifest({{"kvtc", "16", 5'000}}), 1e9)->predicted_s, 0.005, 1e-9);
 }
 
@@ -80,6 +80,24 @@ TEST(LevelPlanner, RespectsTheQualityFloorAndRecomputes) {
   EXPECT_FALSE(recompute.Choose(m, 1e9)->recompute);
 }
 
+// A tail (a chunk shorter than the rest) is priced by its length: decode times are learnt per
+// token, and a recompute costs its share of a whole chunk's.
+TEST(LevelPlanner, ATailIsPricedByItsLength) {
+  LevelPlanner planner({}, 1, 0.064, 64);
+  planner.ObserveDecode({"raw", "fp16", 0}, 0.0064, 64);  // 0.1 ms a token
+  ChunkManifest tail{.chunk_tokens = 16, .chunk_index = 3, .variants = {{"raw", "fp16", 16'000}}};
+  const auto fetched = planner.Choose(tail, 1e12);
+  ASSERT_TRUE(fetched.has_value());
+  EXPECT_FALSE(fetched->recompute);
+  EXPECT_NEAR(fetched->predicted_s, 0.0016, 1e-9);
+  // At 1 MB/s its 17 kB take 17 ms; its prefill, a quarter of a whole chunk's 64 ms, 16 ms.
+  tail.variants[0].bytes = 17'000;
+  const auto recomputed = planner.Choose(tail, 1e6);
+  ASSERT_TRUE(recomputed.has_value());
+  EXPECT_TRUE(recomputed->recompute);
+  EXPECT_NEAR(recomputed->predicted_s, 0.016, 1e-9);
+}
+
 TEST(LevelPlanner, QualityFirstWithinTheMarginBandwidthFirstBeyondIt) {
   using Rung = LevelPlanner::Rung;
   const std::map<Rung, double> loss = {
@@ -90,15 +108,15 @@ TEST(LevelPlanner, QualityFirstWithinTheMarginBandwidthFirstBeyondIt) {
                                     {"kvtc", "8", 8'000},
                                     {"kvtc", "16", 4'000},
                                     {"kvtc", "32", 2'000}});
-  LevelPlanner planner({}, 1, 0, loss, 1000);
+  LevelPlanner planner({}, 1, 0, 0, loss, 1000);
   // Nothing seen yet: every decode is priced alike, so on a fast link they tie and raw (exact) wins.
   EXPECT_EQ(planner.Choose(m, 1e12)->variant.codec, "raw");
   // Decodes seen: raw 1.0 ms, quant 1.02 ms, kvtc 1.5-1.6 ms. Uncapped, raw is fastest and exact.
-  planner.ObserveDecode({"raw", "fp16", 0}, 0.0010);
-  planner.ObserveDecode({"quant", "8", 0}, 0.00102);
-  planner.ObserveDecode({"kvtc", "8", 0}, 0.0016);
-  planner.ObserveDecode({"kvtc", "16", 0}, 0.0015);
-  planner.ObserveDecode({"kvtc", "32", 0}, 0.0015);
+  planner.ObserveDecode({"raw", "fp16", 0}, 0.0010, 64);
+  planner.ObserveDecode({"quant", "8", 0}, 0.00102, 64);
+  planner.ObserveDecode({"kvtc", "8", 0}, 0.0016, 64);
+  planner.ObserveDecode({"kvtc", "16", 0}, 0.0015, 64);
+  planner.ObserveDecode({"kvtc", "32", 0}, 0.0015, 64);
   EXPECT_EQ(planner.Choose(m, 1e12)->variant.codec, "raw");
   // At 40 MB/s raw takes 1.6 ms and quant 8 0.83 ms (decode 1.02): quant is fastest; kvtc (1.5 ms) is
   // not within 5% of it.
@@ -112,13 +130,13 @@ TEST(LevelPlanner, QualityFirstWithinTheMarginBandwidthFirstBeyondIt) {
   EXPECT_EQ(near->variant.level, "16");
   // A rung not decoded yet is tried only when its guess is twice as fast as every measured one:
   // raw read at 200 MB/s (0.32 ms) is not traded for an unseen kvtc (guessed 0.64 ms of decode).
-  LevelPlanner guess({}, 1, 0, loss, 1000);
-  guess.ObserveDecode({"raw", "fp16", 0}, 0.0001);
+  LevelPlanner guess({}, 1, 0, 0, loss, 1000);
+  guess.ObserveDecode({"raw", "fp16", 0}, 0.0001, 64);
   EXPECT_EQ(guess.Choose(m, 200e6)->variant.codec, "raw");
   // At 20 MB/s raw takes 3.2 ms: the unseen rungs' guess (0.64 ms) is worth trying.
   EXPECT_EQ(guess.Choose(m, 20e6)->variant.codec, "kvtc");
   // A floor without the high rungs never fetches them, however slow the link.
-  LevelPlanner floor({{"raw", "fp16"}, {"quant", "8"}, {"kvtc", "8"}}, 1, 0, loss, 1000);
+  LevelPlanner floor({{"raw", "fp16"}, {"quant", "8"}, {"kvtc", "8"}}, 1, 0, 0, loss, 1000);
   for (double bps : {1e3, 1e6, 1e9, 1e12}) {
     auto c = floor.Choose(m, bps);
     ASSERT_TRUE(c.has_value());
@@ -135,10 +153,10 @@ TEST(LevelPlanner, ALosslessCodecRanksWithRawAndWinsWhenFaster) {
   // Measured loss for the lossy rung only; planes is missing from it, as from every profile.
   const std::map<Rung, double> loss = {{{"quant", "8"}, 1e-6}};
   const ChunkManifest m = Manifest({{"raw", "fp16", 64'000}, {"planes", "lossless", 50'000}, {"quant", "8", 48'000}});
-  LevelPlanner planner({}, 1, 0, loss, 1000);
-  planner.ObserveDecode({"raw", "fp16", 0}, 0.0001);
-  planner.ObserveDecode({"planes", "lossless", 0}, 0.0004);
-  planner.ObserveDecode({"quant", "8", 0}, 0.0002);
+  LevelPlanner planner({}, 1, 0, 0, loss, 1000);
+  planner.ObserveDecode({"raw", "fp16", 0}, 0.0001, 64);
+  planner.ObserveDecode({"planes", "lossless", 0}, 0.0004, 64);
+  planner.ObserveDecode({"quant", "8", 0}, 0.0002, 64);
   // At 10 MB/s transfer decides: planes (5.0 ms) beats raw (6.4 ms), and quant 8 (4.8 ms) is
   // within 5% of it, but planes is exact and quant is not.
   auto slow = planner.Choose(m, 10e6);
@@ -148,16 +166,16 @@ TEST(LevelPlanner, ALosslessCodecRanksWithRawAndWinsWhenFaster) {
   EXPECT_EQ(planner.Choose(m, 1e12)->variant.codec, "raw");
   // A floor of the lossless rungs alone (a model without a quality profile) fetches planes where
   // it is faster, raw where raw is.
-  LevelPlanner lossless({{"raw", "fp16"}, {"planes", "lossless"}}, 1, 0, {}, 1000);
-  lossless.ObserveDecode({"raw", "fp16", 0}, 0.0001);
-  lossless.ObserveDecode({"planes", "lossless", 0}, 0.0004);
+  LevelPlanner lossless({{"raw", "fp16"}, {"planes", "lossless"}}, 1, 0, 0, {}, 1000);
+  lossless.ObserveDecode({"raw", "fp16", 0}, 0.0001, 64);
+  lossless.ObserveDecode({"planes", "lossless", 0}, 0.0004, 64);
   EXPECT_EQ(lossless.Choose(m, 10e6)->variant.codec, "planes");
   EXPECT_EQ(lossless.Choose(m, 1e12)->variant.codec, "raw");
   // A codec name this build does not know has no loss but what was measured.
   const ChunkManifest unknown = Manifest({{"raw", "fp16", 64'000}, {"nosuch", "x", 1'000}});
-  LevelPlanner guess({}, 1, 0, {}, 1000);
-  guess.ObserveDecode({"raw", "fp16", 0}, 0.0001);
-  guess.ObserveDecode({"nosuch", "x", 0}, 0.0001);
+  LevelPlanner guess({}, 1, 0, 0, {}, 1000);
+  guess.ObserveDecode({"raw", "fp16", 0}, 0.0001, 64);
+  guess.ObserveDecode({"nosuch", "x", 0}, 0.0001, 64);
   EXPECT_EQ(guess.Choose(unknown, 1e6)->variant.codec, "nosuch") << "beyond the margin: bandwidth decides";
   EXPECT_EQ(guess.Choose(Manifest({{"raw", "fp16", 1'020}, {"nosuch", "x", 1'000}}), 1e6)->variant.codec, "raw")
       << "within the margin: the exact rung";
@@ -254,9 +272,10 @@ TEST(Fetcher, ThroughSlotsDeliversEachChunkBeforeItsSlotIsReused) {
     EXPECT_EQ(order, (std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 6}));
   }
   StoredRun run = StoreRun(2, {{"quant", "8"}});
-  KvShape longer = kChunkShape;
-  longer.n_tokens *= 2;
-  std::vector<KvCache> wrong{KvCache::Create(longer, DType::kF16).value()};
+  // A slot shorter than a chunk (a longer one holds a tail as well as a whole chunk).
+  KvShape shorter = kChunkShape;
+  shorter.n_tokens /= 2;
+  std::vector<KvCache> wrong{KvCache::Create(shorter, DType::kF16).value()};
   LinkShaper link;
   Fetcher fetcher(*run.store, link, kFp, {}, {});
   EXPECT_FALSE(

@@ -34,11 +34,12 @@ Fetcher::Fetcher(Store& store, LinkShaper& link, const ModelFingerprint& model, 
       model_(model),
       codec_context_(codec_context),
       options_(std::move(options)),
-      planner_(options_.allowed, Decoders(options_.pool), options_.recompute_s, options_.loss,
-               options_.kv_shape ? 2.0 * 2.0 * options_.kv_shape->n_layers * options_.kv_shape->n_kv_heads *
-                                       options_.kv_shape->head_dim
-                                 : 0.0,
-               options_.quality_margin),
+      planner_(
+          options_.allowed, Decoders(options_.pool), options_.recompute_s, options_.recompute_tokens, options_.loss,
+          options_.kv_shape
+              ? 2.0 * 2.0 * options_.kv_shape->n_layers * options_.kv_shape->n_kv_heads * options_.kv_shape->head_dim
+              : 0.0,
+          options_.quality_margin),
       bandwidth_(LinkShaper::GbpsToBytesPerSecond(options_.initial_gbps)) {}
 
 unsigned Fetcher::Inflight() const { return std::max(options_.inflight, Decoders(options_.pool) + 1); }
@@ -47,11 +48,12 @@ Result<FetchReport> Fetcher::Run(std::span<const ChunkKey> keys, std::span<const
                                  KvCache& prefix, const std::function<Status(FetchedChunk&&)>& on_chunk) {
   if (keys.size() != manifests.size()) return InvalidArgument("one manifest per chunk key");
   const uint32_t n = static_cast<uint32_t>(keys.size());
-  // Each chunk's place in the prefix buffer, checked before anything is fetched.
+  // Each chunk's place in the prefix buffer, checked before anything is fetched: right after
+  // the chunks before it (a tail, shorter, only ever comes last).
   std::vector<KvSlice> places(n);
-  for (uint32_t i = 0; i < n; ++i) {
+  int64_t pos = 0;
+  for (uint32_t i = 0; i < n; pos += manifests[i++].chunk_tokens) {
     const uint32_t tokens = manifests[i].chunk_tokens;
-    const int64_t pos = int64_t{i} * tokens;
     const int64_t at = pos - prefix.pos_begin();
     if (pos > std::numeric_limits<int32_t>::max() || at < 0 || at > std::numeric_limits<uint32_t>::max()) {
       return InvalidArgument(
@@ -69,23 +71,27 @@ Result<FetchReport> Fetcher::RunThroughSlots(std::span<const ChunkKey> keys, std
   if (keys.size() != manifests.size()) return InvalidArgument("one manifest per chunk key");
   if (slots.empty()) return InvalidArgument("no slot to decode chunks into");
   const uint32_t n = static_cast<uint32_t>(keys.size());
-  for (uint32_t i = 0; i < n; ++i) {
+  std::vector<int32_t> positions(n);
+  int64_t pos = 0;
+  for (uint32_t i = 0; i < n; pos += manifests[i++].chunk_tokens) {
     const uint32_t tokens = manifests[i].chunk_tokens;
-    if (int64_t{i} * tokens > std::numeric_limits<int32_t>::max()) {
+    if (pos > std::numeric_limits<int32_t>::max()) {
       return InvalidArgument(FormatMessage("chunk %u starts past the largest position", i));
     }
+    positions[i] = static_cast<int32_t>(pos);
     for (const KvCache& slot : slots) {
-      if (slot.shape().n_tokens != tokens) {
+      if (slot.shape().n_tokens < tokens) {
         return InvalidArgument(FormatMessage("chunk %u has %u tokens, a slot %u", i, tokens, slot.shape().n_tokens));
       }
     }
   }
   // Chunk i's slot is free again: at most slots.size() chunks are in flight, so the chunk that
-  // used it last (i - slots.size()) has been delivered, and nothing reads it any more.
+  // used it last (i - slots.size()) has been delivered, and nothing reads it any more. A tail
+  // takes the first tokens of its slot.
   auto place = [&](uint32_t i) {
     KvCache& slot = slots[i % slots.size()];
-    slot.set_pos_begin(static_cast<int32_t>(int64_t{i} * manifests[i].chunk_tokens));
-    return slot.Slice();
+    slot.set_pos_begin(positions[i]);
+    return slot.Slice(0, manifests[i].chunk_tokens).value();
   };
   return RunWithPlaces(keys, manifests, place, static_cast<unsigned>(slots.size()), on_chunk);
 }
@@ -132,7 +138,7 @@ Result<FetchReport> Fetcher::RunWithPlaces(std::span<const ChunkKey> keys, std::
       out.failure = FormatMessage("chunk %u: %s: %s", i, name.c_str(), decoded.ToString().c_str());
       out.damaged = IsDamage(decoded);
     } else {
-      planner_.ObserveDecode(choice.variant, Seconds(t_end, t2));
+      planner_.ObserveDecode(choice.variant, Seconds(t_end, t2), out_place.shape().n_tokens);
       out.chunk = FetchedChunk{i, choice.variant, transfer_s, Seconds(t_end, t2), choice.predicted_s, out_place.View()};
     }
     finish(i, std::move(out));

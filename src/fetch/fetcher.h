@@ -53,6 +53,9 @@ struct FetchOptions {
   unsigned inflight = 2;
   double initial_gbps = 1.0;  // bandwidth assumed before the first transfer completes
   double recompute_s = 0;     // seconds to prefill one chunk here; 0: never plan a recompute
+  // The tokens of the chunk recompute_s is for: a shorter one (a tail) is priced by its share
+  // (0: every chunk at recompute_s).
+  uint32_t recompute_tokens = 0;
   std::vector<std::pair<std::string, std::string>> allowed;  // (codec, level); empty: any
   // Measured quality loss of each allowed rung (the model's profile, lower is better): the
   // planner fetches the most accurate rung whose predicted time is within quality_margin of
@@ -98,8 +101,9 @@ class Fetcher {
           FetchOptions options);
 
   // keys[i] and manifests[i] describe chunk i, which is decoded into `prefix`'s tokens at its
-  // positions (i * chunk_tokens on), so `prefix` (allocated once by the caller, for the whole
-  // run) must cover them. on_chunk runs on the calling thread, in chunk order; an error from it
+  // positions (right after chunk i - 1's: chunk_tokens of the chunks before it, summed; only the
+  // last may be shorter, a tail), so `prefix` (allocated once by the caller, for the whole run)
+  // must cover them. on_chunk runs on the calling thread, in chunk order; an error from it
   // stops the run (and is returned). Store and decode failures are not errors of Run: they end
   // the run early with stop_reason set. After a run that stopped early, the tokens of the chunks
   // past the last one delivered hold an unspecified mix. Nothing throws out of Run (an exception
@@ -110,7 +114,8 @@ class Fetcher {
 
   // Chunks transferred and not yet delivered at most: what RunThroughSlots needs slots for.
   unsigned Inflight() const;
-  // As Run, but chunk i decodes into slots[i % slots.size()] (each one chunk's tokens), which
+  // As Run, but chunk i decodes into slots[i % slots.size()] (each one whole chunk's tokens; a
+  // tail into the first of them), which
   // on_chunk must be done with when it returns: at most slots.size() chunks are in flight. For a
   // caller that takes each chunk as it comes (a restore into llama.cpp): the whole prefix is
   // never held, and chunks decode into memory that stays mapped and mostly in cache.

@@ -14,11 +14,12 @@ constexpr double kDecodeWeight = 0.5;
 
 }  // namespace
 
-LevelPlanner::LevelPlanner(std::vector<Rung> allowed, unsigned decoders, double recompute_s,
+LevelPlanner::LevelPlanner(std::vector<Rung> allowed, unsigned decoders, double recompute_s, uint32_t recompute_tokens,
                            std::map<Rung, double> loss, double output_bytes_per_token, double margin)
     : allowed_(std::move(allowed)),
       decoders_(std::max(1u, decoders)),
       recompute_s_(recompute_s),
+      recompute_tokens_(recompute_tokens),
       loss_(std::move(loss)),
       output_bytes_per_token_(output_bytes_per_token),
       margin_(margin) {}
@@ -46,7 +47,7 @@ std::optional<LevelChoice> LevelPlanner::Choose(const ChunkManifest& manifest, d
     if (!Allowed(v)) continue;
     const double transfer = bytes_per_second > 0 ? static_cast<double>(v.bytes) / bytes_per_second : 0.0;
     const auto it = decode_s_.find({v.codec, v.level});
-    const double decode = (it == decode_s_.end() ? prior_decode : it->second) / decoders_;
+    const double decode = (it == decode_s_.end() ? prior_decode : it->second * manifest.chunk_tokens) / decoders_;
     const double t = std::max(transfer, decode);
     options.push_back(LevelChoice{false, v, t});
     seen.push_back(it != decode_s_.end());
@@ -76,14 +77,17 @@ std::optional<LevelChoice> LevelPlanner::Choose(const ChunkManifest& manifest, d
       best = c;
     }
   }
-  if (recompute_s_ > 0 && (!best || recompute_s_ < best->predicted_s)) return LevelChoice{true, {}, recompute_s_};
+  const double recompute =
+      recompute_tokens_ > 0 ? recompute_s_ * manifest.chunk_tokens / recompute_tokens_ : recompute_s_;
+  if (recompute > 0 && (!best || recompute < best->predicted_s)) return LevelChoice{true, {}, recompute};
   return best;
 }
 
-void LevelPlanner::ObserveDecode(const ChunkVariant& v, double seconds) {
+void LevelPlanner::ObserveDecode(const ChunkVariant& v, double seconds, uint32_t tokens) {
+  const double per_token = seconds / std::max(1u, tokens);
   std::lock_guard lock(mu_);
-  auto [it, inserted] = decode_s_.try_emplace({v.codec, v.level}, seconds);
-  if (!inserted) it->second = kDecodeWeight * seconds + (1 - kDecodeWeight) * it->second;
+  auto [it, inserted] = decode_s_.try_emplace({v.codec, v.level}, per_token);
+  if (!inserted) it->second = kDecodeWeight * per_token + (1 - kDecodeWeight) * it->second;
 }
 
 }  // namespace kvc

@@ -37,17 +37,21 @@ class LevelPlanner {
  public:
   using Rung = std::pair<std::string, std::string>;  // (codec, level)
   // `allowed`: (codec, level) pairs a request accepts (empty: every variant); `decoders`: how
-  // many chunks decode at once; `recompute_s`: seconds to prefill one chunk here (0: never);
+  // many chunks decode at once; `recompute_s`: seconds to prefill one chunk here (0: never), a
+  // chunk of `recompute_tokens` (a shorter chunk costs its share; 0: every chunk recompute_s);
   // `loss`: each rung's measured quality loss (lower is better; a lossless codec's rungs, raw
   // fp16 and planes, are 0 whatever it says; a rung missing from it ranks last);
   // `output_bytes_per_token`: fp16 bytes of one token's KV, for the decode prior (0: unseen
   // variants decode for free).
-  LevelPlanner(std::vector<Rung> allowed, unsigned decoders, double recompute_s, std::map<Rung, double> loss = {},
-               double output_bytes_per_token = 0, double margin = kDefaultQualityMargin);
+  LevelPlanner(std::vector<Rung> allowed, unsigned decoders, double recompute_s, uint32_t recompute_tokens = 0,
+               std::map<Rung, double> loss = {}, double output_bytes_per_token = 0,
+               double margin = kDefaultQualityMargin);
 
   // nullopt when the manifest lists no allowed variant and recompute is off.
   std::optional<LevelChoice> Choose(const ChunkManifest& manifest, double bytes_per_second) const;
-  void ObserveDecode(const ChunkVariant& variant, double seconds);
+  // A decode of `variant` that took `seconds` for `tokens` tokens (decode times are learnt per
+  // token, so a tail is priced by its length).
+  void ObserveDecode(const ChunkVariant& variant, double seconds, uint32_t tokens);
 
  private:
   bool Allowed(const ChunkVariant& v) const;
@@ -55,11 +59,12 @@ class LevelPlanner {
   std::vector<Rung> allowed_;
   unsigned decoders_;
   double recompute_s_;
+  uint32_t recompute_tokens_;
   std::map<Rung, double> loss_;
   double output_bytes_per_token_;
   double margin_;
   mutable std::mutex mu_;
-  std::map<std::pair<std::string, std::string>, double> decode_s_;  // moving average per variant
+  std::map<std::pair<std::string, std::string>, double> decode_s_;  // per token, moving average per variant
 };
 
 }  // namespace kvc

@@ -416,6 +416,15 @@ Status LlamaSession::RestoreChunks(std::span<const ChunkState> chunks) {
 
 void LlamaSession::ClearSeq(int32_t seq) { llama_memory_seq_rm(llama_get_memory(ctx_), seq, -1, -1); }
 
+Status LlamaSession::TrimSeq(int32_t seq, uint32_t keep) {
+  if (seq < 0 || static_cast<uint32_t>(seq) >= options_.n_seq) return InvalidArgument("no such sequence");
+  if (keep > options_.n_ctx) return InvalidArgument("keeping more tokens than a sequence holds");
+  if (!llama_memory_seq_rm(llama_get_memory(ctx_), seq, static_cast<llama_pos>(keep), -1)) {
+    return Unsupported("llama.cpp cannot drop the last tokens of this model's memory");
+  }
+  return Status::Ok();
+}
+
 Status LlamaSession::CopySeq(int32_t src, int32_t dst) {
   const auto valid = [&](int32_t seq) { return seq >= 0 && static_cast<uint32_t>(seq) < options_.n_seq; };
   if (!valid(src) || !valid(dst) || src == dst) return InvalidArgument("no such pair of sequences");

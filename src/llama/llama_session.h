@@ -96,6 +96,11 @@ class LlamaSession {
   // Replaces sequence `seq` with `kv` at its own positions.
   Status RestoreSeqKv(int32_t seq, const KvView& kv);
   void ClearSeq(int32_t seq);
+  // Drops sequence `seq`'s tokens from position `keep` on, so it continues at `keep`. Only a
+  // memory that is one KV cache can lose its last tokens (MemoryIsOneKvCache): a recurrent state
+  // or a sliding window cannot go back, and llama.cpp refuses (kUnsupported, the sequence
+  // untouched).
+  Status TrimSeq(int32_t seq, uint32_t keep);
   // Sequence `seq`'s whole state as llama.cpp writes it: every cache of the model's memory
   // (sliding-window, MLA, indexer and recurrent ones included), parsed (seq_state.h).
   Result<SeqState> ExtractState(int32_t seq = 0) const;

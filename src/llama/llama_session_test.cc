@@ -222,7 +222,7 @@ TEST_P(RoundTrip, FetchedPrefixRestoredAsChunksArriveIsBitIdenticalToAWholeResto
     FetchOptions options;
     options.kv_shape = kv.shape();
     options.pool = &pool;
-    auto restored = RestoreStoredPrefix(*store, *fetched, Model().fingerprint(), keys, kChunk, {}, link, options);
+    auto restored = RestoreStoredPrefix(*store, *fetched, Model().fingerprint(), keys, {}, kChunk, {}, link, options);
     ASSERT_TRUE(restored.ok()) << restored.status().ToString();
     EXPECT_EQ(restored->chunks_fetched, keys.size()) << restored->fallback;
     EXPECT_EQ(fetched->n_cached(), reused);
@@ -395,6 +395,34 @@ TEST(Batching, SequencesInOneBatchMatchSeparateRuns) {
   EXPECT_EQ(batched->ExtractSeqKv(2).value().shape().n_tokens, 60u);
   const SeqTokens bad{3, 0, c};
   EXPECT_EQ(batched->DecodeBatch(std::span(&bad, 1)).code(), StatusCode::kInvalidArgument);
+}
+
+// A sequence cut back to its first tokens continues as if only those had been evaluated: what
+// a later request sharing only part of a finished one's tokens starts from.
+TEST(Batching, TrimmedSequenceContinuesLikeAShorterOne) {
+  const auto tokens = SomeTokens(200);
+  SessionOptions options;
+  options.n_ctx = 256;
+  options.n_seq = 2;
+  auto batched = LlamaSession::Create(Model(), options).value();
+  const std::span<const int32_t> all(tokens), first(tokens.data(), 120);
+  const SeqTokens both[] = {{0, 0, all}, {1, 0, first}};
+  ASSERT_TRUE(batched->DecodeBatch(both).ok());
+  const auto l1 = batched->BatchLogits(1);
+  const std::vector<float> shorter(l1.begin(), l1.end());
+  ASSERT_TRUE(batched->TrimSeq(0, 119).ok());
+  EXPECT_EQ(batched->ExtractSeqKv(0).value().shape().n_tokens, 119u);
+  // Token 119 again, at position 119: the logits the 120-token sequence had.
+  const int32_t again = tokens[119];
+  const SeqTokens step[] = {{0, 119, std::span(&again, 1)}};
+  ASSERT_TRUE(batched->DecodeBatch(step).ok());
+  const auto got = batched->BatchLogits(0);
+  ASSERT_EQ(got.size(), shorter.size());
+  float worst = 0;
+  for (size_t v = 0; v < got.size(); ++v) worst = std::max(worst, std::abs(got[v] - shorter[v]));
+  EXPECT_LT(worst, 1e-3f);
+  EXPECT_EQ(GreedyToken(got), GreedyToken(shorter));
+  EXPECT_EQ(batched->TrimSeq(2, 0).code(), StatusCode::kInvalidArgument);
 }
 
 // Keys in llama.cpp's cache carry RoPE. The same tokens evaluated at positions 0.. and at

@@ -5,7 +5,9 @@
 #include <thread>
 
 #include "base/clock.h"
+#include "base/log.h"
 #include "store/chunk_manifest.h"
+#include "store/chunk_tails.h"
 
 namespace kvc {
 
@@ -40,6 +42,18 @@ Result<StorePlan> PlanStoredRungs(const QualityFloor& floor, const std::string& 
   return plan;
 }
 
+bool StoreIsLocal(const Store& store) { return store.url().rfind("redis", 0) != 0; }
+
+std::vector<StoredRung> RungsReadersFetch(const std::vector<StoredRung>& planned, const Store& store, double link_gbps,
+                                          bool keep_every_rung) {
+  if (keep_every_rung || link_gbps > 0 || !StoreIsLocal(store)) return planned;
+  std::vector<StoredRung> raw;
+  for (const StoredRung& r : planned) {
+    if (r.codec->info().name == "raw") raw.push_back(r);
+  }
+  return raw.empty() ? planned : raw;
+}
+
 size_t FetchPoolThreads(int fetch_threads) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   return (fetch_threads > 0 ? static_cast<size_t>(fetch_threads) : cores) + 1;
@@ -50,15 +64,15 @@ std::vector<ChunkKey> ReusableChunkKeys(const ModelFingerprint& model, std::span
   return tokens.empty() ? std::vector<ChunkKey>{} : ChunkKeys(model, tokens.first(tokens.size() - 1), chunk_tokens);
 }
 
-FetchOptions ReuseFetchOptions(double link_gbps, double recompute_s, const ModelInfo& model, const QualityFloor& floor,
-                               const Store& store) {
+FetchOptions ReuseFetchOptions(double link_gbps, double recompute_s, uint32_t chunk_tokens, const ModelInfo& model,
+                               const QualityFloor& floor, const Store& store) {
   FetchOptions fo;
   fo.kv_shape = KvShape{.n_layers = model.n_layers, .n_kv_heads = model.n_kv_heads, .head_dim = model.head_dim};
   fo.allowed = floor.allowed;
   fo.loss = floor.loss;
   fo.recompute_s = recompute_s;
-  const bool networked = store.url().rfind("redis", 0) == 0;
-  fo.initial_gbps = link_gbps > 0 ? link_gbps : networked ? 1.0 : 40.0;
+  fo.recompute_tokens = chunk_tokens;
+  fo.initial_gbps = link_gbps > 0 ? link_gbps : StoreIsLocal(store) ? 40.0 : 1.0;
   return fo;
 }
 
@@ -73,19 +87,27 @@ Result<double> MeasureChunkPrefillSeconds(LlamaSession& session, std::span<const
   return seconds;
 }
 
-PrefixLookup LookupStoredPrefix(Store& store, std::span<const ChunkKey> keys, uint32_t chunk_tokens) {
+PrefixLookup LookupStoredPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
+                                std::span<const int32_t> reusable, uint32_t chunk_tokens) {
   PrefixLookup out;
-  if (keys.empty()) return out;
+  const bool tails = !reusable.empty() && chunk_tokens > 1;
+  if (keys.empty() && !tails) return out;
   const auto t_lookup = SteadyClock::now();
   std::vector<std::string> names;
   for (const ChunkKey& k : keys) names.push_back(ChunkManifestName(k));
-  // Bounded by the largest manifest: a huge object under a manifest's name is refused unread.
-  const auto got = store.GetMany(names, kMaxChunkManifestBytes);
-  for (size_t i = 0; i < got.size(); ++i) {
+  // The tails list after every chunk the run may end at, in the same round trip: which one is
+  // needed is known only once the manifests are.
+  for (size_t i = 0; tails && i <= keys.size(); ++i) names.push_back(ChunkTailsName(PreviousChunkKey(model, keys, i)));
+  // Bounded by the largest manifest or tails list: a huge object under such a name is refused unread.
+  const auto got = store.GetMany(
+      names, tails ? std::max(kMaxChunkManifestBytes, MaxChunkTailsBytes(chunk_tokens)) : kMaxChunkManifestBytes);
+  bool run_ended_cleanly = true;  // at a missing manifest or the last key, not at a failure
+  for (size_t i = 0; i < keys.size(); ++i) {
     if (!got[i].ok()) {
       if (got[i].status().code() != StatusCode::kNotFound) {
         out.fallback = FormatMessage("chunk %zu: manifest: %s", i, got[i].status().ToString().c_str());
         out.damaged = got[i].status().code() == StatusCode::kCorrupt;
+        run_ended_cleanly = false;
       }
       break;
     }
@@ -94,9 +116,32 @@ PrefixLookup LookupStoredPrefix(Store& store, std::span<const ChunkKey> keys, ui
       out.damaged = true;
       out.fallback = FormatMessage("chunk %zu: manifest unusable: %s", i,
                                    m.ok() ? "chunk size or index differs" : m.status().ToString().c_str());
+      run_ended_cleanly = false;
       break;
     }
     out.manifests.push_back(std::move(*m));
+  }
+  const size_t run = out.manifests.size();
+  if (tails && run_ended_cleanly && uint64_t{run} * chunk_tokens < reusable.size()) {
+    const Result<std::vector<uint8_t>>& list_bytes = got[keys.size() + run];
+    if (!list_bytes.ok()) {
+      if (list_bytes.status().code() != StatusCode::kNotFound) {
+        out.fallback = FormatMessage("tails after chunk %zu: %s", run, list_bytes.status().ToString().c_str());
+        out.damaged = list_bytes.status().code() == StatusCode::kCorrupt;
+      }
+    } else if (auto list = ReadChunkTails(*list_bytes);
+               !list.ok() || list->chunk_tokens != chunk_tokens || list->chunk_index != run) {
+      out.damaged = true;
+      out.fallback = FormatMessage("tails after chunk %zu unusable: %s", run,
+                                   list.ok() ? "chunk size or index differs" : list.status().ToString().c_str());
+    } else if (auto best = BestChunkTail(*list, reusable.subspan(run * chunk_tokens))) {
+      ChunkTail& tail = list->tails[best->index];
+      out.tail = StoredTail{.key = ChunkTailKey(PreviousChunkKey(model, keys, run), tail.tokens),
+                            .manifest = {.chunk_tokens = static_cast<uint32_t>(tail.tokens.size()),
+                                         .chunk_index = static_cast<uint32_t>(run),
+                                         .variants = std::move(tail.variants)},
+                            .tokens = best->tokens};
+    }
   }
   out.lookup_s = SecondsSince(t_lookup);
   return out;
@@ -117,14 +162,26 @@ Result<FetchedPrefix> FetchPrefix(Store& store, const ModelFingerprint& model, s
   r.fallback = std::move(lookup.fallback);
   r.damaged = lookup.damaged;
   r.chunks_found = static_cast<uint32_t>(lookup.manifests.size());
-  if (lookup.manifests.empty()) return out;
+  if (lookup.manifests.empty() && !lookup.tail) return out;
   if (lookup.manifests.size() > keys.size()) return InvalidArgument("more manifests than chunk keys");
   if (!options.kv_shape) return InvalidArgument("fetching a prefix needs the model's KV shape");
-  out.chunk_tokens = lookup.manifests[0].chunk_tokens;
+  // The tail goes last in the run: the fetcher places each chunk after the ones before it.
+  const size_t whole = lookup.manifests.size();
+  std::vector<ChunkKey> run_keys(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(whole));
+  uint32_t tail_used = 0;
+  if (lookup.tail) {
+    run_keys.push_back(lookup.tail->key);
+    tail_used = lookup.tail->tokens;
+    lookup.manifests.push_back(std::move(lookup.tail->manifest));
+  }
+  out.chunk_tokens = whole > 0 ? lookup.manifests[0].chunk_tokens : 0;
+  // A whole chunk's slot holds the tail too.
+  const uint32_t slot_tokens = whole > 0 ? out.chunk_tokens : lookup.manifests.back().chunk_tokens;
 
   const auto t_fetch = SteadyClock::now();
   KvShape shape = *options.kv_shape;
-  const uint64_t tokens = uint64_t{out.chunk_tokens} * lookup.manifests.size();
+  uint64_t tokens = 0;
+  for (const ChunkManifest& m : lookup.manifests) tokens += m.chunk_tokens;
   if (tokens > kMaxTokens) {
     return InvalidArgument(FormatMessage("a stored prefix of %llu tokens is longer than any KV cache",
                                          static_cast<unsigned long long>(tokens)));
@@ -134,15 +191,20 @@ Result<FetchedPrefix> FetchPrefix(Store& store, const ModelFingerprint& model, s
     r.variants.push_back(c.variant.codec + "/" + c.variant.level);
     r.max_chunk_decode_s = std::max(r.max_chunk_decode_s, c.decode_s);
     if (!on_chunk) return Status::Ok();
+    // Of the tail, only the tokens the request agrees with.
+    KvView kv = c.kv;
+    if (c.index == whole) {
+      ASSIGN_OR_RETURN(kv, c.kv.View(0, tail_used));
+    }
     const auto t_restore = SteadyClock::now();
-    const Status s = on_chunk(c.kv);
+    const Status s = on_chunk(kv);
     r.restore_s += SecondsSince(t_restore);
     return s;
   };
-  const auto fetched_keys = keys.first(lookup.manifests.size());
+  const std::span<const ChunkKey> fetched_keys = run_keys;
   Result<FetchReport> report = Internal("not fetched");
   if (through_slots) {
-    shape.n_tokens = out.chunk_tokens;
+    shape.n_tokens = slot_tokens;
     std::vector<KvCache> slots(fetcher.Inflight());
     for (KvCache& slot : slots) {
       ASSIGN_OR_RETURN(slot, KvCache::CreateForOverwrite(shape, DType::kF16));
@@ -159,7 +221,8 @@ Result<FetchedPrefix> FetchPrefix(Store& store, const ModelFingerprint& model, s
   r.fetch_s = SecondsSince(t_fetch);
   r.decode_s = report->decode_s;
   r.bytes = report->bytes;
-  r.chunks_fetched = report->chunks;
+  r.chunks_fetched = std::min<uint32_t>(report->chunks, static_cast<uint32_t>(whole));
+  r.tail_tokens = report->chunks > whole ? tail_used : 0;
   if (!report->stop_reason.empty()) r.fallback = report->stop_reason;
   r.damaged = r.damaged || report->stopped_on_damage;
   return out;
@@ -175,19 +238,21 @@ Result<FetchedPrefix> FetchLookedUpPrefix(Store& store, const ModelFingerprint& 
 }
 
 Result<FetchedPrefix> FetchStoredPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
-                                        uint32_t chunk_tokens, const CodecContext& codec_context, LinkShaper& link,
+                                        std::span<const int32_t> reusable, uint32_t chunk_tokens,
+                                        const CodecContext& codec_context, LinkShaper& link,
                                         const FetchOptions& options,
                                         const std::function<Status(const KvView&)>& on_chunk) {
-  return FetchLookedUpPrefix(store, model, keys, LookupStoredPrefix(store, keys, chunk_tokens), codec_context, link,
-                             options, on_chunk);
+  return FetchLookedUpPrefix(store, model, keys, LookupStoredPrefix(store, model, keys, reusable, chunk_tokens),
+                             codec_context, link, options, on_chunk);
 }
 
 Result<PrefixRestore> RestoreStoredPrefix(Store& store, LlamaSession& session, const ModelFingerprint& model,
-                                          std::span<const ChunkKey> keys, uint32_t chunk_tokens,
-                                          const CodecContext& codec_context, LinkShaper& link,
+                                          std::span<const ChunkKey> keys, std::span<const int32_t> reusable,
+                                          uint32_t chunk_tokens, const CodecContext& codec_context, LinkShaper& link,
                                           const FetchOptions& options) {
-  return RestoreLookedUpPrefix(store, session, model, keys, LookupStoredPrefix(store, keys, chunk_tokens),
-                               codec_context, link, options);
+  return RestoreLookedUpPrefix(store, session, model, keys,
+                               LookupStoredPrefix(store, model, keys, reusable, chunk_tokens), codec_context, link,
+                               options);
 }
 
 Result<PrefixRestore> RestoreLookedUpPrefix(Store& store, LlamaSession& session, const ModelFingerprint& model,
@@ -202,15 +267,16 @@ Result<PrefixRestore> RestoreLookedUpPrefix(Store& store, LlamaSession& session,
   return fetched.stats;
 }
 
-Result<StoredChunks> StoreSessionChunks(Store& store, LlamaSession& session, std::span<const ChunkKey> keys,
-                                        uint32_t first, uint32_t chunk_tokens, const std::vector<StoredRung>& rungs,
-                                        const ModelFingerprint& model, const CodecContext& codec_context) {
+Result<StoredChunks> StoreSessionChunks(Store& store, LlamaSession& session, std::span<const int32_t> held,
+                                        size_t prompt_reusable, uint32_t first, uint32_t chunk_tokens,
+                                        const std::vector<StoredRung>& rungs, const ModelFingerprint& model,
+                                        const CodecContext& codec_context) {
   KvCache chunk;
-  const ChunkKvSource chunk_kv = [&](uint32_t i) -> Result<KvView> {
-    ASSIGN_OR_RETURN(chunk, session.ExtractKvRange(static_cast<int32_t>(i * chunk_tokens), chunk_tokens));
+  const ChunkKvSource chunk_kv = [&](uint32_t token_begin, uint32_t n_tokens) -> Result<KvView> {
+    ASSIGN_OR_RETURN(chunk, session.ExtractKvRange(static_cast<int32_t>(token_begin), n_tokens));
     return chunk.View();
   };
-  return StoreChunks(store, chunk_kv, keys, first, chunk_tokens, rungs, model, codec_context);
+  return StoreHeldChunks(store, chunk_kv, held, prompt_reusable, first, chunk_tokens, rungs, model, codec_context);
 }
 
 }  // namespace kvc

@@ -1,9 +1,11 @@
-// The two halves of remote KV reuse around a llama.cpp session, shared by `kvcodec run` and the
-// TTFT benchmark: restoring a prompt's longest stored prefix (one batched manifest lookup, then
-// the fetcher), and storing a session's chunks (every level, then the manifest).
+// The two halves of remote KV reuse around a llama.cpp session, shared by `kvcodec run`, the
+// server and the TTFT benchmark: restoring a prompt's longest stored prefix (one batched lookup
+// of the manifests and of the tails lists, then the fetcher), and storing a session's chunks
+// (every rung, then the manifest) and its tail (chunk_tails.h).
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,18 @@ struct StorePlan {
 };
 Result<StorePlan> PlanStoredRungs(const QualityFloor& floor, const std::string& codec);
 
+// Whether the store is on this machine (dir://, mem://): read at page-cache speed, unlike a
+// networked one (redis://).
+bool StoreIsLocal(const Store& store);
+
+// What a store's readers will fetch, so what is worth storing: from a local store with no link
+// cap every fetch takes raw fp16 (nothing decodes faster than a page-cache read is copied), so
+// the plan's other rungs would only take disk; a networked store, or a declared link, keeps them
+// all (readers' bandwidths differ, and the fetcher picks per chunk). `keep_every_rung`: keep
+// them anyway.
+std::vector<StoredRung> RungsReadersFetch(const std::vector<StoredRung>& planned, const Store& store, double link_gbps,
+                                          bool keep_every_rung);
+
 // Keys of the prompt's chunks that may be reused: whole chunks before its last token, which is
 // always prefilled (its logits give the first generated token).
 std::vector<ChunkKey> ReusableChunkKeys(const ModelFingerprint& model, std::span<const int32_t> tokens,
@@ -39,12 +53,12 @@ std::vector<ChunkKey> ReusableChunkKeys(const ModelFingerprint& model, std::span
 
 // Fetch options for a request's reuse: any variant within the quality floor (the most accurate
 // of those about as fast as the fastest), the link's rate as the first bandwidth guess,
-// "recompute" priced at `recompute_s` per chunk (0: never), and the model's KV geometry, which
+// "recompute" priced at `recompute_s` per chunk of `chunk_tokens` (0: never), and the model's KV geometry, which
 // every chunk's header must match before it is decoded.
 // With no link cap the first guess is the store's kind: a local one (dir://, mem://) reads at
 // page-cache speed, a networked one (redis://) at about 1 Gbps until a transfer says otherwise.
-FetchOptions ReuseFetchOptions(double link_gbps, double recompute_s, const ModelInfo& model, const QualityFloor& floor,
-                               const Store& store);
+FetchOptions ReuseFetchOptions(double link_gbps, double recompute_s, uint32_t chunk_tokens, const ModelInfo& model,
+                               const QualityFloor& floor, const Store& store);
 
 // Seconds this machine takes to prefill one chunk, from prefilling `probe` in `session` (which
 // is left empty): what prices "recompute" for the level planner.
@@ -52,7 +66,8 @@ Result<double> MeasureChunkPrefillSeconds(LlamaSession& session, std::span<const
 
 struct PrefixRestore {
   uint32_t chunks_found = 0;    // manifests present, from chunk 0 on
-  uint32_t chunks_fetched = 0;  // restored into the session
+  uint32_t chunks_fetched = 0;  // whole chunks restored into the session
+  uint32_t tail_tokens = 0;     // and tokens of a stored tail after them
   std::string fallback;         // why fewer than found were restored (or the lookup stopped)
   // Reuse stopped at a damaged chunk: an object or manifest that is corrupt, bound to another
   // name, not sealed with the store's secret, or for another model, shape or place (not a
@@ -64,15 +79,32 @@ struct PrefixRestore {
   double max_chunk_decode_s = 0;
 };
 
-// The manifests of keys' longest stored run from chunk 0, from one batched lookup. A store that
-// fails is not an error here: the lookup stops and says why in `fallback` (the request recomputes).
+// A stored tail a request reuses: its key, its variants as a manifest (chunk_tokens: the tail's
+// length; chunk_index: the whole chunks before it), and how many of its first tokens agree with
+// the request's (their KV is what the request needs; the rest is decoded and not used).
+struct StoredTail {
+  ChunkKey key{};
+  ChunkManifest manifest;
+  uint32_t tokens = 0;
+};
+
+// The manifests of keys' longest stored run from chunk 0 and, after it, the stored tail that
+// agrees with the most of `reusable` (the request's tokens it may reuse; keys are its whole
+// chunks), from one batched lookup. A store that fails is not an error here: the lookup stops
+// and says why in `fallback` (the request recomputes). Empty `reusable`: no tail is looked for.
 struct PrefixLookup {
   std::vector<ChunkManifest> manifests;
+  std::optional<StoredTail> tail;
   std::string fallback;
   bool damaged = false;  // the lookup stopped at a manifest that is damaged (PrefixRestore::damaged)
   double lookup_s = 0;
+  // Tokens the lookup found: whole chunks and the tail's agreeing tokens.
+  uint64_t tokens(uint32_t chunk_tokens) const {
+    return uint64_t{chunk_tokens} * manifests.size() + (tail ? tail->tokens : 0);
+  }
 };
-PrefixLookup LookupStoredPrefix(Store& store, std::span<const ChunkKey> keys, uint32_t chunk_tokens);
+PrefixLookup LookupStoredPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
+                                std::span<const int32_t> reusable, uint32_t chunk_tokens);
 
 // Fetches the looked-up run through a Fetcher (link and options as given; options.kv_shape is
 // required) into one buffer allocated once for the whole run, each chunk decoded in its place.
@@ -84,7 +116,7 @@ struct FetchedPrefix {
   PrefixRestore stats;  // restore_s: time spent in on_chunk
   KvCache kv;           // the run's buffer; its first tokens() tokens are the fetched prefix
   uint32_t chunk_tokens = 0;
-  uint32_t tokens() const { return stats.chunks_fetched * chunk_tokens; }
+  uint32_t tokens() const { return stats.chunks_fetched * chunk_tokens + stats.tail_tokens; }
   KvView view() const { return KvView(&kv, 0, tokens()); }
 };
 Result<FetchedPrefix> FetchLookedUpPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
@@ -93,15 +125,16 @@ Result<FetchedPrefix> FetchLookedUpPrefix(Store& store, const ModelFingerprint& 
                                           const std::function<Status(const KvView&)>& on_chunk = {});
 // LookupStoredPrefix, then FetchLookedUpPrefix.
 Result<FetchedPrefix> FetchStoredPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
-                                        uint32_t chunk_tokens, const CodecContext& codec_context, LinkShaper& link,
+                                        std::span<const int32_t> reusable, uint32_t chunk_tokens,
+                                        const CodecContext& codec_context, LinkShaper& link,
                                         const FetchOptions& options,
                                         const std::function<Status(const KvView&)>& on_chunk = {});
 
 // FetchStoredPrefix into `session` (which must be empty), each chunk appended to it as it
 // arrives, so only the last chunk's restore is left when the transfer ends.
 Result<PrefixRestore> RestoreStoredPrefix(Store& store, LlamaSession& session, const ModelFingerprint& model,
-                                          std::span<const ChunkKey> keys, uint32_t chunk_tokens,
-                                          const CodecContext& codec_context, LinkShaper& link,
+                                          std::span<const ChunkKey> keys, std::span<const int32_t> reusable,
+                                          uint32_t chunk_tokens, const CodecContext& codec_context, LinkShaper& link,
                                           const FetchOptions& options);
 // The same for a run already looked up.
 Result<PrefixRestore> RestoreLookedUpPrefix(Store& store, LlamaSession& session, const ModelFingerprint& model,
@@ -113,11 +146,12 @@ Result<PrefixRestore> RestoreLookedUpPrefix(Store& store, LlamaSession& session,
 // thread, which waits on the link and restores, is not one of them.
 size_t FetchPoolThreads(int fetch_threads);
 
-// StoreChunks (fetch/store_chunks.h) from the session's sequence (which must start at position 0), each chunk copied
-// out of llama.cpp only when it is encoded (LlamaSession::ExtractKvRange): storing a long prompt holds one chunk beside
-// the session's cache, not a second copy of the whole cache.
-Result<StoredChunks> StoreSessionChunks(Store& store, LlamaSession& session, std::span<const ChunkKey> keys,
-                                        uint32_t first, uint32_t chunk_tokens, const std::vector<StoredRung>& rungs,
-                                        const ModelFingerprint& model, const CodecContext& codec_context);
+// StoreHeldChunks (fetch/store_chunks.h) from the session's sequence (which must start at position 0 and hold
+// `held`), each chunk copied out of llama.cpp only when it is encoded (LlamaSession::ExtractKvRange): storing a long
+// prompt holds one chunk beside the session's cache, not a second copy of the whole cache.
+Result<StoredChunks> StoreSessionChunks(Store& store, LlamaSession& session, std::span<const int32_t> held,
+                                        size_t prompt_reusable, uint32_t first, uint32_t chunk_tokens,
+                                        const std::vector<StoredRung>& rungs, const ModelFingerprint& model,
+                                        const CodecContext& codec_context);
 
 }  // namespace kvc

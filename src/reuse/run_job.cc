@@ -94,9 +94,13 @@ Result<RunReport> RunJob(const RunOptions& o) {
   const CodecContext codec_context{&calibrations, &model->fingerprint(), nullptr};
   if (o.reuse && store != nullptr) {
     LinkShaper link(LinkShaper::GbpsToBytesPerSecond(o.link_gbps));
-    FetchOptions fetch_options = ReuseFetchOptions(o.link_gbps, recompute_s, model->info(), floor, *store);
+    FetchOptions fetch_options =
+        ReuseFetchOptions(o.link_gbps, recompute_s, o.chunk_tokens, model->info(), floor, *store);
     fetch_options.pool = &pool;
-    PrefixLookup lookup = LookupStoredPrefix(*store, keys, o.chunk_tokens);
+    // Every token but the last (its logits give the first generated token) may come from the
+    // store: the whole chunks, then a stored tail.
+    PrefixLookup lookup = LookupStoredPrefix(*store, model->fingerprint(), keys,
+                                             std::span(tokens).first(tokens.size() - 1), o.chunk_tokens);
     // What the chunks are stored as says how they are restored: state chunks for memories that
     // are not one KV cache, codec rungs for the others.
     const bool state_chunks = !lookup.manifests.empty() && IsStateChunkManifest(lookup.manifests[0]);
@@ -113,6 +117,7 @@ Result<RunReport> RunJob(const RunOptions& o) {
     const PrefixRestore& p = *restored;
     r.chunks_found = p.chunks_found;
     r.chunks_fetched = p.chunks_fetched;
+    r.reused_tokens = p.chunks_fetched * o.chunk_tokens + p.tail_tokens;
     r.fallback = p.fallback;
     r.damaged = p.damaged;
     r.variants = p.variants;
@@ -122,7 +127,6 @@ Result<RunReport> RunJob(const RunOptions& o) {
     r.decode_s = p.decode_s;
     r.restore_s = p.restore_s;
   }
-  r.reused_tokens = r.chunks_fetched * o.chunk_tokens;
 
   const auto t_prefill = SteadyClock::now();
   std::span<const int32_t> rest = std::span(tokens).subspan(r.reused_tokens);
@@ -169,8 +173,13 @@ Result<RunReport> RunJob(const RunOptions& o) {
   r.generate_s = SecondsSince(t_generate);
 
   // From the first chunk not restored: new chunks, and any that were found but missing or damaged
-  // (rewritten whole, so the next request finds them intact).
-  if (o.store_new_chunks && store != nullptr && r.chunks_fetched < keys.size()) {
+  // (rewritten whole, so the next request finds them intact); then the tail. Of a memory that is
+  // one KV cache, every token the session holds (the prompt and what was generated but the last
+  // token), so a later prompt that continues this one (a conversation's next turn) prefills only
+  // what is new.
+  std::vector<int32_t> held = tokens;
+  if (!r.generated_ids.empty()) held.insert(held.end(), r.generated_ids.begin(), r.generated_ids.end() - 1);
+  if (o.store_new_chunks && store != nullptr) {
     const auto t_store = SteadyClock::now();
     // Encoding is after the response, never on the TTFT path.
     const CodecContext store_context{&calibrations, &model->fingerprint(), &pool};
@@ -179,9 +188,9 @@ Result<RunReport> RunJob(const RunOptions& o) {
     if (!one_cache.ok()) {
       stored = one_cache.status();
     } else if (*one_cache) {
-      stored = StoreSessionChunks(*store, *session, keys, r.chunks_fetched, o.chunk_tokens, setup.plan.rungs,
-                                  model->fingerprint(), store_context);
-    } else {
+      stored = StoreSessionChunks(*store, *session, held, tokens.size() - 1, r.chunks_fetched, o.chunk_tokens,
+                                  setup.plan.rungs, model->fingerprint(), store_context);
+    } else if (r.chunks_fetched < keys.size()) {
       // Lossless state chunks: these layouts have no codec rungs yet.
       r.stored_levels = {std::string(kStateChunkCodec) + "/tokens"};
       if (snapshots) r.stored_levels.push_back(std::string(kStateChunkCodec) + "/boundary");

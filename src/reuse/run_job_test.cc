@@ -15,6 +15,7 @@
 #include "reuse/model_profile.h"
 #include "reuse/prefix_reuse.h"
 #include "reuse/profile_test_rungs.h"
+#include "reuse/state_chunks.h"
 #include "store/memory_store.h"
 #include "store/redis_test_server.h"
 #include "transform_coding/calibration_registry.h"
@@ -47,8 +48,9 @@ std::string FreshStore(const std::string& tag) {
   return dir.string();
 }
 
-// The second request with the same prompt restores the stored prefix and, with a lossless codec,
-// generates exactly what recomputing did.
+// The second request with the same prompt restores the stored prefix, its whole chunks and its
+// tail, so it prefills only the last token, and, with a lossless codec, generates exactly what
+// recomputing did.
 TEST(RunJob, SecondRunReusesTheStoredPrefix) {
   const std::string store = FreshStore("reuse");
   const auto first = RunJob(Options(store, "raw"));
@@ -61,8 +63,9 @@ TEST(RunJob, SecondRunReusesTheStoredPrefix) {
   const auto second = RunJob(Options(store, "raw"));
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   EXPECT_EQ(second->chunks_fetched, first->chunks_reusable);
-  EXPECT_EQ(second->reused_tokens, second->chunks_fetched * 256);
-  EXPECT_EQ(second->prefilled_tokens, second->prompt_tokens - second->reused_tokens);
+  ASSERT_NE(second->prompt_tokens % 256, 1u) << "the prompt must have a tail";
+  EXPECT_EQ(second->reused_tokens, second->prompt_tokens - 1);
+  EXPECT_EQ(second->prefilled_tokens, 1u);
   EXPECT_TRUE(second->fallback.empty()) << second->fallback;
   EXPECT_EQ(second->chunks_stored, 0u);
   EXPECT_GT(second->bytes_fetched, 0u);
@@ -91,7 +94,8 @@ TEST(StoreSessionChunks, StoresWhatAWholeExtractionStores) {
     SCOPED_TRACE(first);
     auto whole = MakeMemoryStore({}), chunked = MakeMemoryStore({});
     const auto a = StoreChunks(*whole, session->ExtractKv().value().View(), keys, first, 256, rungs, fp, context);
-    const auto b = StoreSessionChunks(*chunked, *session, keys, first, 256, rungs, fp, context);
+    const std::span<const int32_t> held = std::span(tokens).first(keys.size() * 256);  // whole chunks: no tail
+    const auto b = StoreSessionChunks(*chunked, *session, held, held.size(), first, 256, rungs, fp, context);
     ASSERT_TRUE(a.ok()) << a.status().ToString();
     ASSERT_TRUE(b.ok()) << b.status().ToString();
     EXPECT_EQ(b->chunks, keys.size() - first);
@@ -233,8 +237,8 @@ TEST(RunJob, WithoutAProfileOnlyLosslessRungsAreStoredAndFetched) {
       << first->quality_floor;
   const auto second = RunJob(o);
   ASSERT_TRUE(second.ok()) << second.status().ToString();
-  // 0.01 Gbps: the fewer bytes of planes are what is fetched, with no loss.
-  EXPECT_EQ(second->variants, std::vector<std::string>(first->chunks_reusable, "planes/lossless"));
+  // 0.01 Gbps: the fewer bytes of planes are what is fetched, with no loss: every chunk and the tail.
+  EXPECT_EQ(second->variants, std::vector<std::string>(first->chunks_reusable + 1, "planes/lossless"));
   EXPECT_EQ(second->text, first->text);
   // Over a fast link the stored lossless chunks are fetched, and give recomputing's text.
   o.link_gbps = 0;
@@ -556,12 +560,16 @@ TEST_P(RunJobMemoryKinds, TheSecondRunReusesEveryChunkAndGeneratesWhatRecomputeD
   const auto first = RunJob(o);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   EXPECT_EQ(first->chunks_reusable, 5u);
-  EXPECT_EQ(first->chunks_stored, 5u) << (first->warnings.empty() ? "" : first->warnings[0]);
+  // One KV cache: every token the session held (45 of the prompt and 7 generated: 6 chunks), and
+  // the prompt's tail (4 tokens after its 5 chunks, the last token left out); state chunks: the
+  // prompt's 5 whole chunks.
+  const bool one_cache = first->stored_levels.empty() || first->stored_levels[0].rfind(kStateChunkCodec, 0) != 0;
+  EXPECT_EQ(first->chunks_stored, one_cache ? 6u : 5u) << (first->warnings.empty() ? "" : first->warnings[0]);
   const auto second = RunJob(o);
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   EXPECT_EQ(second->chunks_fetched, 5u) << second->fallback;
-  EXPECT_EQ(second->reused_tokens, 40u);
-  EXPECT_EQ(second->prefilled_tokens, 5u);
+  EXPECT_EQ(second->reused_tokens, one_cache ? 44u : 40u);
+  EXPECT_EQ(second->prefilled_tokens, one_cache ? 1u : 5u);
   RunOptions recompute = o;
   recompute.reuse = false;
   recompute.store_new_chunks = false;

@@ -53,7 +53,8 @@ class StateChunks : public ::testing::TestWithParam<std::string> {
   // logits (the same batches in both, as a batch's size may change the last bits on some models).
   PrefixRestore RestoreAndCompare() {
     auto session = NewSession(*model_);
-    auto restored = RestoreStoredStatePrefix(*store_, *session, keys_, LookupStoredPrefix(*store_, keys_, kChunk));
+    auto restored = RestoreStoredStatePrefix(*store_, *session, keys_,
+                                             LookupStoredPrefix(*store_, model_->fingerprint(), keys_, {}, kChunk));
     EXPECT_TRUE(restored.ok()) << restored.status().ToString();
     if (!restored.ok()) return {};
     const uint32_t have = restored->chunks_fetched * kChunk;

@@ -45,7 +45,18 @@ struct BatchScheduler::Slot {
   std::shared_ptr<ServeRequest> request;  // null: free
   uint32_t choice = 0;
   uint32_t evaluated = 0;  // prompt and generated tokens in the sequence
-  uint32_t restored_chunks = 0;
+  // The tokens the sequence holds, in order: what a later request may continue from.
+  std::vector<int32_t> resident;
+  // Whole chunks at the start of `resident` that are in the store already (restored from it, or
+  // stored after an earlier request): only the chunks after them are stored again.
+  uint32_t stored_chunks = 0;
+  // Tokens the store holds for this sequence (stored from it, or restored from the store): when
+  // they start with all of `resident`, a finished request has nothing new to store. Stored ones
+  // are only queued: a store that failed since (store_failures_ moved on) may have lost them.
+  std::vector<int32_t> stored;
+  uint64_t stored_at_failures = 0;
+  uint32_t hot_tokens = 0;  // at admission: prompt tokens the (free) sequence already held
+  uint64_t released = 0;    // when it was last freed (releases_)
   // A memory with sliding windows or recurrent states: their snapshot at the end of each new
   // chunk of the prompt, taken as the prefill passes it (stored with the chunk when done).
   std::vector<SeqState> snapshots;
@@ -73,10 +84,37 @@ BatchScheduler::BatchScheduler(const LlamaModel& model, LlamaSession& session, c
 
 BatchScheduler::~BatchScheduler() { Stop(); }
 
+namespace {
+
+uint32_t CommonPrefix(std::span<const int32_t> a, std::span<const int32_t> b) {
+  const auto [ia, ib] = std::mismatch(a.begin(), a.end(), b.begin(), b.end());
+  return static_cast<uint32_t>(ia - a.begin());
+}
+
+// Tokens of `prompt` a sequence holding `resident` can continue from: all but the prompt's last,
+// which is always evaluated (its logits give the first token).
+uint32_t HotMatch(std::span<const int32_t> resident, std::span<const int32_t> prompt) {
+  return prompt.empty() ? 0 : CommonPrefix(resident, prompt.first(prompt.size() - 1));
+}
+
+}  // namespace
+
+uint32_t BatchScheduler::BestHotMatch(std::span<const int32_t> prompt) const {
+  uint32_t best = 0;
+  for (const std::vector<int32_t>& held : hot_) best = std::max(best, HotMatch(held, prompt));
+  return best;
+}
+
 void BatchScheduler::Submit(std::shared_ptr<ServeRequest> request) {
   if (o_.reuse) request->keys_ = ReusableChunkKeys(*reuse_.model, request->tokens_, o_.chunk_tokens);
-  // FIFO: every request, even one with no whole chunk to look up, keeps its place in line.
-  if (!o_.reuse || (!o_.fifo && request->keys_.empty())) {
+  uint32_t hot = 0;
+  if (o_.reuse && o_.hot_tier) {
+    std::lock_guard lock(mu_);
+    hot = BestHotMatch(request->tokens_);
+  }
+  // FIFO: every request keeps its place in line. Otherwise a request the hot tier serves as far
+  // as the store could (all its tokens but the last) is ready at once.
+  if (!o_.reuse || (!o_.fifo && uint64_t{hot} + 1 >= request->tokens_.size())) {
     MakeReady(std::move(request));
     return;
   }
@@ -84,7 +122,8 @@ void BatchScheduler::Submit(std::shared_ptr<ServeRequest> request) {
     // KV-fetch-aware: the lookup is one batched read of small manifests, done here so that a
     // request with nothing stored never queues behind another's fetch.
     Lookup(*request);
-    if (request->lookup_.manifests.empty()) {
+    if (request->lookup_.tokens(o_.chunk_tokens) <= hot) {
+      request->lookup_ = {};
       MakeReady(std::move(request));
       return;
     }
@@ -133,7 +172,10 @@ void BatchScheduler::FetchLoop() {
 }
 
 void BatchScheduler::Lookup(ServeRequest& request) {
-  request.lookup_ = LookupStoredPrefix(*reuse_.store, request.keys_, o_.chunk_tokens);
+  // Every prompt token but the last (its logits give the first token) may come from the store.
+  const std::span<const int32_t> prompt(request.tokens_);
+  request.lookup_ = LookupStoredPrefix(*reuse_.store, *reuse_.model, request.keys_,
+                                       prompt.first(prompt.empty() ? 0 : prompt.size() - 1), o_.chunk_tokens);
   const bool failed = request.lookup_.manifests.empty() && !request.lookup_.fallback.empty();
   // Once per few seconds: while the store is down this fails on every request, and the store
   // logs its going down and coming back itself.
@@ -165,8 +207,8 @@ bool BatchScheduler::CountFetch(const Status& status, const PrefixRestore* stats
 
 void BatchScheduler::Fetch(ServeRequest& request) {
   if (o_.fifo) Lookup(request);
-  if (request.lookup_.manifests.empty()) return;
-  if (IsStateChunkManifest(request.lookup_.manifests[0])) {
+  if (request.lookup_.manifests.empty() && !request.lookup_.tail) return;
+  if (!request.lookup_.manifests.empty() && IsStateChunkManifest(request.lookup_.manifests[0])) {
     auto fetched = FetchStoredStatePrefix(*reuse_.store, request.keys_, request.lookup_);
     if (CountFetch(fetched.status(), fetched.ok() ? &fetched->stats : nullptr)) {
       request.fetched_states_ = std::move(*fetched);
@@ -175,7 +217,8 @@ void BatchScheduler::Fetch(ServeRequest& request) {
   }
   // Chunks decode side by side on the pool, each on one worker.
   const CodecContext context{reuse_.calibrations, reuse_.model, nullptr};
-  FetchOptions options = ReuseFetchOptions(o_.link_gbps, o_.recompute_s, model_.info(), o_.floor, *reuse_.store);
+  FetchOptions options =
+      ReuseFetchOptions(o_.link_gbps, o_.recompute_s, o_.chunk_tokens, model_.info(), o_.floor, *reuse_.store);
   options.pool = &pool_;
   auto fetched = FetchLookedUpPrefix(*reuse_.store, *reuse_.model, request.keys_, std::move(request.lookup_), context,
                                      link_, options);
@@ -185,14 +228,20 @@ void BatchScheduler::Fetch(ServeRequest& request) {
 void BatchScheduler::EngineLoop() {
   slots_.resize(o_.parallel);
   for (size_t i = 0; i < slots_.size(); ++i) slots_[i].seq = static_cast<int32_t>(i);
+  {
+    std::lock_guard lock(mu_);
+    hot_.assign(slots_.size(), {});
+  }
   auto busy = [&] {
     return std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.request != nullptr; });
   };
+  // Least recently freed first.
   auto free_slots = [&] {
     std::vector<Slot*> out;
     for (Slot& s : slots_) {
       if (s.request == nullptr) out.push_back(&s);
     }
+    std::stable_sort(out.begin(), out.end(), [](const Slot* a, const Slot* b) { return a->released < b->released; });
     return out;
   };
   for (;;) {
@@ -217,6 +266,17 @@ void BatchScheduler::EngineLoop() {
         if (free.size() < n) break;
         std::shared_ptr<ServeRequest> request = std::move(front);
         ready_.pop_front();
+        // The lead takes the sequence that holds most of its prompt (none: the least recently
+        // used one), the other choices the least recently used of the rest.
+        uint32_t best = 0;
+        for (size_t i = 0; i < free.size(); ++i) {
+          const uint32_t held = HotMatch(free[i]->resident, request->tokens_);
+          if (held > best) {
+            best = held;
+            std::rotate(free.begin(), free.begin() + static_cast<std::ptrdiff_t>(i),
+                        free.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+          }
+        }
         for (uint32_t c = 0; c < n; ++c) {
           Slot& s = *free[c];
           s.request = request;
@@ -224,9 +284,10 @@ void BatchScheduler::EngineLoop() {
           s.waiting_for_prompt = c > 0;
           s.generating = false;
           s.evaluated = 0;
-          s.restored_chunks = 0;
+          s.hot_tokens = c == 0 ? best : 0;
           s.snapshots.clear();
           s.snapshots_failed = false;
+          hot_[static_cast<size_t>(s.seq)].clear();
         }
         request->open_choices_ = n;
         admitted.push_back(free[0]);
@@ -270,13 +331,14 @@ void BatchScheduler::EngineLoop() {
 }
 
 void BatchScheduler::Cancelled(Slot& slot) {
-  ServeRequest& r = *slot.request;
-  if (!r.disconnect_counted_) {
-    r.disconnect_counted_ = true;
+  const std::shared_ptr<ServeRequest> request = slot.request;
+  Release(slot, Status::Ok(), "cancelled");
+  // Counted once the sequence is free: whoever sees the count sees the request gone.
+  if (!request->disconnect_counted_) {
+    request->disconnect_counted_ = true;
     std::lock_guard m(metrics_.mu);
     ++metrics_.disconnects;
   }
-  Release(slot, Status::Ok(), "cancelled");
 }
 
 void BatchScheduler::FailAll(const Status& status) {
@@ -305,8 +367,38 @@ void BatchScheduler::Admit(Slot& lead) {
     r.choices_[c].sampler = std::move(*sampler);
   }
   for (Slot& s : slots_) {
-    if (s.request.get() == &r) session_.ClearSeq(s.seq);
+    if (s.request.get() == &r && &s != &lead) {
+      session_.ClearSeq(s.seq);
+      s.resident.clear();
+      s.stored_chunks = 0;
+      s.stored.clear();
+    }
   }
+  // The hot tier, when its sequence holds at least as much of the prompt as was fetched.
+  const uint32_t fetched_tokens = r.fetched_          ? r.fetched_->tokens()
+                                  : r.fetched_states_ ? r.fetched_states_->stats.chunks_fetched * o_.chunk_tokens
+                                                      : 0;
+  if (lead.hot_tokens > 0 && lead.hot_tokens >= fetched_tokens) {
+    const Status trimmed = session_.TrimSeq(lead.seq, lead.hot_tokens);
+    if (trimmed.ok()) {
+      lead.evaluated = lead.hot_tokens;
+      lead.resident.resize(lead.hot_tokens);
+      lead.stored_chunks = std::min(lead.stored_chunks, lead.hot_tokens / o_.chunk_tokens);
+      r.fetched_.reset();
+      r.fetched_states_.reset();
+      r.generation_.cached_tokens = lead.evaluated;
+      lead.prefill_start = SteadyClock::now();
+      std::lock_guard m(metrics_.mu);
+      ++metrics_.hot_hits;
+      metrics_.hot_tokens += lead.evaluated;
+      return;
+    }
+    KVC_LOG_WARN("continuing a kept sequence failed, recomputing: %s", trimmed.ToString().c_str());
+  }
+  session_.ClearSeq(lead.seq);
+  lead.resident.clear();
+  lead.stored_chunks = 0;
+  lead.stored.clear();
   // The fetched prefix, of either form, into the lead's sequence.
   const PrefixRestore* stats = nullptr;
   const auto t = SteadyClock::now();
@@ -321,8 +413,11 @@ void BatchScheduler::Admit(Slot& lead) {
   }
   if (stats != nullptr) {
     if (restored.ok()) {
-      lead.restored_chunks = stats->chunks_fetched;
-      lead.evaluated = lead.restored_chunks * o_.chunk_tokens;
+      lead.stored_chunks = stats->chunks_fetched;
+      lead.evaluated = lead.stored_chunks * o_.chunk_tokens + stats->tail_tokens;
+      lead.resident.assign(r.tokens_.begin(), r.tokens_.begin() + lead.evaluated);
+      lead.stored = lead.resident;
+      lead.stored_at_failures = store_failures_.load();
       r.generation_.fetched_bytes = stats->bytes;
     } else {
       KVC_LOG_WARN("restoring the fetched prefix failed, recomputing: %s", restored.ToString().c_str());
@@ -330,6 +425,10 @@ void BatchScheduler::Admit(Slot& lead) {
     }
     std::lock_guard m(metrics_.mu);
     metrics_.restore.Add(SecondsSince(t));
+    if (restored.ok()) {
+      ++metrics_.store_hits;
+      metrics_.store_tokens += lead.evaluated;
+    }
   }
   r.fetched_.reset();  // the decoded prefix can be large; the sequence holds it now
   r.fetched_states_.reset();
@@ -388,13 +487,14 @@ void BatchScheduler::Step() {
   for (size_t i = 0; i < entries.size(); ++i) {
     Slot& s = *owners[i];
     s.evaluated += static_cast<uint32_t>(entries[i].tokens.size());
+    s.resident.insert(s.resident.end(), entries[i].tokens.begin(), entries[i].tokens.end());
     const std::span<const float> logits = session_.BatchLogits(i);
     if (s.generating) {
       Emit(s, logits);
       continue;
     }
     const uint32_t chunk_end = s.evaluated / o_.chunk_tokens;
-    if (take_snapshots && !s.snapshots_failed && s.evaluated % o_.chunk_tokens == 0 && chunk_end > s.restored_chunks &&
+    if (take_snapshots && !s.snapshots_failed && s.evaluated % o_.chunk_tokens == 0 && chunk_end > s.stored_chunks &&
         chunk_end <= s.request->keys_.size()) {
       if (auto snapshot = session_.ExtractSnapshot(s.seq); snapshot.ok()) {
         s.snapshots.push_back(std::move(*snapshot));
@@ -424,6 +524,7 @@ void BatchScheduler::Step() {
       f->waiting_for_prompt = false;
       f->generating = true;
       f->evaluated = s.evaluated;
+      f->resident = s.resident;
     }
     for (Slot* f : followers) {
       if (Status copied = session_.CopySeq(s.seq, f->seq); !copied.ok()) Release(*f, copied, "length");
@@ -477,11 +578,31 @@ void BatchScheduler::Release(Slot& slot, Status status, const char* finish_reaso
   ServeRequest& r = *slot.request;
   const bool prompt_done = slot.generating;
   try {
-    if (status.ok() && o_.reuse && prompt_done && slot.choice == 0 && slot.restored_chunks < r.keys_.size() &&
-        !slot.snapshots_failed) {
-      StoreJob job{.kv = {}, .whole = {}, .snapshots = {}, .keys = r.keys_, .first = slot.restored_chunks};
+    const bool stores = status.ok() && o_.reuse && prompt_done && slot.choice == 0 && !slot.snapshots_failed;
+    const auto one_cache = stores ? session_.MemoryIsOneKvCache(slot.seq) : Result<bool>(false);
+    // One KV cache: every token the sequence holds (the prompt and what was generated), as whole
+    // chunks and a tail, so a repeat, or a conversation's next turn, prefills only what is new.
+    // Other memories: the prompt's whole chunks, as state chunks.
+    StoreJob job{.kv = {},
+                 .whole = {},
+                 .snapshots = {},
+                 .keys = r.keys_,
+                 .first = slot.stored_chunks,
+                 .held = {},
+                 .prompt_reusable = r.tokens_.empty() ? 0 : r.tokens_.size() - 1};
+    uint32_t chunks = static_cast<uint32_t>(job.keys.size());
+    if (one_cache.ok() && *one_cache) {
+      job.held = slot.resident;
+      chunks = static_cast<uint32_t>(job.held.size() / o_.chunk_tokens);
+    }
+    // Nothing new: state chunks all stored, or a kept sequence's chunks all stored and nothing
+    // after them (a tail already stored is found by the storer, which then writes nothing).
+    const bool has_tail = job.held.size() % o_.chunk_tokens != 0;
+    const bool stored_already = slot.stored_at_failures == store_failures_.load() &&
+                                slot.resident.size() <= slot.stored.size() &&
+                                std::equal(slot.resident.begin(), slot.resident.end(), slot.stored.begin());
+    if (stores && !stored_already && (!one_cache.ok() || job.first < chunks || has_tail)) {
       Status copied = Status::Ok();
-      auto one_cache = session_.MemoryIsOneKvCache(slot.seq);
       if (!one_cache.ok()) {
         copied = one_cache.status();
       } else if (*one_cache) {
@@ -495,6 +616,9 @@ void BatchScheduler::Release(Slot& slot, Status status, const char* finish_reaso
         job.snapshots = std::move(slot.snapshots);
       }
       if (copied.ok()) {
+        slot.stored_chunks = chunks;
+        slot.stored = slot.resident;
+        slot.stored_at_failures = store_failures_.load();
         std::lock_guard lock(mu_);
         store_jobs_.push_back(std::move(job));
         store_cv_.notify_one();
@@ -522,7 +646,23 @@ void BatchScheduler::Release(Slot& slot, Status status, const char* finish_reaso
     // Only the store job or the last piece is lost; the sequence is freed and the choice ends.
     KVC_LOG_WARN("finishing a request: %s", ExceptionText(std::current_exception()).c_str());
   }
-  session_.ClearSeq(slot.seq);
+  // The hot tier keeps the sequence for a later request, where its memory can be cut back to
+  // any prefix of it (one KV cache) and nothing went wrong in it.
+  bool keep = false;
+  if (status.ok() && o_.reuse && o_.hot_tier && !slot.resident.empty()) {
+    const auto one_cache = session_.MemoryIsOneKvCache(slot.seq);
+    keep = one_cache.ok() && *one_cache;
+  }
+  slot.released = ++releases_;
+  if (keep) {
+    std::lock_guard lock(mu_);
+    hot_[static_cast<size_t>(slot.seq)] = slot.resident;
+  } else {
+    session_.ClearSeq(slot.seq);
+    slot.resident.clear();
+    slot.stored_chunks = 0;
+    slot.stored.clear();
+  }
   if (slot.choice < r.generation_.finish_reasons.size()) r.generation_.finish_reasons[slot.choice] = finish_reason;
   if (!status.ok() && r.status_.ok()) r.status_ = std::move(status);
   std::shared_ptr<ServeRequest> request = std::move(slot.request);
@@ -564,15 +704,20 @@ void BatchScheduler::StoreLoop() {
         // Lossless state chunks: these layouts have no codec rungs yet.
         stored = StoreStateChunks(*reuse_.store, *job.whole, job.snapshots, job.keys, job.first, o_.chunk_tokens);
       } else {
-        stored = StoreChunks(
-            *reuse_.store, job.kv.View(), job.keys, job.first, o_.chunk_tokens,
+        const KvView kv = job.kv.View();
+        stored = StoreHeldChunks(
+            *reuse_.store, [&](uint32_t begin, uint32_t n) { return kv.View(begin, n); }, job.held, job.prompt_reusable,
+            job.first, o_.chunk_tokens,
             o_.rungs.empty() ? std::vector<StoredRung>{{reuse_.codec, reuse_.codec->info().default_level}} : o_.rungs,
             *reuse_.model, context);
       }
     } catch (...) {
       stored = Internal(ExceptionText(std::current_exception()));
     }
-    if (!stored.ok()) KVC_LOG_WARN_EVERY(10, "storing new chunks failed: %s", stored.status().ToString().c_str());
+    if (!stored.ok()) {
+      ++store_failures_;
+      KVC_LOG_WARN_EVERY(10, "storing new chunks failed: %s", stored.status().ToString().c_str());
+    }
     {
       std::lock_guard m(metrics_.mu);
       if (stored.ok()) {

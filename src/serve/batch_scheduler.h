@@ -9,6 +9,14 @@
 // step decodes one token for each generating sequence. When a request finishes (or its client
 // goes away) its sequence is freed, and its new chunks go to a background storer.
 //
+// The hot tier: a freed sequence keeps its KV in llama.cpp (where the model's memory is one KV
+// cache, which can be cut back to any length). A request whose prompt starts with tokens a free
+// sequence holds takes that sequence and continues after them: no lookup, fetch or restore, only
+// the rest of its prompt is prefilled (what llama-server's prompt cache does). A sequence is free
+// only once its request has ended, so no request ever reads a sequence another is writing; free
+// sequences with nothing to reuse are taken least recently used first, so the ones that hold
+// something last longest.
+//
 // The FIFO scheduler keeps strict arrival order instead: one admission thread looks up and
 // fetches each request's prefix in turn, so a request behind one whose KV is crawling over a slow
 // link waits for it — what an engine that loads KV at admission does, and what `kvcodec bench
@@ -136,6 +144,7 @@ struct SchedulerOptions {
   uint32_t fetch_threads = 1;  // kv-aware only; FIFO admits on one thread
   bool fifo = false;
   bool reuse = true;
+  bool hot_tier = true;  // keep freed sequences' KV for later requests (with reuse only)
   uint32_t chunk_tokens = 256;
   double link_gbps = 0;
   double recompute_s = 0;         // per chunk, prices "recompute" for the level planner (0: never)
@@ -187,6 +196,8 @@ class BatchScheduler {
   void Release(Slot& slot, Status status, const char* finish_reason);
   void Cancelled(Slot& slot);
   void FailAll(const Status& status);
+  // The most tokens of `prompt` a free sequence holds (needs mu_).
+  uint32_t BestHotMatch(std::span<const int32_t> prompt) const;
 
   const LlamaModel& model_;
   LlamaSession& session_;
@@ -195,19 +206,27 @@ class BatchScheduler {
   ServeMetrics& metrics_;
   LinkShaper link_;          // one emulated link every fetch shares, as concurrent fetches share a network
   std::vector<Slot> slots_;  // the engine thread's: one per sequence
+  uint64_t releases_ = 0;    // the engine thread's: ticks that order freed sequences
+  std::atomic<uint64_t> store_failures_{0};  // store jobs that failed, so far
 
   std::mutex mu_;  // guards the queues and flags below
   std::condition_variable fetch_cv_, engine_cv_, store_cv_;
   std::deque<std::shared_ptr<ServeRequest>> to_fetch_;  // kv-aware: stored prefix found; fifo: every request
   std::deque<std::shared_ptr<ServeRequest>> ready_;
+  // Per sequence: the tokens it holds while free (the hot tier); empty while a request has it.
+  std::vector<std::vector<int32_t>> hot_;
   struct StoreJob {
     KvCache kv;
     // A memory that is not one KV cache: the sequence's whole state and, where it keeps sliding
     // windows or recurrent states, their snapshot at each new chunk's end (state_chunks.h).
     std::optional<SeqState> whole;
     std::vector<SeqState> snapshots;
-    std::vector<ChunkKey> keys;
+    std::vector<ChunkKey> keys;  // state chunks: the prompt's whole chunks
     uint32_t first = 0;
+    // One KV cache: the tokens the sequence holds, the first prompt_reusable of them the
+    // prompt's reusable ones (StoreHeldChunks).
+    std::vector<int32_t> held;
+    size_t prompt_reusable = 0;
   };
   std::deque<StoreJob> store_jobs_;
   int fetching_ = 0, running_ = 0;

@@ -462,6 +462,43 @@ CompletionServer::CompletionServer(std::unique_ptr<Impl> impl) : impl_(std::move
 
 CompletionServer::~CompletionServer() { Stop(); }
 
+namespace {
+
+// What the first restore in a fresh process would otherwise pay on its own time to first token:
+// every page of a prefix-sized buffer faulted in for the first time (a few microseconds each
+// where page faults trap to a hypervisor: tens of milliseconds for a few MB of KV). A restore of
+// a zero KV as long as a sequence (at most kWarmUpBytes) maps the state blob the session keeps,
+// and buffers of that size, allocated, touched and freed, leave the allocator serving later ones
+// of up to that size from pages already mapped. Best effort: a failure only leaves it cold.
+void WarmUpRestores(const LlamaModel& model, LlamaSession& session) {
+  constexpr uint64_t kWarmUpBytes = uint64_t{32} << 20;
+  const ModelInfo& info = model.info();
+  const uint64_t per_token = uint64_t{2} * 2 * info.n_layers * info.n_kv_heads * info.head_dim;
+  if (per_token == 0) return;
+  const auto tokens = static_cast<uint32_t>(std::min<uint64_t>(session.options().n_ctx, kWarmUpBytes / per_token));
+  if (tokens == 0) return;
+  // Only a memory that is one KV cache takes a KvCache (llama.cpp aborts on another's state),
+  // which only a sequence holding a token can tell.
+  const int32_t token = model.has_bos() ? model.bos_token() : 0;
+  const SeqTokens one{0, 0, std::span(&token, 1)};
+  bool one_cache = false;
+  if (session.DecodeBatch(std::span(&one, 1)).ok()) {
+    const Result<bool> kind = session.MemoryIsOneKvCache(0);
+    one_cache = kind.ok() && *kind;
+  }
+  session.ClearSeq(0);
+  if (!one_cache) return;
+  const KvShape shape{
+      .n_layers = info.n_layers, .n_kv_heads = info.n_kv_heads, .head_dim = info.head_dim, .n_tokens = tokens};
+  for (int pass = 0; pass < 2; ++pass) {
+    auto zeros = KvCache::Create(shape, DType::kF16);
+    if (!zeros.ok()) return;
+    if (pass == 0 && session.RestoreSeqKv(0, zeros->View()).ok()) session.ClearSeq(0);
+  }
+}
+
+}  // namespace
+
 Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerOptions& o) {
   if (o.parallel < 1 || o.parallel > 64) return InvalidArgument("parallel must be in 1..64");
   if (o.n_ctx < 2) return InvalidArgument("the context must be at least 2 tokens");
@@ -490,7 +527,12 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
   impl->model = std::move(setup.model);
   impl->calibrations = std::move(setup.calibrations);
   impl->store = std::move(setup.reconnecting_store);
-  impl->stored_rungs = std::move(setup.plan.rungs);
+  impl->stored_rungs = RungsReadersFetch(setup.plan.rungs, *impl->store, o.link_gbps, o.store_every_rung);
+  if (o.reuse && impl->stored_rungs.size() < setup.plan.rungs.size()) {
+    KVC_LOG_INFO(
+        "storing new chunks as raw fp16 only: a local store with no link cap is read at page-cache speed, "
+        "where raw is what every fetch takes (--link-gbps or --store-every-rung store the codec's rungs too)");
+  }
   const QualityFloor& floor = setup.plan.floor;
   // Without a profile (or kvtc's calibration) the floor is lossless, which serves and stores,
   // and its note says how to calibrate: a warning, once, not a reason to refuse to start.
@@ -530,6 +572,7 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
   so2.fetch_threads = static_cast<uint32_t>(o.fetch_threads);
   so2.fifo = o.scheduler == ServerOptions::Scheduler::kFifo;
   so2.reuse = o.reuse;
+  so2.hot_tier = o.hot_tier;
   so2.chunk_tokens = o.chunk_tokens;
   so2.link_gbps = o.link_gbps;
   so2.rungs = impl->stored_rungs;
@@ -539,6 +582,7 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
     const std::vector<int32_t> probe(64, impl->model->has_bos() ? impl->model->bos_token() : 0);
     ASSIGN_OR_RETURN(so2.recompute_s, MeasureChunkPrefillSeconds(*impl->session, probe, o.chunk_tokens));
   }
+  if (o.reuse) WarmUpRestores(*impl->model, *impl->session);
   const ReuseContext reuse{impl->store.get(), FindCodec(o.codec), impl->calibrations.get(),
                            &impl->model->fingerprint()};
   impl->scheduler = std::make_unique<BatchScheduler>(*impl->model, *impl->session, reuse, so2, impl->metrics);

@@ -67,6 +67,12 @@ struct ServerOptions {
   enum class Scheduler { kKvAware, kFifo };
   Scheduler scheduler = Scheduler::kKvAware;
   bool reuse = true;  // false: never look up, fetch or store chunks (the no-reuse baseline)
+  // Keep a finished request's KV in llama.cpp's memory while its sequence is free, for a later
+  // request sharing its prefix (BatchScheduler: the hot tier). With reuse only.
+  bool hot_tier = true;
+  // Store every rung the plan has even where readers will fetch only raw fp16 (a local store
+  // with no link cap: RungsReadersFetch).
+  bool store_every_rung = false;
   // A store that is down is tried again after 0.5 s, then after twice as long each time, up to
   // this many seconds.
   double store_retry_max_s = 30;

@@ -51,7 +51,16 @@ std::string ServeMetrics::Text() {
     out += FormatMessage("%s %llu\n", name, static_cast<unsigned long long>(v));
   };
   counter("kvcodec_prompt_tokens_total", prompt_tokens, "Prompt tokens of completed requests.");
-  counter("kvcodec_cached_prompt_tokens_total", cached_tokens, "Prompt tokens restored from stored KV, not prefilled.");
+  counter("kvcodec_cached_prompt_tokens_total", cached_tokens,
+          "Prompt tokens not prefilled: kept in memory or restored from stored KV.");
+  WriteMetricFamily(out, "kvcodec_reuse_hits_total", "counter",
+                    "Requests that reused KV, by tier: hot (kept in llama.cpp's memory) or store (fetched).");
+  out += FormatMessage("kvcodec_reuse_hits_total{tier=\"hot\"} %llu\nkvcodec_reuse_hits_total{tier=\"store\"} %llu\n",
+                       static_cast<unsigned long long>(hot_hits), static_cast<unsigned long long>(store_hits));
+  WriteMetricFamily(out, "kvcodec_reused_tokens_total", "counter", "Prompt tokens reused, not prefilled, by tier.");
+  out += FormatMessage(
+      "kvcodec_reused_tokens_total{tier=\"hot\"} %llu\nkvcodec_reused_tokens_total{tier=\"store\"} %llu\n",
+      static_cast<unsigned long long>(hot_tokens), static_cast<unsigned long long>(store_tokens));
   counter("kvcodec_completion_tokens_total", completion_tokens, "Tokens generated.");
   counter("kvcodec_fetched_bytes_total", fetched_bytes, "Bytes of stored KV chunks fetched.");
   counter("kvcodec_stored_bytes_total", stored_bytes, "Bytes of KV chunks stored.");

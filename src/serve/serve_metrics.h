@@ -33,6 +33,9 @@ struct ServeMetrics {
   std::map<std::string, uint64_t> requests;  // "endpoint,status" -> count
   uint64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0, fetched_bytes = 0, stored_bytes = 0;
   uint64_t store_failures = 0, reuse_failures = 0, damaged_chunks = 0, disconnects = 0;
+  // Requests that reused KV, and the prompt tokens they did not prefill, per tier: "hot" (a kept
+  // sequence in llama.cpp's memory) and "store" (fetched chunks).
+  uint64_t hot_hits = 0, hot_tokens = 0, store_hits = 0, store_tokens = 0;
   // Continuous batching: llama.cpp batches run, the sequences they carried, the most at once.
   uint64_t batches = 0, batched_sequences = 0, peak_batch_sequences = 0;
   LatencyHistogram ttft, queue, lookup, fetch, restore, prefill;

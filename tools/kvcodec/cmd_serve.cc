@@ -19,6 +19,7 @@ struct ServeArgs {
   kvc::ServerOptions o;  // bound to the options; the scheduler and reuse set from theirs
   std::string scheduler = kvc::SchedulerName(kvc::ServerOptions{}.scheduler);
   bool no_reuse = false;
+  bool no_hot_tier = false;
   ServeArgs() { o.model_path = DefaultModel(); }
 };
 
@@ -28,6 +29,7 @@ int RunServe(ServeArgs& a) {
   if (!scheduler.ok()) return Fail(scheduler.status());
   o.scheduler = *scheduler;
   o.reuse = !a.no_reuse;
+  o.hot_tier = !a.no_hot_tier;
   // SIGINT/SIGTERM are taken by this thread alone (blocked before any server thread exists), so
   // shutdown runs here, not in a signal handler.
   sigset_t signals;
@@ -112,6 +114,12 @@ Command AddServeCommand(CLI::App* parent) {
                    "another's fetch; fifo: strict arrival order")
       ->capture_default_str();
   serve->add_flag("--no-reuse", sv->no_reuse, "Never look up, fetch or store chunks (the baseline)");
+  serve->add_flag("--store-every-rung", o.store_every_rung,
+                  "Store new chunks at every rung the quality floor allows even on a local store with no --link-gbps, "
+                  "where only raw fp16 is stored (what every fetch there takes)");
+  serve->add_flag("--no-hot-tier", sv->no_hot_tier,
+                  "Free a finished request's KV at once instead of keeping it in llama.cpp's memory for a later "
+                  "request that shares its prefix");
   return {serve, [sv] { return RunServe(*sv); }};
 }
 
