@@ -34,9 +34,9 @@ work="$PREFIX.server-work"
 rm -rf "$work"
 mkdir -p "$work"
 log "fetching node-llama-cpp@$NODE_LLAMA_CPP_VERSION from the npm registry"
-(cd "$work" && npm pack --silent "node-llama-cpp@$NODE_LLAMA_CPP_VERSION" >/dev/null)
-tar -xzf "$work/node-llama-cpp-$NODE_LLAMA_CPP_VERSION.tgz" -C "$work" package/llama/gitRelease.bundle
-git clone --quiet "$work/package/llama/gitRelease.bundle" "$work/src" 2>/dev/null
+# shellcheck source=scripts/llama-source.sh
+source "$here/llama-source.sh"
+clone_llama_source "$work" "$NODE_LLAMA_CPP_VERSION"
 commit="$(cd "$work/src" && git log -1 --format='%H')"
 if [[ -f "$PREFIX/COMMIT" && "$commit" != "$(cat "$PREFIX/COMMIT")" ]]; then
   log "the bundle's commit $commit differs from the cached libraries' $(cat "$PREFIX/COMMIT")"

@@ -26,9 +26,9 @@ work="$PREFIX.work"
 rm -rf "$work"
 mkdir -p "$work"
 log "fetching node-llama-cpp@$NODE_LLAMA_CPP_VERSION from the npm registry"
-(cd "$work" && npm pack --silent "node-llama-cpp@$NODE_LLAMA_CPP_VERSION" >/dev/null)
-tar -xzf "$work/node-llama-cpp-$NODE_LLAMA_CPP_VERSION.tgz" -C "$work" package/llama/gitRelease.bundle
-git clone --quiet "$work/package/llama/gitRelease.bundle" "$work/src" 2>/dev/null
+# shellcheck source=scripts/llama-source.sh
+source "$(dirname "$0")/llama-source.sh"
+clone_llama_source "$work" "$NODE_LLAMA_CPP_VERSION"
 
 # test-llama-archs (tests/test-llama-archs.cpp) writes a small random-weight GGUF of every
 # architecture llama.cpp's model saver supports: the compatibility matrix kvcodec is tested on.

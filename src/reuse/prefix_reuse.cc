@@ -155,7 +155,7 @@ namespace {
 Result<FetchedPrefix> FetchPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
                                   PrefixLookup lookup, const CodecContext& codec_context, LinkShaper& link,
                                   const FetchOptions& options, const std::function<Status(const KvView&)>& on_chunk,
-                                  bool through_slots) {
+                                  bool through_slots, KvCache buffer) {
   FetchedPrefix out;
   PrefixRestore& r = out.stats;
   r.lookup_s = lookup.lookup_s;
@@ -211,10 +211,18 @@ Result<FetchedPrefix> FetchPrefix(Store& store, const ModelFingerprint& model, s
     }
     report = fetcher.RunThroughSlots(fetched_keys, lookup.manifests, slots, deliver);
   } else {
-    // One buffer for the longest run there is, allocated once: every chunk decodes into its
-    // place. Only fetched chunks' tokens are ever read, each after its decode wrote it.
+    // One buffer for the longest run there is, allocated once (or the caller's): every chunk
+    // decodes into its place. Only fetched chunks' tokens are ever read, each after its decode
+    // wrote it.
     shape.n_tokens = static_cast<uint32_t>(tokens);
-    ASSIGN_OR_RETURN(out.kv, KvCache::CreateForOverwrite(shape, DType::kF16));
+    const KvShape& given = buffer.shape();
+    if (buffer.dtype() == DType::kF16 && given.n_layers == shape.n_layers && given.n_kv_heads == shape.n_kv_heads &&
+        given.head_dim == shape.head_dim && given.keys_only == shape.keys_only && given.n_tokens >= tokens) {
+      out.kv = std::move(buffer);
+      out.kv.set_pos_begin(0);
+    } else {
+      ASSIGN_OR_RETURN(out.kv, KvCache::CreateForOverwrite(shape, DType::kF16));
+    }
     report = fetcher.Run(fetched_keys, lookup.manifests, out.kv, deliver);
   }
   RETURN_IF_ERROR(report.status());
@@ -233,8 +241,9 @@ Result<FetchedPrefix> FetchPrefix(Store& store, const ModelFingerprint& model, s
 Result<FetchedPrefix> FetchLookedUpPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
                                           PrefixLookup lookup, const CodecContext& codec_context, LinkShaper& link,
                                           const FetchOptions& options,
-                                          const std::function<Status(const KvView&)>& on_chunk) {
-  return FetchPrefix(store, model, keys, std::move(lookup), codec_context, link, options, on_chunk, false);
+                                          const std::function<Status(const KvView&)>& on_chunk, KvCache buffer) {
+  return FetchPrefix(store, model, keys, std::move(lookup), codec_context, link, options, on_chunk, false,
+                     std::move(buffer));
 }
 
 Result<FetchedPrefix> FetchStoredPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
@@ -261,9 +270,9 @@ Result<PrefixRestore> RestoreLookedUpPrefix(Store& store, LlamaSession& session,
                                             const FetchOptions& options) {
   if (session.n_cached() != 0) return InvalidArgument("restoring a prefix needs an empty session");
   // Each chunk goes into llama.cpp as it arrives, so none needs a place of its own for the run.
-  ASSIGN_OR_RETURN(FetchedPrefix fetched, FetchPrefix(
-                                              store, model, keys, std::move(lookup), codec_context, link, options,
-                                              [&](const KvView& chunk) { return session.AppendKv(chunk); }, true));
+  ASSIGN_OR_RETURN(FetchedPrefix fetched,
+                   FetchPrefix(store, model, keys, std::move(lookup), codec_context, link, options,
+                               [&](const KvView& chunk) { return session.AppendKv(chunk); }, true, {}));
   return fetched.stats;
 }
 

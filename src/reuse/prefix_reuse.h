@@ -119,10 +119,14 @@ struct FetchedPrefix {
   uint32_t tokens() const { return stats.chunks_fetched * chunk_tokens + stats.tail_tokens; }
   KvView view() const { return KvView(&kv, 0, tokens()); }
 };
+// `buffer` (may be empty): a buffer to decode into instead of allocating one, used when it is
+// fp16 of the model's geometry and long enough (its pages already mapped: a page fault costs
+// 10-20 us where they trap to a hypervisor, ~20 ms for a few MB of KV); it becomes the result's.
 Result<FetchedPrefix> FetchLookedUpPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
                                           PrefixLookup lookup, const CodecContext& codec_context, LinkShaper& link,
                                           const FetchOptions& options,
-                                          const std::function<Status(const KvView&)>& on_chunk = {});
+                                          const std::function<Status(const KvView&)>& on_chunk = {},
+                                          KvCache buffer = {});
 // LookupStoredPrefix, then FetchLookedUpPrefix.
 Result<FetchedPrefix> FetchStoredPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
                                         std::span<const int32_t> reusable, uint32_t chunk_tokens,

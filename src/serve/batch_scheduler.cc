@@ -76,6 +76,22 @@ BatchScheduler::BatchScheduler(const LlamaModel& model, LlamaSession& session, c
       metrics_(metrics),
       pool_(size_t{std::max(1u, options.fetch_threads)} + 1) {
   link_.SetRate(LinkShaper::GbpsToBytesPerSecond(o_.link_gbps));
+  if (o_.reuse) {
+    // Zero-filled: every page mapped now, not on the first request's time to first token.
+    constexpr uint64_t kWarmPrefixBytes = uint64_t{256} << 20;
+    const ModelInfo& info = model_.info();
+    const uint64_t per_token = uint64_t{4} * info.n_layers * info.n_kv_heads * info.head_dim;
+    const uint64_t tokens =
+        per_token == 0 ? 0 : std::min<uint64_t>(session_.options().n_ctx, kWarmPrefixBytes / per_token);
+    if (tokens > 0) {
+      auto buffer = KvCache::Create(KvShape{.n_layers = info.n_layers,
+                                            .n_kv_heads = info.n_kv_heads,
+                                            .head_dim = info.head_dim,
+                                            .n_tokens = static_cast<uint32_t>(tokens)},
+                                    DType::kF16);
+      if (buffer.ok()) spare_prefixes_.push_back(std::move(*buffer));
+    }
+  }
   const uint32_t fetchers = o_.reuse ? (o_.fifo ? 1 : std::max(1u, o_.fetch_threads)) : 0;
   for (uint32_t i = 0; i < fetchers; ++i) fetchers_.emplace_back([this] { FetchLoop(); });
   engine_ = std::thread([this] { EngineLoop(); });
@@ -140,6 +156,15 @@ void BatchScheduler::MakeReady(std::shared_ptr<ServeRequest> request) {
 }
 
 void BatchScheduler::FetchLoop() {
+  {
+    // The stored objects this thread reads are allocated here, from this thread's allocator
+    // arena: a few chunks' worth mapped now (kept where the allocator keeps freed memory, as
+    // `kvcodec serve` has it) are pages the first fetch does not fault in.
+    const ModelInfo& info = model_.info();
+    const uint64_t chunk = uint64_t{4} * info.n_layers * info.n_kv_heads * info.head_dim * o_.chunk_tokens;
+    std::vector<uint8_t> warm(static_cast<size_t>(std::min<uint64_t>(4 * chunk, uint64_t{32} << 20)), 1);
+    asm volatile("" : : "r"(warm.data()) : "memory");  // kept: the pages must really be touched
+  }
   for (;;) {
     std::shared_ptr<ServeRequest> request;
     {
@@ -220,8 +245,16 @@ void BatchScheduler::Fetch(ServeRequest& request) {
   FetchOptions options =
       ReuseFetchOptions(o_.link_gbps, o_.recompute_s, o_.chunk_tokens, model_.info(), o_.floor, *reuse_.store);
   options.pool = &pool_;
+  KvCache buffer;
+  {
+    std::lock_guard lock(mu_);
+    if (!spare_prefixes_.empty()) {
+      buffer = std::move(spare_prefixes_.back());
+      spare_prefixes_.pop_back();
+    }
+  }
   auto fetched = FetchLookedUpPrefix(*reuse_.store, *reuse_.model, request.keys_, std::move(request.lookup_), context,
-                                     link_, options);
+                                     link_, options, {}, std::move(buffer));
   if (CountFetch(fetched.status(), fetched.ok() ? &fetched->stats : nullptr)) request.fetched_ = std::move(*fetched);
 }
 
@@ -384,7 +417,7 @@ void BatchScheduler::Admit(Slot& lead) {
       lead.evaluated = lead.hot_tokens;
       lead.resident.resize(lead.hot_tokens);
       lead.stored_chunks = std::min(lead.stored_chunks, lead.hot_tokens / o_.chunk_tokens);
-      r.fetched_.reset();
+      SpareFetchedPrefix(r);
       r.fetched_states_.reset();
       r.generation_.cached_tokens = lead.evaluated;
       lead.prefill_start = SteadyClock::now();
@@ -430,10 +463,21 @@ void BatchScheduler::Admit(Slot& lead) {
       metrics_.store_tokens += lead.evaluated;
     }
   }
-  r.fetched_.reset();  // the decoded prefix can be large; the sequence holds it now
+  SpareFetchedPrefix(r);  // the sequence holds it now
   r.fetched_states_.reset();
   r.generation_.cached_tokens = lead.evaluated;
   lead.prefill_start = SteadyClock::now();
+}
+
+void BatchScheduler::SpareFetchedPrefix(ServeRequest& request) {
+  if (!request.fetched_) return;
+  KvCache buffer = std::move(request.fetched_->kv);
+  request.fetched_.reset();
+  // As many as can be in use at once (a fetch per fetch thread, a restore); the rest are freed.
+  std::lock_guard lock(mu_);
+  if (buffer.shape().n_tokens > 0 && spare_prefixes_.size() < fetchers_.size() + 1) {
+    spare_prefixes_.push_back(std::move(buffer));
+  }
 }
 
 // One llama.cpp batch: a token for every generating sequence first (so streams keep flowing),

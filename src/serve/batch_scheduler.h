@@ -195,6 +195,8 @@ class BatchScheduler {
   void Emit(Slot& slot, std::span<const float> logits);
   void Release(Slot& slot, Status status, const char* finish_reason);
   void Cancelled(Slot& slot);
+  // Hands the request's fetched prefix buffer back for later fetches (needs no lock).
+  void SpareFetchedPrefix(ServeRequest& request);
   void FailAll(const Status& status);
   // The most tokens of `prompt` a free sequence holds (needs mu_).
   uint32_t BestHotMatch(std::span<const int32_t> prompt) const;
@@ -213,6 +215,10 @@ class BatchScheduler {
   std::condition_variable fetch_cv_, engine_cv_, store_cv_;
   std::deque<std::shared_ptr<ServeRequest>> to_fetch_;  // kv-aware: stored prefix found; fifo: every request
   std::deque<std::shared_ptr<ServeRequest>> ready_;
+  // Prefix buffers fetches decode into, handed back once restored: a fresh one would fault in
+  // every page again (10-20 us each where page faults trap to a hypervisor). One as long as a
+  // sequence is made at start (up to kWarmPrefixBytes), so the first fetch finds it mapped.
+  std::vector<KvCache> spare_prefixes_;
   // Per sequence: the tokens it holds while free (the hot tier); empty while a request has it.
   std::vector<std::vector<int32_t>> hot_;
   struct StoreJob {

@@ -51,13 +51,18 @@ std::vector<uint8_t> WriteChunkManifest(const ChunkManifest& m) {
   return w.Take();
 }
 
-Result<ChunkManifest> ReadChunkManifest(std::span<const uint8_t> bytes) {
-  KVC_CHECK_CORRUPT(bytes.size() >= 4, "manifest of %zu bytes", bytes.size());
+Result<std::span<const uint8_t>> BodyBeforeCrc32c(std::span<const uint8_t> bytes, const char* what) {
+  KVC_CHECK_CORRUPT(bytes.size() >= 4, "%s of %zu bytes", what, bytes.size());
   const std::span<const uint8_t> body = bytes.first(bytes.size() - 4);
   ByteReader crc_reader(bytes.last(4));
   uint32_t crc;
-  RETURN_IF_ERROR(crc_reader.U32(&crc, "manifest crc"));
-  KVC_CHECK_CORRUPT(crc == Crc32c(body.data(), body.size()), "manifest CRC32C mismatch");
+  RETURN_IF_ERROR(crc_reader.U32(&crc, "crc"));
+  KVC_CHECK_CORRUPT(crc == Crc32c(body.data(), body.size()), "%s CRC32C mismatch", what);
+  return body;
+}
+
+Result<ChunkManifest> ReadChunkManifest(std::span<const uint8_t> bytes) {
+  ASSIGN_OR_RETURN(const std::span<const uint8_t> body, BodyBeforeCrc32c(bytes, "manifest"));
   ByteReader r(body);
   RETURN_IF_ERROR(ExpectMagicAndVersion(r, kMagic, kVersion, "chunk manifest"));
   ChunkManifest m;

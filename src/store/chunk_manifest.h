@@ -45,6 +45,10 @@ class ByteWriter;
 void WriteChunkVariants(ByteWriter& w, const std::vector<ChunkVariant>& variants);
 Status ReadChunkVariants(ByteReader& r, const char* what, std::vector<ChunkVariant>* variants);
 
+// The bytes before a trailing CRC32C of them (what manifests and tails lists end with), once the
+// CRC matches; kCorrupt naming `what` otherwise.
+Result<std::span<const uint8_t>> BodyBeforeCrc32c(std::span<const uint8_t> bytes, const char* what);
+
 std::vector<uint8_t> WriteChunkManifest(const ChunkManifest& manifest);
 // `bytes` is hostile: kCorrupt on anything malformed, truncated or failing its CRC32C.
 Result<ChunkManifest> ReadChunkManifest(std::span<const uint8_t> bytes);

@@ -44,12 +44,7 @@ std::vector<uint8_t> WriteChunkTails(const ChunkTails& list) {
 }
 
 Result<ChunkTails> ReadChunkTails(std::span<const uint8_t> bytes) {
-  KVC_CHECK_CORRUPT(bytes.size() >= 4, "tails list of %zu bytes", bytes.size());
-  const std::span<const uint8_t> body = bytes.first(bytes.size() - 4);
-  ByteReader crc_reader(bytes.last(4));
-  uint32_t crc;
-  RETURN_IF_ERROR(crc_reader.U32(&crc, "tails crc"));
-  KVC_CHECK_CORRUPT(crc == Crc32c(body.data(), body.size()), "tails list CRC32C mismatch");
+  ASSIGN_OR_RETURN(const std::span<const uint8_t> body, BodyBeforeCrc32c(bytes, "tails list"));
   ByteReader r(body);
   RETURN_IF_ERROR(ExpectMagicAndVersion(r, kMagic, kVersion, "chunk tails list"));
   ChunkTails list;
