@@ -9,7 +9,11 @@ only so it needs nothing beyond the standard library.
 import argparse
 import json
 import math
+import os
+import re
 import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def secs(s):
@@ -127,9 +131,8 @@ def render(j):
     w("Command lines (first repeat; the others differ only in port and directory):")
     w("")
     w("```")
-    w(L["command"])
-    for c in K["commands"][:2 + len(j["links"])]:
-        w(c)
+    for c in [L["command"]] + K["commands"][:2 + len(j["links"])]:
+        w(portable(c))
     w("```")
     w("")
     v = j["versions"]
@@ -139,6 +142,16 @@ def render(j):
          (v.get("llama_cpp_commit") or "?")[:12], v.get("node_llama_cpp") or "?",
          (v.get("llama_server") or "?").replace("\n", "; "), j["started"], j["elapsed_s"]))
     return "\n".join(lines) + "\n"
+
+
+def portable(command):
+    """A command line as a reader can run it: paths inside the repository relative to its root,
+    the run's temporary folder as $WORK, llama.cpp's cache folder as $LLAMA_CPP, the port as PORT.
+    (The commands hold no spaces inside a word: the bench writes them with shlex.join.)"""
+    line = command.replace(REPO + os.sep, "")
+    line = re.sub(r"/(?:[^/\s]+/)*bench-llama-server-[^/\s]+", "$WORK", line)
+    line = re.sub(r"/(?:[^/\s]+/)*llama\.cpp-[^/\s]+/", "$LLAMA_CPP/", line)
+    return re.sub(r"--port \d+", "--port PORT", line)
 
 
 def svg_chart(j):

@@ -158,8 +158,8 @@ void BatchScheduler::MakeReady(std::shared_ptr<ServeRequest> request) {
 void BatchScheduler::FetchLoop() {
   {
     // The stored objects this thread reads are allocated here, from this thread's allocator
-    // arena: a few chunks' worth mapped now (kept where the allocator keeps freed memory, as
-    // `kvcodec serve` has it) are pages the first fetch does not fault in.
+    // arena: a few chunks' worth mapped now are pages the first fetch need not fault in (where
+    // the allocator keeps them once freed).
     const ModelInfo& info = model_.info();
     const uint64_t chunk = uint64_t{4} * info.n_layers * info.n_kv_heads * info.head_dim * o_.chunk_tokens;
     std::vector<uint8_t> warm(static_cast<size_t>(std::min<uint64_t>(4 * chunk, uint64_t{32} << 20)), 1);

@@ -1,5 +1,4 @@
 // `kvcodec serve`: an OpenAI-compatible completion server with remote KV reuse.
-#include <malloc.h>
 #include <pthread.h>
 
 #include <CLI/CLI.hpp>
@@ -38,13 +37,6 @@ int RunServe(ServeArgs& a) {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  // A server allocates buffers of the same few sizes request after request (a stored chunk's
-  // bytes, its decode). glibc hands large ones back to the kernel on free, and the next request
-  // faults every page in again: 10-20 us a page where page faults trap to a hypervisor, ~10 ms
-  // per 4.5 MB of KV fetched. Kept by the allocator (up to its largest heap allocation, 32 MiB),
-  // they are reused as mapped pages. The process is this command's, so the setting is too.
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 256 << 20);
   auto created = kvc::CompletionServer::Create(o);
   if (!created.ok()) return Fail(created.status());
   const std::unique_ptr<kvc::CompletionServer>& server = *created;
