@@ -511,7 +511,9 @@ KVC_API void kvc_run_default_params(kvc_run_params* params);
  *   "chunks_reusable"    integer  whole chunks before the prompt's last token
  *   "chunks_found"       integer  of those, stored (from chunk 0 on)
  *   "chunks_fetched"     integer  of those, restored from the store
- *   "variants"           array    "codec/level" of each fetched chunk (strings)
+ *   "tail_tokens"        integer  tokens restored from a stored tail after those chunks (the
+ *                                 rest of reused_tokens)
+ *   "variants"           array    "codec/level" of each fetched chunk, then of the tail (strings)
  *   "fallback"           string   why reuse stopped before chunks_found, if it did; else ""
  *   "damaged"            boolean  it stopped at a damaged chunk (corrupt, forged, another model's)
  *   "bytes_fetched"      integer  bytes fetched from the store
@@ -528,6 +530,7 @@ KVC_API void kvc_run_default_params(kvc_run_params* params);
  *   "store_s"            number   encoding and storing new chunks, after the response
  *   "peak_rss_bytes"     integer  the process's peak resident memory when the job ended
  *   "chunks_stored"      integer  chunks stored
+ *   "tail_tokens_stored" integer  tokens stored as a tail after them (0: none, or stored already)
  *   "bytes_stored"       integer  bytes stored (every rung of every chunk, and snapshots)
  *   "llama_state_bytes"  integer  llama.cpp's own state of the prompt, for comparison
  *   "warnings"           array    one-line strings: what failed without stopping the job (a store

@@ -117,6 +117,7 @@ Result<RunReport> RunJob(const RunOptions& o) {
     const PrefixRestore& p = *restored;
     r.chunks_found = p.chunks_found;
     r.chunks_fetched = p.chunks_fetched;
+    r.tail_tokens = p.tail_tokens;
     r.reused_tokens = p.chunks_fetched * o.chunk_tokens + p.tail_tokens;
     r.fallback = p.fallback;
     r.damaged = p.damaged;
@@ -210,6 +211,7 @@ Result<RunReport> RunJob(const RunOptions& o) {
     }
     if (stored.ok()) {
       r.chunks_stored = stored->chunks;
+      r.tail_tokens_stored = stored->tail_tokens;
       r.bytes_stored = stored->bytes;
     } else {
       Warn(r, "storing the prompt's chunks failed, they are not kept: " + stored.status().ToString());
@@ -222,9 +224,10 @@ Result<RunReport> RunJob(const RunOptions& o) {
 }
 
 KVC_REPORT_JSON(RunReport, text, generated_ids, store, codec, link_gbps, prompt_tokens, reused_tokens, prefilled_tokens,
-                generated_tokens, chunks_reusable, chunks_found, chunks_fetched, variants, fallback, damaged,
-                bytes_fetched, ttft_s, lookup_s, fetch_s, decode_s, restore_s, prefill_s, load_s, generate_s, store_s,
-                peak_rss_bytes, chunks_stored, bytes_stored, llama_state_bytes, warnings, quality_floor, stored_levels)
+                generated_tokens, chunks_reusable, chunks_found, chunks_fetched, tail_tokens, variants, fallback,
+                damaged, bytes_fetched, ttft_s, lookup_s, fetch_s, decode_s, restore_s, prefill_s, load_s, generate_s,
+                store_s, peak_rss_bytes, chunks_stored, tail_tokens_stored, bytes_stored, llama_state_bytes, warnings,
+                quality_floor, stored_levels)
 
 std::string RunReportJson(const RunReport& r) { return DumpReport(r); }
 

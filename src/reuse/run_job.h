@@ -55,6 +55,7 @@ struct RunReport {
   uint32_t chunks_reusable = 0;       // whole chunks before the prompt's last token
   uint32_t chunks_found = 0;          // of those, with a manifest in the store
   uint32_t chunks_fetched = 0;        // restored from the store
+  uint32_t tail_tokens = 0;           // restored from a stored tail after them
   std::string fallback;               // why reuse stopped before chunks_found, if it did
   bool damaged = false;               // it stopped at a damaged chunk (PrefixRestore::damaged)
   std::vector<std::string> variants;  // "codec/level" per fetched chunk
@@ -63,6 +64,7 @@ struct RunReport {
   double generate_s = 0, store_s = 0;
   uint64_t peak_rss_bytes = 0;  // the process's peak resident memory when the job ended
   uint32_t chunks_stored = 0;
+  uint32_t tail_tokens_stored = 0;  // stored as a tail after them (0: none, or the store had it)
   uint64_t bytes_stored = 0;
   // llama.cpp's own state of the prompt (what its slot save writes), beside which bytes_stored
   // (every chunk, every rung, snapshots) and bytes_fetched (one prefix) are measured.

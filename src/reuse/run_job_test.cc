@@ -204,6 +204,9 @@ TEST(RunJob, ReuseIsExactWhenFastAndStaysWithinTheFloorWhenSlow) {
 
   RunOptions slow_options = o;
   slow_options.link_gbps = 0.01;
+  // At 0.01 Gbps a kvtc 16 chunk (~40 ms) and this model's prefill of one (~35-60 ms) are close:
+  // the planner may rightly recompute; what is asked here is the rung it fetches.
+  slow_options.plan_recompute = false;
   const auto slow = RunJob(slow_options);
   ASSERT_TRUE(slow.ok()) << slow.status().ToString();
   ASSERT_GE(slow->chunks_fetched, 1u) << slow->fallback;

@@ -31,9 +31,10 @@ void PrintRunReport(const kvc::RunReport& r) {
   std::printf("%s\n\n", r.text.empty() && !ids.empty() ? ("token ids: " + ids).c_str() : r.text.c_str());
   std::string variants;
   for (const std::string& v : r.variants) variants += (variants.empty() ? "" : " ") + Printable(v);
-  std::printf("store %s: reused %u of %u prompt tokens (%u of %u whole chunks%s%s), prefilled %u\n",
+  const std::string tail = r.tail_tokens > 0 ? kvc::FormatMessage(" and a tail of %u tokens", r.tail_tokens) : "";
+  std::printf("store %s: reused %u of %u prompt tokens (%u of %u whole chunks%s%s%s), prefilled %u\n",
               Printable(r.store).c_str(), r.reused_tokens, r.prompt_tokens, r.chunks_fetched, r.chunks_reusable,
-              variants.empty() ? "" : ": ", variants.c_str(), r.prefilled_tokens);
+              tail.c_str(), variants.empty() ? "" : ": ", variants.c_str(), r.prefilled_tokens);
   if (!r.quality_floor.empty()) std::printf("quality floor: %s\n", Printable(r.quality_floor).c_str());
   if (!r.fallback.empty()) {
     std::printf("reuse stopped early, recomputed from there: %s\n", Printable(r.fallback).c_str());
@@ -43,11 +44,12 @@ void PrintRunReport(const kvc::RunReport& r) {
   std::string stored_levels;
   for (const std::string& v : r.stored_levels) stored_levels += (stored_levels.empty() ? "" : " ") + Printable(v);
   std::printf(
-      "fetched %llu bytes (link %s); generated %u tokens in %.3f s; stored %u new chunks (%llu bytes, %s) "
+      "fetched %llu bytes (link %s); generated %u tokens in %.3f s; stored %u new chunks%s (%llu bytes, %s) "
       "in %.3f s\n",
       static_cast<unsigned long long>(r.bytes_fetched), r.link_gbps > 0 ? FormatGbps(r.link_gbps).c_str() : "uncapped",
-      r.generated_tokens, r.generate_s, r.chunks_stored, static_cast<unsigned long long>(r.bytes_stored),
-      stored_levels.c_str(), r.store_s);
+      r.generated_tokens, r.generate_s, r.chunks_stored,
+      r.tail_tokens_stored > 0 ? kvc::FormatMessage(" and a tail of %u tokens", r.tail_tokens_stored).c_str() : "",
+      static_cast<unsigned long long>(r.bytes_stored), stored_levels.c_str(), r.store_s);
 }
 
 int RunRun(RunArgs& a) {
