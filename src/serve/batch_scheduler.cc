@@ -78,7 +78,6 @@ BatchScheduler::BatchScheduler(const LlamaModel& model, LlamaSession& session, c
   link_.SetRate(LinkShaper::GbpsToBytesPerSecond(o_.link_gbps));
   if (o_.reuse) {
     // Zero-filled: every page mapped now, not on the first request's time to first token.
-    constexpr uint64_t kWarmPrefixBytes = uint64_t{256} << 20;
     const ModelInfo& info = model_.info();
     const uint64_t per_token = uint64_t{4} * info.n_layers * info.n_kv_heads * info.head_dim;
     const uint64_t tokens =
@@ -473,9 +472,11 @@ void BatchScheduler::SpareFetchedPrefix(ServeRequest& request) {
   if (!request.fetched_) return;
   KvCache buffer = std::move(request.fetched_->kv);
   request.fetched_.reset();
-  // As many as can be in use at once (a fetch per fetch thread, a restore); the rest are freed.
+  // As many as can be in use at once (a fetch per fetch thread, a restore), none over
+  // kMaxSpareBufferBytes; the rest are freed.
   std::lock_guard lock(mu_);
-  if (buffer.shape().n_tokens > 0 && spare_prefixes_.size() < fetchers_.size() + 1) {
+  if (buffer.shape().n_tokens > 0 && buffer.shape().fp16_bytes() <= kMaxSpareBufferBytes &&
+      spare_prefixes_.size() < fetchers_.size() + 1) {
     spare_prefixes_.push_back(std::move(buffer));
   }
 }

@@ -217,7 +217,10 @@ class BatchScheduler {
   std::deque<std::shared_ptr<ServeRequest>> ready_;
   // Prefix buffers fetches decode into, handed back once restored: a fresh one would fault in
   // every page again (10-20 us each where page faults trap to a hypervisor). One as long as a
-  // sequence is made at start (up to kWarmPrefixBytes), so the first fetch finds it mapped.
+  // sequence is made at start (up to kWarmPrefixBytes), so the first fetch finds it mapped; none
+  // over kMaxSpareBufferBytes is kept (host memory held for a latency a long prefix hardly sees).
+  static constexpr uint64_t kWarmPrefixBytes = uint64_t{64} << 20;
+  static constexpr uint64_t kMaxSpareBufferBytes = uint64_t{256} << 20;
   std::vector<KvCache> spare_prefixes_;
   // Per sequence: the tokens it holds while free (the hot tier); empty while a request has it.
   std::vector<std::vector<int32_t>> hot_;
