@@ -767,6 +767,7 @@ void BatchScheduler::StoreLoop() {
       std::lock_guard m(metrics_.mu);
       if (stored.ok()) {
         metrics_.stored_bytes += stored->bytes;
+        metrics_.stored_tokens += uint64_t{stored->chunks} * o_.chunk_tokens + stored->tail_tokens;
       } else {
         ++metrics_.store_failures;
       }

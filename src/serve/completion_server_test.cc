@@ -1577,6 +1577,13 @@ TEST_F(ReuseTiers, ARepeatedPromptPrefillsOnlyItsLastToken) {
     EXPECT_EQ(Metric(*server, "kvcodec_reused_tokens_total{tier=\"hot\"}"), prompt_tokens - 1);
     EXPECT_EQ(Metric(*server, "kvcodec_reuse_hits_total{tier=\"store\"}"), 0);
     WaitForStores(*server);
+    // Stored once: the prompt and the answer but its last token (raw fp16 only, a local store),
+    // at about raw fp16's own bytes per token.
+    const double stored_tokens = Metric(*server, "kvcodec_stored_tokens_total");
+    EXPECT_EQ(stored_tokens, prompt_tokens + first["usage"]["completion_tokens"].get<int>() - 1);
+    const double per_token = Metric(*server, "kvcodec_stored_bytes_total") / stored_tokens;
+    EXPECT_GT(per_token, 2.0 * 2 * 6 * 2 * 64);  // kvtiny: K and V, 6 layers, 2 KV heads of 64, fp16
+    EXPECT_LT(per_token, 1.05 * 2.0 * 2 * 6 * 2 * 64);
   }
   auto restarted = Start(true);
   ASSERT_NE(restarted, nullptr);

@@ -64,6 +64,8 @@ std::string ServeMetrics::Text() {
   counter("kvcodec_completion_tokens_total", completion_tokens, "Tokens generated.");
   counter("kvcodec_fetched_bytes_total", fetched_bytes, "Bytes of stored KV chunks fetched.");
   counter("kvcodec_stored_bytes_total", stored_bytes, "Bytes of KV chunks stored.");
+  counter("kvcodec_stored_tokens_total", stored_tokens,
+          "Tokens whose KV was stored (chunks and tails); stored bytes over these: the store's bytes per token.");
   counter("kvcodec_store_failures_total", store_failures, "Chunks that could not be stored.");
   counter("kvcodec_reuse_failures_total", reuse_failures,
           "Reuses abandoned for recomputation (missing or bad chunks).");

@@ -32,6 +32,9 @@ struct ServeMetrics {
   std::mutex mu;                             // guards everything below
   std::map<std::string, uint64_t> requests;  // "endpoint,status" -> count
   uint64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0, fetched_bytes = 0, stored_bytes = 0;
+  // Tokens whose KV was stored (whole chunks and tails): stored_bytes / stored_tokens is what the
+  // store costs a token.
+  uint64_t stored_tokens = 0;
   uint64_t store_failures = 0, reuse_failures = 0, damaged_chunks = 0, disconnects = 0;
   // Requests that reused KV, and the prompt tokens they did not prefill, per tier: "hot" (a kept
   // sequence in llama.cpp's memory) and "store" (fetched chunks).
