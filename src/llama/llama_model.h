@@ -12,6 +12,7 @@
 #include "base/status.h"
 #include "format/container.h"
 #include "llama/chat_message.h"
+#include "tensor/kv_cache.h"
 #include "tensor/rope.h"
 
 struct llama_model;
@@ -34,6 +35,10 @@ struct ModelInfo {
   bool recurrent = false;
   bool hybrid = false;
   bool SnapshotsAtChunkEnds() const { return n_swa > 0 || recurrent || hybrid; }
+  // The geometry of `n_tokens` tokens of the model's KV (K and V), as the codecs take it.
+  KvShape KvShapeOf(uint32_t n_tokens) const {
+    return KvShape{.n_layers = n_layers, .n_kv_heads = n_kv_heads, .head_dim = head_dim, .n_tokens = n_tokens};
+  }
 };
 
 class LlamaModel {

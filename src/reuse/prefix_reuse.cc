@@ -5,7 +5,6 @@
 #include <thread>
 
 #include "base/clock.h"
-#include "base/log.h"
 #include "store/chunk_manifest.h"
 #include "store/chunk_tails.h"
 
@@ -67,7 +66,7 @@ std::vector<ChunkKey> ReusableChunkKeys(const ModelFingerprint& model, std::span
 FetchOptions ReuseFetchOptions(double link_gbps, double recompute_s, uint32_t chunk_tokens, const ModelInfo& model,
                                const QualityFloor& floor, const Store& store) {
   FetchOptions fo;
-  fo.kv_shape = KvShape{.n_layers = model.n_layers, .n_kv_heads = model.n_kv_heads, .head_dim = model.head_dim};
+  fo.kv_shape = model.KvShapeOf(0);
   fo.allowed = floor.allowed;
   fo.loss = floor.loss;
   fo.recompute_s = recompute_s;

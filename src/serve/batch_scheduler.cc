@@ -78,16 +78,11 @@ BatchScheduler::BatchScheduler(const LlamaModel& model, LlamaSession& session, c
   link_.SetRate(LinkShaper::GbpsToBytesPerSecond(o_.link_gbps));
   if (o_.reuse) {
     // Zero-filled: every page mapped now, not on the first request's time to first token.
-    const ModelInfo& info = model_.info();
-    const uint64_t per_token = uint64_t{4} * info.n_layers * info.n_kv_heads * info.head_dim;
+    const uint64_t per_token = model_.info().KvShapeOf(1).fp16_bytes();
     const uint64_t tokens =
         per_token == 0 ? 0 : std::min<uint64_t>(session_.options().n_ctx, kWarmPrefixBytes / per_token);
     if (tokens > 0) {
-      auto buffer = KvCache::Create(KvShape{.n_layers = info.n_layers,
-                                            .n_kv_heads = info.n_kv_heads,
-                                            .head_dim = info.head_dim,
-                                            .n_tokens = static_cast<uint32_t>(tokens)},
-                                    DType::kF16);
+      auto buffer = KvCache::Create(model_.info().KvShapeOf(static_cast<uint32_t>(tokens)), DType::kF16);
       if (buffer.ok()) spare_prefixes_.push_back(std::move(*buffer));
     }
   }
@@ -159,8 +154,7 @@ void BatchScheduler::FetchLoop() {
     // The stored objects this thread reads are allocated here, from this thread's allocator
     // arena: a few chunks' worth mapped now are pages the first fetch need not fault in (where
     // the allocator keeps them once freed).
-    const ModelInfo& info = model_.info();
-    const uint64_t chunk = uint64_t{4} * info.n_layers * info.n_kv_heads * info.head_dim * o_.chunk_tokens;
+    const uint64_t chunk = model_.info().KvShapeOf(o_.chunk_tokens).fp16_bytes();
     std::vector<uint8_t> warm(static_cast<size_t>(std::min<uint64_t>(4 * chunk, uint64_t{32} << 20)), 1);
     asm volatile("" : : "r"(warm.data()) : "memory");  // kept: the pages must really be touched
   }

@@ -472,8 +472,7 @@ namespace {
 // of up to that size from pages already mapped. Best effort: a failure only leaves it cold.
 void WarmUpRestores(const LlamaModel& model, LlamaSession& session) {
   constexpr uint64_t kWarmUpBytes = uint64_t{32} << 20;
-  const ModelInfo& info = model.info();
-  const uint64_t per_token = uint64_t{2} * 2 * info.n_layers * info.n_kv_heads * info.head_dim;
+  const uint64_t per_token = model.info().KvShapeOf(1).fp16_bytes();
   if (per_token == 0) return;
   const auto tokens = static_cast<uint32_t>(std::min<uint64_t>(session.options().n_ctx, kWarmUpBytes / per_token));
   if (tokens == 0) return;
@@ -488,8 +487,7 @@ void WarmUpRestores(const LlamaModel& model, LlamaSession& session) {
   }
   session.ClearSeq(0);
   if (!one_cache) return;
-  const KvShape shape{
-      .n_layers = info.n_layers, .n_kv_heads = info.n_kv_heads, .head_dim = info.head_dim, .n_tokens = tokens};
+  const KvShape shape = model.info().KvShapeOf(tokens);
   for (int pass = 0; pass < 2; ++pass) {
     auto zeros = KvCache::Create(shape, DType::kF16);
     if (!zeros.ok()) return;
