@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <mutex>
 #include <new>
@@ -245,6 +247,69 @@ TEST(Fetcher, DeliversEveryChunkInOrderDecoded) {
       EXPECT_TRUE(run.prefix.View(i * kChunkShape.n_tokens, kChunkShape.n_tokens).value().Copy().value() == direct);
     }
   }
+}
+
+// The later chunks of a run alone (the first ones prefilled instead: prefill_split.h): each
+// lands at its own position of the buffer, and the tokens before them are not touched; a start
+// the header does not agree with is damage, not a silent misplacement.
+TEST(Fetcher, RunsFromALaterChunkIntoItsPlace) {
+  StoredRun run = StoreRun(5, {{"quant", "8"}});
+  for (KvKind kind : kKvKinds) std::fill(run.prefix.Bytes(kind).begin(), run.prefix.Bytes(kind).end(), 0xEE);
+  LinkShaper link;
+  Fetcher fetcher(*run.store, link, kFp, {}, {});
+  const uint32_t first = 2;
+  const std::span<const ChunkKey> keys = std::span(run.keys).subspan(first);
+  const std::span<const ChunkManifest> manifests = std::span(run.manifests).subspan(first);
+  std::vector<uint32_t> indices;
+  auto report = fetcher.Run(
+      keys, manifests, run.prefix,
+      [&](FetchedChunk&& c) {
+        indices.push_back(c.index);
+        EXPECT_EQ(c.kv.pos_begin(), static_cast<int32_t>((first + c.index) * kChunkShape.n_tokens));
+        return Status::Ok();
+      },
+      static_cast<int32_t>(first * kChunkShape.n_tokens));
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->chunks, 3u);
+  EXPECT_EQ(indices, (std::vector<uint32_t>{0, 1, 2}));  // indices within the run
+  for (uint32_t i = 0; i < 5; ++i) {
+    const KvCache held = run.prefix.View(i * kChunkShape.n_tokens, kChunkShape.n_tokens).value().Copy().value();
+    if (i < first) {
+      for (KvKind kind : kKvKinds) {
+        EXPECT_TRUE(std::all_of(held.Bytes(kind).begin(), held.Bytes(kind).end(), [](uint8_t b) { return b == 0xEE; }))
+            << "chunk " << i << " was not fetched and must be left alone";
+      }
+    } else {
+      const auto direct = DecodeKvc(run.store->Get(ChunkObjectName(run.keys[i], "quant", "8")).value()).value();
+      EXPECT_TRUE(held == direct) << "chunk " << i;
+    }
+  }
+  // The same chunks told to start one chunk early: chunk 2's object says position 512, its
+  // place would be 256, and the run stops there as damaged.
+  Fetcher again(*run.store, link, kFp, {}, {});
+  auto misplaced = again.Run(
+      keys, manifests, run.prefix, [](FetchedChunk&&) { return Status::Ok(); },
+      static_cast<int32_t>((first - 1) * kChunkShape.n_tokens));
+  ASSERT_TRUE(misplaced.ok()) << misplaced.status().ToString();
+  EXPECT_EQ(misplaced->chunks, 0u);
+  EXPECT_TRUE(misplaced->stopped_on_damage) << misplaced->stop_reason;
+}
+
+// What the fetched side of a prefill split is priced at: each chunk's chosen variant over the
+// first bandwidth guess, and infinity where no variant is allowed.
+TEST(Fetcher, PredictsEachChunksFetchAtTheFirstBandwidthGuess) {
+  ChunkManifest allowed_one = Manifest({{"raw", "fp16", 1'000'000}, {"quant", "8", 500'000}});
+  ChunkManifest none_allowed = Manifest({{"rotquant", "3", 100'000}});
+  FetchOptions options;
+  options.allowed = {{"raw", "fp16"}, {"quant", "8"}};
+  options.loss = {{{"quant", "8"}, 0.01}};
+  options.initial_gbps = 0.08;  // 10 MB/s
+  options.recompute_s = 1e-6;   // left out: a prediction is of the fetch
+  const std::vector<ChunkManifest> manifests = {allowed_one, none_allowed};
+  const std::vector<double> s = PredictFetchSeconds(options, manifests);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_NEAR(s[0], 0.05, 1e-9);  // quant 8's 500 KB: raw's 1 MB is twice as slow
+  EXPECT_TRUE(std::isinf(s[1]));
 }
 
 // Through two slots, chunk after chunk: each delivered chunk is its own decode at its own

@@ -27,6 +27,27 @@ unsigned Decoders(const ThreadPool* pool) { return pool != nullptr ? std::max<un
 
 }  // namespace
 
+LevelPlanner MakeLevelPlanner(const FetchOptions& options) {
+  const std::optional<KvShape>& shape = options.kv_shape;
+  return LevelPlanner(options.allowed, Decoders(options.pool), options.recompute_s, options.recompute_tokens,
+                      options.loss, shape ? 2.0 * 2.0 * shape->n_layers * shape->n_kv_heads * shape->head_dim : 0.0,
+                      options.quality_margin);
+}
+
+std::vector<double> PredictFetchSeconds(const FetchOptions& options, std::span<const ChunkManifest> manifests) {
+  FetchOptions fetch_only = options;
+  fetch_only.recompute_s = 0;
+  const LevelPlanner planner = MakeLevelPlanner(fetch_only);
+  const double bytes_per_second = LinkShaper::GbpsToBytesPerSecond(options.initial_gbps);
+  std::vector<double> out;
+  out.reserve(manifests.size());
+  for (const ChunkManifest& m : manifests) {
+    const auto choice = planner.Choose(m, bytes_per_second);
+    out.push_back(choice ? choice->predicted_s : std::numeric_limits<double>::infinity());
+  }
+  return out;
+}
+
 Fetcher::Fetcher(Store& store, LinkShaper& link, const ModelFingerprint& model, const CodecContext& codec_context,
                  FetchOptions options)
     : store_(store),
@@ -34,24 +55,20 @@ Fetcher::Fetcher(Store& store, LinkShaper& link, const ModelFingerprint& model, 
       model_(model),
       codec_context_(codec_context),
       options_(std::move(options)),
-      planner_(
-          options_.allowed, Decoders(options_.pool), options_.recompute_s, options_.recompute_tokens, options_.loss,
-          options_.kv_shape
-              ? 2.0 * 2.0 * options_.kv_shape->n_layers * options_.kv_shape->n_kv_heads * options_.kv_shape->head_dim
-              : 0.0,
-          options_.quality_margin),
+      planner_(MakeLevelPlanner(options_)),
       bandwidth_(LinkShaper::GbpsToBytesPerSecond(options_.initial_gbps)) {}
 
 unsigned Fetcher::Inflight() const { return std::max(options_.inflight, Decoders(options_.pool) + 1); }
 
 Result<FetchReport> Fetcher::Run(std::span<const ChunkKey> keys, std::span<const ChunkManifest> manifests,
-                                 KvCache& prefix, const std::function<Status(FetchedChunk&&)>& on_chunk) {
+                                 KvCache& prefix, const std::function<Status(FetchedChunk&&)>& on_chunk,
+                                 int32_t first_position) {
   if (keys.size() != manifests.size()) return InvalidArgument("one manifest per chunk key");
   const uint32_t n = static_cast<uint32_t>(keys.size());
   // Each chunk's place in the prefix buffer, checked before anything is fetched: right after
   // the chunks before it (a tail, shorter, only ever comes last).
   std::vector<KvSlice> places(n);
-  int64_t pos = 0;
+  int64_t pos = first_position;
   for (uint32_t i = 0; i < n; pos += manifests[i++].chunk_tokens) {
     const uint32_t tokens = manifests[i].chunk_tokens;
     const int64_t at = pos - prefix.pos_begin();

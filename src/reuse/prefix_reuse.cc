@@ -154,7 +154,7 @@ namespace {
 Result<FetchedPrefix> FetchPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
                                   PrefixLookup lookup, const CodecContext& codec_context, LinkShaper& link,
                                   const FetchOptions& options, const std::function<Status(const KvView&)>& on_chunk,
-                                  bool through_slots, KvCache buffer) {
+                                  bool through_slots, KvCache buffer, uint32_t first_chunk) {
   FetchedPrefix out;
   PrefixRestore& r = out.stats;
   r.lookup_s = lookup.lookup_s;
@@ -164,9 +164,11 @@ Result<FetchedPrefix> FetchPrefix(Store& store, const ModelFingerprint& model, s
   if (lookup.manifests.empty() && !lookup.tail) return out;
   if (lookup.manifests.size() > keys.size()) return InvalidArgument("more manifests than chunk keys");
   if (!options.kv_shape) return InvalidArgument("fetching a prefix needs the model's KV shape");
-  // The tail goes last in the run: the fetcher places each chunk after the ones before it.
   const size_t whole = lookup.manifests.size();
-  std::vector<ChunkKey> run_keys(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(whole));
+  if (first_chunk > whole) return InvalidArgument("the run starts after its last whole chunk");
+  if (first_chunk > 0 && through_slots) return InvalidArgument("a split run decodes into one buffer");
+  // The tail goes last in the run: the fetcher places each chunk after the ones before it.
+  std::vector<ChunkKey> run_keys(keys.begin() + first_chunk, keys.begin() + static_cast<std::ptrdiff_t>(whole));
   uint32_t tail_used = 0;
   if (lookup.tail) {
     run_keys.push_back(lookup.tail->key);
@@ -174,6 +176,7 @@ Result<FetchedPrefix> FetchPrefix(Store& store, const ModelFingerprint& model, s
     lookup.manifests.push_back(std::move(lookup.tail->manifest));
   }
   out.chunk_tokens = whole > 0 ? lookup.manifests[0].chunk_tokens : 0;
+  r.first_chunk = first_chunk;
   // A whole chunk's slot holds the tail too.
   const uint32_t slot_tokens = whole > 0 ? out.chunk_tokens : lookup.manifests.back().chunk_tokens;
 
@@ -185,6 +188,9 @@ Result<FetchedPrefix> FetchPrefix(Store& store, const ModelFingerprint& model, s
     return InvalidArgument(FormatMessage("a stored prefix of %llu tokens is longer than any KV cache",
                                          static_cast<unsigned long long>(tokens)));
   }
+  // The chunks before the first to fetch only take their place in the buffer.
+  const std::span<const ChunkManifest> run_manifests = std::span(lookup.manifests).subspan(first_chunk);
+  const uint32_t fetched_whole = static_cast<uint32_t>(whole) - first_chunk;
   Fetcher fetcher(store, link, model, codec_context, options);
   auto deliver = [&](FetchedChunk&& c) -> Status {
     r.variants.push_back(c.variant.codec + "/" + c.variant.level);
@@ -192,7 +198,7 @@ Result<FetchedPrefix> FetchPrefix(Store& store, const ModelFingerprint& model, s
     if (!on_chunk) return Status::Ok();
     // Of the tail, only the tokens the request agrees with.
     KvView kv = c.kv;
-    if (c.index == whole) {
+    if (c.index == fetched_whole) {
       ASSIGN_OR_RETURN(kv, c.kv.View(0, tail_used));
     }
     const auto t_restore = SteadyClock::now();
@@ -208,7 +214,7 @@ Result<FetchedPrefix> FetchPrefix(Store& store, const ModelFingerprint& model, s
     for (KvCache& slot : slots) {
       ASSIGN_OR_RETURN(slot, KvCache::CreateForOverwrite(shape, DType::kF16));
     }
-    report = fetcher.RunThroughSlots(fetched_keys, lookup.manifests, slots, deliver);
+    report = fetcher.RunThroughSlots(fetched_keys, run_manifests, slots, deliver);
   } else {
     // One buffer for the longest run there is, allocated once (or the caller's): every chunk
     // decodes into its place. Only fetched chunks' tokens are ever read, each after its decode
@@ -222,14 +228,15 @@ Result<FetchedPrefix> FetchPrefix(Store& store, const ModelFingerprint& model, s
     } else {
       ASSIGN_OR_RETURN(out.kv, KvCache::CreateForOverwrite(shape, DType::kF16));
     }
-    report = fetcher.Run(fetched_keys, lookup.manifests, out.kv, deliver);
+    report = fetcher.Run(fetched_keys, run_manifests, out.kv, deliver,
+                         static_cast<int32_t>(uint64_t{first_chunk} * out.chunk_tokens));
   }
   RETURN_IF_ERROR(report.status());
   r.fetch_s = SecondsSince(t_fetch);
   r.decode_s = report->decode_s;
   r.bytes = report->bytes;
-  r.chunks_fetched = std::min<uint32_t>(report->chunks, static_cast<uint32_t>(whole));
-  r.tail_tokens = report->chunks > whole ? tail_used : 0;
+  r.chunks_fetched = std::min(report->chunks, fetched_whole);
+  r.tail_tokens = report->chunks > fetched_whole ? tail_used : 0;
   if (!report->stop_reason.empty()) r.fallback = report->stop_reason;
   r.damaged = r.damaged || report->stopped_on_damage;
   return out;
@@ -240,9 +247,10 @@ Result<FetchedPrefix> FetchPrefix(Store& store, const ModelFingerprint& model, s
 Result<FetchedPrefix> FetchLookedUpPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
                                           PrefixLookup lookup, const CodecContext& codec_context, LinkShaper& link,
                                           const FetchOptions& options,
-                                          const std::function<Status(const KvView&)>& on_chunk, KvCache buffer) {
+                                          const std::function<Status(const KvView&)>& on_chunk, KvCache buffer,
+                                          uint32_t first_chunk) {
   return FetchPrefix(store, model, keys, std::move(lookup), codec_context, link, options, on_chunk, false,
-                     std::move(buffer));
+                     std::move(buffer), first_chunk);
 }
 
 Result<FetchedPrefix> FetchStoredPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
@@ -270,8 +278,9 @@ Result<PrefixRestore> RestoreLookedUpPrefix(Store& store, LlamaSession& session,
   if (session.n_cached() != 0) return InvalidArgument("restoring a prefix needs an empty session");
   // Each chunk goes into llama.cpp as it arrives, so none needs a place of its own for the run.
   ASSIGN_OR_RETURN(FetchedPrefix fetched,
-                   FetchPrefix(store, model, keys, std::move(lookup), codec_context, link, options,
-                               [&](const KvView& chunk) { return session.AppendKv(chunk); }, true, {}));
+                   FetchPrefix(
+                       store, model, keys, std::move(lookup), codec_context, link, options,
+                       [&](const KvView& chunk) { return session.AppendKv(chunk); }, true, {}, 0));
   return fetched.stats;
 }
 

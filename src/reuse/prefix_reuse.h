@@ -66,7 +66,8 @@ Result<double> MeasureChunkPrefillSeconds(LlamaSession& session, std::span<const
 
 struct PrefixRestore {
   uint32_t chunks_found = 0;    // manifests present, from chunk 0 on
-  uint32_t chunks_fetched = 0;  // whole chunks restored into the session
+  uint32_t first_chunk = 0;     // chunks before it were left to the caller to prefill (a split)
+  uint32_t chunks_fetched = 0;  // whole chunks restored into the session (from first_chunk on)
   uint32_t tail_tokens = 0;     // and tokens of a stored tail after them
   std::string fallback;         // why fewer than found were restored (or the lookup stopped)
   // Reuse stopped at a damaged chunk: an object or manifest that is corrupt, bound to another
@@ -114,19 +115,28 @@ PrefixLookup LookupStoredPrefix(Store& store, const ModelFingerprint& model, std
 // decode.
 struct FetchedPrefix {
   PrefixRestore stats;  // restore_s: time spent in on_chunk
-  KvCache kv;           // the run's buffer; its first tokens() tokens are the fetched prefix
+  // The run's buffer, from position 0: tokens [first_token(), tokens()) are the fetched ones; the
+  // ones before them (a split's prefilled chunks) are the caller's to fill.
+  KvCache kv;
   uint32_t chunk_tokens = 0;
-  uint32_t tokens() const { return stats.chunks_fetched * chunk_tokens + stats.tail_tokens; }
+  uint32_t first_token() const { return stats.first_chunk * chunk_tokens; }
+  // Where the fetched tokens end (0: none were fetched).
+  uint32_t tokens() const {
+    const uint32_t fetched = stats.chunks_fetched * chunk_tokens + stats.tail_tokens;
+    return fetched == 0 ? 0 : first_token() + fetched;
+  }
   KvView view() const { return KvView(&kv, 0, tokens()); }
 };
 // `buffer` (may be empty): a buffer to decode into instead of allocating one, used when it is
 // fp16 of the model's geometry and long enough (its pages already mapped: a page fault costs
 // 10-20 us where they trap to a hypervisor, ~20 ms for a few MB of KV); it becomes the result's.
+// `first_chunk`: the looked-up chunks before it are not fetched (the caller prefills them while
+// the rest arrive: prefill_split.h); the rest land at their own positions in the buffer.
 Result<FetchedPrefix> FetchLookedUpPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
                                           PrefixLookup lookup, const CodecContext& codec_context, LinkShaper& link,
                                           const FetchOptions& options,
                                           const std::function<Status(const KvView&)>& on_chunk = {},
-                                          KvCache buffer = {});
+                                          KvCache buffer = {}, uint32_t first_chunk = 0);
 // LookupStoredPrefix, then FetchLookedUpPrefix.
 Result<FetchedPrefix> FetchStoredPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
                                         std::span<const int32_t> reusable, uint32_t chunk_tokens,

@@ -6,6 +6,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/thread_pool.h"
+#include "fetch/prefill_split.h"
 
 namespace kvc {
 
@@ -64,6 +65,9 @@ struct BatchScheduler::Slot {
   bool waiting_for_prompt = false;  // a choice after the first, before the fork
   bool generating = false;          // prompt done; `next` is the token to evaluate
   int32_t next = 0;
+  // The lead of a split whose fetched KV has not joined yet: its prefill stops here until it has
+  // (0: no split).
+  uint32_t split_at = 0;
   SteadyClock::time_point prefill_start;
 };
 
@@ -137,6 +141,17 @@ void BatchScheduler::Submit(std::shared_ptr<ServeRequest> request) {
       MakeReady(std::move(request));
       return;
     }
+    // A split: the engine starts on the prompt now, the fetch threads on the chunks after the split.
+    request->split_chunks_ = ChooseSplit(*request);
+    if (request->split_chunks_ > 0) {
+      std::lock_guard lock(mu_);
+      request->split_fetching_ = true;
+      to_fetch_.push_back(request);
+      ready_.push_back(std::move(request));
+      fetch_cv_.notify_one();
+      engine_cv_.notify_one();
+      return;
+    }
   }
   std::lock_guard lock(mu_);
   to_fetch_.push_back(std::move(request));
@@ -184,9 +199,28 @@ void BatchScheduler::FetchLoop() {
     }
     std::lock_guard lock(mu_);
     --fetching_;
-    ready_.push_back(std::move(request));
+    // A split's request is with the engine already, waiting for this.
+    if (request->split_chunks_ > 0) {
+      request->split_fetching_ = false;
+    } else {
+      ready_.push_back(std::move(request));
+    }
     engine_cv_.notify_one();
   }
+}
+
+uint32_t BatchScheduler::ChooseSplit(const ServeRequest& request) const {
+  const PrefixLookup& lookup = request.lookup_;
+  // Only the KV of one cache can be joined after a prefill; state chunks are restored whole.
+  if (o_.recompute_s <= 0 || lookup.manifests.empty() || IsStateChunkManifest(lookup.manifests[0])) return 0;
+  FetchOptions options =
+      ReuseFetchOptions(o_.link_gbps, o_.recompute_s, o_.chunk_tokens, model_.info(), o_.floor, *reuse_.store);
+  options.pool = const_cast<ThreadPool*>(&pool_);  // only its size is read
+  std::vector<ChunkManifest> run = lookup.manifests;
+  if (lookup.tail) run.push_back(lookup.tail->manifest);
+  return ChoosePrefillSplit(PredictFetchSeconds(options, run), static_cast<uint32_t>(lookup.manifests.size()),
+                            o_.recompute_s)
+      .prefilled_chunks;
 }
 
 void BatchScheduler::Lookup(ServeRequest& request) {
@@ -247,7 +281,7 @@ void BatchScheduler::Fetch(ServeRequest& request) {
     }
   }
   auto fetched = FetchLookedUpPrefix(*reuse_.store, *reuse_.model, request.keys_, std::move(request.lookup_), context,
-                                     link_, options, {}, std::move(buffer));
+                                     link_, options, {}, std::move(buffer), request.split_chunks_);
   if (CountFetch(fetched.status(), fetched.ok() ? &fetched->stats : nullptr)) request.fetched_ = std::move(*fetched);
 }
 
@@ -260,6 +294,12 @@ void BatchScheduler::EngineLoop() {
   }
   auto busy = [&] {
     return std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.request != nullptr; });
+  };
+  // A step has work: some sequence is not only waiting for its split's fetch (needs mu_).
+  auto can_step = [&] {
+    return std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) {
+      return s.request != nullptr && !(s.split_at > 0 && s.evaluated >= s.split_at && s.request->split_fetching_);
+    });
   };
   // Least recently freed first.
   auto free_slots = [&] {
@@ -277,7 +317,7 @@ void BatchScheduler::EngineLoop() {
     {
       std::unique_lock lock(mu_);
       engine_cv_.wait(
-          lock, [&] { return busy() || !ready_.empty() || (stop_engine_ && to_fetch_.empty() && fetching_ == 0); });
+          lock, [&] { return can_step() || !ready_.empty() || (stop_engine_ && to_fetch_.empty() && fetching_ == 0); });
       if (!busy() && ready_.empty()) return;  // stopping, and nothing is left anywhere
       // In arrival order: a request of n choices waits for n free sequences at once, and the
       // ones behind it wait with it.
@@ -347,6 +387,7 @@ void BatchScheduler::EngineLoop() {
       if (s.request && s.request->cancelled_) Cancelled(s);
     }
     try {
+      JoinSplits();
       Step();
     } catch (...) {
       const Status failed = Internal("a batch step failed: " + ExceptionText(std::current_exception()));
@@ -400,26 +441,30 @@ void BatchScheduler::Admit(Slot& lead) {
       s.stored.clear();
     }
   }
+  if (r.split_chunks_ > 0) {
+    // A split: the prompt's first chunks are prefilled here, up to split_at, while the fetch
+    // (whose fetched_ is not to be touched until it is done) brings the rest.
+    lead.split_at = r.split_chunks_ * o_.chunk_tokens;
+    if (lead.hot_tokens == 0 || !ContinueHeld(lead)) {
+      session_.ClearSeq(lead.seq);
+      lead.resident.clear();
+      lead.stored.clear();
+      lead.stored_chunks = r.split_chunks_;  // the lookup found them: in the store already
+    }
+    r.generation_.cached_tokens = lead.evaluated;
+    lead.prefill_start = SteadyClock::now();
+    return;
+  }
   // The hot tier, when its sequence holds at least as much of the prompt as was fetched.
   const uint32_t fetched_tokens = r.fetched_          ? r.fetched_->tokens()
                                   : r.fetched_states_ ? r.fetched_states_->stats.chunks_fetched * o_.chunk_tokens
                                                       : 0;
-  if (lead.hot_tokens > 0 && lead.hot_tokens >= fetched_tokens) {
-    const Status trimmed = session_.TrimSeq(lead.seq, lead.hot_tokens);
-    if (trimmed.ok()) {
-      lead.evaluated = lead.hot_tokens;
-      lead.resident.resize(lead.hot_tokens);
-      lead.stored_chunks = std::min(lead.stored_chunks, lead.hot_tokens / o_.chunk_tokens);
-      SpareFetchedPrefix(r);
-      r.fetched_states_.reset();
-      r.generation_.cached_tokens = lead.evaluated;
-      lead.prefill_start = SteadyClock::now();
-      std::lock_guard m(metrics_.mu);
-      ++metrics_.hot_hits;
-      metrics_.hot_tokens += lead.evaluated;
-      return;
-    }
-    KVC_LOG_WARN("continuing a kept sequence failed, recomputing: %s", trimmed.ToString().c_str());
+  if (lead.hot_tokens > 0 && lead.hot_tokens >= fetched_tokens && ContinueHeld(lead)) {
+    SpareFetchedPrefix(r);
+    r.fetched_states_.reset();
+    r.generation_.cached_tokens = lead.evaluated;
+    lead.prefill_start = SteadyClock::now();
+    return;
   }
   session_.ClearSeq(lead.seq);
   lead.resident.clear();
@@ -460,6 +505,96 @@ void BatchScheduler::Admit(Slot& lead) {
   r.fetched_states_.reset();
   r.generation_.cached_tokens = lead.evaluated;
   lead.prefill_start = SteadyClock::now();
+}
+
+bool BatchScheduler::ContinueHeld(Slot& lead) {
+  const Status trimmed = session_.TrimSeq(lead.seq, lead.hot_tokens);
+  if (!trimmed.ok()) {
+    KVC_LOG_WARN("continuing a kept sequence failed, recomputing: %s", trimmed.ToString().c_str());
+    return false;
+  }
+  lead.evaluated = lead.hot_tokens;
+  lead.resident.resize(lead.hot_tokens);
+  lead.stored_chunks = std::min(lead.stored_chunks, lead.hot_tokens / o_.chunk_tokens);
+  std::lock_guard m(metrics_.mu);
+  ++metrics_.hot_hits;
+  metrics_.hot_tokens += lead.evaluated;
+  return true;
+}
+
+void BatchScheduler::JoinSplits() {
+  for (Slot& s : slots_) {
+    if (!s.request || s.split_at == 0) continue;
+    {
+      std::lock_guard lock(mu_);
+      if (s.request->split_fetching_) continue;
+    }
+    // Nothing fetched, or the prefill has caught up with the split: go on from here.
+    const FetchedPrefix* fetched = s.request->fetched_ ? &*s.request->fetched_ : nullptr;
+    if (fetched != nullptr && fetched->tokens() > 0 && s.evaluated < fetched->first_token()) continue;
+    s.split_at = 0;
+    JoinSplit(s);
+  }
+}
+
+void BatchScheduler::JoinSplit(Slot& lead) {
+  ServeRequest& r = *lead.request;
+  if (!r.fetched_ || r.fetched_->tokens() <= lead.evaluated || lead.evaluated < r.fetched_->first_token()) {
+    SpareFetchedPrefix(r);
+    return;
+  }
+  FetchedPrefix& fetched = *r.fetched_;
+  const auto t = SteadyClock::now();
+  const uint32_t prefilled = lead.evaluated;
+  // The prefilled tokens' KV into their place before the fetched ones (replacing fetched ones it
+  // overlaps: computed here, they are exact), then the whole of it as the sequence: a restore
+  // replaces a sequence, it cannot add to one.
+  Status joined = Status::Ok();
+  if (prefilled > 0) {
+    auto held = session_.ExtractSeqKv(lead.seq);
+    if (held.ok() && held->dtype() != DType::kF16) held = held->ConvertTo(DType::kF16);
+    if (!held.ok()) {
+      joined = held.status();
+    } else if (held->pos_begin() != 0 || held->shape().n_tokens != prefilled) {
+      joined = Internal(FormatMessage("the sequence gave %u tokens from position %d for %u from 0",
+                                      held->shape().n_tokens, held->pos_begin(), prefilled));
+    } else {
+      for (KvKind kind : held->shape().kinds()) {
+        for (uint32_t layer = 0; layer < held->shape().n_layers; ++layer) {
+          const std::span<const uint8_t> from = std::as_const(*held).RowBytes(kind, layer, 0, prefilled);
+          std::copy(from.begin(), from.end(), fetched.kv.RowBytes(kind, layer, 0, prefilled).begin());
+        }
+      }
+    }
+  }
+  if (joined.ok()) joined = session_.RestoreSeqKv(lead.seq, fetched.view());
+  if (joined.ok()) {
+    lead.evaluated = fetched.tokens();
+    lead.resident.assign(r.tokens_.begin(), r.tokens_.begin() + lead.evaluated);
+    lead.stored_chunks = fetched.stats.first_chunk + fetched.stats.chunks_fetched;
+    lead.stored = lead.resident;
+    lead.stored_at_failures = store_failures_.load();
+    r.generation_.cached_tokens += lead.evaluated - prefilled;
+    r.generation_.fetched_bytes = fetched.stats.bytes;
+  } else {
+    // The sequence may be gone with the failed restore: the prompt is prefilled from the start.
+    KVC_LOG_WARN("joining the fetched KV after the prefilled part failed, recomputing: %s", joined.ToString().c_str());
+    session_.ClearSeq(lead.seq);
+    lead.evaluated = 0;
+    lead.resident.clear();
+    lead.stored.clear();
+    r.generation_.cached_tokens = 0;
+  }
+  {
+    std::lock_guard m(metrics_.mu);
+    metrics_.restore.Add(SecondsSince(t));
+    if (joined.ok()) {
+      ++metrics_.store_hits;
+      metrics_.store_tokens += lead.evaluated - prefilled;
+      ++metrics_.split_joins;
+    }
+  }
+  SpareFetchedPrefix(r);
 }
 
 void BatchScheduler::SpareFetchedPrefix(ServeRequest& request) {
@@ -503,6 +638,11 @@ void BatchScheduler::Step() {
     if (room == 0) break;
     const std::span<const int32_t> prompt(s->request->tokens_);
     size_t n = std::min(room, remaining(s));
+    if (s->split_at > 0) {
+      // Up to the split only, until the fetched KV after it has joined (JoinSplits).
+      if (s->evaluated >= s->split_at) continue;
+      n = std::min<size_t>(n, s->split_at - s->evaluated);
+    }
     const uint64_t next_end = (uint64_t{s->evaluated} / o_.chunk_tokens + 1) * o_.chunk_tokens;
     if (take_snapshots && s->choice == 0 && next_end <= uint64_t{s->request->keys_.size()} * o_.chunk_tokens) {
       n = std::min<size_t>(n, next_end - s->evaluated);
@@ -707,6 +847,7 @@ void BatchScheduler::Release(Slot& slot, Status status, const char* finish_reaso
   std::shared_ptr<ServeRequest> request = std::move(slot.request);
   slot.waiting_for_prompt = false;
   slot.generating = false;
+  slot.split_at = 0;
   // The lead ended before its prompt was done: the choices waiting for it end with it.
   if (slot.choice == 0 && !prompt_done) {
     for (Slot& f : slots_) {

@@ -17,6 +17,10 @@
 // sequences with nothing to reuse are taken least recently used first, so the ones that hold
 // something last longest.
 //
+// On a slow link a request's stored prefix is split (CacheGen's split): the engine prefills its
+// first chunks from their tokens while the chunks after them are on the link, then the two meet
+// in the request's sequence, so neither the link nor the prefill waits for the other.
+//
 // The FIFO scheduler keeps strict arrival order instead: one admission thread looks up and
 // fetches each request's prefix in turn, so a request behind one whose KV is crawling over a slow
 // link waits for it — what an engine that loads KV at admission does, and what `kvcodec bench
@@ -127,6 +131,12 @@ class ServeRequest {
   std::optional<FetchedPrefix> fetched_;
   // The fetched prefix of a model whose memory is not one KV cache (reuse/state_chunks.h).
   std::optional<FetchedStatePrefix> fetched_states_;
+  // A split (fetch/prefill_split.h): the lead prefills the prompt's first split_chunks_ chunks
+  // while a fetch thread brings the stored ones after them. Set before the request is queued.
+  uint32_t split_chunks_ = 0;
+  // Guarded by the scheduler's mu_: the split's fetch is running, and fetched_ is the fetch
+  // thread's until this is false.
+  bool split_fetching_ = false;
   std::vector<Choice> choices_;  // the engine thread's
   uint32_t open_choices_ = 0;
   bool disconnect_counted_ = false;
@@ -190,6 +200,15 @@ class BatchScheduler {
   void Fetch(ServeRequest& request);
   bool CountFetch(const Status& status, const PrefixRestore* stats);
   void Admit(Slot& lead);
+  // The split (prefill_split.h) that gets the looked-up prefix in first: chunks to prefill while
+  // the rest are fetched (0: fetch it all).
+  uint32_t ChooseSplit(const ServeRequest& request) const;
+  // Joins each split whose fetch is done and whose lead has prefilled up to it: the prefilled KV
+  // and the fetched KV after it become the lead's sequence.
+  void JoinSplits();
+  void JoinSplit(Slot& lead);
+  // The lead continues from the free sequence it took where that holds part of its prompt.
+  bool ContinueHeld(Slot& lead);
   void Step();
   void Fork(Slot& lead);
   void Emit(Slot& slot, std::span<const float> logits);

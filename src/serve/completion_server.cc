@@ -575,7 +575,9 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
   so2.link_gbps = o.link_gbps;
   so2.rungs = impl->stored_rungs;
   so2.floor = floor;
-  if (o.plan_recompute) {
+  if (o.plan_recompute && o.chunk_prefill_s > 0) {
+    so2.recompute_s = o.chunk_prefill_s;
+  } else if (o.plan_recompute) {
     // Any token prices a prefill; 0 is in every vocabulary, and not every model has a BOS.
     const std::vector<int32_t> probe(64, impl->model->has_bos() ? impl->model->bos_token() : 0);
     ASSIGN_OR_RETURN(so2.recompute_s, MeasureChunkPrefillSeconds(*impl->session, probe, o.chunk_tokens));

@@ -1623,6 +1623,59 @@ TEST_F(ReuseTiers, AConversationsSecondTurnPrefillsOnlyTheNewTurn) {
   }
 }
 
+// Over a slow link the stored prefix is split: its first chunks are prefilled while the later
+// ones arrive, and the two join in the request's sequence. The prefilled tokens are whole
+// chunks, every later one is reused, and the text is the same (raw: lossless; the prefilled KV
+// is what the first request computed). The plan is fixed, whatever the machine's load: a chunk's
+// prefill priced at 30 ms, the link such that a raw chunk (192 KB) crosses it in 10 ms, so
+// prefilling 3 of the 12 chunks while the rest arrive (max(90, 97) ms) beats fetching all 12
+// (127 ms) and any other split.
+TEST_F(ReuseTiers, ASlowLinkPrefillsTheFirstChunksWhileTheRestArrive) {
+  constexpr uint32_t kChunk = 64;
+  constexpr double kRawChunkBits = 8.0 * kChunk * 2 * 6 * 2 * 64 * 2;  // kvtiny: K and V, 6 layers, 2 heads of 64
+  auto start = [&](double link_gbps) {
+    ServerOptions o = TestServerOptions(store_);
+    o.n_ctx = 2048;
+    o.parallel = 1;
+    o.hot_tier = false;
+    o.chunk_tokens = kChunk;
+    o.link_gbps = link_gbps;
+    o.plan_recompute = true;
+    o.chunk_prefill_s = 0.030;
+    auto server = CompletionServer::Create(o);
+    EXPECT_TRUE(server.ok()) << server.status().ToString();
+    if (server.ok()) EXPECT_TRUE((*server)->Start().ok());
+    return server.ok() ? std::move(*server) : nullptr;
+  };
+  const Json body = {{"prompt", Text(20000, 3000)}, {"max_tokens", 6}};
+  std::string text;
+  int prompt_tokens = 0;
+  {
+    auto server = start(0);
+    ASSERT_NE(server, nullptr);
+    const Json first = Post(*server, "/v1/completions", body);
+    prompt_tokens = first["usage"]["prompt_tokens"];
+    ASSERT_GE(prompt_tokens, 12 * static_cast<int>(kChunk) + 2);
+    ASSERT_LT(prompt_tokens, 13 * static_cast<int>(kChunk));
+    text = first["choices"][0]["text"];
+    WaitForStores(*server);
+  }
+  auto restarted = start(kRawChunkBits / 0.010 / 1e9);
+  ASSERT_NE(restarted, nullptr);
+  const Json after = Post(*restarted, "/v1/completions", body);
+  EXPECT_EQ(after["choices"][0]["text"], text);
+  EXPECT_EQ(Metric(*restarted, "kvcodec_split_reuses_total"), 1);
+  // 3 chunks and the last token prefilled; the chunks fetched after them reused (all 9 and the
+  // tail, unless this machine's reads fell so far behind the link that the fetcher chose to
+  // recompute the last ones).
+  const int prefilled = prompt_tokens - Cached(after);
+  EXPECT_GT(Cached(after), 0);
+  EXPECT_EQ((prefilled - 1) % static_cast<int>(kChunk), 0) << prefilled;
+  EXPECT_GE(prefilled, 3 * static_cast<int>(kChunk) + 1);
+  EXPECT_EQ(Metric(*restarted, "kvcodec_reuse_hits_total{tier=\"store\"}"), 1);
+  EXPECT_EQ(Metric(*restarted, "kvcodec_reused_tokens_total{tier=\"store\"}"), Cached(after));
+}
+
 // Requests that share prefixes, more at once than there are sequences: each takes a free
 // sequence only, so every answer is what the same request alone on a server without reuse
 // answers (greedy, raw: lossless). Run under ThreadSanitizer by scripts/test.sh.

@@ -61,6 +61,8 @@ std::string ServeMetrics::Text() {
   out += FormatMessage(
       "kvcodec_reused_tokens_total{tier=\"hot\"} %llu\nkvcodec_reused_tokens_total{tier=\"store\"} %llu\n",
       static_cast<unsigned long long>(hot_tokens), static_cast<unsigned long long>(store_tokens));
+  counter("kvcodec_split_reuses_total", split_joins,
+          "Store hits whose first chunks were prefilled while the later ones were fetched (a slow link).");
   counter("kvcodec_completion_tokens_total", completion_tokens, "Tokens generated.");
   counter("kvcodec_fetched_bytes_total", fetched_bytes, "Bytes of stored KV chunks fetched.");
   counter("kvcodec_stored_bytes_total", stored_bytes, "Bytes of KV chunks stored.");
