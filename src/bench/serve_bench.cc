@@ -236,6 +236,7 @@ Result<std::string> RunServeBenchJson(const ServeBenchOptions& o) {
       // What is compared is how each scheduler brings stored KV in: sequences kept from the
       // warm-up would serve the shared documents without any fetch.
       so.hot_tier = false;
+      so.cache_ram_mib = 0;
       so.store_every_rung = true;  // the codec asked for is what is measured, on the in-memory store too
       ASSIGN_OR_RETURN(server, CompletionServer::Create(so));
       RETURN_IF_ERROR(server->Start());

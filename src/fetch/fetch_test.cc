@@ -295,6 +295,38 @@ TEST(Fetcher, RunsFromALaterChunkIntoItsPlace) {
   EXPECT_TRUE(misplaced->stopped_on_damage) << misplaced->stop_reason;
 }
 
+// A chunk the host-memory tier holds is copied from there: no store read (its objects may be
+// gone), counted in the report; one it holds for another place, or decoded from a variant the
+// fetch does not allow, is fetched as usual.
+TEST(Fetcher, CopiesTheChunksTheMemoryTierHolds) {
+  StoredRun run = StoreRun(3, {{"raw", "fp16"}});
+  DecodedChunkCache memory(uint64_t{64} << 20);
+  ASSERT_TRUE(memory.Put(run.keys[0], run.originals[0].View(), {"raw", "fp16", 0}).ok());
+  ASSERT_TRUE(memory.Put(run.keys[1], run.originals[2].View(), {"raw", "fp16", 0}).ok());  // chunk 2's place
+  ASSERT_TRUE(memory.Put(run.keys[2], run.originals[2].View(), {"quant", "8", 0}).ok());   // not allowed
+  ASSERT_TRUE(run.store->Delete(ChunkObjectName(run.keys[0], "raw", "fp16")).ok());
+  LinkShaper link;
+  FetchOptions options;
+  options.allowed = {{"raw", "fp16"}};
+  options.memory = &memory;
+  Fetcher fetcher(*run.store, link, kFp, {}, options);
+  std::vector<bool> from_memory;
+  auto report = fetcher.Run(run.keys, run.manifests, run.prefix, [&](FetchedChunk&& c) {
+    from_memory.push_back(c.from_memory);
+    EXPECT_TRUE(c.kv.Copy().value() == run.originals[c.index]) << "chunk " << c.index;
+    return Status::Ok();
+  });
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->chunks, 3u) << report->stop_reason;
+  EXPECT_EQ(report->memory_chunks, 1u);
+  EXPECT_EQ(from_memory, (std::vector<bool>{true, false, false}));
+  // What a split prices: nothing for the chunk held, the others at the link.
+  options.initial_gbps = 0.008;  // 1 MB/s
+  const std::vector<double> s = PredictFetchSeconds(options, run.manifests, run.keys);
+  EXPECT_EQ(s[0], 0);
+  EXPECT_GT(s[2], 0);
+}
+
 // What the fetched side of a prefill split is priced at: each chunk's chosen variant over the
 // first bandwidth guess, and infinity where no variant is allowed.
 TEST(Fetcher, PredictsEachChunksFetchAtTheFirstBandwidthGuess) {

@@ -27,6 +27,23 @@ unsigned Decoders(const ThreadPool* pool) { return pool != nullptr ? std::max<un
 
 }  // namespace
 
+std::shared_ptr<const DecodedChunkCache::Entry> HeldInMemory(const FetchOptions& options, const ChunkKey& key,
+                                                             int32_t pos_begin, uint32_t tokens) {
+  if (options.memory == nullptr) return nullptr;
+  std::shared_ptr<const DecodedChunkCache::Entry> held = options.memory->Find(key);
+  if (held == nullptr) return nullptr;
+  const ChunkVariant& v = held->variant;
+  const bool allowed = options.allowed.empty() || std::find(options.allowed.begin(), options.allowed.end(),
+                                                            std::pair{v.codec, v.level}) != options.allowed.end();
+  // The key names the tokens; their place and the model's geometry are checked all the same.
+  const KvShape& shape = held->kv.shape();
+  const bool fits = !options.kv_shape ||
+                    (shape.n_layers == options.kv_shape->n_layers && shape.n_kv_heads == options.kv_shape->n_kv_heads &&
+                     shape.head_dim == options.kv_shape->head_dim);
+  if (!allowed || !fits || held->kv.pos_begin() != pos_begin || shape.n_tokens != tokens) return nullptr;
+  return held;
+}
+
 LevelPlanner MakeLevelPlanner(const FetchOptions& options) {
   const std::optional<KvShape>& shape = options.kv_shape;
   return LevelPlanner(options.allowed, Decoders(options.pool), options.recompute_s, options.recompute_tokens,
@@ -34,15 +51,22 @@ LevelPlanner MakeLevelPlanner(const FetchOptions& options) {
                       options.quality_margin);
 }
 
-std::vector<double> PredictFetchSeconds(const FetchOptions& options, std::span<const ChunkManifest> manifests) {
+std::vector<double> PredictFetchSeconds(const FetchOptions& options, std::span<const ChunkManifest> manifests,
+                                        std::span<const ChunkKey> keys) {
   FetchOptions fetch_only = options;
   fetch_only.recompute_s = 0;
   const LevelPlanner planner = MakeLevelPlanner(fetch_only);
   const double bytes_per_second = LinkShaper::GbpsToBytesPerSecond(options.initial_gbps);
   std::vector<double> out;
   out.reserve(manifests.size());
-  for (const ChunkManifest& m : manifests) {
-    const auto choice = planner.Choose(m, bytes_per_second);
+  int64_t pos = 0;
+  for (size_t i = 0; i < manifests.size(); pos += manifests[i++].chunk_tokens) {
+    if (i < keys.size() && pos <= std::numeric_limits<int32_t>::max() &&
+        HeldInMemory(options, keys[i], static_cast<int32_t>(pos), manifests[i].chunk_tokens) != nullptr) {
+      out.push_back(0);
+      continue;
+    }
+    const auto choice = planner.Choose(manifests[i], bytes_per_second);
     out.push_back(choice ? choice->predicted_s : std::numeric_limits<double>::infinity());
   }
   return out;
@@ -179,6 +203,14 @@ Result<FetchReport> Fetcher::RunWithPlaces(std::span<const ChunkKey> keys, std::
   // in the very next choice. The link is one pipe, so this costs no throughput.
   auto transfer = [&](uint32_t i) {
     Outcome out;
+    const KvSlice at = place(i);
+    if (std::shared_ptr<const DecodedChunkCache::Entry> held = FromMemory(keys[i], at)) {
+      const auto t0 = SteadyClock::now();
+      CopyKvInto(held->kv.View(), at);
+      out.chunk = FetchedChunk{i, held->variant, 0, Seconds(t0, SteadyClock::now()), 0, at.View(), true};
+      finish(i, std::move(out));
+      return;
+    }
     const Status sizes = CheckManifestSizes(manifests[i]);
     const auto choice = sizes.ok() ? planner_.Choose(manifests[i], bandwidth_.BytesPerSecond()) : std::nullopt;
     if (!sizes.ok()) {
@@ -209,7 +241,7 @@ Result<FetchReport> Fetcher::RunWithPlaces(std::span<const ChunkKey> keys, std::
         const auto t1 = link_.Acquire(size);
         const auto t_end = std::max(t1, SteadyClock::now());
         bandwidth_.Add(size, t0, t_end);
-        auto task = [&decode, &finish, &mu, &cv, &decoding, i, out_place = place(i), name = std::move(name),
+        auto task = [&decode, &finish, &mu, &cv, &decoding, i, out_place = at, name = std::move(name),
                      object = std::move(*object), choice = *choice, transfer_s = Seconds(t0, t_end), t_end]() mutable {
           // However the decode ends, it is counted out, or Run would wait for it for ever.
           struct CountedOut {
@@ -281,6 +313,7 @@ Result<FetchReport> Fetcher::RunWithPlaces(std::span<const ChunkKey> keys, std::
       }
       if (ready) {
         FetchedChunk& chunk = *ready->chunk;
+        report.memory_chunks += chunk.from_memory ? 1 : 0;
         report.variants.push_back(chunk.variant);
         report.decode_s += chunk.decode_s;
         report.transfer_s += chunk.transfer_s;
@@ -302,6 +335,11 @@ Result<FetchReport> Fetcher::RunWithPlaces(std::span<const ChunkKey> keys, std::
   report.bytes = bytes;
   report.wall_s = Seconds(start, SteadyClock::now());
   return report;
+}
+
+std::shared_ptr<const DecodedChunkCache::Entry> Fetcher::FromMemory(const ChunkKey& key, const KvSlice& place) const {
+  auto held = HeldInMemory(options_, key, place.pos_begin(), place.n_tokens());
+  return held != nullptr && held->kv.shape() == place.shape() ? held : nullptr;
 }
 
 Status Fetcher::CheckManifestSizes(const ChunkManifest& manifest) const {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "codecs/codec.h"
+#include "fetch/decoded_chunk_cache.h"
 #include "fetch/level_planner.h"
 #include "fetch/link.h"
 #include "store/chunk_key.h"
@@ -68,6 +69,9 @@ struct FetchOptions {
   // hostile object costs no decode and no allocation of the size it claims. Unset: only the
   // tokens and the position are checked (before decoding too).
   std::optional<KvShape> kv_shape;
+  // The host-memory tier (may be null): a chunk it holds, for this chunk's place and decoded from
+  // an allowed variant, is copied from there instead of fetched. The fetcher never adds to it.
+  DecodedChunkCache* memory = nullptr;
 };
 
 struct FetchedChunk {
@@ -75,12 +79,14 @@ struct FetchedChunk {
   ChunkVariant variant;
   double transfer_s = 0;  // store read plus link time
   double decode_s = 0;
-  double predicted_s = 0;  // what the planner expected
-  KvView kv;               // the chunk's tokens, decoded in the prefix buffer
+  double predicted_s = 0;    // what the planner expected
+  KvView kv;                 // the chunk's tokens, decoded in the prefix buffer
+  bool from_memory = false;  // copied from the host-memory tier (variant: what it was decoded from)
 };
 
 struct FetchReport {
   uint32_t chunks = 0;                 // delivered, from chunk 0 on without a gap
+  uint32_t memory_chunks = 0;          // of them, copied from the host-memory tier
   uint64_t bytes = 0;                  // fetched (compressed)
   double wall_s = 0;                   // first request to last chunk delivered
   double decode_s = 0;                 // summed over chunks
@@ -95,14 +101,21 @@ struct FetchReport {
   bool stopped_on_damage = false;
 };
 
+// options.memory's entry for the chunk under `key` when it is for tokens [pos_begin, pos_begin +
+// tokens) of the model's geometry and was decoded from an allowed variant; null otherwise.
+std::shared_ptr<const DecodedChunkCache::Entry> HeldInMemory(const FetchOptions& options, const ChunkKey& key,
+                                                             int32_t pos_begin, uint32_t tokens);
+
 // The planner a fetch with `options` chooses variants with.
 LevelPlanner MakeLevelPlanner(const FetchOptions& options);
 
-// Seconds each chunk of a run is predicted to take to fetch and decode (its variant chosen as a
-// Fetcher with `options` would at the start, at options.initial_gbps, "recompute" left out);
-// infinity for a chunk with no allowed variant. What prices the fetched side of a prefill split
-// (prefill_split.h).
-std::vector<double> PredictFetchSeconds(const FetchOptions& options, std::span<const ChunkManifest> manifests);
+// Seconds each chunk of a run from position 0 is predicted to take to fetch and decode (its
+// variant chosen as a Fetcher with `options` would at the start, at options.initial_gbps,
+// "recompute" left out; 0 for a chunk options.memory holds for it under keys[i]: HeldInMemory);
+// infinity for a chunk with no allowed variant.
+// What prices the fetched side of a prefill split (prefill_split.h).
+std::vector<double> PredictFetchSeconds(const FetchOptions& options, std::span<const ChunkManifest> manifests,
+                                        std::span<const ChunkKey> keys = {});
 
 class Fetcher {
  public:
@@ -141,6 +154,9 @@ class Fetcher {
   // kCorrupt when a variant of `manifest` claims more bytes than a chunk can take
   // (MaxChunkObjectBytes with the model's geometry; without one, kDefaultMaxObjectBytes).
   Status CheckManifestSizes(const ChunkManifest& manifest) const;
+  // The host-memory tier's entry for the chunk under `key`, when it fits `place` (its positions
+  // and geometry) and was decoded from an allowed variant; null otherwise.
+  std::shared_ptr<const DecodedChunkCache::Entry> FromMemory(const ChunkKey& key, const KvSlice& place) const;
 
   Store& store_;
   LinkShaper& link_;

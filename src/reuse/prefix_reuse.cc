@@ -195,6 +195,7 @@ Result<FetchedPrefix> FetchPrefix(Store& store, const ModelFingerprint& model, s
   auto deliver = [&](FetchedChunk&& c) -> Status {
     r.variants.push_back(c.variant.codec + "/" + c.variant.level);
     r.max_chunk_decode_s = std::max(r.max_chunk_decode_s, c.decode_s);
+    if (c.from_memory) r.memory_tokens += c.index == fetched_whole ? tail_used : out.chunk_tokens;
     if (!on_chunk) return Status::Ok();
     // Of the tail, only the tokens the request agrees with.
     KvView kv = c.kv;

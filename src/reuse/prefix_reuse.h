@@ -69,6 +69,7 @@ struct PrefixRestore {
   uint32_t first_chunk = 0;     // chunks before it were left to the caller to prefill (a split)
   uint32_t chunks_fetched = 0;  // whole chunks restored into the session (from first_chunk on)
   uint32_t tail_tokens = 0;     // and tokens of a stored tail after them
+  uint32_t memory_tokens = 0;   // of those restored, the ones the host-memory tier gave (no fetch)
   std::string fallback;         // why fewer than found were restored (or the lookup stopped)
   // Reuse stopped at a damaged chunk: an object or manifest that is corrupt, bound to another
   // name, not sealed with the store's secret, or for another model, shape or place (not a

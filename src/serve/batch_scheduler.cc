@@ -78,7 +78,9 @@ BatchScheduler::BatchScheduler(const LlamaModel& model, LlamaSession& session, c
       reuse_(reuse),
       o_(options),
       metrics_(metrics),
-      pool_(size_t{std::max(1u, options.fetch_threads)} + 1) {
+      pool_(size_t{std::max(1u, options.fetch_threads)} + 1),
+      memory_(options.reuse && options.memory_bytes > 0 ? std::make_unique<DecodedChunkCache>(options.memory_bytes)
+                                                        : nullptr) {
   link_.SetRate(LinkShaper::GbpsToBytesPerSecond(o_.link_gbps));
   if (o_.reuse) {
     // Zero-filled: every page mapped now, not on the first request's time to first token.
@@ -216,9 +218,14 @@ uint32_t BatchScheduler::ChooseSplit(const ServeRequest& request) const {
   FetchOptions options =
       ReuseFetchOptions(o_.link_gbps, o_.recompute_s, o_.chunk_tokens, model_.info(), o_.floor, *reuse_.store);
   options.pool = const_cast<ThreadPool*>(&pool_);  // only its size is read
+  options.memory = memory_.get();
   std::vector<ChunkManifest> run = lookup.manifests;
-  if (lookup.tail) run.push_back(lookup.tail->manifest);
-  return ChoosePrefillSplit(PredictFetchSeconds(options, run), static_cast<uint32_t>(lookup.manifests.size()),
+  std::vector<ChunkKey> keys(request.keys_.begin(), request.keys_.begin() + static_cast<std::ptrdiff_t>(run.size()));
+  if (lookup.tail) {
+    run.push_back(lookup.tail->manifest);
+    keys.push_back(lookup.tail->key);
+  }
+  return ChoosePrefillSplit(PredictFetchSeconds(options, run, keys), static_cast<uint32_t>(lookup.manifests.size()),
                             o_.recompute_s)
       .prefilled_chunks;
 }
@@ -272,6 +279,7 @@ void BatchScheduler::Fetch(ServeRequest& request) {
   FetchOptions options =
       ReuseFetchOptions(o_.link_gbps, o_.recompute_s, o_.chunk_tokens, model_.info(), o_.floor, *reuse_.store);
   options.pool = &pool_;
+  options.memory = memory_.get();
   KvCache buffer;
   {
     std::lock_guard lock(mu_);
@@ -494,12 +502,11 @@ void BatchScheduler::Admit(Slot& lead) {
       KVC_LOG_WARN("restoring the fetched prefix failed, recomputing: %s", restored.ToString().c_str());
       session_.ClearSeq(lead.seq);
     }
-    std::lock_guard m(metrics_.mu);
-    metrics_.restore.Add(SecondsSince(t));
-    if (restored.ok()) {
-      ++metrics_.store_hits;
-      metrics_.store_tokens += lead.evaluated;
+    {
+      std::lock_guard m(metrics_.mu);
+      metrics_.restore.Add(SecondsSince(t));
     }
+    if (restored.ok()) CountRestored(*stats, lead.evaluated);
   }
   SpareFetchedPrefix(r);  // the sequence holds it now
   r.fetched_states_.reset();
@@ -559,12 +566,7 @@ void BatchScheduler::JoinSplit(Slot& lead) {
       joined = Internal(FormatMessage("the sequence gave %u tokens from position %d for %u from 0",
                                       held->shape().n_tokens, held->pos_begin(), prefilled));
     } else {
-      for (KvKind kind : held->shape().kinds()) {
-        for (uint32_t layer = 0; layer < held->shape().n_layers; ++layer) {
-          const std::span<const uint8_t> from = std::as_const(*held).RowBytes(kind, layer, 0, prefilled);
-          std::copy(from.begin(), from.end(), fetched.kv.RowBytes(kind, layer, 0, prefilled).begin());
-        }
-      }
+      CopyKvInto(held->View(), fetched.kv.Slice(0, prefilled).value());
     }
   }
   if (joined.ok()) joined = session_.RestoreSeqKv(lead.seq, fetched.view());
@@ -588,13 +590,23 @@ void BatchScheduler::JoinSplit(Slot& lead) {
   {
     std::lock_guard m(metrics_.mu);
     metrics_.restore.Add(SecondsSince(t));
-    if (joined.ok()) {
-      ++metrics_.store_hits;
-      metrics_.store_tokens += lead.evaluated - prefilled;
-      ++metrics_.split_joins;
-    }
+    metrics_.split_joins += joined.ok() ? 1 : 0;
   }
+  if (joined.ok()) CountRestored(fetched.stats, lead.evaluated - prefilled);
   SpareFetchedPrefix(r);
+}
+
+void BatchScheduler::CountRestored(const PrefixRestore& stats, uint32_t tokens) {
+  const uint32_t from_memory = std::min(stats.memory_tokens, tokens);
+  std::lock_guard m(metrics_.mu);
+  if (from_memory > 0) {
+    ++metrics_.memory_hits;
+    metrics_.memory_tokens += from_memory;
+  }
+  if (tokens > from_memory) {
+    ++metrics_.store_hits;
+    metrics_.store_tokens += tokens - from_memory;
+  }
 }
 
 void BatchScheduler::SpareFetchedPrefix(ServeRequest& request) {
@@ -885,6 +897,12 @@ void BatchScheduler::StoreLoop() {
         stored = StoreStateChunks(*reuse_.store, *job.whole, job.snapshots, job.keys, job.first, o_.chunk_tokens);
       } else {
         const KvView kv = job.kv.View();
+        // Into the host-memory tier first: a request may want these before the store has them.
+        if (memory_ != nullptr) {
+          const Status kept =
+              RememberHeldChunks(*memory_, kv, job.held, job.prompt_reusable, o_.chunk_tokens, *reuse_.model);
+          if (!kept.ok()) KVC_LOG_WARN_EVERY(10, "keeping chunks in memory failed: %s", kept.ToString().c_str());
+        }
         stored = StoreHeldChunks(
             *reuse_.store, [&](uint32_t begin, uint32_t n) { return kv.View(begin, n); }, job.held, job.prompt_reusable,
             job.first, o_.chunk_tokens,
@@ -915,8 +933,12 @@ void BatchScheduler::StoreLoop() {
 
 BatchScheduler::Gauges BatchScheduler::gauges() {
   std::lock_guard lock(mu_);
-  return {static_cast<int>(to_fetch_.size()) + fetching_, static_cast<int>(ready_.size()), running_,
-          static_cast<int>(store_jobs_.size())};
+  return {static_cast<int>(to_fetch_.size()) + fetching_,
+          static_cast<int>(ready_.size()),
+          running_,
+          static_cast<int>(store_jobs_.size()),
+          memory_ ? memory_->bytes() : 0,
+          memory_ ? memory_->entries() : 0};
 }
 
 void BatchScheduler::Stop() {

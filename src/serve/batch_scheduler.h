@@ -21,6 +21,10 @@
 // first chunks from their tokens while the chunks after them are on the link, then the two meet
 // in the request's sequence, so neither the link nor the prefill waits for the other.
 //
+// Behind the hot tier, a host-memory tier (SchedulerOptions::memory_bytes, `--cache-ram`) keeps
+// the decoded chunks of sequences computed here, least recently used out first: a fetch copies
+// the chunks it holds instead of reading them from the store.
+//
 // The FIFO scheduler keeps strict arrival order instead: one admission thread looks up and
 // fetches each request's prefix in turn, so a request behind one whose KV is crawling over a slow
 // link waits for it — what an engine that loads KV at admission does, and what `kvcodec bench
@@ -158,6 +162,7 @@ struct SchedulerOptions {
   uint32_t chunk_tokens = 256;
   double link_gbps = 0;
   double recompute_s = 0;         // per chunk, prices "recompute" for the level planner (0: never)
+  uint64_t memory_bytes = 0;      // the host-memory tier's limit (0: no such tier)
   std::vector<StoredRung> rungs;  // stored per new chunk (empty: the context's codec at its default level)
   QualityFloor floor;             // what may be fetched, and each rung's measured loss
 };
@@ -187,6 +192,7 @@ class BatchScheduler {
 
   struct Gauges {
     int waiting_for_kv = 0, waiting = 0, running = 0, store_pending = 0;
+    uint64_t memory_bytes = 0, memory_chunks = 0;  // what the host-memory tier holds
   };
   Gauges gauges();
 
@@ -214,6 +220,8 @@ class BatchScheduler {
   void Emit(Slot& slot, std::span<const float> logits);
   void Release(Slot& slot, Status status, const char* finish_reason);
   void Cancelled(Slot& slot);
+  // Counts a restore's reused tokens per tier: the host-memory tier's and the store's.
+  void CountRestored(const PrefixRestore& stats, uint32_t tokens);
   // Hands the request's fetched prefix buffer back for later fetches (needs no lock).
   void SpareFetchedPrefix(ServeRequest& request);
   void FailAll(const Status& status);
@@ -263,6 +271,8 @@ class BatchScheduler {
   // The one pool fetch and store work shares: chunks decode and encode on its fetch_threads
   // workers, so reuse takes that many cores from generation and no more.
   ThreadPool pool_;
+  // The host-memory tier (null without one): chunks computed or fetched here lately, decoded.
+  std::unique_ptr<DecodedChunkCache> memory_;
   std::vector<std::thread> fetchers_;
   std::thread engine_, storer_;
 };

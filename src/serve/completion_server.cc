@@ -83,6 +83,11 @@ struct CompletionServer::Impl {
     out += FormatMessage("kvcodec_queue_length{queue=\"waiting\"} %d\n", g.waiting);
     out += FormatMessage("kvcodec_queue_length{queue=\"running\"} %d\n", g.running);
     out += FormatMessage("kvcodec_queue_length{queue=\"store\"} %d\n", g.store_pending);
+    WriteMetricFamily(out, "kvcodec_memory_tier_bytes", "gauge",
+                      "Bytes of decoded KV chunks the host-memory tier holds (--cache-ram is its limit).");
+    out += FormatMessage("kvcodec_memory_tier_bytes %llu\n", static_cast<unsigned long long>(g.memory_bytes));
+    WriteMetricFamily(out, "kvcodec_memory_tier_chunks", "gauge", "Chunks (and tails) the host-memory tier holds.");
+    out += FormatMessage("kvcodec_memory_tier_chunks %llu\n", static_cast<unsigned long long>(g.memory_chunks));
     const StoreHealth health = store->health();
     WriteMetricFamily(out, "kvcodec_store_up", "gauge",
                       "1 while the KV store answers; 0 while it is down (requests recompute, reconnects back off).");
@@ -571,6 +576,7 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
   so2.fifo = o.scheduler == ServerOptions::Scheduler::kFifo;
   so2.reuse = o.reuse;
   so2.hot_tier = o.hot_tier;
+  so2.memory_bytes = o.cache_ram_mib > (uint64_t{1} << 40) ? uint64_t{1} << 60 : o.cache_ram_mib << 20;
   so2.chunk_tokens = o.chunk_tokens;
   so2.link_gbps = o.link_gbps;
   so2.rungs = impl->stored_rungs;

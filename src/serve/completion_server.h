@@ -74,6 +74,9 @@ struct ServerOptions {
   // Keep a finished request's KV in llama.cpp's memory while its sequence is free, for a later
   // request sharing its prefix (BatchScheduler: the hot tier). With reuse only.
   bool hot_tier = true;
+  // The host-memory tier's limit in MiB (decoded chunks computed here lately, behind the hot
+  // tier: BatchScheduler); 0: none. With reuse only.
+  uint64_t cache_ram_mib = 1024;
   // Store every rung the plan has even where readers will fetch only raw fp16 (a local store
   // with no link cap: RungsReadersFetch).
   bool store_every_rung = false;

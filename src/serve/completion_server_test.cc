@@ -139,7 +139,8 @@ class ServerTest : public ::testing::Test {
     o.port = 0;
     o.n_ctx = 2048;
     o.default_max_tokens = 8;
-    o.hot_tier = false;  // these tests reuse through the store (the hot tier: ReuseTiers below)
+    o.hot_tier = false;   // these tests reuse through the store (the hot tier: ReuseTiers below)
+    o.cache_ram_mib = 0;  // and neither through the memory tier
     auto server = CompletionServer::Create(o);
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(*server).release();
@@ -795,6 +796,7 @@ TEST_P(ServerScheduling, ARequestWithoutStoredKvAndAFetchInFlight) {
   o.link_gbps = 0.004;  // 0.5 MB/s: one 256-token raw chunk (786 KB) takes about 1.6 s
   o.plan_recompute = false;
   o.hot_tier = false;  // the repeat must come over the link
+  o.cache_ram_mib = 0;
   o.scheduler = GetParam();
   auto server = CompletionServer::Create(o).value();
   ASSERT_TRUE(server->Start().ok());
@@ -851,6 +853,7 @@ ServerOptions TestServerOptions(const std::filesystem::path& store) {
   o.codec = "raw";
   o.port = 0;
   o.n_ctx = 512;
+  o.cache_ram_mib = 0;  // reuse goes through the store (the memory tier: ReuseTiers)
   return o;
 }
 
@@ -1502,11 +1505,13 @@ class ReuseTiers : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(store_); }
 
+  // No host-memory tier: these reuse through the hot tier or the store (the memory tier: below).
   std::unique_ptr<CompletionServer> Start(bool hot_tier, uint32_t parallel = 1) {
     ServerOptions o = TestServerOptions(store_);
     o.n_ctx = 2048;
     o.parallel = static_cast<int>(parallel);
     o.hot_tier = hot_tier;
+    o.cache_ram_mib = 0;
     o.plan_recompute = false;  // every stored token is fetched, however fast this machine prefills
     auto server = CompletionServer::Create(o);
     EXPECT_TRUE(server.ok()) << server.status().ToString();
@@ -1620,6 +1625,40 @@ TEST_F(ReuseTiers, AConversationsSecondTurnPrefillsOnlyTheNewTurn) {
     EXPECT_EQ(Metric(*server,
                      hot_tier ? "kvcodec_reuse_hits_total{tier=\"hot\"}" : "kvcodec_reuse_hits_total{tier=\"store\"}"),
               1);
+  }
+}
+
+// Behind the hot tier, the host-memory tier: with one sequence, prompt B takes the sequence that
+// held A, and A again finds its chunks and tail decoded in host memory, not in the store; the
+// same text. With no memory tier (--cache-ram 0) the store gives them.
+TEST_F(ReuseTiers, TheMemoryTierServesWhatTheHotTierLetGo) {
+  for (const uint64_t cache_ram_mib : {uint64_t{64}, uint64_t{0}}) {
+    SCOPED_TRACE(cache_ram_mib);
+    std::filesystem::remove_all(store_);
+    ServerOptions o = TestServerOptions(store_);
+    o.n_ctx = 2048;
+    o.parallel = 1;
+    o.cache_ram_mib = cache_ram_mib;
+    o.plan_recompute = false;
+    auto server = CompletionServer::Create(o);
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    ASSERT_TRUE((*server)->Start().ok());
+    const Json a = {{"prompt", Text(30000, 2000)}, {"max_tokens", 5}};
+    const Json first = Post(**server, "/v1/completions", a);
+    const int prompt_tokens = first["usage"]["prompt_tokens"];
+    Post(**server, "/v1/completions", {{"prompt", Text(40000, 600)}, {"max_tokens", 3}});
+    WaitForStores(**server);
+    const double hot_hits = Metric(**server, "kvcodec_reuse_hits_total{tier=\"hot\"}");  // B may share A's BOS
+    const Json again = Post(**server, "/v1/completions", a);
+    EXPECT_EQ(again["choices"][0]["text"], first["choices"][0]["text"]);
+    EXPECT_EQ(Cached(again), prompt_tokens - 1);
+    const char* tier = cache_ram_mib > 0 ? "memory" : "store";
+    const char* other = cache_ram_mib > 0 ? "store" : "memory";
+    EXPECT_EQ(Metric(**server, FormatMessage("kvcodec_reuse_hits_total{tier=\"%s\"}", tier)), 1);
+    EXPECT_EQ(Metric(**server, FormatMessage("kvcodec_reused_tokens_total{tier=\"%s\"}", tier)), prompt_tokens - 1);
+    EXPECT_EQ(Metric(**server, FormatMessage("kvcodec_reuse_hits_total{tier=\"%s\"}", other)), 0);
+    EXPECT_EQ(Metric(**server, "kvcodec_reuse_hits_total{tier=\"hot\"}"), hot_hits);
+    EXPECT_EQ(Metric(**server, "kvcodec_memory_tier_bytes") > 0, cache_ram_mib > 0);
   }
 }
 

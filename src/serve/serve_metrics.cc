@@ -54,13 +54,19 @@ std::string ServeMetrics::Text() {
   counter("kvcodec_cached_prompt_tokens_total", cached_tokens,
           "Prompt tokens not prefilled: kept in memory or restored from stored KV.");
   WriteMetricFamily(out, "kvcodec_reuse_hits_total", "counter",
-                    "Requests that reused KV, by tier: hot (kept in llama.cpp's memory) or store (fetched).");
-  out += FormatMessage("kvcodec_reuse_hits_total{tier=\"hot\"} %llu\nkvcodec_reuse_hits_total{tier=\"store\"} %llu\n",
-                       static_cast<unsigned long long>(hot_hits), static_cast<unsigned long long>(store_hits));
+                    "Requests that reused KV, by tier: hot (kept in llama.cpp's memory), memory (decoded chunks held "
+                    "in host memory) or store (fetched).");
+  out += FormatMessage(
+      "kvcodec_reuse_hits_total{tier=\"hot\"} %llu\nkvcodec_reuse_hits_total{tier=\"memory\"} "
+      "%llu\nkvcodec_reuse_hits_total{tier=\"store\"} %llu\n",
+      static_cast<unsigned long long>(hot_hits), static_cast<unsigned long long>(memory_hits),
+      static_cast<unsigned long long>(store_hits));
   WriteMetricFamily(out, "kvcodec_reused_tokens_total", "counter", "Prompt tokens reused, not prefilled, by tier.");
   out += FormatMessage(
-      "kvcodec_reused_tokens_total{tier=\"hot\"} %llu\nkvcodec_reused_tokens_total{tier=\"store\"} %llu\n",
-      static_cast<unsigned long long>(hot_tokens), static_cast<unsigned long long>(store_tokens));
+      "kvcodec_reused_tokens_total{tier=\"hot\"} %llu\nkvcodec_reused_tokens_total{tier=\"memory\"} "
+      "%llu\nkvcodec_reused_tokens_total{tier=\"store\"} %llu\n",
+      static_cast<unsigned long long>(hot_tokens), static_cast<unsigned long long>(memory_tokens),
+      static_cast<unsigned long long>(store_tokens));
   counter("kvcodec_split_reuses_total", split_joins,
           "Store hits whose first chunks were prefilled while the later ones were fetched (a slow link).");
   counter("kvcodec_completion_tokens_total", completion_tokens, "Tokens generated.");

@@ -39,6 +39,9 @@ struct ServeMetrics {
   // Requests that reused KV, and the prompt tokens they did not prefill, per tier: "hot" (a kept
   // sequence in llama.cpp's memory) and "store" (fetched chunks).
   uint64_t hot_hits = 0, hot_tokens = 0, store_hits = 0, store_tokens = 0;
+  // ... and "memory" (decoded chunks the host-memory tier held). A request restored partly from
+  // memory and partly from the store counts a hit in each.
+  uint64_t memory_hits = 0, memory_tokens = 0;
   // Store hits whose first chunks were prefilled while the rest were fetched (a split).
   uint64_t split_joins = 0;
   // Continuous batching: llama.cpp batches run, the sequences they carried, the most at once.

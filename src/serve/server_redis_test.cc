@@ -97,6 +97,7 @@ TEST(ServerWithRedis, KeepsServingWellFormedAnswersWhenRedisStopsMidRun) {
   o.store_url = "redis://" + (*redis)->address();
   o.codec = "quant";
   o.port = 0;
+  o.cache_ram_mib = 0;  // Redis, not host memory, serves stored chunks
   o.n_ctx = 2048;
   o.plan_recompute = false;  // fetch whatever is stored, so Redis is on every shared request's path
   o.store_retry_max_s = 1;   // the test waits for the reconnect
@@ -182,6 +183,7 @@ TEST(ServerWithRedis, StartsWhileRedisIsDownAndReusesOnceItIsBack) {
   o.store_url = "redis://" + (*redis)->address();
   o.codec = "raw";  // lossless: a reused prefix gives the text a recompute gives
   o.port = 0;
+  o.cache_ram_mib = 0;  // Redis, not host memory, serves stored chunks
   o.n_ctx = 2048;
   o.plan_recompute = false;
   o.store_retry_max_s = 1;
@@ -240,6 +242,7 @@ TEST(ServerWithRedis, StartsWhenRedisRefusesThePassword) {
   o.store_url = "redis://:a-wrong-one@" + (*redis)->address();
   o.codec = "raw";
   o.port = 0;
+  o.cache_ram_mib = 0;  // Redis, not host memory, serves stored chunks
   o.n_ctx = 2048;
   auto server = CompletionServer::Create(o);
   ASSERT_TRUE(server.ok()) << server.status().ToString();

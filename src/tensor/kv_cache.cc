@@ -220,4 +220,13 @@ Result<KvCache> KvView::Copy() const {
   return out;
 }
 
+void CopyKvInto(const KvView& from, const KvSlice& to) {
+  for (KvKind kind : to.shape().kinds()) {
+    for (uint32_t l = 0; l < to.shape().n_layers; ++l) {
+      const auto src = from.LayerBytes(kind, l);
+      if (!src.empty()) std::memcpy(to.RowBytes(kind, l, 0, to.n_tokens()).data(), src.data(), src.size());
+    }
+  }
+}
+
 }  // namespace kvc

@@ -225,4 +225,8 @@ class KvSlice {
   uint32_t n_tokens_ = 0;
 };
 
+// Copies `from`'s rows into `to`, which must have its shape and dtype (the caller checked);
+// positions are the caller's to mind.
+void CopyKvInto(const KvView& from, const KvSlice& to);
+
 }  // namespace kvc

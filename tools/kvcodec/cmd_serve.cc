@@ -117,6 +117,12 @@ Command AddServeCommand(CLI::App* parent) {
   serve->add_flag("--store-every-rung", o.store_every_rung,
                   "Store new chunks at every rung the quality floor allows even on a local store with no --link-gbps, "
                   "where only raw fp16 is stored (what every fetch there takes)");
+  serve
+      ->add_option("--cache-ram", o.cache_ram_mib,
+                   "MiB of host memory for decoded chunks computed here lately (behind the hot tier, in front of "
+                   "the store: a fetch copies what it holds); 0: none")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 30))
+      ->capture_default_str();
   serve->add_flag("--no-hot-tier", sv->no_hot_tier,
                   "Free a finished request's KV at once instead of keeping it in llama.cpp's memory for a later "
                   "request that shares its prefix");
