@@ -26,8 +26,8 @@ namespace kvc {
 class DecodedChunkCache {
  public:
   struct Entry {
-    KvCache kv;             // fp16, at the chunk's positions
-    ChunkVariant variant;   // what it was decoded from (raw fp16 for a chunk computed here)
+    KvCache kv;            // fp16, at the chunk's positions
+    ChunkVariant variant;  // what it was decoded from (raw fp16 for a chunk computed here)
   };
 
   explicit DecodedChunkCache(uint64_t max_bytes) : max_bytes_(max_bytes) {}

@@ -549,6 +549,7 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
   so.n_seq = static_cast<uint32_t>(o.parallel);
   so.n_threads = ServerLlamaThreads(o);
   so.require_kv = true;
+  so.flash_attn = o.flash_attn;
   ASSIGN_OR_RETURN(impl->session, LlamaSession::Create(*impl->model, so));
   // The file name is what users type and tell apart; GGUF general.name is often the
   // converter's default (the test models say "llama").

@@ -74,6 +74,9 @@ struct ServerOptions {
   // Keep a finished request's KV in llama.cpp's memory while its sequence is free, for a later
   // request sharing its prefix (BatchScheduler: the hot tier). With reuse only.
   bool hot_tier = true;
+  // llama.cpp's flash attention (llama-server's -fa): a faster prefill on most backends; V is then
+  // kept untransposed in llama.cpp's cache (the stored chunks are the same KV either way).
+  bool flash_attn = false;
   // The host-memory tier's limit in MiB (decoded chunks computed here lately, behind the hot
   // tier: BatchScheduler); 0: none. With reuse only.
   uint64_t cache_ram_mib = 1024;

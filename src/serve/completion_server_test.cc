@@ -1662,6 +1662,39 @@ TEST_F(ReuseTiers, TheMemoryTierServesWhatTheHotTierLetGo) {
   }
 }
 
+// With flash attention llama.cpp keeps V untransposed: what a server stores from such a cache,
+// another restores into one, with the same text as the first answer and only the last token
+// prefilled.
+TEST_F(ReuseTiers, AFlashAttentionServerRestoresWhatItStored) {
+  auto start = [&] {
+    ServerOptions o = TestServerOptions(store_);
+    o.n_ctx = 2048;
+    o.parallel = 1;
+    o.flash_attn = true;
+    o.plan_recompute = false;
+    auto server = CompletionServer::Create(o);
+    EXPECT_TRUE(server.ok()) << server.status().ToString();
+    if (server.ok()) EXPECT_TRUE((*server)->Start().ok());
+    return server.ok() ? std::move(*server) : nullptr;
+  };
+  const Json body = {{"prompt", Text(50000, 2200)}, {"max_tokens", 6}};
+  std::string text;
+  int prompt_tokens = 0;
+  {
+    auto server = start();
+    ASSERT_NE(server, nullptr);
+    const Json first = Post(*server, "/v1/completions", body);
+    prompt_tokens = first["usage"]["prompt_tokens"];
+    text = first["choices"][0]["text"];
+    WaitForStores(*server);
+  }
+  auto restarted = start();
+  ASSERT_NE(restarted, nullptr);
+  const Json after = Post(*restarted, "/v1/completions", body);
+  EXPECT_EQ(Cached(after), prompt_tokens - 1);
+  EXPECT_EQ(after["choices"][0]["text"], text);
+}
+
 // Over a slow link the stored prefix is split: its first chunks are prefilled while the later
 // ones arrive, and the two join in the request's sequence. The prefilled tokens are whole
 // chunks, every later one is reused, and the text is the same (raw: lossless; the prefilled KV

@@ -123,6 +123,8 @@ Command AddServeCommand(CLI::App* parent) {
                    "the store: a fetch copies what it holds); 0: none")
       ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 30))
       ->capture_default_str();
+  serve->add_flag("--flash-attn", o.flash_attn,
+                  "Use llama.cpp's flash attention (llama-server's -fa): a faster prefill on most backends");
   serve->add_flag("--no-hot-tier", sv->no_hot_tier,
                   "Free a finished request's KV at once instead of keeping it in llama.cpp's memory for a later "
                   "request that shares its prefix");
