@@ -585,7 +585,10 @@ def parse_args():
     p.add_argument("--ctx", type=int, default=4096, help="context of both servers")
     p.add_argument("--prompt-tokens", type=int, default=1450, help="tokens per prompt, BOS included (at most)")
     p.add_argument("--text", default=None, help="text the prompts are cut from (default: the model's eval.txt)")
-    p.add_argument("--kvcodec-args", default="", help="extra arguments for kvcodec serve, e.g. \"--chunk 64\"")
+    # llama-server turns flash attention on by default where the backend has it (-fa auto): the
+    # same setting for kvcodec serve.
+    p.add_argument("--kvcodec-args", default="--flash-attn",
+                   help="extra arguments for kvcodec serve (default: --flash-attn, as llama-server's default -fa auto)")
     p.add_argument("--llama-server-args", default="", help="extra arguments for llama-server")
     p.add_argument("--work", help="work directory (kept; default: a temporary one, removed at the end)")
     p.add_argument("--out", help="JSON output file (default: stdout)")

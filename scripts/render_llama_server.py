@@ -99,9 +99,11 @@ def render(j):
     w("")
     w("Time to first token (median of %d, range in brackets), measured by the client from sending a streamed "
       "`/v1/completions` request to the first event with text; prompt A is %s tokens (`%s`, characters %d-%d), "
-      "%d tokens generated greedily, one llama.cpp thread and one slot on each server; %s CPU(s), %s."
+      "%d tokens generated greedily, one llama.cpp thread and one slot on each server (flash attention: "
+      "llama-server's default `-fa auto`; kvcodec serve %s); %s CPU(s), %s."
       % (j["settings"]["repeats"], pa.get("prompt_tokens_llama_server") or pa["tokens_kvcodec_tokenize"],
          pa["source"], pa["char_range"][0], pa["char_range"][1], j["settings"]["max_tokens"],
+         "`--flash-attn`" if "--flash-attn" in (j["settings"].get("kvcodec_args") or "") else "without it",
          j["machine"]["nproc"], j["machine"]["cpu"] or "unknown CPU"))
     w("")
     w("| case | llama-server | kvcodec serve | kvcodec / llama-server | same text (llama-server / kvcodec) |")
