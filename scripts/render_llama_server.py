@@ -205,11 +205,58 @@ def svg_chart(j):
     return "\n".join(out) + "\n"
 
 
+SECTION_BEGIN = "<!-- scripts/results_llama_server.sh: from here -->"
+SECTION_END = "<!-- scripts/results_llama_server.sh: to here -->"
+
+
+def results_section(page):
+    """docs/results.md's section for the comparison, made from docs/results-llama-server.md's text
+    (`page`): its tables under one heading, the chart, and a link to the page for the rest."""
+    body = page.split("\n## ", 1)[1] if "\n## " in page else ""
+    body = "### " + body.replace("\n## ", "\n### ")
+    return "\n".join([
+        SECTION_BEGIN,
+        "## Reuse beside llama.cpp's own llama-server (kvtiny)",
+        "",
+        "From `scripts/results_llama_server.sh` ([results-llama-server.md](results-llama-server.md), which it "
+        "writes, has the command lines and versions).",
+        "",
+        "![time to first token, kvcodec serve beside llama-server](img/llama_server.svg)",
+        "",
+        body.rstrip(),
+        SECTION_END,
+        "",
+    ])
+
+
+def splice(path, section):
+    """Puts `section` in place of the one between the markers in `path` (at the end if none)."""
+    with open(path) as f:
+        text = f.read()
+    if SECTION_BEGIN in text and SECTION_END in text:
+        head, rest = text.split(SECTION_BEGIN, 1)
+        tail = rest.split(SECTION_END, 1)[1].lstrip("\n")
+        text = head + section + ("\n" + tail if tail else "")
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    with open(path, "w") as f:
+        f.write(text)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("json", help="scripts/bench_llama_server.py's output")
+    p.add_argument("json", nargs="?", help="scripts/bench_llama_server.py's output")
     p.add_argument("--svg", help="also write a bar chart of the TTFTs here")
+    p.add_argument("--splice", nargs=2, metavar=("PAGE", "RESULTS"),
+                   help="instead: put PAGE's tables (docs/results-llama-server.md) into RESULTS' section "
+                        "(docs/results.md)")
     a = p.parse_args()
+    if a.splice:
+        with open(a.splice[0]) as f:
+            splice(a.splice[1], results_section(f.read()))
+        return
+    if not a.json:
+        p.error("the benchmark's JSON is needed")
     with open(a.json) as f:
         j = json.load(f)
     sys.stdout.write(render(j))

@@ -638,6 +638,13 @@ def main(argv=None):
         render_rotquant_ablation(res["rotquant_ablation"], res["zoo_order"])
     if res["python_bench"]:
         render_python_bench(res["python_bench"])
+    # The llama-server comparison has its own, quicker script (scripts/results_llama_server.sh),
+    # which keeps this section in step; a full regeneration carries its last page over.
+    page = os.path.join("docs", "results-llama-server.md")
+    if os.path.exists(page):
+        from render_llama_server import results_section
+        with open(page) as f:
+            print(results_section(f.read()), end="")
 
 
 if __name__ == "__main__":

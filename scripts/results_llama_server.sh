@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates docs/results-llama-server.md and docs/img/llama_server.svg: kvcodec serve beside
+# Regenerates docs/results-llama-server.md, docs/img/llama_server.svg and the section of
+# docs/results.md made from them: kvcodec serve beside
 # llama.cpp's own llama-server (built from the same pinned bundle) on the same model, prompts and
 # threads, in one run (scripts/bench_llama_server.py). About a minute once both are built
 # (llama-server: ~10 min the first time, cached with llama.cpp).
@@ -21,4 +22,5 @@ mkdir -p "$out" docs/img
   echo
   /usr/bin/python3 scripts/render_llama_server.py "$out/bench.json" --svg docs/img/llama_server.svg
 } > docs/results-llama-server.md
-echo "wrote docs/results-llama-server.md and docs/img/llama_server.svg" >&2
+/usr/bin/python3 scripts/render_llama_server.py --splice docs/results-llama-server.md docs/results.md
+echo "wrote docs/results-llama-server.md, docs/img/llama_server.svg and docs/results.md's section" >&2
