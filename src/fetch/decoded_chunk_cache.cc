@@ -76,6 +76,9 @@ Status RememberHeldChunks(DecodedChunkCache& memory, const KvView& kv, std::span
   const ChunkVariant computed{"raw", "fp16", 0};
   const std::vector<ChunkKey> keys = ChunkKeys(model, held, chunk_tokens);
   for (size_t i = 0; i < keys.size(); ++i) {
+    // Held already as computed (a sequence that continued an earlier one): only made the most
+    // recently used, not copied again.
+    if (auto entry = memory.Find(keys[i]); entry != nullptr && entry->variant.codec == computed.codec) continue;
     ASSIGN_OR_RETURN(const KvView chunk, kv.View(static_cast<uint32_t>(i * chunk_tokens), chunk_tokens));
     RETURN_IF_ERROR(memory.Put(keys[i], chunk, computed));
   }

@@ -63,7 +63,8 @@ class DecodedChunkCache {
 
 // Puts what StoreHeldChunks (store_chunks.h) stores of a sequence into `memory`, from `kv` (the
 // sequence's KV from position 0, computed here: raw fp16): its whole chunks and its tail, and
-// the prompt's own tail where that differs, each under the key a lookup asks for.
+// the prompt's own tail where that differs, each under the key a lookup asks for (a whole chunk
+// held already as computed is not copied again).
 Status RememberHeldChunks(DecodedChunkCache& memory, const KvView& kv, std::span<const int32_t> held,
                           size_t prompt_reusable, uint32_t chunk_tokens, const ModelFingerprint& model);
 

@@ -565,8 +565,10 @@ void BatchScheduler::JoinSplit(Slot& lead) {
     } else if (held->pos_begin() != 0 || held->shape().n_tokens != prefilled) {
       joined = Internal(FormatMessage("the sequence gave %u tokens from position %d for %u from 0",
                                       held->shape().n_tokens, held->pos_begin(), prefilled));
+    } else if (auto place = fetched.kv.Slice(0, prefilled); !place.ok()) {
+      joined = place.status();
     } else {
-      CopyKvInto(held->View(), fetched.kv.Slice(0, prefilled).value());
+      CopyKvInto(held->View(), *place);
     }
   }
   if (joined.ok()) joined = session_.RestoreSeqKv(lead.seq, fetched.view());
