@@ -1513,6 +1513,10 @@ class ReuseTiers : public ::testing::Test {
     o.hot_tier = hot_tier;
     o.cache_ram_mib = 0;
     o.plan_recompute = false;  // every stored token is fetched, however fast this machine prefills
+    return StartWith(o);
+  }
+  // A started server (null, and the test failed, when it cannot start).
+  static std::unique_ptr<CompletionServer> StartWith(const ServerOptions& o) {
     auto server = CompletionServer::Create(o);
     EXPECT_TRUE(server.ok()) << server.status().ToString();
     if (!server.ok()) return nullptr;
@@ -1640,25 +1644,24 @@ TEST_F(ReuseTiers, TheMemoryTierServesWhatTheHotTierLetGo) {
     o.parallel = 1;
     o.cache_ram_mib = cache_ram_mib;
     o.plan_recompute = false;
-    auto server = CompletionServer::Create(o);
-    ASSERT_TRUE(server.ok()) << server.status().ToString();
-    ASSERT_TRUE((*server)->Start().ok());
+    auto server = StartWith(o);
+    ASSERT_NE(server, nullptr);
     const Json a = {{"prompt", Text(30000, 2000)}, {"max_tokens", 5}};
-    const Json first = Post(**server, "/v1/completions", a);
+    const Json first = Post(*server, "/v1/completions", a);
     const int prompt_tokens = first["usage"]["prompt_tokens"];
-    Post(**server, "/v1/completions", {{"prompt", Text(40000, 600)}, {"max_tokens", 3}});
-    WaitForStores(**server);
-    const double hot_hits = Metric(**server, "kvcodec_reuse_hits_total{tier=\"hot\"}");  // B may share A's BOS
-    const Json again = Post(**server, "/v1/completions", a);
+    Post(*server, "/v1/completions", {{"prompt", Text(40000, 600)}, {"max_tokens", 3}});
+    WaitForStores(*server);
+    const double hot_hits = Metric(*server, "kvcodec_reuse_hits_total{tier=\"hot\"}");  // B may share A's BOS
+    const Json again = Post(*server, "/v1/completions", a);
     EXPECT_EQ(again["choices"][0]["text"], first["choices"][0]["text"]);
     EXPECT_EQ(Cached(again), prompt_tokens - 1);
     const char* tier = cache_ram_mib > 0 ? "memory" : "store";
     const char* other = cache_ram_mib > 0 ? "store" : "memory";
-    EXPECT_EQ(Metric(**server, FormatMessage("kvcodec_reuse_hits_total{tier=\"%s\"}", tier)), 1);
-    EXPECT_EQ(Metric(**server, FormatMessage("kvcodec_reused_tokens_total{tier=\"%s\"}", tier)), prompt_tokens - 1);
-    EXPECT_EQ(Metric(**server, FormatMessage("kvcodec_reuse_hits_total{tier=\"%s\"}", other)), 0);
-    EXPECT_EQ(Metric(**server, "kvcodec_reuse_hits_total{tier=\"hot\"}"), hot_hits);
-    EXPECT_EQ(Metric(**server, "kvcodec_memory_tier_bytes") > 0, cache_ram_mib > 0);
+    EXPECT_EQ(Metric(*server, FormatMessage("kvcodec_reuse_hits_total{tier=\"%s\"}", tier)), 1);
+    EXPECT_EQ(Metric(*server, FormatMessage("kvcodec_reused_tokens_total{tier=\"%s\"}", tier)), prompt_tokens - 1);
+    EXPECT_EQ(Metric(*server, FormatMessage("kvcodec_reuse_hits_total{tier=\"%s\"}", other)), 0);
+    EXPECT_EQ(Metric(*server, "kvcodec_reuse_hits_total{tier=\"hot\"}"), hot_hits);
+    EXPECT_EQ(Metric(*server, "kvcodec_memory_tier_bytes") > 0, cache_ram_mib > 0);
   }
 }
 
@@ -1672,10 +1675,7 @@ TEST_F(ReuseTiers, AFlashAttentionServerRestoresWhatItStored) {
     o.parallel = 1;
     o.flash_attn = true;
     o.plan_recompute = false;
-    auto server = CompletionServer::Create(o);
-    EXPECT_TRUE(server.ok()) << server.status().ToString();
-    if (server.ok()) EXPECT_TRUE((*server)->Start().ok());
-    return server.ok() ? std::move(*server) : nullptr;
+    return StartWith(o);
   };
   const Json body = {{"prompt", Text(50000, 2200)}, {"max_tokens", 6}};
   std::string text;
@@ -1714,10 +1714,7 @@ TEST_F(ReuseTiers, ASlowLinkPrefillsTheFirstChunksWhileTheRestArrive) {
     o.link_gbps = link_gbps;
     o.plan_recompute = true;
     o.chunk_prefill_s = 0.030;
-    auto server = CompletionServer::Create(o);
-    EXPECT_TRUE(server.ok()) << server.status().ToString();
-    if (server.ok()) EXPECT_TRUE((*server)->Start().ok());
-    return server.ok() ? std::move(*server) : nullptr;
+    return StartWith(o);
   };
   const Json body = {{"prompt", Text(20000, 3000)}, {"max_tokens", 6}};
   std::string text;
