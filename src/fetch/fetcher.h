@@ -125,11 +125,12 @@ class Fetcher {
   // keys[i] and manifests[i] describe chunk i, which is decoded into `prefix`'s tokens at its
   // positions (right after chunk i - 1's: chunk_tokens of the chunks before it, summed, from
   // `first_position` for chunk 0; only the last may be shorter, a tail), so `prefix` (allocated
-  // once by the caller, for the whole run) must cover them. on_chunk runs on the calling thread, in chunk order; an
-  // error from it stops the run (and is returned). Store and decode failures are not errors of Run: they end the run
-  // early with stop_reason set. After a run that stopped early, the tokens of the chunks past the last one delivered
-  // hold an unspecified mix. Nothing throws out of Run (an exception from the store or on_chunk becomes a stop reason
-  // or an error), and Run returns only once every decode it started has finished, on every path.
+  // once by the caller, for the whole run) must cover them. on_chunk runs on the calling thread,
+  // in chunk order; an error from it stops the run (and is returned). Store and decode failures
+  // are not errors of Run: they end the run early with stop_reason set. After a run that stopped
+  // early, the tokens of the chunks past the last one delivered hold an unspecified mix. Nothing
+  // throws out of Run (an exception from the store or on_chunk becomes a stop reason or an
+  // error), and Run returns only once every decode it started has finished, on every path.
   Result<FetchReport> Run(std::span<const ChunkKey> keys, std::span<const ChunkManifest> manifests, KvCache& prefix,
                           const std::function<Status(FetchedChunk&&)>& on_chunk, int32_t first_position = 0);
 

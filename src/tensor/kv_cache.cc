@@ -211,12 +211,7 @@ Result<KvView> KvView::View(uint32_t token_begin, uint32_t n_tokens) const {
 
 Result<KvCache> KvView::Copy() const {
   ASSIGN_OR_RETURN(KvCache out, KvCache::CreateForOverwrite(shape(), dtype(), pos_begin()));  // every row copied below
-  for (KvKind kind : out.shape().kinds()) {
-    for (uint32_t l = 0; l < out.shape().n_layers; ++l) {
-      const auto src = LayerBytes(kind, l);
-      if (!src.empty()) std::memcpy(out.RowBytes(kind, l, 0, n_tokens_).data(), src.data(), src.size());
-    }
-  }
+  CopyKvInto(*this, out.Slice());
   return out;
 }
 
