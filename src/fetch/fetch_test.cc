@@ -12,6 +12,7 @@
 
 #include "base/thread_pool.h"
 #include "fetch/fetcher.h"
+#include "fetch/read_buffers.h"
 #include "libav/video_decoder.h"
 #include "store/chunk_manifest.h"
 #include "store/memory_store.h"
@@ -247,6 +248,32 @@ TEST(Fetcher, DeliversEveryChunkInOrderDecoded) {
       EXPECT_TRUE(run.prefix.View(i * kChunkShape.n_tokens, kChunkShape.n_tokens).value().Copy().value() == direct);
     }
   }
+}
+
+// Objects are read into the buffers the options lend and given back after each decode, on every
+// path (a missing chunk's read too), never more kept than lent: the chunks are as decoded alone.
+TEST(Fetcher, ReadsIntoLentBuffersAndGivesThemBack) {
+  ThreadPool pool(3);
+  StoredRun run = StoreRun(6, {{"quant", "8"}});
+  ReadBuffers buffers(2, 1 << 20);
+  buffers.Warm(2, 4096);
+  LinkShaper link;
+  Fetcher fetcher(*run.store, link, kFp, {}, {.pool = &pool, .read_buffers = &buffers});
+  auto report = fetcher.Run(run.keys, run.manifests, run.prefix, [&](FetchedChunk&& c) {
+    const auto direct = DecodeKvc(run.store->Get(ChunkObjectName(run.keys[c.index], "quant", "8")).value()).value();
+    EXPECT_TRUE(c.kv.Copy().value() == direct) << "chunk " << c.index;
+    return Status::Ok();
+  });
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->chunks, 6u) << report->stop_reason;
+  EXPECT_EQ(buffers.kept(), 2u);
+
+  ASSERT_TRUE(run.store->Delete(ChunkObjectName(run.keys[3], "quant", "8")).ok());
+  Fetcher again(*run.store, link, kFp, {}, {.pool = &pool, .read_buffers = &buffers});
+  report = again.Run(run.keys, run.manifests, run.prefix, [](FetchedChunk&&) { return Status::Ok(); });
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->chunks, 3u);
+  EXPECT_EQ(buffers.kept(), 2u) << "the missing chunk's buffer came back too";
 }
 
 // The later chunks of a run alone (the first ones prefilled instead: prefill_split.h): each

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "base/thread_pool.h"
+#include "fetch/read_buffers.h"
 
 namespace kvc {
 namespace {
@@ -165,7 +166,7 @@ Result<FetchReport> Fetcher::RunWithPlaces(std::span<const ChunkKey> keys, std::
     cv.notify_all();
   };
   // Decodes chunk i's object into its place; on a pool worker, or here without one.
-  auto decode = [&](uint32_t i, const KvSlice& out_place, const std::string& name, std::vector<uint8_t> object,
+  auto decode = [&](uint32_t i, const KvSlice& out_place, const std::string& name, std::span<const uint8_t> object,
                     const LevelChoice& choice, double transfer_s, SteadyClock::time_point t_end) {
     Outcome out;
     // The chunk's place and the model's geometry are checked on the header, before the codec
@@ -226,9 +227,11 @@ Result<FetchReport> Fetcher::RunWithPlaces(std::span<const ChunkKey> keys, std::
       std::string name = ChunkObjectName(keys[i], choice->variant.codec, choice->variant.level);
       const auto t0 = SteadyClock::now();
       // No more than the manifest says: a larger object is refused by the store unread.
-      Result<std::vector<uint8_t>> object = Internal("not read");
+      std::vector<uint8_t> buffer =
+          options_.read_buffers != nullptr ? options_.read_buffers->Take() : std::vector<uint8_t>{};
+      Result<std::span<const uint8_t>> object = Internal("not read");
       try {
-        object = store_.Get(name, choice->variant.bytes);
+        object = store_.GetInto(name, choice->variant.bytes, buffer);
       } catch (...) {
         // Stores return errors; a Store of someone else's that throws ends the run here all the same.
         object = StatusOfCurrentException("reading it");
@@ -236,13 +239,15 @@ Result<FetchReport> Fetcher::RunWithPlaces(std::span<const ChunkKey> keys, std::
       if (!object.ok()) {
         out.failure = FormatMessage("chunk %u: %s: %s", i, name.c_str(), object.status().ToString().c_str());
         out.damaged = object.status().code() == StatusCode::kCorrupt;
+        if (options_.read_buffers != nullptr) options_.read_buffers->Give(std::move(buffer));
       } else {
         const uint64_t size = object->size();
         const auto t1 = link_.Acquire(size);
         const auto t_end = std::max(t1, SteadyClock::now());
         bandwidth_.Add(size, t0, t_end);
-        auto task = [&decode, &finish, &mu, &cv, &decoding, i, out_place = at, name = std::move(name),
-                     object = std::move(*object), choice = *choice, transfer_s = Seconds(t0, t_end), t_end]() mutable {
+        auto task = [&decode, &finish, &mu, &cv, &decoding, buffers = options_.read_buffers, i, out_place = at,
+                     name = std::move(name), buffer = std::move(buffer), object = *object, choice = *choice,
+                     transfer_s = Seconds(t0, t_end), t_end]() mutable {
           // However the decode ends, it is counted out, or Run would wait for it for ever.
           struct CountedOut {
             std::mutex& mu;
@@ -255,13 +260,14 @@ Result<FetchReport> Fetcher::RunWithPlaces(std::span<const ChunkKey> keys, std::
             }
           } counted_out{mu, cv, decoding};
           try {
-            decode(i, out_place, name, std::move(object), choice, transfer_s, t_end);
+            decode(i, out_place, name, object, choice, transfer_s, t_end);
           } catch (...) {
             Outcome failed;
             failed.failure = FormatMessage("chunk %u: %s: %s", i, name.c_str(),
                                            StatusOfCurrentException("decoding it").ToString().c_str());
             finish(i, std::move(failed));
           }
+          if (buffers != nullptr) buffers->Give(std::move(buffer));
         };
         {
           std::lock_guard lock(mu);

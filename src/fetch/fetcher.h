@@ -31,6 +31,7 @@
 
 namespace kvc {
 
+class ReadBuffers;
 class ThreadPool;
 
 // The most bytes one stored variant (a .kvc file) of a chunk of `chunk_tokens` tokens of a model
@@ -72,6 +73,9 @@ struct FetchOptions {
   // The host-memory tier (may be null): a chunk it holds, for this chunk's place and decoded from
   // an allowed variant, is copied from there instead of fetched. The fetcher never adds to it.
   DecodedChunkCache* memory = nullptr;
+  // Buffers objects are read into and given back to after their decode (may be null: each read
+  // allocates its own).
+  ReadBuffers* read_buffers = nullptr;
 };
 
 struct FetchedChunk {

@@ -93,6 +93,17 @@ BatchScheduler::BatchScheduler(const LlamaModel& model, LlamaSession& session, c
     }
   }
   const uint32_t fetchers = o_.reuse ? (o_.fifo ? 1 : std::max(1u, o_.fetch_threads)) : 0;
+  if (fetchers > 0) {
+    // Each fetch has at most a decode per worker and one more on the link in flight (Fetcher).
+    const size_t count = size_t{fetchers} * (pool_.size() + 1);
+    const KvShape chunk = model_.info().KvShapeOf(o_.chunk_tokens);
+    read_buffers_ = std::make_unique<ReadBuffers>(count, MaxChunkObjectBytes(chunk, o_.chunk_tokens));
+    // A raw chunk, its .kvc header and envelope, with room to spare: a read that outgrows its
+    // buffer reallocates it, into fresh pages.
+    const uint64_t raw_object = chunk.fp16_bytes() + (uint64_t{64} << 10);
+    read_buffers_->Warm(static_cast<size_t>(std::min<uint64_t>(count, kWarmReadBytes / raw_object)),
+                        static_cast<size_t>(raw_object));
+  }
   for (uint32_t i = 0; i < fetchers; ++i) fetchers_.emplace_back([this] { FetchLoop(); });
   engine_ = std::thread([this] { EngineLoop(); });
   storer_ = std::thread([this] { StoreLoop(); });
@@ -167,14 +178,6 @@ void BatchScheduler::MakeReady(std::shared_ptr<ServeRequest> request) {
 }
 
 void BatchScheduler::FetchLoop() {
-  {
-    // The stored objects this thread reads are allocated here, from this thread's allocator
-    // arena: a few chunks' worth mapped now are pages the first fetch need not fault in (where
-    // the allocator keeps them once freed).
-    const uint64_t chunk = model_.info().KvShapeOf(o_.chunk_tokens).fp16_bytes();
-    std::vector<uint8_t> warm(static_cast<size_t>(std::min<uint64_t>(4 * chunk, uint64_t{32} << 20)), 1);
-    asm volatile("" : : "r"(warm.data()) : "memory");  // kept: the pages must really be touched
-  }
   for (;;) {
     std::shared_ptr<ServeRequest> request;
     {
@@ -280,6 +283,7 @@ void BatchScheduler::Fetch(ServeRequest& request) {
       ReuseFetchOptions(o_.link_gbps, o_.recompute_s, o_.chunk_tokens, model_.info(), o_.floor, *reuse_.store);
   options.pool = &pool_;
   options.memory = memory_.get();
+  options.read_buffers = read_buffers_.get();
   KvCache buffer;
   {
     std::lock_guard lock(mu_);

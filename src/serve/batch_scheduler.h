@@ -45,6 +45,7 @@
 
 #include "base/thread_pool.h"
 #include "base/utf8.h"
+#include "fetch/read_buffers.h"
 #include "llama/token_sampler.h"
 #include "reuse/prefix_reuse.h"
 #include "reuse/state_chunks.h"
@@ -273,6 +274,10 @@ class BatchScheduler {
   ThreadPool pool_;
   // The host-memory tier (null without one): chunks computed or fetched here lately, decoded.
   std::unique_ptr<DecodedChunkCache> memory_;
+  // Stored objects are read into these (fetch/read_buffers.h): as many as the fetches may have in
+  // flight, mapped at start for a raw chunk each, up to kWarmReadBytes in all.
+  static constexpr uint64_t kWarmReadBytes = uint64_t{64} << 20;
+  std::unique_ptr<ReadBuffers> read_buffers_;
   std::vector<std::thread> fetchers_;
   std::thread engine_, storer_;
 };

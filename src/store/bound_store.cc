@@ -27,7 +27,20 @@ class BoundStore final : public Store {
 
   Result<std::vector<uint8_t>> Get(std::string_view name, uint64_t max_bytes) override {
     try {
-      return Open(name, backend_->Get(name, ObjectBound(name, max_bytes)), max_bytes);
+      ASSIGN_OR_RETURN(std::vector<uint8_t> object, backend_->Get(name, ObjectBound(name, max_bytes)));
+      RETURN_IF_ERROR(Open(name, object, max_bytes));
+      return object;
+    } catch (...) {
+      return StatusOfCurrentException("reading '" + std::string(name) + "'");
+    }
+  }
+
+  Result<std::span<const uint8_t>> GetInto(std::string_view name, uint64_t max_bytes,
+                                           std::vector<uint8_t>& buffer) override {
+    try {
+      ASSIGN_OR_RETURN(const std::span<const uint8_t> object,
+                       backend_->GetInto(name, ObjectBound(name, max_bytes), buffer));
+      return Payload(name, object, max_bytes);
     } catch (...) {
       return StatusOfCurrentException("reading '" + std::string(name) + "'");
     }
@@ -46,7 +59,10 @@ class BoundStore final : public Store {
       if (got.size() != names.size()) {
         return std::vector<Result<std::vector<uint8_t>>>(names.size(), Internal("store gave a result per name"));
       }
-      for (size_t i = 0; i < names.size(); ++i) got[i] = Open(names[i], std::move(got[i]), max_bytes);
+      for (size_t i = 0; i < names.size(); ++i) {
+        if (!got[i].ok()) continue;
+        if (Status opened = Open(names[i], *got[i], max_bytes); !opened.ok()) got[i] = std::move(opened);
+      }
       return got;
     } catch (...) {
       return std::vector<Result<std::vector<uint8_t>>>(names.size(),
@@ -69,19 +85,23 @@ class BoundStore final : public Store {
                                                                        : max_bytes + overhead;
   }
 
-  // The payload moved to the front of the object's own buffer: no second copy of a chunk.
-  Result<std::vector<uint8_t>> Open(std::string_view name, Result<std::vector<uint8_t>> object,
-                                    uint64_t max_bytes = std::numeric_limits<uint64_t>::max()) const {
-    if (!object.ok()) return object;
-    std::vector<uint8_t>& bytes = *object;
-    ASSIGN_OR_RETURN(const std::span<const uint8_t> payload, OpenStoredObject(name, bytes, secret_));
+  // The object's payload, checked: a view into it.
+  Result<std::span<const uint8_t>> Payload(std::string_view name, std::span<const uint8_t> object,
+                                           uint64_t max_bytes) const {
+    ASSIGN_OR_RETURN(const std::span<const uint8_t> payload, OpenStoredObject(name, object, secret_));
     // Only a batch's objects get here past their bound (theirs was the longest name's).
     if (payload.size() > max_bytes) return ObjectTooLarge(name, payload.size(), max_bytes);
+    return payload;
+  }
+
+  // The payload moved to the front of the object's own buffer: no second copy of a chunk.
+  Status Open(std::string_view name, std::vector<uint8_t>& bytes, uint64_t max_bytes) const {
+    ASSIGN_OR_RETURN(const std::span<const uint8_t> payload, Payload(name, bytes, max_bytes));
     const size_t offset = static_cast<size_t>(payload.data() - bytes.data());
     const size_t size = payload.size();
     if (size > 0) std::memmove(bytes.data(), bytes.data() + offset, size);
     bytes.resize(size);
-    return object;
+    return Status::Ok();
   }
 
   const std::unique_ptr<Store> backend_;

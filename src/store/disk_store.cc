@@ -79,7 +79,19 @@ class DiskStore final : public Store {
 
   Result<std::vector<uint8_t>> Get(std::string_view name, uint64_t max_bytes) override {
     try {
-      return Read(name, max_bytes);
+      std::vector<uint8_t> bytes;
+      RETURN_IF_ERROR(Read(name, max_bytes, bytes));
+      return bytes;
+    } catch (...) {
+      return StatusOfCurrentException("reading '" + std::string(name) + "' from " + url());
+    }
+  }
+
+  Result<std::span<const uint8_t>> GetInto(std::string_view name, uint64_t max_bytes,
+                                           std::vector<uint8_t>& buffer) override {
+    try {
+      RETURN_IF_ERROR(Read(name, max_bytes, buffer));
+      return std::span<const uint8_t>(buffer);
     } catch (...) {
       return StatusOfCurrentException("reading '" + std::string(name) + "' from " + url());
     }
@@ -156,7 +168,8 @@ class DiskStore final : public Store {
     return Status::Ok();
   }
 
-  Result<std::vector<uint8_t>> Read(std::string_view name, uint64_t max_bytes) {
+  // Into `bytes`, whose storage is reused where it is large enough (resize zero-fills only growth).
+  Status Read(std::string_view name, uint64_t max_bytes, std::vector<uint8_t>& bytes) {
     RETURN_IF_ERROR(CheckObjectName(name));
     const fs::path path = ObjectPath(name);
     // O_NONBLOCK: the open of a FIFO or device under an object's name returns at once (a FIFO
@@ -178,7 +191,7 @@ class DiskStore final : public Store {
     const auto size = static_cast<uint64_t>(st.st_size);
     // Checked before anything is allocated: the file's size is whatever its writer made it.
     if (size > max_bytes) return ObjectTooLarge(name, size, max_bytes);
-    std::vector<uint8_t> bytes(static_cast<size_t>(size));
+    bytes.resize(static_cast<size_t>(size));
     size_t done = 0;
     while (done < bytes.size()) {
       const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
@@ -193,7 +206,7 @@ class DiskStore final : public Store {
     }
     // Marks the object used for LRU eviction; a failure only makes it look older.
     (void)::futimens(fd, nullptr);
-    return bytes;
+    return Status::Ok();
   }
 
   struct File {

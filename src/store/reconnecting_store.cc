@@ -197,6 +197,11 @@ Result<std::vector<uint8_t>> ReconnectingStore::Get(std::string_view name, uint6
   return Through<Result<std::vector<uint8_t>>>(true, [&](Store& s) { return s.Get(name, max_bytes); });
 }
 
+Result<std::span<const uint8_t>> ReconnectingStore::GetInto(std::string_view name, uint64_t max_bytes,
+                                                            std::vector<uint8_t>& buffer) {
+  return Through<Result<std::span<const uint8_t>>>(true, [&](Store& s) { return s.GetInto(name, max_bytes, buffer); });
+}
+
 Result<bool> ReconnectingStore::Exists(std::string_view name) {
   return Through<Result<bool>>(true, [&](Store& s) { return s.Exists(name); });
 }

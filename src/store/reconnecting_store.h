@@ -65,6 +65,8 @@ class ReconnectingStore final : public Store {
   Status Put(std::string_view name, std::span<const uint8_t> bytes) override;
   using Store::Get;
   Result<std::vector<uint8_t>> Get(std::string_view name, uint64_t max_bytes) override;
+  Result<std::span<const uint8_t>> GetInto(std::string_view name, uint64_t max_bytes,
+                                           std::vector<uint8_t>& buffer) override;
   Result<bool> Exists(std::string_view name) override;
   Status Delete(std::string_view name) override;
   using Store::GetMany;

@@ -12,6 +12,12 @@
 
 namespace kvc {
 
+Result<std::span<const uint8_t>> Store::GetInto(std::string_view name, uint64_t max_bytes,
+                                                std::vector<uint8_t>& buffer) {
+  ASSIGN_OR_RETURN(buffer, Get(name, max_bytes));
+  return std::span<const uint8_t>(buffer);
+}
+
 std::vector<Result<std::vector<uint8_t>>> Store::GetMany(std::span<const std::string> names, uint64_t max_bytes) {
   std::vector<Result<std::vector<uint8_t>>> out;
   try {

@@ -68,6 +68,13 @@ class Store {
   // what it finds, and never allocates more than the bound (and an envelope) for the object.
   virtual Result<std::vector<uint8_t>> Get(std::string_view name, uint64_t max_bytes) = 0;
   Result<std::vector<uint8_t>> Get(std::string_view name) { return Get(name, kDefaultMaxObjectBytes); }
+  // Get into `buffer`, whose storage is reused where it is large enough: a reader of many objects
+  // in turn (the fetcher) hands the same few buffers back, so a read fills pages already mapped
+  // (the first touch of a fresh page can cost more than copying it). The object is the span
+  // returned, somewhere in `buffer` (an envelope's payload is not moved to its front). Errors as
+  // Get's; `buffer`'s contents are then unspecified. By default Get, moved into `buffer`.
+  virtual Result<std::span<const uint8_t>> GetInto(std::string_view name, uint64_t max_bytes,
+                                                   std::vector<uint8_t>& buffer);
   virtual Result<bool> Exists(std::string_view name) = 0;
   // Deleting an absent object is not an error.
   virtual Status Delete(std::string_view name) = 0;

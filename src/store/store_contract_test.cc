@@ -97,6 +97,31 @@ TEST_P(StoreContract, AnObjectLargerThanTheReadsBoundIsCorrupt) {
   EXPECT_EQ(store->GetMany(names)[0].value(), a);
 }
 
+// GetInto reads what Get reads, into the caller's buffer; a dir:// store writes into the
+// buffer's own storage when it is large enough (what the fetcher's reused buffers rely on).
+TEST_P(StoreContract, GetIntoReadsWhatGetReadsIntoTheBuffer) {
+  auto store = Open();
+  ASSERT_TRUE(store);
+  const auto a = Bytes(1000, 9);
+  ASSERT_TRUE(store->Put("into", a).ok());
+  std::vector<uint8_t> buffer(8192, 0xee);
+  const uint8_t* storage = buffer.data();
+  for (int read = 0; read < 2; ++read) {
+    const auto got = store->GetInto("into", 1000, buffer);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(std::vector<uint8_t>(got->begin(), got->end()), a);
+    EXPECT_TRUE(got->data() >= buffer.data() && got->data() + got->size() <= buffer.data() + buffer.size())
+        << "the object lies in the buffer";
+    if (GetParam().name.rfind("disk", 0) == 0) EXPECT_EQ(buffer.data(), storage) << "its storage reused";
+  }
+  EXPECT_EQ(store->GetInto("absent", 1000, buffer).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store->GetInto("into", 999, buffer).status().code(), StatusCode::kCorrupt);
+  ASSERT_TRUE(store->Put("empty", {}).ok());
+  const auto empty = store->GetInto("empty", 0, buffer);
+  ASSERT_TRUE(empty.ok()) << empty.status().ToString();
+  EXPECT_TRUE(empty->empty());
+}
+
 TEST_P(StoreContract, RejectsBadNames) {
   auto store = Open();
   ASSERT_TRUE(store);
