@@ -21,8 +21,8 @@ KVCODEC_LLAMA_ROOT="$(scripts/setup-llama.sh)"  # cached: prints the install pre
 if [[ ! -f build/tsan/CMakeCache.txt ]]; then
   cmake --preset tsan -DKVCODEC_LLAMA_ROOT="$KVCODEC_LLAMA_ROOT" >/dev/null
 fi
-cmake --build build/tsan -j"$(nproc)" --target fetch_test decoded_chunk_cache_test read_buffers_test store_test redis_store_test completion_server_test server_redis_test
-for t in build/tsan/src/fetch/fetch_test build/tsan/src/fetch/decoded_chunk_cache_test build/tsan/src/fetch/read_buffers_test build/tsan/src/store/store_test build/tsan/src/store/redis_store_test \
+cmake --build build/tsan -j"$(nproc)" --target fetch_test decoded_chunk_cache_test read_buffers_test prefill_cost_test store_test redis_store_test completion_server_test server_redis_test
+for t in build/tsan/src/fetch/fetch_test build/tsan/src/fetch/decoded_chunk_cache_test build/tsan/src/fetch/read_buffers_test build/tsan/src/fetch/prefill_cost_test build/tsan/src/store/store_test build/tsan/src/store/redis_store_test \
          build/tsan/src/serve/completion_server_test build/tsan/src/serve/server_redis_test; do
   KVCODEC_THREADS=1 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/scripts/tsan.supp" "$t" --gtest_brief=1
 done

@@ -67,8 +67,13 @@ std::vector<double> PredictFetchSeconds(const FetchOptions& options, std::span<c
       out.push_back(0);
       continue;
     }
+    // The variant as the planner would choose it, priced at its transfer: a new planner has seen
+    // no decode, and its prior (slow on purpose, so that no unseen lossy variant is preferred on
+    // a guess) would price a local store's raw chunks as if they crossed a slow link.
     const auto choice = planner.Choose(manifests[i], bytes_per_second);
-    out.push_back(choice ? choice->predicted_s : std::numeric_limits<double>::infinity());
+    out.push_back(!choice                ? std::numeric_limits<double>::infinity()
+                  : bytes_per_second > 0 ? static_cast<double>(choice->variant.bytes) / bytes_per_second
+                                         : 0.0);
   }
   return out;
 }

@@ -113,10 +113,11 @@ std::shared_ptr<const DecodedChunkCache::Entry> HeldInMemory(const FetchOptions&
 // The planner a fetch with `options` chooses variants with.
 LevelPlanner MakeLevelPlanner(const FetchOptions& options);
 
-// Seconds each chunk of a run from position 0 is predicted to take to fetch and decode (its
-// variant chosen as a Fetcher with `options` would at the start, at options.initial_gbps,
-// "recompute" left out; 0 for a chunk options.memory holds for it under keys[i]: HeldInMemory);
-// infinity for a chunk with no allowed variant.
+// Seconds each chunk of a run from position 0 is predicted to take to fetch: its variant, chosen
+// as a Fetcher with `options` would at the start ("recompute" left out), over the link at
+// options.initial_gbps (its decode, which a fresh fetch has not timed yet, is not counted); 0 for
+// a chunk options.memory holds for it under keys[i] (HeldInMemory); infinity for a chunk with no
+// allowed variant.
 // What prices the fetched side of a prefill split (prefill_split.h).
 std::vector<double> PredictFetchSeconds(const FetchOptions& options, std::span<const ChunkManifest> manifests,
                                         std::span<const ChunkKey> keys = {});

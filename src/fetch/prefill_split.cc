@@ -7,7 +7,7 @@
 
 namespace kvc {
 
-PrefillSplit ChoosePrefillSplit(std::span<const double> fetch_s, uint32_t splittable, double prefill_s) {
+PrefillSplit ChoosePrefillSplit(std::span<const double> fetch_s, std::span<const double> prefilled_s) {
   constexpr double kNever = std::numeric_limits<double>::infinity();
   // fetched[k]: seconds to fetch chunks k.. of the run.
   std::vector<double> fetched(fetch_s.size() + 1, 0.0);
@@ -16,11 +16,12 @@ PrefillSplit ChoosePrefillSplit(std::span<const double> fetch_s, uint32_t splitt
     fetched[i] = fetched[i + 1] + (std::isfinite(s) && s >= 0 ? s : kNever);
   }
   const PrefillSplit all_fetched{0, fetched[0]};
-  if (!(prefill_s > 0) || !std::isfinite(prefill_s)) return all_fetched;
   PrefillSplit best = all_fetched;
-  const uint32_t most = static_cast<uint32_t>(std::min<size_t>(splittable, fetch_s.size()));
+  const uint32_t most = static_cast<uint32_t>(std::min(prefilled_s.size(), fetch_s.size()));
   for (uint32_t k = 1; k <= most; ++k) {
-    const double t = std::max(prefill_s * k, fetched[k]);
+    const double prefill = prefilled_s[k - 1];
+    if (!(prefill > 0) || !std::isfinite(prefill)) break;
+    const double t = std::max(prefill, fetched[k]);
     if (t < best.predicted_s) best = {k, t};
   }
   if (best.prefilled_chunks > 0 && best.predicted_s > all_fetched.predicted_s * (1 - kMinSplitGain)) {

@@ -47,9 +47,8 @@ void ReadBuffers::Warm(size_t buffers, size_t bytes) {
 std::vector<uint8_t> ReadBuffers::Take() {
   std::lock_guard lock(mu_);
   if (kept_.empty()) return {};
-  const auto largest = std::max_element(kept_.begin(), kept_.end(), [](const auto& a, const auto& b) {
-    return a.capacity() < b.capacity();
-  });
+  const auto largest = std::max_element(kept_.begin(), kept_.end(),
+                                        [](const auto& a, const auto& b) { return a.capacity() < b.capacity(); });
   std::vector<uint8_t> out = std::move(*largest);
   kept_.erase(largest);
   return out;

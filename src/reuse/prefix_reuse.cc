@@ -86,6 +86,50 @@ Result<double> MeasureChunkPrefillSeconds(LlamaSession& session, std::span<const
   return seconds;
 }
 
+Result<PrefillCost> MeasurePrefillCost(LlamaSession& session, const ModelInfo& model, std::span<const int32_t> probe) {
+  if (probe.empty()) return InvalidArgument("an empty prefill probe");
+  const auto n = static_cast<uint32_t>(probe.size());
+  double shallow_s = 0;
+  bool one_cache = false;
+  for (int pass = 0; pass < 2; ++pass) {
+    session.Clear();
+    const auto t = SteadyClock::now();
+    RETURN_IF_ERROR(session.Eval(probe, false));
+    shallow_s = SecondsSince(t);
+  }
+  // Only a memory that is one KV cache takes restored KV (llama.cpp aborts on another's state),
+  // which only a sequence holding tokens can tell.
+  const Result<bool> kind = session.MemoryIsOneKvCache(0);
+  one_cache = kind.ok() && *kind;
+  session.Clear();
+  const double shallow = shallow_s / n;  // a token's price at mean position n / 2
+  const PrefillCost flat{shallow, 0};
+  // Restored zeros cost what any KV costs to attend to; bounded in bytes like the warm-up's.
+  constexpr uint64_t kDeepest = 2048, kMostBytes = uint64_t{32} << 20;
+  const uint64_t per_token = model.KvShapeOf(1).fp16_bytes();
+  const uint64_t n_ctx = session.options().n_ctx;
+  if (!one_cache || per_token == 0 || n_ctx < 2 * uint64_t{n}) return flat;
+  const auto deep = static_cast<uint32_t>(std::min({kDeepest, n_ctx - 2 * uint64_t{n}, kMostBytes / per_token}));
+  if (deep < 4 * n) return flat;
+  ASSIGN_OR_RETURN(const KvCache zeros, KvCache::Create(model.KvShapeOf(deep), DType::kF16));
+  RETURN_IF_ERROR(session.RestoreSeqKv(0, zeros.View()));
+  double deep_s = 0;
+  for (uint32_t pass = 0; pass < 2; ++pass) {
+    const SeqTokens at{0, static_cast<int32_t>(deep + pass * n), probe};
+    const auto t = SteadyClock::now();
+    const Status decoded = session.DecodeBatch(std::span(&at, 1));
+    deep_s = SecondsSince(t);
+    if (!decoded.ok()) {
+      session.Clear();
+      return decoded;
+    }
+  }
+  session.Clear();
+  // Two points of tokens * (a + b * mean position): at n / 2 and at deep + n + n / 2.
+  const double slope = std::max(0.0, (deep_s / n - shallow) / (deep + n));
+  return PrefillCost{std::max(0.0, shallow - slope * n / 2), slope};
+}
+
 PrefixLookup LookupStoredPrefix(Store& store, const ModelFingerprint& model, std::span<const ChunkKey> keys,
                                 std::span<const int32_t> reusable, uint32_t chunk_tokens) {
   PrefixLookup out;

@@ -11,6 +11,7 @@
 
 #include "codecs/codec.h"
 #include "fetch/fetcher.h"
+#include "fetch/prefill_cost.h"
 #include "fetch/store_chunks.h"
 #include "llama/llama_session.h"
 #include "reuse/model_profile.h"
@@ -63,6 +64,13 @@ FetchOptions ReuseFetchOptions(double link_gbps, double recompute_s, uint32_t ch
 // Seconds this machine takes to prefill one chunk, from prefilling `probe` in `session` (which
 // is left empty): what prices "recompute" for the level planner.
 Result<double> MeasureChunkPrefillSeconds(LlamaSession& session, std::span<const int32_t> probe, uint32_t chunk_tokens);
+
+// What prefilling costs this machine by position (fetch/prefill_cost.h), for a server to start
+// from: `probe` prefilled at the start of a context twice (the second, warm, is timed), then,
+// where the memory takes restored KV (one KV cache), twice more after up to 2,048 restored cells
+// (the second timed). `session` is left empty. A memory that takes no restored KV, or a context
+// too short to tell the depths apart, gives a flat cost (no position term).
+Result<PrefillCost> MeasurePrefillCost(LlamaSession& session, const ModelInfo& model, std::span<const int32_t> probe);
 
 struct PrefixRestore {
   uint32_t chunks_found = 0;    // manifests present, from chunk 0 on

@@ -82,6 +82,7 @@ BatchScheduler::BatchScheduler(const LlamaModel& model, LlamaSession& session, c
       memory_(options.reuse && options.memory_bytes > 0 ? std::make_unique<DecodedChunkCache>(options.memory_bytes)
                                                         : nullptr) {
   link_.SetRate(LinkShaper::GbpsToBytesPerSecond(o_.link_gbps));
+  if (o_.prefill.known()) prefill_cost_ = std::make_unique<PrefillCostEstimator>(o_.prefill);
   if (o_.reuse) {
     // Zero-filled: every page mapped now, not on the first request's time to first token.
     const uint64_t per_token = model_.info().KvShapeOf(1).fp16_bytes();
@@ -214,12 +215,18 @@ void BatchScheduler::FetchLoop() {
   }
 }
 
+FetchOptions BatchScheduler::RunFetchOptions(const PrefillCost& cost, size_t chunks) const {
+  const uint64_t tokens = uint64_t{o_.chunk_tokens} * std::max<size_t>(1, chunks);
+  const double recompute_s = cost.Seconds(0, tokens) * o_.chunk_tokens / static_cast<double>(tokens);
+  return ReuseFetchOptions(o_.link_gbps, recompute_s, o_.chunk_tokens, model_.info(), o_.floor, *reuse_.store);
+}
+
 uint32_t BatchScheduler::ChooseSplit(const ServeRequest& request) const {
   const PrefixLookup& lookup = request.lookup_;
   // Only the KV of one cache can be joined after a prefill; state chunks are restored whole.
-  if (o_.recompute_s <= 0 || lookup.manifests.empty() || IsStateChunkManifest(lookup.manifests[0])) return 0;
-  FetchOptions options =
-      ReuseFetchOptions(o_.link_gbps, o_.recompute_s, o_.chunk_tokens, model_.info(), o_.floor, *reuse_.store);
+  if (!prefill_cost_ || lookup.manifests.empty() || IsStateChunkManifest(lookup.manifests[0])) return 0;
+  const PrefillCost cost = prefill_cost_->Now();
+  FetchOptions options = RunFetchOptions(cost, lookup.manifests.size());
   options.pool = const_cast<ThreadPool*>(&pool_);  // only its size is read
   options.memory = memory_.get();
   std::vector<ChunkManifest> run = lookup.manifests;
@@ -228,8 +235,8 @@ uint32_t BatchScheduler::ChooseSplit(const ServeRequest& request) const {
     run.push_back(lookup.tail->manifest);
     keys.push_back(lookup.tail->key);
   }
-  return ChoosePrefillSplit(PredictFetchSeconds(options, run, keys), static_cast<uint32_t>(lookup.manifests.size()),
-                            o_.recompute_s)
+  return ChoosePrefillSplit(PredictFetchSeconds(options, run, keys),
+                            cost.Prefix(static_cast<uint32_t>(lookup.manifests.size()), o_.chunk_tokens))
       .prefilled_chunks;
 }
 
@@ -279,8 +286,11 @@ void BatchScheduler::Fetch(ServeRequest& request) {
   }
   // Chunks decode side by side on the pool, each on one worker.
   const CodecContext context{reuse_.calibrations, reuse_.model, nullptr};
-  FetchOptions options =
-      ReuseFetchOptions(o_.link_gbps, o_.recompute_s, o_.chunk_tokens, model_.info(), o_.floor, *reuse_.store);
+  // KV-fetch-aware, what to prefill was decided with the lookup (ChooseSplit), fetch and prefill
+  // side by side; the planner's chunk-by-chunk "recompute" assumes an engine idle while it waits,
+  // and would undo that. FIFO has no split: there the planner may plan a recompute.
+  FetchOptions options = RunFetchOptions(prefill_cost_ && o_.fifo ? prefill_cost_->Now() : PrefillCost{},
+                                         request.lookup_.manifests.size());
   options.pool = &pool_;
   options.memory = memory_.get();
   options.read_buffers = read_buffers_.get();
@@ -670,10 +680,18 @@ void BatchScheduler::Step() {
     room -= n;
   }
   if (entries.empty()) return;
+  const auto decode_start = SteadyClock::now();
   if (Status status = session_.DecodeBatch(entries); !status.ok()) {
     KVC_LOG_ERROR("decoding a batch of %zu sequences failed: %s", entries.size(), status.ToString().c_str());
     for (Slot* s : owners) Release(*s, status, "length");
     return;
+  }
+  // A prefill of one sequence alone prices prefills (the split's, and the planner's recompute);
+  // a few tokens say more about a step's fixed costs than about a token's.
+  constexpr size_t kLeastPricedTokens = 32;
+  if (prefill_cost_ && o_.learn_prefill && entries.size() == 1 && !owners[0]->generating &&
+      entries[0].tokens.size() >= kLeastPricedTokens) {
+    prefill_cost_->Observe(static_cast<uint64_t>(entries[0].pos), entries[0].tokens.size(), SecondsSince(decode_start));
   }
   {
     std::lock_guard m(metrics_.mu);
@@ -681,6 +699,7 @@ void BatchScheduler::Step() {
     metrics_.batched_sequences += entries.size();
     metrics_.peak_batch_sequences = std::max<uint64_t>(metrics_.peak_batch_sequences, entries.size());
   }
+  bool emitted = false;
   for (size_t i = 0; i < entries.size(); ++i) {
     Slot& s = *owners[i];
     s.evaluated += static_cast<uint32_t>(entries[i].tokens.size());
@@ -688,6 +707,7 @@ void BatchScheduler::Step() {
     const std::span<const float> logits = session_.BatchLogits(i);
     if (s.generating) {
       Emit(s, logits);
+      emitted = true;
       continue;
     }
     const uint32_t chunk_end = s.evaluated / o_.chunk_tokens;
@@ -730,7 +750,12 @@ void BatchScheduler::Step() {
     for (Slot* f : followers) {
       if (f->request) Emit(*f, logits);
     }
+    emitted = true;
   }
+  // The pieces pushed wake their clients' threads, which the kernel may queue on this core behind
+  // the next step's decode instead of on an idle one (seen here: a first token written 1.7 ms
+  // late, the other core idle). Giving the core up once lets them write now.
+  if (emitted) std::this_thread::yield();
 }
 
 void BatchScheduler::Emit(Slot& slot, std::span<const float> logits) {

@@ -45,6 +45,7 @@
 
 #include "base/thread_pool.h"
 #include "base/utf8.h"
+#include "fetch/prefill_cost.h"
 #include "fetch/read_buffers.h"
 #include "llama/token_sampler.h"
 #include "reuse/prefix_reuse.h"
@@ -162,7 +163,11 @@ struct SchedulerOptions {
   bool hot_tier = true;  // keep freed sequences' KV for later requests (with reuse only)
   uint32_t chunk_tokens = 256;
   double link_gbps = 0;
-  double recompute_s = 0;         // per chunk, prices "recompute" for the level planner (0: never)
+  // What prefilling costs here (unknown: "recompute" is never planned and nothing is split):
+  // prices a chunk's recompute for the level planner and a split's prefilled side. With
+  // learn_prefill the scheduler refits it to the prefills it times.
+  PrefillCost prefill;
+  bool learn_prefill = true;
   uint64_t memory_bytes = 0;      // the host-memory tier's limit (0: no such tier)
   std::vector<StoredRung> rungs;  // stored per new chunk (empty: the context's codec at its default level)
   QualityFloor floor;             // what may be fetched, and each rung's measured loss
@@ -210,6 +215,9 @@ class BatchScheduler {
   // The split (prefill_split.h) that gets the looked-up prefix in first: chunks to prefill while
   // the rest are fetched (0: fetch it all).
   uint32_t ChooseSplit(const ServeRequest& request) const;
+  // Fetch options for a run of `chunks` looked-up chunks: "recompute" priced at a chunk's mean
+  // price over the run, as the cost is now.
+  FetchOptions RunFetchOptions(const PrefillCost& cost, size_t chunks) const;
   // Joins each split whose fetch is done and whose lead has prefilled up to it: the prefilled KV
   // and the fetched KV after it become the lead's sequence.
   void JoinSplits();
@@ -278,6 +286,8 @@ class BatchScheduler {
   // flight, mapped at start for a raw chunk each, up to kWarmReadBytes in all.
   static constexpr uint64_t kWarmReadBytes = uint64_t{64} << 20;
   std::unique_ptr<ReadBuffers> read_buffers_;
+  // Null when the prefill cost is unknown.
+  std::unique_ptr<PrefillCostEstimator> prefill_cost_;
   std::vector<std::thread> fetchers_;
   std::thread engine_, storer_;
 };

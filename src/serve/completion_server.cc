@@ -613,11 +613,15 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
   so2.rungs = impl->stored_rungs;
   so2.floor = floor;
   if (o.plan_recompute && o.chunk_prefill_s > 0) {
-    so2.recompute_s = o.chunk_prefill_s;
+    so2.prefill = PrefillCost{o.chunk_prefill_s / o.chunk_tokens, 0};
+    so2.learn_prefill = false;
   } else if (o.plan_recompute) {
     // Any token prices a prefill; 0 is in every vocabulary, and not every model has a BOS.
     const std::vector<int32_t> probe(64, impl->model->has_bos() ? impl->model->bos_token() : 0);
-    ASSIGN_OR_RETURN(so2.recompute_s, MeasureChunkPrefillSeconds(*impl->session, probe, o.chunk_tokens));
+    ASSIGN_OR_RETURN(so2.prefill, MeasurePrefillCost(*impl->session, impl->model->info(), probe));
+    KVC_LOG_INFO("prefill priced at %.1f ms a %u-token chunk from position 0, %.1f ms from 2048 (refitted as it runs)",
+                 so2.prefill.Seconds(0, o.chunk_tokens) * 1e3, o.chunk_tokens,
+                 so2.prefill.Seconds(2048, o.chunk_tokens) * 1e3);
   }
   if (o.reuse) WarmUpRestores(*impl->model, *impl->session);
   PrefaultCode();

@@ -60,9 +60,10 @@ struct ServerOptions {
   // false: always fetch stored chunks, never plan a recompute (benchmarks and tests that need
   // fetches to happen whatever this machine's prefill speed).
   bool plan_recompute = true;
-  // Seconds to prefill one chunk, what prices a recompute and the prefilled side of a split
-  // (batch_scheduler.h); 0: measured at start-up (a prefill of a chunk's worth of tokens). Given,
-  // the plans do not depend on how busy the machine was at start-up (tests).
+  // Seconds to prefill one chunk wherever it is, what prices a recompute and the prefilled side of
+  // a split (batch_scheduler.h); 0: measured at start-up by position (MeasurePrefillCost) and
+  // refitted to the prefills the server runs. Given, it is fixed, and the plans do not depend on
+  // how busy the machine is (tests).
   double chunk_prefill_s = 0;
   int threads = 0;        // llama.cpp threads; 0: the cores the fetch threads leave (at least 1)
   int parallel = 4;       // sequences decoded together (continuous batching)
