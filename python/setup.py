@@ -1,35 +1,56 @@
-"""Builds kvcodec._kvcodec with CMake (the repository one folder up) for pip.
+"""Builds kvcodec._kvcodec with CMake for pip, out of the source tree.
 
-By default a Release build of only what the extension needs (KVCODEC_PYTHON_ONLY: no llama.cpp)
-in <repo>/build/python. KVCODEC_CMAKE_BUILD_DIR names an already configured build of the
-repository to take the extension from instead (the test suite reuses its dev build so).
-KVCODEC_CMAKE_ARGS adds configure arguments.
+The C++ sources are cpp/ beside this file in an sdist (scripts/build_python_dist.sh puts them
+there) or, in a repository checkout, the repository one folder up. A Release build of only what
+the extension needs (KVCODEC_PYTHON_ONLY: no llama.cpp) is made in setuptools' temporary build
+folder. KVCODEC_CMAKE_BUILD_DIR names an already configured build of the same sources to take the
+extension from instead (the test suite reuses its dev build so); KVCODEC_CMAKE_ARGS adds configure
+arguments.
+
+From a checkout (`pip install ./python`), setuptools' build folder and egg-info go to a temporary
+folder that is removed afterwards, so the source tree gains no python/build, python/*.egg-info or
+build/python.
 """
 
+import atexit
 import os
 import pathlib
 import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 HERE = pathlib.Path(__file__).resolve().parent
-REPO = HERE.parent
+
+
+def cpp_sources():
+    """The C++ source tree: the sdist's cpp/, else the checkout's repository (None: neither)."""
+    for root in (HERE / "cpp", HERE.parent):
+        if (root / "CMakeLists.txt").is_file() and (root / "src" / "python" / "module.cc").is_file():
+            return root
+    return None
+
+
+SOURCES = cpp_sources()
+IN_CHECKOUT = SOURCES is not None and SOURCES == HERE.parent
 
 
 class CMakeBuild(build_ext):
     def build_extension(self, ext):
-        if not (REPO / "CMakeLists.txt").is_file():
-            raise RuntimeError(f"kvcodec's sources are not beside this package ({REPO}): install from the repository")
+        if SOURCES is None:
+            raise RuntimeError(f"kvcodec's C++ sources are neither in {HERE / 'cpp'} (an sdist made by "
+                               f"scripts/build_python_dist.sh carries them) nor in {HERE.parent} (a repository "
+                               "checkout): build from the sdist or the repository")
         build_dir = os.environ.get("KVCODEC_CMAKE_BUILD_DIR")
         if build_dir:
             build_dir = pathlib.Path(build_dir).resolve()
         else:
-            build_dir = REPO / "build" / "python"
-            configure = ["cmake", "-S", str(REPO), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
+            build_dir = pathlib.Path(self.build_temp).resolve() / "cmake"
+            configure = ["cmake", "-S", str(SOURCES), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
                          "-DKVCODEC_PYTHON_ONLY=ON", f"-DPython_EXECUTABLE={sys.executable}"]
             if shutil.which("ninja"):
                 configure += ["-G", "Ninja"]
@@ -44,6 +65,10 @@ class CMakeBuild(build_ext):
         target = pathlib.Path(self.get_ext_fullpath(ext.name))
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(built[-1], target)
+        # A reused development build carries debug information (tens of MB) that an installed
+        # package has no use for; a Release build has none and is left as it is.
+        if shutil.which("strip"):
+            self._run(["strip", "--strip-debug", str(target)])
 
     @staticmethod
     def _run(command):
@@ -51,4 +76,14 @@ class CMakeBuild(build_ext):
         subprocess.run(command, check=True)
 
 
-setup(ext_modules=[Extension("kvcodec._kvcodec", sources=[])], cmdclass={"build_ext": CMakeBuild})
+options = {}
+if IN_CHECKOUT and "sdist" in sys.argv:
+    # An sdist made here would lack the C++ sources (they are outside this folder).
+    sys.exit("kvcodec: make the sdist with scripts/build_python_dist.sh, which puts the C++ sources in it")
+if IN_CHECKOUT:
+    scratch = tempfile.mkdtemp(prefix="kvcodec-setup-")
+    atexit.register(shutil.rmtree, scratch, True)
+    options = {"build": {"build_base": os.path.join(scratch, "build")}, "egg_info": {"egg_base": scratch}}
+
+setup(ext_modules=[Extension("kvcodec._kvcodec", sources=[])], cmdclass={"build_ext": CMakeBuild},
+      options=options)

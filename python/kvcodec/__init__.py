@@ -1,9 +1,11 @@
 """kvcodec for Python: compress KV caches with kvcodec's codecs, and keep them in its stores.
 
-K and V are arrays shaped [layers, tokens, kv_heads, head_dim] (numpy or torch; float16,
-bfloat16 or float32). ``encode`` returns the bytes of one .kvc file, the same bytes the C++
-library and the ``kvcodec`` command write and read; ``decode`` gives K and V back in the dtype
-they were encoded from. Errors are ``kvcodec.Error`` subclasses with the library's message.
+K and V are arrays shaped [layers, tokens, kv_heads, head_dim]: numpy arrays or torch tensors
+(float16, bfloat16 or float32), or any C-contiguous 4-D buffer of float16 or float32 (a
+memoryview: numpy and torch are optional). ``encode`` returns the bytes of one .kvc file, the
+same bytes the C++ library and the ``kvcodec`` command write and read; ``decode`` gives K and V
+back in the dtype they were encoded from (numpy arrays, or memoryviews where numpy is not
+installed). Errors are ``kvcodec.Error`` subclasses with the library's message.
 """
 
 from __future__ import annotations
@@ -11,10 +13,18 @@ from __future__ import annotations
 import json
 import operator
 import os
+import re
+import sys
 from dataclasses import dataclass
 
 from . import _kvcodec
-from ._arrays import from_tensor, to_output
+
+try:
+    import numpy as _np
+except ImportError:  # numpy is optional: the package then takes and gives buffers (memoryviews)
+    _np = None
+else:
+    from . import _arrays
 
 Error = _kvcodec.Error
 InvalidArgumentError = _kvcodec.InvalidArgumentError
@@ -113,13 +123,15 @@ def calibrate(samples, *, model=None, rope: Rope | None, grouping: str | None = 
     """Fits a kvtc calibration on KV a model produced, with the rules of `kvcodec calibrate`.
 
     samples: a sequence of (k, v) or (k, v, pos_begin), each k and v shaped [layers, tokens,
-    kv_heads, head_dim] (numpy or torch, any of the package's dtypes), as the model cached them for
-    a text starting at sequence position pos_begin (default 0). Use whole, varied texts: the last
-    ``heldout_fraction`` of the samples (at least one) are held back to measure the choice and the
-    sizes on, the rest fit the bases. Positions below ``sinks`` are left out.
-    model: the fingerprint (16 bytes or 32 hex digits) the calibration and its files are bound to
-    (None: all zeros). rope: the model's RoPE (``Rope``), so keys are fitted at position 0, as kvtc
-    codes them; pass None only for a model whose keys carry no RoPE (kvtc then codes keys as stored).
+    kv_heads, head_dim] (numpy, torch or a 4-D buffer, any of the package's dtypes), as the model
+    cached them for a text starting at sequence position pos_begin (default 0). Use whole, varied
+    texts: the last ``heldout_fraction`` of the samples (at least one) are held back to measure the
+    choice and the sizes on, the rest fit the bases. Positions below ``sinks`` are left out.
+    model: the model's fingerprint, which the calibration and the files made with it are bound to:
+    16 bytes, or the 32 hex digits ``kvcodec tokenize --json`` prints as "fingerprint" (None: all
+    zeros, no model named). rope: the model's RoPE (``Rope``), so keys are fitted at position 0, as
+    kvtc codes them; pass None only for a model whose keys carry no RoPE (kvtc then codes keys as
+    stored).
     grouping ("layer", "layer-head", "all"), quantizer ("token-group", "component") and group_size
     (token-group; 0: the best of 8, 16, 32) default to the best measured; ratios: the target ratios
     of the ladder (default 4 to 64). The result is loaded in this process; ``save`` writes it.
@@ -139,8 +151,8 @@ def calibrate(samples, *, model=None, rope: Rope | None, grouping: str | None = 
     for i, sample in enumerate(samples):
         if not isinstance(sample, (tuple, list)) or len(sample) not in (2, 3):
             raise InvalidArgumentError(f"sample {i} is not (k, v) or (k, v, pos_begin)")
-        kb, dtype = from_tensor(sample[0], "k")
-        vb, v_dtype = from_tensor(sample[1], "v")
+        kb, dtype = _kv_buffer(sample[0], "k")
+        vb, v_dtype = _kv_buffer(sample[1], "v")
         if dtype != v_dtype:
             raise InvalidArgumentError(f"sample {i}: k is {dtype} but v is {v_dtype}")
         pos = _int_in(sample[2], f"sample {i}'s pos_begin", 0, _I32) if len(sample) == 3 else 0
@@ -148,7 +160,7 @@ def calibrate(samples, *, model=None, rope: Rope | None, grouping: str | None = 
     rope_tuple = None if rope is None else (_text(str(rope.style), "rope style"),
                                             _int_in(rope.n_rot, "rope n_rot", 0, _U32), float(rope.base),
                                             float(rope.freq_scale))
-    info, report = _kvcodec.calibrate(windows, model, rope_tuple, _text(grouping or "", "grouping"),
+    info, report = _kvcodec.calibrate(windows, _fingerprint(model), rope_tuple, _text(grouping or "", "grouping"),
                                       _text(quantizer or "", "quantizer"),
                                       _int_in(group_size, "group_size", 0, _U32),
                                       _int_in(chunk_tokens, "chunk_tokens", 0, _U32),
@@ -163,16 +175,17 @@ def encode(k, v, codec: str = "kvtc", level: str | None = None, *, calibration: 
 
     codec: "raw", "planes", "quant", "rotquant", "kvtc", "cachegen" or "video" (see codecs());
     level: the codec's level name (None: its default). kvtc needs a calibration, and encodes for
-    its model; other codecs take ``model`` (16 bytes or 32 hex digits, as the C++ side's
-    fingerprint) to bind the file to a model. pos_begin: the sequence position of token 0 (kvtc undoes RoPE from it).
+    its model; other codecs take ``model`` (the model's fingerprint: 16 bytes, or 32 hex digits as
+    ``kvcodec tokenize --json`` prints it) to bind the file to a model. pos_begin: the sequence
+    position of token 0 (kvtc undoes RoPE from it).
     """
-    kb, dtype = from_tensor(k, "k")
-    vb, v_dtype = from_tensor(v, "v")
+    kb, dtype = _kv_buffer(k, "k")
+    vb, v_dtype = _kv_buffer(v, "v")
     if dtype != v_dtype:
         raise InvalidArgumentError(f"k is {dtype} but v is {v_dtype}")
     if calibration is None and codec == "kvtc":
         raise InvalidArgumentError("kvtc needs a calibration (kvcodec.Calibration.load(path))")
-    model = _model_of(model, calibration)
+    model = _fingerprint(_model_of(model, calibration))
     return _kvcodec.encode(kb, vb, dtype, _text(codec, "codec"), _text("" if level is None else str(level), "level"),
                            {_text(str(a), "a param's name"): _text(str(b), "a param's value")
                             for a, b in (params or {}).items()}, model,
@@ -182,12 +195,22 @@ def encode(k, v, codec: str = "kvtc", level: str | None = None, *, calibration: 
 def decode(data, *, model=None, framework: str | None = None):
     """(k, v) of a .kvc file, in the dtype it was encoded from.
 
-    framework: "numpy" or "torch" (None: numpy, or torch for bfloat16, which numpy lacks).
-    model: when given, a file made for another model is an error. A damaged or hostile file
-    raises CorruptError (or another kvcodec.Error); it never crashes the process.
+    framework: "numpy", "torch" or "memoryview" (None: numpy, or torch for bfloat16, which numpy
+    lacks; memoryview where numpy is not installed). A memoryview is 4-D, format "e" (float16),
+    "f" (float32) or "h" (bfloat16's bits as int16); it shares the decoded memory, as the arrays do.
+    model: when given (as ``encode`` takes it), a file made for another model is an error. A
+    damaged or hostile file raises CorruptError (or another kvcodec.Error); it never crashes the
+    process.
     """
-    k, v, dtype, _ = _kvcodec.decode(_as_bytes(data), model)
-    return to_output(k, dtype, framework), to_output(v, dtype, framework)
+    if framework not in (None, "numpy", "torch", "memoryview"):
+        raise InvalidArgumentError(f"framework must be 'numpy', 'torch' or 'memoryview', not {framework!r}")
+    if framework in ("numpy", "torch") and _np is None:
+        raise InvalidArgumentError(f"framework={framework!r} needs numpy, which is not installed "
+                                   "(pip install numpy, or decode(..., framework='memoryview'))")
+    k, v, dtype, _ = _kvcodec.decode(_as_bytes(data), _fingerprint(model))
+    if framework == "memoryview" or _np is None:
+        return k, v
+    return _arrays.to_output(_np.asarray(k), dtype, framework), _arrays.to_output(_np.asarray(v), dtype, framework)
 
 
 def inspect(data) -> dict:
@@ -235,8 +258,10 @@ class Store:
 
 def chunk_keys(model, tokens, chunk_tokens: int = DEFAULT_CHUNK_TOKENS) -> list:
     """The 16-byte keys of the whole chunks of ``tokens``: chunk i's key hashes the model and every
-    token up to its end, exactly as the C++ side (and so ``kvcodec run`` / ``serve``) computes it."""
-    return _kvcodec.chunk_keys(model, _token_ids(tokens), _int_in(chunk_tokens, "chunk_tokens", 1, _U32))
+    token up to its end, exactly as the C++ side (and so ``kvcodec run`` / ``serve``) computes it.
+    model: the model's fingerprint (16 bytes, or the 32 hex digits ``kvcodec tokenize --json``
+    prints; None: all zeros)."""
+    return _kvcodec.chunk_keys(_fingerprint(model), _token_ids(tokens), _int_in(chunk_tokens, "chunk_tokens", 1, _U32))
 
 
 def store_chunks(store: Store, k, v, tokens, *, model=None, calibration: Calibration | None = None, rungs=None,
@@ -252,8 +277,8 @@ def store_chunks(store: Store, k, v, tokens, *, model=None, calibration: Calibra
     it stores and fetches raw fp16 alone). kvtc needs a calibration (its model
     names the chunks). Returns {"chunks": written, "bytes": their encoded bytes}.
     """
-    kb, dtype = from_tensor(k, "k")
-    vb, v_dtype = from_tensor(v, "v")
+    kb, dtype = _kv_buffer(k, "k")
+    vb, v_dtype = _kv_buffer(v, "v")
     if dtype != v_dtype:
         raise InvalidArgumentError(f"k is {dtype} but v is {v_dtype}")
     rungs = [("raw", "fp16"), ("quant", "8")] if rungs is None else [
@@ -261,7 +286,7 @@ def store_chunks(store: Store, k, v, tokens, *, model=None, calibration: Calibra
     model = _model_of(model, calibration)
     if any(codec == "kvtc" for codec, _ in rungs) and calibration is None:
         raise InvalidArgumentError("a kvtc rung needs a calibration (kvcodec.Calibration.load(path))")
-    return store._store.store_chunks(kb, vb, dtype, _token_ids(tokens), model,
+    return store._store.store_chunks(kb, vb, dtype, _token_ids(tokens), _fingerprint(model),
                                      _int_in(chunk_tokens, "chunk_tokens", 1, _U32), rungs,
                                      _int_in(first_chunk, "first_chunk", 0, _U32))
 
@@ -330,14 +355,61 @@ def _model_of(model, calibration):
     """The model a call names: the calibration's, which ``model`` (if given) must match."""
     if calibration is None:
         return model
-    if model is not None and _fingerprint_hex(model) != calibration.model:
+    if model is not None and _fingerprint(model).hex() != calibration.model:
         raise InvalidArgumentError("model differs from the calibration's model")
     return calibration.model
 
 
-def _fingerprint_hex(model) -> str:
-    if isinstance(model, (bytes, bytearray)) and len(model) == 16:
-        return bytes(model).hex()
-    if isinstance(model, str) and len(model) == 32:
-        return model.lower()
-    raise InvalidArgumentError("a model fingerprint is 16 bytes or 32 hex digits")
+_HEX_FINGERPRINT = re.compile(r"[0-9a-fA-F]{32}")
+
+
+def _fingerprint(model):
+    """A model as the native part takes it: None (no model: all zeros) or its 16-byte fingerprint,
+    given as bytes (bytearray, memoryview) or as the 32 hex digits kvcodec prints it as (`kvcodec
+    tokenize --json`'s "fingerprint", `kvcodec inspect`'s model, ``Calibration.model``)."""
+    if model is None:
+        return None
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        fingerprint = bytes(model)
+        if len(fingerprint) == 16:
+            return fingerprint
+        what = f"{len(fingerprint)} bytes"
+    elif isinstance(model, str):
+        if _HEX_FINGERPRINT.fullmatch(model):
+            return bytes.fromhex(model)
+        what = f"the str {model[:40]!r}" + ("..." if len(model) > 40 else "")
+    else:
+        what = type(model).__name__
+    raise InvalidArgumentError(
+        "model must be the model's 16-byte fingerprint, as bytes or as the 32 hex digits `kvcodec tokenize "
+        f"--json` prints as \"fingerprint\" (None: no model), not {what}")
+
+
+# The buffer formats (struct syntax) K and V may come in without numpy, and their kvcodec dtypes.
+_BUFFER_DTYPES = {"e": "f16", "f": "f32"}
+
+
+def _kv_buffer(x, name: str):
+    """(a C-contiguous buffer, kvcodec dtype name) of K or V: numpy arrays and torch tensors as
+    _arrays takes them (where numpy is installed), anything else that exports a 4-D float16 or
+    float32 buffer (a memoryview, what decode returns without numpy) as it is, uncopied."""
+    if _np is not None and (isinstance(x, _np.ndarray) or _arrays.torch_of(x) is not None):
+        return _arrays.from_tensor(x, name)
+    try:
+        view = memoryview(x)
+    except TypeError:
+        torch = sys.modules.get("torch")
+        hint = " (torch tensors need numpy)" if torch is not None and isinstance(x, torch.Tensor) else ""
+        raise InvalidArgumentError(f"{name} must be a numpy array, a torch tensor or a 4-D float16/float32 "
+                                   f"buffer such as a memoryview, not {type(x).__name__}{hint}") from None
+    fmt = view.format
+    if fmt[:1] in ("@", "=") or (fmt[:1] == "<" and sys.byteorder == "little"):
+        fmt = fmt[1:]
+    dtype = _BUFFER_DTYPES.get(fmt)
+    if dtype is None:
+        raise InvalidArgumentError(f"{name} is a buffer of format {view.format!r}; kvcodec takes float16 ('e') "
+                                   "or float32 ('f') buffers (bfloat16 through torch)")
+    _kvcodec.check_shape(name, list(view.shape), dtype)
+    if not view.c_contiguous:
+        raise InvalidArgumentError(f"{name} is not C-contiguous")
+    return view, dtype

@@ -161,3 +161,87 @@ def test_text_that_has_no_utf8_form_raises_invalid_argument():
     for call in calls:
         with pytest.raises(kvcodec.InvalidArgumentError):
             call()
+
+
+def test_a_4d_buffer_is_taken_as_the_array_it_holds(real_kv):
+    k, v, model, _ = real_kv
+    for dtype in (np.float16, np.float32):
+        ka, va = k.astype(dtype), v.astype(dtype)
+        as_arrays = kvcodec.encode(ka, va, "quant", "8", model=model)
+        assert kvcodec.encode(memoryview(ka), memoryview(va), "quant", "8", model=model) == as_arrays
+        k2, v2 = kvcodec.decode(as_arrays, framework="memoryview")
+        assert isinstance(k2, memoryview) and k2.shape == ka.shape and k2.format == np.dtype(dtype).char
+        assert np.array_equal(np.asarray(k2), kvcodec.decode(as_arrays)[0])
+        assert kvcodec.encode(k2, v2, "raw") == kvcodec.encode(np.asarray(k2), np.asarray(v2), "raw")
+    with pytest.raises(kvcodec.InvalidArgumentError, match="format 'd'"):
+        kvcodec.encode(memoryview(k.astype(np.float64)), memoryview(v.astype(np.float64)), "raw")
+    with pytest.raises(kvcodec.InvalidArgumentError, match="4 dimensions"):
+        kvcodec.encode(memoryview(k.reshape(-1)), memoryview(v.reshape(-1)), "raw")
+    with pytest.raises(kvcodec.InvalidArgumentError, match="C-contiguous"):
+        kvcodec.encode(memoryview(k[:, ::2]), memoryview(v[:, ::2]), "raw")
+    with pytest.raises(kvcodec.InvalidArgumentError, match="memoryview"):
+        kvcodec.encode([[[[1.0]]]], [[[[1.0]]]], "raw")
+    with pytest.raises(kvcodec.InvalidArgumentError, match="framework"):
+        kvcodec.decode(kvcodec.encode(k, v, "raw"), framework="jax")
+
+
+def test_a_model_is_its_fingerprint_as_bytes_or_hex(real_kv):
+    k, v, model, _ = real_kv
+    k, v = k[:, :16], v[:, :16]
+    fingerprint = bytes.fromhex(model)
+    files = {kvcodec.encode(k, v, "quant", "8", model=m)
+             for m in (model, model.upper(), fingerprint, bytearray(fingerprint), memoryview(fingerprint))}
+    assert len(files) == 1 and kvcodec.inspect(files.pop())["model_fingerprint"] == model
+    assert kvcodec.chunk_keys(model, range(512)) == kvcodec.chunk_keys(fingerprint, range(512))
+    for wrong in ("meta-llama/Llama-3.2-1B", model[:31], model + "0", "0x" + model[2:], fingerprint[:15], 7,
+                  "\ud800" * 32):
+        with pytest.raises(kvcodec.InvalidArgumentError, match="tokenize --json"):
+            kvcodec.encode(k, v, "quant", "8", model=wrong)
+        with pytest.raises(kvcodec.InvalidArgumentError, match="16-byte fingerprint"):
+            kvcodec.chunk_keys(wrong, range(256))
+
+
+# Run in a child interpreter where `import numpy` fails, as in a venv without it: the whole core
+# API on memoryviews, giving the bytes numpy's arrays give (written by the parent to compare).
+WITHOUT_NUMPY = r"""
+import array, random, sys
+sys.modules["numpy"] = None  # import numpy raises ImportError
+import kvcodec
+
+expected = open(sys.argv[1], "rb").read()
+model = sys.argv[2]
+random.seed(1)
+values = array.array("f", (random.gauss(0, 1) for _ in range(2 * 64 * 2 * 16)))
+k = memoryview(values).cast("B").cast("f", (2, 64, 2, 16))
+data = kvcodec.encode(k, k, "quant", "8", model=model)
+assert data == expected, "a memoryview encodes as the array holding the same values"
+assert kvcodec.inspect(data)["n_tokens"] == 64
+k2, v2 = kvcodec.decode(data, model=bytes.fromhex(model))
+assert isinstance(k2, memoryview) and k2.shape == (2, 64, 2, 16) and k2.format == "f"
+assert max(abs(a - b) for a, b in zip(k2.cast("B").cast("f"), values)) < 0.1
+half = kvcodec.decode(kvcodec.encode(k, k, "raw"))[0]
+try:
+    kvcodec.decode(data, framework="numpy")
+    raise AssertionError("framework='numpy' without numpy")
+except kvcodec.InvalidArgumentError as e:
+    assert "needs numpy" in str(e)
+store = kvcodec.Store("mem://")
+name = kvcodec.chunk_object_name(kvcodec.chunk_keys(model, range(64), 64)[0], "quant", "8")
+store.put(name, data)
+assert store.get(name) == data
+assert "numpy" not in sys.modules or sys.modules["numpy"] is None
+print("ok")
+"""
+
+
+def test_the_core_api_works_without_numpy(tmp_path, real_kv):
+    import subprocess
+    import sys
+
+    model = real_kv[2]
+    rng = __import__("random").Random(1)
+    values = np.array([rng.gauss(0, 1) for _ in range(2 * 64 * 2 * 16)], np.float32).reshape(2, 64, 2, 16)
+    (tmp_path / "expected.kvc").write_bytes(kvcodec.encode(values, values, "quant", "8", model=model))
+    result = subprocess.run([sys.executable, "-c", WITHOUT_NUMPY, tmp_path / "expected.kvc", model],
+                            capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr

@@ -1,10 +1,11 @@
 // The Python package's native part (kvcodec._kvcodec): codecs, calibrations, stores and chunk keys
 // over K and V arrays in kvcodec's layout [layers, tokens, kv_heads, head_dim]. python/kvcodec/
-// wraps it: numpy and torch tensors in, the same dtype out. Every error is a kvcodec.Error
-// subclass carrying the library's one-line message; no C++ exception reaches Python otherwise.
+// wraps it: numpy and torch tensors (or any 4-D buffer) in, the same dtype out. It takes and gives
+// buffers only (the buffer protocol, never numpy's C API), so the package works where numpy is not
+// installed. Every error is a kvcodec.Error subclass carrying the library's one-line message; no
+// C++ exception reaches Python otherwise.
 #include "python/kvcodec_python.h"
 
-#include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
 #include <cstring>
@@ -218,14 +219,38 @@ py::bytes Encode(const py::buffer& k, const py::buffer& v, const std::string& dt
   return py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
 
-// K and V of a decoded file as two buffers sharing the decoded cache (no copy out), with the
-// file's dtype name, shape and first position; the Python layer makes numpy or torch of them.
+// K or V of a decoded file, exported through the buffer protocol: memoryview() reads it without
+// numpy, and numpy.asarray (then torch.from_numpy) wraps it without a copy. Both halves share the
+// decoded cache, which lives as long as either of them or any view of them does.
+class DecodedHalf {
+ public:
+  DecodedHalf(std::shared_ptr<KvCache> cache, KvKind kind) : cache_(std::move(cache)), kind_(kind) {}
+
+  py::buffer_info Buffer() const {
+    const KvShape shape = cache_->shape();
+    const DType dtype = cache_->dtype();
+    const auto item = static_cast<ssize_t>(DTypeSize(dtype));
+    const std::vector<ssize_t> dims = {shape.n_layers, shape.n_tokens, shape.n_kv_heads, shape.head_dim};
+    const std::vector<ssize_t> strides = {dims[1] * dims[2] * dims[3] * item, dims[2] * dims[3] * item, dims[3] * item,
+                                          item};
+    // bf16 has no buffer format: its bits go out as int16 (torch views them as bfloat16 again).
+    const char* format = dtype == DType::kF32 ? "f" : dtype == DType::kF16 ? "e" : "h";
+    return py::buffer_info(cache_->Bytes(kind_).data(), item, format, 4, dims, strides, /*readonly=*/false);
+  }
+
+ private:
+  std::shared_ptr<KvCache> cache_;
+  KvKind kind_;
+};
+
+// K and V of a decoded file as two 4-D memoryviews sharing the decoded cache (no copy out), with
+// the file's dtype name and first position; the Python layer makes numpy or torch of them.
 py::tuple Decode(const py::buffer& data, const py::object& model) {
   const ByteBuffer input = RequestBytes(data);
   const std::span<const uint8_t> bytes = input.bytes();
   const bool check_model = !model.is_none();
   const ModelFingerprint fp = FingerprintFrom(model);
-  auto cache = std::make_unique<KvCache>();
+  auto cache = std::make_shared<KvCache>();
   {
     py::gil_scoped_release unlocked;
     const CodecContext context{&Calibrations(), check_model ? &fp : nullptr, nullptr};
@@ -233,15 +258,10 @@ py::tuple Decode(const py::buffer& data, const py::object& model) {
     py::gil_scoped_acquire locked;
     *cache = Take(std::move(decoded));
   }
-  const KvShape shape = cache->shape();
   const DType dtype = cache->dtype();
   const int32_t pos_begin = cache->pos_begin();
-  KvCache* raw = cache.release();
-  const py::capsule owner(raw, [](void* p) { delete static_cast<KvCache*>(p); });
-  const std::string format = dtype == DType::kF32 ? "f" : dtype == DType::kF16 ? "e" : "h";  // bf16 as int16 bits
-  const std::vector<ssize_t> dims = {shape.n_layers, shape.n_tokens, shape.n_kv_heads, shape.head_dim};
-  auto array_of = [&](KvKind kind) { return py::array(py::dtype(format), dims, raw->Bytes(kind).data(), owner); };
-  return py::make_tuple(array_of(KvKind::kKey), array_of(KvKind::kValue), DTypeName(dtype), pos_begin);
+  auto view_of = [&](KvKind kind) { return py::memoryview(py::cast(DecodedHalf(cache, kind))); };
+  return py::make_tuple(view_of(KvKind::kKey), view_of(KvKind::kValue), DTypeName(dtype), pos_begin);
 }
 
 // The codec alone on the same arrays, each call timed in C++ with no Python in the loop: the
@@ -551,6 +571,7 @@ void DefineBindings(py::module_& m) {
   m.def("chunk_keys", &ChunkKeysOf, py::arg("model"), py::arg("tokens"), py::arg("chunk_tokens"));
   m.def("chunk_object_name", &ObjectName, py::arg("key"), py::arg("codec"), py::arg("level"));
   m.attr("default_chunk_tokens") = kDefaultChunkTokens;
+  py::class_<DecodedHalf>(m, "_DecodedHalf", py::buffer_protocol()).def_buffer(&DecodedHalf::Buffer);
   py::class_<PyStore>(m, "Store")
       .def(py::init<const std::string&, const std::string&, uint64_t, uint32_t>(), py::arg("url"), py::arg("secret"),
            py::arg("capacity_bytes"), py::arg("timeout_ms"))
