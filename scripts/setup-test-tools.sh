@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the tools the serve tests check the server with (tests/serve): promtool, which lints
-# GET /metrics, and the official OpenAI Node SDK, which the server must work with unchanged.
-# Both go into the cache outside the clone, keyed by the versions pinned in
+# GET /metrics, and the JS clients the server must work with unchanged: the official OpenAI Node
+# SDK, LangChain JS's @langchain/openai and the Vercel AI SDK with @ai-sdk/openai-compatible.
+# Each goes into its own entry of the cache outside the clone, keyed by the versions pinned in
 # tests/serve/tool_versions.env; quick when they are there. Non-interactive (CI), prints nothing
 # on stdout, and fails if a tool cannot be installed.
 set -euo pipefail
@@ -11,7 +12,8 @@ source tests/serve/tool_versions.env
 log() { echo "[test-tools] $*" >&2; }
 
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+cleanup=("$tmp")
+trap 'rm -rf "${cleanup[@]}"' EXIT
 
 # Debian's prometheus package cannot simply be installed: its postinst wants a service user and
 # starts a daemon. promtool is one static binary, so only it is taken out of the .deb.
@@ -37,25 +39,45 @@ if [[ ! -x $PROMTOOL ]]; then
 fi
 "$PROMTOOL" --version >/dev/null
 
-sdk_dir=$(dirname "$OPENAI_NODE_MODULES")
-if [[ ! -f $OPENAI_NODE_MODULES/openai/package.json ]]; then
-  command -v npm >/dev/null || { log "npm is missing (scripts/setup.sh installs it)"; exit 1; }
-  log "installing openai@$OPENAI_NODE_VERSION from the npm registry"
-  # Into a temp dir beside the cache entry, then one rename: an interrupted install never leaves
-  # a half-filled entry that a later run would take for finished.
-  mkdir -p "$KVCODEC_TOOLS_CACHE"
-  work=$(mktemp -d "$sdk_dir.work.XXXXXX")
-  trap 'rm -rf "$tmp" "$work"' EXIT
-  # The SDK declares node >= 22 (npm warns, does not refuse); tests/serve passes on Node 20 too.
-  (cd "$work" && echo '{"private": true}' >package.json &&
-    npm install --no-audit --no-fund --no-update-notifier --loglevel=error \
-      "openai@$OPENAI_NODE_VERSION") >&2
-  [[ -f $work/node_modules/openai/package.json ]] || { log "npm installed no openai package"; exit 1; }
-  rm -rf "$sdk_dir"
-  chmod 755 "$work"
-  mv "$work" "$sdk_dir"
-fi
-if command -v node >/dev/null; then
-  node -e 'require(process.argv[1])' "$OPENAI_NODE_MODULES/openai" \
-    || { log "the OpenAI SDK in $sdk_dir does not load"; exit 1; }
-fi
+# npm_install_cached NODE_MODULES PACKAGE@VERSION...: installs the packages (npm adds their peers)
+# into NODE_MODULES's folder unless all of them are there, then checks that each one loads.
+npm_install_cached() {
+  local modules=$1
+  shift
+  local entry
+  entry=$(dirname "$modules")
+  local missing=0 spec
+  for spec in "$@"; do [[ -f $modules/${spec%@*}/package.json ]] || missing=1; done
+  if ((missing)); then
+    command -v npm >/dev/null || { log "npm is missing (scripts/setup.sh installs it)"; exit 1; }
+    log "installing $* from the npm registry"
+    # Into a temp dir beside the cache entry, then one rename: an interrupted install never
+    # leaves a half-filled entry that a later run would take for finished.
+    mkdir -p "$KVCODEC_TOOLS_CACHE"
+    local work
+    work=$(mktemp -d "$entry.work.XXXXXX")
+    cleanup+=("$work")
+    (cd "$work" && echo '{"private": true}' >package.json &&
+      npm install --no-audit --no-fund --no-update-notifier --loglevel=error "$@") >&2 \
+      || { log "npm could not install $*"; exit 1; }
+    for spec in "$@"; do
+      [[ -f $work/node_modules/${spec%@*}/package.json ]] || { log "npm installed no ${spec%@*}"; exit 1; }
+    done
+    rm -rf "$entry"
+    chmod 755 "$work"
+    mv "$work" "$entry"
+  fi
+  if command -v node >/dev/null; then
+    for spec in "$@"; do
+      node -e 'require(process.argv[1])' "$modules/${spec%@*}" \
+        || { log "${spec%@*} in $entry does not load"; exit 1; }
+    done
+  fi
+}
+
+# Some declare node >= 22 (npm warns, does not refuse); tests/serve passes on Node 20 too.
+npm_install_cached "$OPENAI_NODE_MODULES" "openai@$OPENAI_NODE_VERSION"
+npm_install_cached "$LANGCHAIN_NODE_MODULES" "@langchain/openai@$LANGCHAIN_OPENAI_VERSION" \
+  "@langchain/core@$LANGCHAIN_CORE_VERSION"
+npm_install_cached "$VERCEL_AI_NODE_MODULES" "ai@$AI_SDK_VERSION" \
+  "@ai-sdk/openai-compatible@$AI_SDK_OPENAI_COMPATIBLE_VERSION" "zod@$AI_SDK_ZOD_VERSION"

@@ -1,59 +1,20 @@
 // Drives `kvcodec serve` with the official OpenAI Node SDK, unchanged, as an application would:
-// a drop-in server must answer every call the SDK makes with what the SDK expects. Each check
-// runs on its own and prints "ok NAME" or "FAIL NAME: why"; the exit status is 1 if any failed.
-// Run by run_openai_compat.sh, which starts the server and sets
-//   BASE_URL (http://host:port/v1), API_KEY, OPENAI_NODE_MODULES (the SDK's cached node_modules).
-import { createRequire } from 'node:module';
-import path from 'node:path';
+// a drop-in server must answer every call the SDK makes with what the SDK expects.
+// Run by run_node_client.sh (see client_checks.mjs).
+import { API_KEY, BASE_URL, check, clientFetch, describe, eq, finish, once, rejection, requireClient, step, stopCase }
+  from './client_checks.mjs';
 
-const { BASE_URL, API_KEY, OPENAI_NODE_MODULES } = process.env;
-if (!BASE_URL || !API_KEY || !OPENAI_NODE_MODULES) {
-  console.error('openai_compat.mjs: set BASE_URL, API_KEY and OPENAI_NODE_MODULES (run_openai_compat.sh does)');
-  process.exit(2);
-}
-// The SDK lives in a cache outside the clone, where an ESM import cannot look; resolve it from
-// there as a module beside it would.
-const { OpenAI } = createRequire(path.join(OPENAI_NODE_MODULES, 'resolve-from-here.js'))('openai');
+const { OpenAI } = requireClient('openai');
 
 // No retries: a retried failure would hide what the server answered first.
-const client = new OpenAI({ baseURL: BASE_URL, apiKey: API_KEY, maxRetries: 0, timeout: 60_000 });
+const client = new OpenAI({ baseURL: BASE_URL, apiKey: API_KEY, maxRetries: 0, timeout: 60_000, fetch: clientFetch });
 let model = 'kvtiny';  // replaced by what models.list says, if it answers
 
-const failures = [];
-async function step(name, fn) {
-  try {
-    await fn();
-    console.log(`ok ${name}`);
-  } catch (e) {
-    failures.push(name);
-    console.log(`FAIL ${name}: ${describe(e)}`);
-  }
-}
-function describe(e) {
-  if (e instanceof OpenAI.APIError) return `SDK threw ${e.constructor.name} (status ${e.status}): ${e.message}`;
-  return e instanceof Error ? e.message : String(e);
-}
-function check(cond, what) {
-  if (!cond) throw new Error(what);
-}
-function eq(actual, expected, what) {
-  if (actual !== expected) throw new Error(`${what}: got ${JSON.stringify(actual)}, want ${JSON.stringify(expected)}`);
-}
 async function expectError(promise, Cls, status) {
-  try {
-    await promise;
-  } catch (e) {
-    check(e instanceof Cls, `want ${Cls.name}, got ${describe(e)}`);
-    eq(e.status, status, 'status');
-    return e;
-  }
-  throw new Error(`the request succeeded; want ${Cls.name} (status ${status})`);
-}
-// Several checks compare with the same greedy answer; a failed one is asked again by the next.
-const memo = new Map();
-function once(key, fn) {
-  if (!memo.has(key)) memo.set(key, fn().catch((e) => { memo.delete(key); throw e; }));
-  return memo.get(key);
+  const e = await rejection(promise);
+  check(e instanceof Cls, `want ${Cls.name}, got ${describe(e)}`);
+  eq(e.status, status, 'status');
+  return e;
 }
 
 const PROMPT = 'The people went up to the city and';
@@ -137,31 +98,19 @@ await step('chat.completions.stream finalChatCompletion', async () => {
   eq(final.choices[0].message.content, base.choices[0].message.content, 'final content vs the non-streaming content');
 });
 
-// A stop string cut from a greedy answer T at its first occurrence i must end the same request
-// with T.slice(0, i): the server must match stop strings across token boundaries.
-const stopCase = () => once('stop', async () => {
-  for (const prompt of ['And it came to pass, when the king', PROMPT, 'In the beginning God created']) {
-    const r = await client.completions.create({ model, prompt, max_tokens: 24 });
-    const text = r.choices[0].text;
-    for (const len of [3, 2, 4]) {
-      for (let i = 3; i + len <= text.length; i++) {
-        const stop = text.slice(i, i + len);
-        if (text.indexOf(stop) === i) return { prompt, text, stop, i };
-      }
-    }
-  }
-  throw new Error('no greedy answer long enough to cut a stop string from');
-});
+const stopPrompts = ['And it came to pass, when the king', PROMPT, 'In the beginning God created'];
+const longGreedyText = async (prompt) => (await client.completions.create({ model, prompt, max_tokens: 24 })).choices[0].text;
+const greedyStopCase = () => once('stop', () => stopCase(stopPrompts, longGreedyText));
 
 await step('completions.create stop', async () => {
-  const { prompt, text, stop, i } = await stopCase();
+  const { prompt, text, stop, i } = await greedyStopCase();
   const r = await client.completions.create({ model, prompt, max_tokens: 24, stop: [stop] });
   eq(r.choices[0].text, text.slice(0, i), `text with stop ${JSON.stringify(stop)} (greedy text ${JSON.stringify(text)})`);
   eq(r.choices[0].finish_reason, 'stop', 'finish_reason');
 });
 
 await step('completions.create stop stream', async () => {
-  const { prompt, text, stop, i } = await stopCase();
+  const { prompt, text, stop, i } = await greedyStopCase();
   const s = await streamedCompletion({ model, prompt, max_tokens: 24, stop: [stop] });
   eq(s.text, text.slice(0, i), `streamed text with stop ${JSON.stringify(stop)} (greedy text ${JSON.stringify(text)})`);
   eq(s.finish, 'stop', 'finish_reason');
@@ -213,7 +162,7 @@ await step('seed reproducibility', async () => {
 });
 
 await step('wrong API key is a 401', async () => {
-  const wrong = new OpenAI({ baseURL: BASE_URL, apiKey: 'wrong', maxRetries: 0, timeout: 60_000 });
+  const wrong = new OpenAI({ baseURL: BASE_URL, apiKey: 'wrong', maxRetries: 0, timeout: 60_000, fetch: clientFetch });
   await expectError(wrong.completions.create({ model, prompt: PROMPT, max_tokens: 1 }), OpenAI.AuthenticationError, 401);
 });
 
@@ -225,8 +174,4 @@ await step('tools is a 400 naming it', async () => {
   check(/tools/.test(e.message), `the message does not name tools: ${e.message}`);
 });
 
-if (failures.length) {
-  console.log(`${failures.length} failed: ${failures.join(', ')}`);
-  process.exit(1);
-}
-console.log('all OpenAI SDK checks passed');
+finish('OpenAI SDK');
