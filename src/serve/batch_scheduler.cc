@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "base/clock.h"
 #include "base/log.h"
@@ -14,6 +15,7 @@ ServeRequest::ServeRequest(std::vector<int32_t> tokens, GenerationOptions option
     : tokens_(std::move(tokens)), options_(std::move(options)), arrived_(SteadyClock::now()) {
   generation_.prompt_tokens = static_cast<uint32_t>(tokens_.size());
   generation_.finish_reasons.assign(options_.n, "length");
+  generation_.stop_words.assign(options_.n, "");
 }
 
 ServeRequest::Next ServeRequest::NextPiece(Piece* piece, std::chrono::milliseconds timeout) {
@@ -26,7 +28,8 @@ ServeRequest::Next ServeRequest::NextPiece(Piece* piece, std::chrono::millisecon
 }
 
 void ServeRequest::Push(Piece piece) {
-  if (piece.text.empty() && piece.logprobs.empty()) return;  // a token that only began a character
+  // A token that only began a character, with nothing else: its id goes out with the next piece.
+  if (piece.text.empty() && piece.logprobs.empty() && piece.tokens.empty()) return;
   std::lock_guard lock(mu_);
   pieces_.push_back(std::move(piece));
   cv_.notify_all();
@@ -93,6 +96,10 @@ BatchScheduler::BatchScheduler(const LlamaModel& model, LlamaSession& session, c
       if (buffer.ok()) spare_prefixes_.push_back(std::move(*buffer));
     }
   }
+  // Sized before any thread runs: Sequences() and EraseSequence() read them from any thread.
+  hot_.assign(o_.parallel, {});
+  seq_busy_.assign(o_.parallel, 0);
+  seq_prompt_tokens_.assign(o_.parallel, 0);
   const uint32_t fetchers = o_.reuse ? (o_.fifo ? 1 : std::max(1u, o_.fetch_threads)) : 0;
   if (fetchers > 0) {
     // Each fetch has at most a decode per worker and one more on the link in flight (Fetcher).
@@ -310,10 +317,7 @@ void BatchScheduler::Fetch(ServeRequest& request) {
 void BatchScheduler::EngineLoop() {
   slots_.resize(o_.parallel);
   for (size_t i = 0; i < slots_.size(); ++i) slots_[i].seq = static_cast<int32_t>(i);
-  {
-    std::lock_guard lock(mu_);
-    hot_.assign(slots_.size(), {});
-  }
+
   auto busy = [&] {
     return std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.request != nullptr; });
   };
@@ -338,9 +342,28 @@ void BatchScheduler::EngineLoop() {
     std::vector<std::shared_ptr<ServeRequest>> too_wide;  // more choices than sequences
     {
       std::unique_lock lock(mu_);
-      engine_cv_.wait(
-          lock, [&] { return can_step() || !ready_.empty() || (stop_engine_ && to_fetch_.empty() && fetching_ == 0); });
-      if (!busy() && ready_.empty()) return;  // stopping, and nothing is left anywhere
+      engine_cv_.wait(lock, [&] {
+        return can_step() || !ready_.empty() || !erases_.empty() ||
+               (stop_engine_ && to_fetch_.empty() && fetching_ == 0);
+      });
+      // Erases first: a free sequence's KV dropped, so no request admitted below continues it.
+      for (; !erases_.empty(); erases_.pop_front()) {
+        auto& [seq, held] = erases_.front();
+        uint32_t erased = 0;
+        if (seq >= 0 && static_cast<size_t>(seq) < slots_.size() &&
+            slots_[static_cast<size_t>(seq)].request == nullptr) {
+          Slot& s = slots_[static_cast<size_t>(seq)];
+          erased = static_cast<uint32_t>(s.resident.size());
+          session_.ClearSeq(s.seq);
+          s.resident.clear();
+          s.stored_chunks = 0;
+          s.stored.clear();
+          hot_[static_cast<size_t>(seq)].clear();
+        }
+        held.set_value(erased);
+      }
+      if (!busy() && ready_.empty() && stop_engine_ && to_fetch_.empty() && fetching_ == 0) return;
+      if (!busy() && ready_.empty()) continue;
       // In arrival order: a request of n choices waits for n free sequences at once, and the
       // ones behind it wait with it.
       for (std::vector<Slot*> free = free_slots(); !ready_.empty(); free = free_slots()) {
@@ -376,6 +399,8 @@ void BatchScheduler::EngineLoop() {
           s.snapshots.clear();
           s.snapshots_failed = false;
           hot_[static_cast<size_t>(s.seq)].clear();
+          seq_busy_[static_cast<size_t>(s.seq)] = 1;
+          seq_prompt_tokens_[static_cast<size_t>(s.seq)] = static_cast<uint32_t>(request->tokens_.size());
         }
         request->open_choices_ = n;
         admitted.push_back(free[0]);
@@ -777,12 +802,16 @@ void BatchScheduler::Emit(Slot& slot, std::span<const float> logits) {
     c.pending.emplace_back(std::move(entry), c.produced + text.size());
   }
   c.produced += text.size();
-  Piece piece{slot.choice, c.stop.Push(text), {}};
+  Piece piece{slot.choice, c.stop.Push(text), {}, {}};
   // The log-probabilities of the tokens whose text is all out now.
   while (!c.pending.empty() && c.pending.front().second <= c.stop.emitted() && !c.stop.stopped()) {
     piece.logprobs.push_back(std::move(c.pending.front().first));
     c.pending.pop_front();
   }
+  // A token whose text is held back (part of a character, or maybe of a stop string) rides on
+  // the next piece that goes out.
+  c.unsent_tokens.push_back(token);
+  if (!piece.text.empty() || !piece.logprobs.empty()) piece.tokens = std::exchange(c.unsent_tokens, {});
   r.Push(std::move(piece));
   if (c.stop.stopped()) {
     Release(slot, Status::Ok(), "stop");
@@ -853,8 +882,11 @@ void BatchScheduler::Release(Slot& slot, Status status, const char* finish_reaso
       // (unless that completes a stop string). Text held back for a stop string that never came
       // goes out, with the log-probabilities of every token whose text was sent.
       ServeRequest::Choice& c = r.choices_[slot.choice];
-      Piece piece{slot.choice, c.stop.Push(c.utf8.Finish()), {}};
-      if (c.stop.stopped()) finish_reason = "stop";
+      Piece piece{slot.choice, c.stop.Push(c.utf8.Finish()), {}, std::exchange(c.unsent_tokens, {})};
+      if (c.stop.stopped()) {
+        finish_reason = "stop";
+        if (slot.choice < r.generation_.stop_words.size()) r.generation_.stop_words[slot.choice] = c.stop.stop_word();
+      }
       piece.text += c.stop.Finish();
       for (auto& [entry, end] : c.pending) {
         if (entry.text_offset < c.stop.emitted() || (!c.stop.stopped() && end <= c.stop.emitted())) {
@@ -876,10 +908,12 @@ void BatchScheduler::Release(Slot& slot, Status status, const char* finish_reaso
     keep = one_cache.ok() && *one_cache;
   }
   slot.released = ++releases_;
-  if (keep) {
+  {
     std::lock_guard lock(mu_);
-    hot_[static_cast<size_t>(slot.seq)] = slot.resident;
-  } else {
+    seq_busy_[static_cast<size_t>(slot.seq)] = 0;
+    if (keep) hot_[static_cast<size_t>(slot.seq)] = slot.resident;
+  }
+  if (!keep) {
     session_.ClearSeq(slot.seq);
     slot.resident.clear();
     slot.stored_chunks = 0;
@@ -905,6 +939,7 @@ void BatchScheduler::Release(Slot& slot, Status status, const char* finish_reaso
     metrics_.completion_tokens += r.generation_.completion_tokens;
     metrics_.fetched_bytes += r.generation_.fetched_bytes;
   }
+  r.generation_.total_s = SecondsSince(r.arrived_);
   r.Finish();
   std::lock_guard lock(mu_);
   --running_;
@@ -959,7 +994,37 @@ void BatchScheduler::StoreLoop() {
     // Popped only now, so that "nothing pending" means the chunks are in the store.
     std::lock_guard lock(mu_);
     store_jobs_.pop_front();
+    if (store_jobs_.empty()) stores_done_cv_.notify_all();
   }
+}
+
+std::vector<BatchScheduler::SequenceView> BatchScheduler::Sequences() {
+  std::lock_guard lock(mu_);
+  std::vector<SequenceView> out(hot_.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i].processing = seq_busy_[i] != 0;
+    out[i].prompt_tokens = seq_prompt_tokens_[i];
+    out[i].held = hot_[i];
+  }
+  return out;
+}
+
+uint32_t BatchScheduler::EraseSequence(int32_t seq) {
+  std::future<uint32_t> erased;
+  {
+    std::lock_guard lock(mu_);
+    if (stop_engine_ || seq < 0 || static_cast<size_t>(seq) >= hot_.size()) return 0;
+    std::promise<uint32_t> held;
+    erased = held.get_future();
+    erases_.emplace_back(seq, std::move(held));
+    engine_cv_.notify_one();
+  }
+  return erased.get();
+}
+
+void BatchScheduler::WaitForStores() {
+  std::unique_lock lock(mu_);
+  stores_done_cv_.wait(lock, [&] { return store_jobs_.empty(); });
 }
 
 BatchScheduler::Gauges BatchScheduler::gauges() {

@@ -36,6 +36,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -79,6 +80,7 @@ struct Piece {
   uint32_t choice = 0;
   std::string text;
   std::vector<TokenLogprob> logprobs;
+  std::vector<int32_t> tokens;  // the ids sampled since the choice's last piece
 };
 
 // What one request's generation did, for the response's usage block.
@@ -86,8 +88,10 @@ struct Generation {
   uint32_t prompt_tokens = 0, cached_tokens = 0;
   uint32_t completion_tokens = 0;           // all choices together, as OpenAI counts them
   std::vector<std::string> finish_reasons;  // per choice: "stop", "length" or "cancelled"
+  std::vector<std::string> stop_words;      // per choice: the stop string that ended it ("" none)
   uint64_t fetched_bytes = 0;
-  double ttft_s = 0;
+  double ttft_s = 0;   // arrival to the first token (queue, restore and prefill)
+  double total_s = 0;  // arrival to the end
 };
 
 // One request between the HTTP thread that owns its connection and the engine: the engine
@@ -125,6 +129,7 @@ class ServeRequest {
     size_t produced = 0;  // bytes out of utf8 so far
     // Log-probabilities of tokens whose text is not all sent yet, each with where its text ends.
     std::deque<std::pair<TokenLogprob, size_t>> pending;
+    std::vector<int32_t> unsent_tokens;  // sampled, not yet in a piece
   };
 
   const std::vector<int32_t> tokens_;
@@ -196,6 +201,20 @@ class BatchScheduler {
   // Serves every request already submitted, then drains the background stores and stops.
   void Stop();
 
+  // What a sequence is doing, as llama-server's GET /slots shows its slots.
+  struct SequenceView {
+    bool processing = false;     // a request has it
+    uint32_t prompt_tokens = 0;  // the prompt of the request that has it, or had it last
+    std::vector<int32_t> held;   // free: the tokens it holds (the hot tier); else empty
+  };
+  std::vector<SequenceView> Sequences();
+  // Frees what free sequence `seq` holds (the hot tier's KV); returns the tokens it held, 0 for a
+  // sequence a request has (nothing erased) or one out of range.
+  uint32_t EraseSequence(int32_t seq);
+  // Waits until every store job queued so far is done: a finished request's chunks are then in
+  // the store (or failed, which the log and /metrics tell).
+  void WaitForStores();
+
   struct Gauges {
     int waiting_for_kv = 0, waiting = 0, running = 0, store_pending = 0;
     uint64_t memory_bytes = 0, memory_chunks = 0;  // what the host-memory tier holds
@@ -260,6 +279,13 @@ class BatchScheduler {
   std::vector<KvCache> spare_prefixes_;
   // Per sequence: the tokens it holds while free (the hot tier); empty while a request has it.
   std::vector<std::vector<int32_t>> hot_;
+  // Per sequence: whether a request has it, and the prompt tokens of the one that has it or had
+  // it last (for Sequences()).
+  std::vector<uint8_t> seq_busy_;
+  std::vector<uint32_t> seq_prompt_tokens_;
+  // Sequences EraseSequence asked the engine to free, each with the promise of what it held.
+  std::deque<std::pair<int32_t, std::promise<uint32_t>>> erases_;
+  std::condition_variable stores_done_cv_;
   struct StoreJob {
     KvCache kv;
     // A memory that is not one KV cache: the sequence's whole state and, where it keeps sliding

@@ -2,6 +2,9 @@
 
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <set>
+
+#include "base/utf8.h"
 
 namespace kvc {
 
@@ -72,16 +75,20 @@ Status RefuseUnsupported(const Json& body, bool chat) {
 Result<uint32_t> MaxTokens(const Json& body, uint32_t default_max_tokens, uint32_t limit) {
   const Json* chosen = nullptr;
   const char* name = "max_tokens";
-  for (const char* field : {"max_tokens", "max_completion_tokens"}) {
+  for (const char* field : {"max_tokens", "max_completion_tokens", "n_predict"}) {
     const Json* value = Field(body, field);
     if (value == nullptr) continue;
     if (chosen != nullptr && *chosen != *value) {
-      return InvalidArgument("'max_tokens' and 'max_completion_tokens' disagree");
+      return InvalidArgument("'max_tokens', 'max_completion_tokens' and 'n_predict' disagree");
     }
     chosen = value;
     name = field;
   }
   if (chosen == nullptr) return default_max_tokens;
+  // llama.cpp's "no limit": until the context is full (kToContextEnd; the server knows where).
+  if (std::string_view(name) == "n_predict" && chosen->is_number_integer() && chosen->get<int64_t>() == -1) {
+    return kToContextEnd;
+  }
   // Parsed from text, a non-negative integer is stored unsigned: anything else is out of range.
   const bool in_range =
       chosen->is_number_unsigned() && chosen->get<uint64_t>() >= 1 && chosen->get<uint64_t>() <= limit;
@@ -119,14 +126,14 @@ Status NumberField(const Json& body, const char* name, float* out) {
   return Status::Ok();
 }
 
-Result<SamplingParams> Sampling(const Json& body) {
-  SamplingParams p;
+// `p`: the dialect's defaults, which the body's fields override.
+Result<SamplingParams> Sampling(const Json& body, SamplingParams p) {
   RETURN_IF_ERROR(NumberField(body, "temperature", &p.temperature));
   RETURN_IF_ERROR(NumberField(body, "top_p", &p.top_p));
   RETURN_IF_ERROR(NumberField(body, "min_p", &p.min_p));
   RETURN_IF_ERROR(NumberField(body, "presence_penalty", &p.presence_penalty));
   RETURN_IF_ERROR(NumberField(body, "frequency_penalty", &p.frequency_penalty));
-  ASSIGN_OR_RETURN(const int64_t top_k, IntegerField(body, "top_k", 0, std::numeric_limits<int32_t>::max(), 0));
+  ASSIGN_OR_RETURN(const int64_t top_k, IntegerField(body, "top_k", 0, std::numeric_limits<int32_t>::max(), p.top_k));
   p.top_k = static_cast<int32_t>(top_k);
   if (const Json* seed = Field(body, "seed"); seed != nullptr) {
     if (!seed->is_number_integer()) return InvalidArgument("'seed' must be an integer");
@@ -208,6 +215,23 @@ Status ReadPrompt(const Json& body, CompletionRequest& r) {
   return Status::Ok();
 }
 
+// llama-server's defaults for /completion (its common_params_sampling): a request that names
+// no sampling settings gets the text llama-server would sample, not greedy text.
+SamplingParams LlamaServerSampling() {
+  SamplingParams p;
+  p.temperature = 0.8f;
+  p.top_k = 40;
+  p.top_p = 0.95f;
+  p.min_p = 0.05f;
+  return p;
+}
+
+// The roles a chat template knows. "tool" and "function" messages answer tool calls, which this
+// server does not make.
+bool KnownRole(const std::string& role) {
+  return role == "system" || role == "developer" || role == "user" || role == "assistant";
+}
+
 Status ReadMessages(const Json& body, CompletionRequest& r) {
   const auto messages = body.find("messages");
   if (messages == body.end() || !messages->is_array() || messages->empty()) {
@@ -216,47 +240,186 @@ Status ReadMessages(const Json& body, CompletionRequest& r) {
   for (const Json& m : *messages) {
     const bool well_formed = m.is_object() && m.contains("role") && m.at("role").is_string() && m.contains("content");
     if (!well_formed) return InvalidArgument("each message needs string 'role' and 'content'");
+    const std::string& role = m.at("role").get_ref<const std::string&>();
+    if (role == "tool" || role == "function") {
+      return InvalidArgument("'" + role + "' messages answer tool calls, which this server does not make");
+    }
+    if (!KnownRole(role)) {
+      return InvalidArgument("a message's 'role' must be system, developer, user or assistant, not '" + role + "'");
+    }
+    for (const auto& [key, value] : m.items()) {
+      if (key == "role" || key == "content") continue;
+      // "name" tells participants apart, which llama.cpp's chat templates do not render (nor does
+      // llama-server); the rest are an assistant message's empty tool calls or refusal.
+      if (key == "name" && value.is_string()) continue;
+      if ((key == "tool_calls" || key == "refusal" || key == "function_call") &&
+          (value.is_null() || (value.is_array() && value.empty()))) {
+        continue;
+      }
+      return InvalidArgument("a message's '" + key + "' is not supported by this server");
+    }
     ASSIGN_OR_RETURN(std::string content, ContentText(m.at("content")));
-    r.messages.push_back({m.at("role").get<std::string>(), std::move(content)});
+    r.messages.push_back({role, std::move(content)});
+  }
+  return Status::Ok();
+}
+
+// The fields each dialect knows: OpenAI's (chat or completions), and the llama.cpp server's that
+// this server honours. Anything else is refused, as OpenAI refuses it.
+bool KnownField(const std::string& name, RequestDialect dialect) {
+  static const std::set<std::string, std::less<>> kBoth = {
+      "model", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n", "presence_penalty", "seed", "stop",
+      "stream", "stream_options", "temperature", "top_p", "user", "max_completion_tokens",
+      // refused by name where they do not apply (RefuseUnsupported says why)
+      "echo", "response_format", "tools", "tool_choice", "functions", "function_call", "best_of", "suffix",
+      // llama.cpp's, which llama-server takes on its OpenAI endpoints too
+      "top_k", "min_p", "n_predict", "cache_prompt"};
+  static const std::set<std::string, std::less<>> kChat = {
+      "messages",         "max_completion_tokens", "top_logprobs", "response_format", "tools",
+      "tool_choice",      "parallel_tool_calls",   "functions",    "function_call",   "store",
+      "metadata",         "service_tier",          "modalities",   "prediction",      "audio",
+      "reasoning_effort", "web_search_options"};
+  static const std::set<std::string, std::less<>> kCompletions = {"prompt"};
+  static const std::set<std::string, std::less<>> kLlama = {"prompt",
+                                                            "n_predict",
+                                                            "temperature",
+                                                            "top_k",
+                                                            "top_p",
+                                                            "min_p",
+                                                            "stop",
+                                                            "stream",
+                                                            "cache_prompt",
+                                                            "seed",
+                                                            "n_probs",
+                                                            "presence_penalty",
+                                                            "frequency_penalty",
+                                                            "id_slot",
+                                                            "return_tokens",
+                                                            "n_keep",
+                                                            "model",
+                                                            "max_tokens",
+                                                            "stream_options"};
+  switch (dialect) {
+    case RequestDialect::kLlamaCompletion:
+      return kLlama.contains(name);
+    case RequestDialect::kChat:
+      return kBoth.contains(name) || kChat.contains(name);
+    case RequestDialect::kCompletions:
+      return kBoth.contains(name) || kCompletions.contains(name);
+  }
+  return false;
+}
+
+// Fields a client may send whatever their value, because they change no answer: labels for the
+// caller's own records, and a request to cache the prompt (this server reuses every prompt's KV).
+Status CheckLabels(const Json& body) {
+  if (const Json* user = Field(body, "user"); user != nullptr && !user->is_string()) {
+    return InvalidArgument("'user' must be a string");
+  }
+  if (const Json* metadata = Field(body, "metadata"); metadata != nullptr && !metadata->is_object()) {
+    return InvalidArgument("'metadata' must be an object");
+  }
+  for (const char* flag : {"store", "cache_prompt", "parallel_tool_calls"}) {
+    if (const Json* value = Field(body, flag); value != nullptr && !value->is_boolean()) {
+      return InvalidArgument(std::string("'") + flag + "' must be a boolean");
+    }
+  }
+  if (const Json* tier = Field(body, "service_tier"); tier != nullptr && !tier->is_string()) {
+    return InvalidArgument("'service_tier' must be a string");
+  }
+  // Chat fields for capabilities this server lacks (audio out, predicted outputs, reasoning
+  // effort, web search): only their do-nothing values.
+  if (const Json* modalities = Field(body, "modalities");
+      modalities != nullptr && *modalities != Json::array({"text"})) {
+    return InvalidArgument("'modalities' other than [\"text\"] is not supported by this server");
+  }
+  for (const char* field : {"prediction", "audio", "reasoning_effort", "web_search_options"}) {
+    if (Field(body, field) != nullptr) {
+      return InvalidArgument(std::string("'") + field + "' is not supported by this server");
+    }
+  }
+  return Status::Ok();
+}
+
+// llama-server's /completion: n_probs alternatives per token (0: none), id_slot a slot or -1
+// (this server picks the sequence itself, as llama-server does for -1), n_keep any.
+Status ReadLlamaFields(const Json& body, CompletionRequest& r) {
+  ASSIGN_OR_RETURN(const int64_t n_probs, IntegerField(body, "n_probs", 0, kMaxTopLogprobs, 0));
+  r.logprobs = n_probs > 0 ? static_cast<int32_t>(n_probs) : -1;
+  ASSIGN_OR_RETURN(const int64_t id_slot, IntegerField(body, "id_slot", -1, std::numeric_limits<int32_t>::max(), -1));
+  (void)id_slot;
+  ASSIGN_OR_RETURN(const int64_t n_keep, IntegerField(body, "n_keep", -1, std::numeric_limits<int32_t>::max(), 0));
+  (void)n_keep;
+  if (const Json* tokens = Field(body, "return_tokens"); tokens != nullptr) {
+    if (!tokens->is_boolean()) return InvalidArgument("'return_tokens' must be a boolean");
+    r.return_tokens = tokens->get<bool>();
   }
   return Status::Ok();
 }
 
 }  // namespace
 
-Result<CompletionRequest> ParseCompletionRequest(std::string_view text, bool chat, const RequestLimits& limits) {
+Result<CompletionRequest> ParseCompletionRequest(std::string_view text, RequestDialect dialect,
+                                                 const RequestLimits& limits, RequestFault* fault) {
+  const bool chat = dialect == RequestDialect::kChat;
+  const bool llama = dialect == RequestDialect::kLlamaCompletion;
+  // Names the field a refusal is about (for the error's "param").
+  const auto about = [fault]<typename T>(const std::string& param, T status_or_result, const char* code = "") {
+    if (!status_or_result.ok() && fault != nullptr) *fault = {param, code};
+    return status_or_result;
+  };
   // Parsing without exceptions: a malformed body comes back discarded, never thrown.
   const Json body = Json::parse(text.begin(), text.end(), nullptr, false);
   if (body.is_discarded()) return InvalidArgument("the body is not valid JSON");
   if (!body.is_object()) return InvalidArgument("the body must be a JSON object");
+  for (const auto& [name, value] : body.items()) {
+    if (KnownField(name, dialect)) continue;
+    return about(name.c_str(),
+                 InvalidArgument("unrecognized request argument supplied: '" + PrintableOneLine(name) + "'"),
+                 "unknown_parameter");
+  }
   CompletionRequest r;
-  RETURN_IF_ERROR(chat ? ReadMessages(body, r) : ReadPrompt(body, r));
-  RETURN_IF_ERROR(RefuseUnsupported(body, chat));
-  ASSIGN_OR_RETURN(r.max_tokens, MaxTokens(body, limits.default_max_tokens, limits.max_tokens_limit));
+  if (const Json* model = Field(body, "model"); model != nullptr) {
+    if (!model->is_string()) return about("model", InvalidArgument("'model' must be a string"));
+    r.model = model->get<std::string>();
+  }
+  RETURN_IF_ERROR(chat ? about("messages", ReadMessages(body, r)) : about("prompt", ReadPrompt(body, r)));
+  RETURN_IF_ERROR(about("", RefuseUnsupported(body, chat)));
+  RETURN_IF_ERROR(about("", CheckLabels(body)));
+  ASSIGN_OR_RETURN(r.max_tokens,
+                   about("max_tokens", MaxTokens(body, limits.default_max_tokens, limits.max_tokens_limit)));
   if (const Json* stream = Field(body, "stream"); stream != nullptr) {
-    if (!stream->is_boolean()) return InvalidArgument("'stream' must be a boolean");
+    if (!stream->is_boolean()) return about("stream", InvalidArgument("'stream' must be a boolean"));
     r.stream = stream->get<bool>();
   }
   if (const Json* options = Field(body, "stream_options"); options != nullptr) {
-    if (!options->is_object()) return InvalidArgument("'stream_options' must be an object");
+    if (!options->is_object()) return about("stream_options", InvalidArgument("'stream_options' must be an object"));
     if (const Json* usage = Field(*options, "include_usage"); usage != nullptr) {
-      if (!usage->is_boolean()) return InvalidArgument("'stream_options.include_usage' must be a boolean");
+      if (!usage->is_boolean()) {
+        return about("stream_options", InvalidArgument("'stream_options.include_usage' must be a boolean"));
+      }
       r.include_usage = usage->get<bool>();
     }
   }
-  ASSIGN_OR_RETURN(r.sampling, Sampling(body));
-  ASSIGN_OR_RETURN(r.stop, StopStrings(body));
+  ASSIGN_OR_RETURN(r.sampling, about("", Sampling(body, llama ? LlamaServerSampling() : SamplingParams{})));
+  ASSIGN_OR_RETURN(r.stop, about("stop", StopStrings(body)));
   const uint32_t max_n = std::max(1u, limits.max_n);
-  ASSIGN_OR_RETURN(const int64_t n, IntegerField(body, "n", 1, max_n, 1));
+  ASSIGN_OR_RETURN(const int64_t n, about("n", IntegerField(body, "n", 1, max_n, 1)));
   r.n = static_cast<uint32_t>(n);
-  ASSIGN_OR_RETURN(r.logprobs, Logprobs(body, chat));
+  if (llama) {
+    RETURN_IF_ERROR(about("", ReadLlamaFields(body, r)));
+    return r;
+  }
+  ASSIGN_OR_RETURN(r.logprobs, about("logprobs", Logprobs(body, chat)));
   if (!chat) {
     if (const Json* echo = Field(body, "echo"); echo != nullptr) {
-      if (!echo->is_boolean()) return InvalidArgument("'echo' must be a boolean");
+      if (!echo->is_boolean()) return about("echo", InvalidArgument("'echo' must be a boolean"));
       r.echo = echo->get<bool>();
     }
     // The prompt's own log-probabilities would need its logits, which a restored prefix never had.
-    if (r.echo && r.logprobs >= 0) return InvalidArgument("'echo' with 'logprobs' is not supported by this server");
+    if (r.echo && r.logprobs >= 0) {
+      return about("echo", InvalidArgument("'echo' with 'logprobs' is not supported by this server"));
+    }
   }
   return r;
 }

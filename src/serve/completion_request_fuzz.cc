@@ -10,15 +10,22 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const bool chat = data[0] & 1;
+  // Every other input byte's high bit: llama-server's /completion dialect instead.
+  const bool llama = !chat && (data[0] & 0x80) != 0;
   const uint32_t limit = 1 + data[0] / 2;
   const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
   const uint32_t max_n = 1 + data[0] % 4;
-  auto r = kvc::ParseCompletionRequest(body, chat, {1, limit, max_n});
+  const kvc::RequestDialect dialect = chat    ? kvc::RequestDialect::kChat
+                                      : llama ? kvc::RequestDialect::kLlamaCompletion
+                                              : kvc::RequestDialect::kCompletions;
+  kvc::RequestFault fault;
+  auto r = kvc::ParseCompletionRequest(body, dialect, {1, limit, max_n}, &fault);
   if (r.ok()) {
     // What is accepted keeps its promises: a budget and n in range, messages for a chat and a
     // prompt otherwise, valid UTF-8 (JSON strings are Unicode), sampling settings in range,
     // and at most four non-empty stop strings.
-    if (r->max_tokens < 1 || r->max_tokens > limit || r->n < 1 || r->n > max_n) std::abort();
+    // (kToContextEnd: n_predict -1, as many as the context has room for.)
+    if (r->max_tokens > limit || r->n < 1 || r->n > max_n) std::abort();
     if (chat != !r->messages.empty() || (chat && (r->prompt_is_tokens || !r->prompt.empty()))) std::abort();
     if (r->prompt_is_tokens && (r->prompt_tokens.empty() || !r->prompt.empty())) std::abort();
     for (const int32_t id : r->prompt_tokens) {

@@ -201,3 +201,58 @@ TEST(CompletionRequest, PromptLengthBoundRejectsOnlyWhatCannotFit) {
 
 }  // namespace
 }  // namespace kvc
+
+namespace kvc {
+namespace {
+
+TEST(CompletionRequest, RefusesWhatOpenAiDoesNotDefineNamingTheField) {
+  RequestFault fault;
+  auto r =
+      ParseCompletionRequest(R"({"prompt": "x", "max_tokens": 2, "tempurature": 0.5})", false, {64, 100, 4}, &fault);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("'tempurature'"), std::string::npos);
+  EXPECT_EQ(fault.param, "tempurature");
+  EXPECT_EQ(fault.code, "unknown_parameter");
+  fault = {};
+  auto wizard =
+      ParseCompletionRequest(R"({"messages": [{"role": "wizard", "content": "x"}]})", true, {64, 100, 4}, &fault);
+  ASSERT_FALSE(wizard.ok());
+  EXPECT_EQ(fault.param, "messages");
+  EXPECT_FALSE(Parse(R"({"messages": [{"role": "tool", "content": "x"}]})", true).ok());
+  EXPECT_FALSE(Parse(R"({"messages": [{"role": "user", "content": "x", "audio": {}}]})", true).ok());
+  EXPECT_TRUE(Parse(R"({"messages": [{"role": "developer", "content": "x", "name": "a"}], "user": "u",
+                        "store": false, "metadata": {"k": "v"}, "service_tier": "auto", "cache_prompt": true})",
+                    true)
+                  .ok());
+  fault = {};
+  auto range = ParseCompletionRequest(R"({"prompt": "x", "max_tokens": 0})", false, {64, 100, 4}, &fault);
+  ASSERT_FALSE(range.ok());
+  EXPECT_EQ(fault.param, "max_tokens");
+  auto model = Parse(R"({"prompt": "x", "model": "kvtiny"})", false);
+  ASSERT_TRUE(model.ok());
+  EXPECT_EQ(model->model, "kvtiny");
+}
+
+TEST(CompletionRequest, LlamaServerCompletionTakesItsOwnFieldsAndDefaults) {
+  auto r = ParseCompletionRequest(R"({"prompt": "x", "n_predict": 5, "n_probs": 2, "cache_prompt": true,
+                                      "id_slot": -1, "return_tokens": true})",
+                                  RequestDialect::kLlamaCompletion, {64, 100, 4});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->max_tokens, 5u);
+  EXPECT_EQ(r->logprobs, 2);
+  EXPECT_TRUE(r->return_tokens);
+  // llama-server samples by default (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05).
+  EXPECT_FALSE(r->sampling.greedy());
+  EXPECT_EQ(r->sampling.top_k, 40);
+  auto forever = ParseCompletionRequest(R"({"prompt": "x", "n_predict": -1, "temperature": 0})",
+                                        RequestDialect::kLlamaCompletion, {64, 100, 4});
+  ASSERT_TRUE(forever.ok());
+  EXPECT_EQ(forever->max_tokens, kToContextEnd);
+  EXPECT_TRUE(forever->sampling.greedy());
+  // OpenAI's fields that llama-server's /completion does not take are refused there.
+  EXPECT_FALSE(
+      ParseCompletionRequest(R"({"prompt": "x", "echo": true})", RequestDialect::kLlamaCompletion, {64, 100, 4}).ok());
+}
+
+}  // namespace
+}  // namespace kvc

@@ -14,10 +14,12 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <random>
 #include <thread>
 #include <vector>
 
 #include "base/clock.h"
+#include "base/hash.h"
 #include "base/log.h"
 #include "base/utf8.h"
 #include "llama/llama_session.h"
@@ -26,8 +28,10 @@
 #include "serve/batch_scheduler.h"
 #include "serve/completion_request.h"
 #include "serve/http_server.h"
+#include "serve/llama_server_response.h"
 #include "serve/openai_response.h"
 #include "serve/request_guard.h"
+#include "serve/slot_record.h"
 #include "store/reconnecting_store.h"
 
 namespace kvc {
@@ -35,11 +39,36 @@ namespace {
 
 using Json = nlohmann::json;
 
-// The /metrics endpoint label of a path ("" for paths that are not completion endpoints).
+// The /metrics endpoint label of a path ("" for the paths not counted: /health, /metrics and
+// paths no endpoint serves). llama-server's unprefixed paths count as their /v1/ twins.
 std::string Endpoint(const std::string& path) {
-  if (path == "/v1/completions") return "completions";
-  if (path == "/v1/chat/completions") return "chat";
+  if (path == "/v1/completions" || path == "/completions") return "completions";
+  if (path == "/v1/chat/completions" || path == "/chat/completions") return "chat";
+  if (path == "/completion") return "completion";
+  if (path == "/v1/models" || path == "/models" || path.starts_with("/v1/models/")) return "models";
+  if (path == "/tokenize") return "tokenize";
+  if (path == "/detokenize") return "detokenize";
+  if (path == "/props") return "props";
+  if (path == "/slots" || path.starts_with("/slots/")) return "slots";
+  if (path == "/apply-template") return "apply_template";
+  if (path == "/v1/embeddings" || path == "/embeddings" || path == "/embedding") return "embeddings";
   return "";
+}
+
+// A response id no other response of this or any other run of the server has: OpenAI's are
+// random, and a client or a log that keys on ids (a cache, a tracing system) must not see one
+// twice after a restart.
+std::string ResponseId(const char* prefix) {
+  static std::mutex mu;
+  static std::mt19937_64 random{[] {
+    std::random_device device;
+    return (uint64_t{device()} << 32) ^ device();
+  }()};
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  std::string id = prefix;
+  std::lock_guard lock(mu);
+  for (int i = 0; i < 24; ++i) id += kAlphabet[random() % (sizeof kAlphabet - 1)];
+  return id;
 }
 
 // How often a thread waiting for a generation looks at its client.
@@ -65,6 +94,7 @@ struct CompletionServer::Impl {
   std::unique_ptr<LlamaSession> session;
   std::string model_name;
   std::string chat_template;             // empty: "role: content" lines (PlainChatPrompt)
+  std::string system_fingerprint;        // every response's (ResponseHead)
   int64_t created = 0;                   // when the model was loaded (Unix seconds), /v1/models' "created"
   std::vector<StoredRung> stored_rungs;  // what new chunks are stored as
   ServeMetrics metrics;
@@ -130,51 +160,82 @@ struct CompletionServer::Impl {
     std::string prompt_text;
   };
 
-  // The request checked and its prompt tokenized; the error is a 400's message. A prompt that
+  // The request checked and its prompt tokenized; the error is a 400's message (a 404 for a
+  // model this server does not serve), and `fault` names the field at fault. A prompt that
   // cannot fit is rejected by its length before the tokenizer spends time on it.
-  Result<CheckedRequest> ReadRequest(const std::string& body, bool chat) {
+  Result<CheckedRequest> ReadRequest(const std::string& body, RequestDialect dialect, RequestFault* fault) {
+    const bool chat = dialect == RequestDialect::kChat;
     const RequestLimits limits{o.default_max_tokens, o.n_ctx, static_cast<uint32_t>(o.parallel)};
     CheckedRequest out;
-    ASSIGN_OR_RETURN(out.request, ParseCompletionRequest(body, chat, limits));
+    ASSIGN_OR_RETURN(out.request, ParseCompletionRequest(body, dialect, limits, fault));
     CompletionRequest& r = out.request;
+    // A client that names another model must not get this one's answer under that name.
+    if (!r.model.empty() && r.model != model_name && r.model != o.model_path) {
+      *fault = {"model", "model_not_found"};
+      return NotFound("the model '" + PrintableOneLine(r.model) + "' does not exist: this server serves '" +
+                      model_name + "' (GET /v1/models)");
+    }
+    const RequestFault too_long{chat ? "messages" : "prompt", "context_length_exceeded"};
     if (r.prompt_is_tokens) {
       const uint32_t n_vocab = model->info().n_vocab;
       for (const int32_t id : r.prompt_tokens) {
         if (id < 0 || static_cast<uint32_t>(id) >= n_vocab) {
+          *fault = {"prompt", "invalid_value"};
           return InvalidArgument(FormatMessage("token id %d is not in the model's vocabulary of %u", id, n_vocab));
         }
       }
       out.tokens = std::move(r.prompt_tokens);
-      if (r.echo) out.prompt_text = DetokenizedText(out.tokens);
+      if (r.echo || dialect == RequestDialect::kLlamaCompletion) out.prompt_text = DetokenizedText(out.tokens);
     } else {
       if (!model->has_tokenizer()) return InvalidArgument(NoTokenizerMessage());
       bool templated = false;
       if (chat) {
-        templated = !chat_template.empty();
-        if (templated) {
-          for (const ChatMessage& m : r.messages) {
-            if (m.content.find('\0') != std::string::npos || m.role.find('\0') != std::string::npos) {
-              return InvalidArgument("a message holds a NUL character, which a chat template cannot carry");
-            }
-          }
-          ASSIGN_OR_RETURN(r.prompt, LlamaModel::ApplyChatTemplate(chat_template, r.messages));
-        } else {
-          r.prompt = PlainChatPrompt(r.messages);
-        }
+        ASSIGN_OR_RETURN(const ChatPrompt prompt, FormatChat(r.messages));
+        r.prompt = prompt.text;
+        templated = prompt.templated;
       }
-      RETURN_IF_ERROR(CheckPromptCanFit(r.prompt.size(), r.max_tokens, o.n_ctx, model->max_token_bytes()));
+      if (Status fits = CheckPromptCanFit(r.prompt.size(), r.max_tokens, o.n_ctx, model->max_token_bytes());
+          !fits.ok()) {
+        *fault = too_long;
+        return fits;
+      }
       // A template's own markers ("<|im_start|>") are its special tokens; the user's text never is.
       ASSIGN_OR_RETURN(out.tokens, model->Tokenize(r.prompt, true, templated));
       const bool starts_with_bos = model->has_bos() && !out.tokens.empty() && out.tokens.front() == model->bos_token();
       if (out.tokens.size() <= (starts_with_bos ? 1u : 0u)) return InvalidArgument("the prompt is empty");
-      if (r.echo) out.prompt_text = r.prompt;
+      if (r.echo || dialect == RequestDialect::kLlamaCompletion) out.prompt_text = r.prompt;
     }
     if (out.tokens.empty()) return InvalidArgument("the prompt is empty");
+    if (r.max_tokens == kToContextEnd) {
+      if (out.tokens.size() >= o.n_ctx) {
+        *fault = too_long;
+        return InvalidArgument(FormatMessage("the prompt (%zu tokens) leaves no room in the context of %u tokens",
+                                             out.tokens.size(), o.n_ctx));
+      }
+      r.max_tokens = o.n_ctx - static_cast<uint32_t>(out.tokens.size());
+    }
     if (out.tokens.size() + r.max_tokens > o.n_ctx) {
+      *fault = too_long;
       return InvalidArgument(FormatMessage("prompt (%zu tokens) plus max_tokens (%u) exceed the context of %u tokens",
                                            out.tokens.size(), r.max_tokens, o.n_ctx));
     }
     return out;
+  }
+
+  // A chat's prompt: the messages through the chat template (or "role: content" lines).
+  struct ChatPrompt {
+    std::string text;
+    bool templated = false;
+  };
+  Result<ChatPrompt> FormatChat(const std::vector<ChatMessage>& messages) const {
+    if (chat_template.empty()) return ChatPrompt{PlainChatPrompt(messages), false};
+    for (const ChatMessage& m : messages) {
+      if (m.content.find('\0') != std::string::npos || m.role.find('\0') != std::string::npos) {
+        return InvalidArgument("a message holds a NUL character, which a chat template cannot carry");
+      }
+    }
+    ASSIGN_OR_RETURN(std::string text, LlamaModel::ApplyChatTemplate(chat_template, messages));
+    return ChatPrompt{std::move(text), true};
   }
 
   // Said to a client instead of LlamaModel::Tokenize's error, which names the server's file.
@@ -187,9 +248,10 @@ struct CompletionServer::Impl {
   // several tokens is joined whole).
   std::string DetokenizedText(std::span<const int32_t> tokens) const { return ToValidUtf8(model->Detokenize(tokens)); }
 
-  void Reply(httplib::Response& res, const std::string& endpoint, int status, const std::string& message) {
+  void Reply(httplib::Response& res, const std::string& endpoint, int status, const std::string& message,
+             const RequestFault& fault = {}) {
     res.status = status;
-    res.set_content(ErrorJson(message, ErrorType(status)), "application/json");
+    res.set_content(ErrorJson({message, ErrorType(status), fault.param, fault.code}), "application/json");
     metrics.CountRequest(endpoint, std::to_string(status));
   }
 
@@ -277,38 +339,53 @@ struct CompletionServer::Impl {
   // What a response needs to know of its request.
   struct Answer {
     ResponseHead head;
+    RequestDialect dialect = RequestDialect::kCompletions;
     std::string endpoint;
     std::string echo;  // completions: the prompt's text, which starts each choice's text
     bool logprobs = false;
     bool include_usage = false;
+    // /completion: what its answer repeats of the request.
+    std::shared_ptr<const CompletionRequest> request;
+    std::string prompt_text;
+    uint32_t prompt_tokens = 0;
+    bool native() const { return dialect == RequestDialect::kLlamaCompletion; }
   };
 
   Json LogprobsJson(const Answer& a, const std::vector<TokenLogprob>& tokens) const {
     return LogprobsObject(a.head.chat, tokens, a.echo.size());
   }
 
+  // POST /v1/completions, /v1/chat/completions (and llama-server's unprefixed /chat/completions):
+  // OpenAI's; POST /completion and /completions: llama-server's native answer.
   void HandleCompletion(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
-                        bool chat) {
+                        RequestDialect dialect) {
     Answer a;
-    a.head.chat = chat;
-    a.endpoint = chat ? "chat" : "completions";
+    a.dialect = dialect;
+    a.head.chat = dialect == RequestDialect::kChat;
+    a.endpoint = Endpoint(req.path);
     std::string body;
     if (!ReadBody(req, res, reader, a.endpoint, &body)) return;
-    auto read = ReadRequest(body, chat);
+    RequestFault fault;
+    auto read = ReadRequest(body, dialect, &fault);
     body = std::string();
     if (!read.ok()) {
-      Reply(res, a.endpoint, 400, read.status().message());
+      Reply(res, a.endpoint, read.status().code() == StatusCode::kNotFound ? 404 : 400, read.status().message(), fault);
       return;
     }
     const CompletionRequest& r = read->request;
-    static std::atomic<uint64_t> next_id{1};
-    a.head.id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
+    a.head.id = ResponseId(a.head.chat ? "chatcmpl-" : "cmpl-");
     a.head.created =
         std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     a.head.model = model_name;
-    a.echo = std::move(read->prompt_text);
+    a.head.system_fingerprint = system_fingerprint;
+    a.echo = a.native() ? std::string() : read->prompt_text;
     a.logprobs = r.logprobs >= 0;
     a.include_usage = r.include_usage;
+    a.prompt_tokens = static_cast<uint32_t>(read->tokens.size());
+    if (a.native()) {
+      a.prompt_text = std::move(read->prompt_text);
+      a.request = std::make_shared<const CompletionRequest>(r);
+    }
     GenerationOptions g{r.max_tokens, r.n, r.sampling, r.stop, r.logprobs};
     auto request = std::make_shared<ServeRequest>(std::move(read->tokens), std::move(g));
     CancelOnExit guard{request};
@@ -319,6 +396,7 @@ struct CompletionServer::Impl {
       // its request, which frees its sequences at the engine's next step.
       std::vector<std::string> texts(r.n, a.echo);
       std::vector<std::vector<TokenLogprob>> logprobs(r.n);
+      std::vector<int32_t> tokens;
       Piece piece;
       auto checked = SteadyClock::now();
       for (;;) {
@@ -327,6 +405,8 @@ struct CompletionServer::Impl {
         if (next == ServeRequest::Next::kPiece && piece.choice < r.n) {
           texts[piece.choice] += piece.text;
           for (TokenLogprob& t : piece.logprobs) logprobs[piece.choice].push_back(std::move(t));
+          if (piece.choice == 0 && r.return_tokens)
+            tokens.insert(tokens.end(), piece.tokens.begin(), piece.tokens.end());
         }
         if (SteadyClock::now() - checked < kClientCheck) continue;
         checked = SteadyClock::now();
@@ -343,12 +423,20 @@ struct CompletionServer::Impl {
         Reply(res, a.endpoint, s.code() == StatusCode::kInvalidArgument ? 400 : 500, s.ToString());
         return;
       }
-      Json choices = Json::array();
-      for (uint32_t i = 0; i < r.n; ++i) {
-        choices.push_back(CompletionChoice(chat, i, texts[i], gen.finish_reasons[i],
-                                           a.logprobs ? LogprobsJson(a, logprobs[i]) : Json(nullptr)));
+      Json out;
+      if (a.native()) {
+        NativeCompletion c{texts[0],          std::move(tokens),      model_name, a.prompt_text, gen.finish_reasons[0],
+                           gen.stop_words[0], std::move(logprobs[0]), a.logprobs};
+        out = NativeCompletionObject(c, r, gen, o.n_ctx);
+      } else {
+        Json choices = Json::array();
+        for (uint32_t i = 0; i < r.n; ++i) {
+          choices.push_back(CompletionChoice(a.head.chat, i, texts[i], gen.finish_reasons[i],
+                                             a.logprobs ? LogprobsJson(a, logprobs[i]) : Json(nullptr)));
+        }
+        out = CompletionObject(a.head, std::move(choices), UsageObject(gen));
+        out["timings"] = CompletionTimings(gen);  // llama-server's extension, which its clients read
       }
-      const Json out = CompletionObject(a.head, std::move(choices), UsageObject(gen));
       res.set_content(DumpJson(out) + "\n", "application/json");  // a newline for terminals (curl)
       metrics.CountRequest(a.endpoint, "200");                    // counted once the answer exists
       return;
@@ -356,9 +444,11 @@ struct CompletionServer::Impl {
 
     // Server-sent events, as OpenAI sends them: a chunk per piece of a choice's text as the
     // engine produces it, a chunk per choice with its finish reason, a chunk with the usage and
-    // no choices if the request asked for it, then [DONE]. A client that goes away cancels the
-    // request, which frees its sequences at the engine's next step. This runs after the handler
-    // has returned, outside httplib's exception guard: nothing may leave it.
+    // no choices if the request asked for it, then [DONE] (llama-server's /completion: an event
+    // per piece, then its whole answer's fields with empty content, and no [DONE]). A client
+    // that goes away cancels the request, which frees its sequences at the engine's next step.
+    // This runs after the handler has returned, outside httplib's exception guard: nothing may
+    // leave it.
     const uint32_t n = r.n;
     res.set_chunked_content_provider(
         "text/event-stream",
@@ -410,14 +500,28 @@ struct CompletionServer::Impl {
         if (!event(delta(i, a.echo, nullptr, nullptr))) return gone();
       }
     }
+    uint32_t predicted = 0;
+    std::string text;  // /completion: the answer's text so far (its last event's has_new_line)
+    std::vector<TokenLogprob> probabilities;
     Piece piece;
     auto checked = SteadyClock::now();
     for (;;) {
       const ServeRequest::Next next = request.NextPiece(&piece, kClientCheck);
       if (next == ServeRequest::Next::kEnd) break;
       if (next == ServeRequest::Next::kPiece) {
-        if (piece.choice < n && !event(delta(piece.choice, piece.text, &piece.logprobs, nullptr))) return gone();
         checked = SteadyClock::now();
+        if (piece.choice >= n) continue;
+        bool sent = true;
+        if (a.native()) {
+          predicted += static_cast<uint32_t>(piece.tokens.size());
+          text += piece.text;
+          Json chunk = NativeCompletionChunk(piece.text, piece.tokens, predicted, a.prompt_tokens);
+          if (a.logprobs) chunk["completion_probabilities"] = NativeProbabilities(piece.logprobs);
+          sent = event(chunk);
+        } else if (!piece.text.empty() || !piece.logprobs.empty()) {
+          sent = event(delta(piece.choice, piece.text, &piece.logprobs, nullptr));
+        }
+        if (!sent) return gone();
         continue;
       }
       // No text for a while (queued, fetching, prefilling): is anyone still waiting for it?
@@ -429,13 +533,20 @@ struct CompletionServer::Impl {
     const Generation& g = request.generation();
     if (!s.ok()) {
       count("500");
-      event(ErrorObject(s.ToString(), "server_error"));
+      event(ErrorObject({s.ToString(), "server_error"}));
+    } else if (a.native()) {
+      NativeCompletion c{"", {}, model_name, a.prompt_text, g.finish_reasons[0], g.stop_words[0], {}, false};
+      Json last = NativeCompletionObject(c, *a.request, g, o.n_ctx);
+      last["has_new_line"] = text.find('\n') != std::string::npos;
+      event(last);
+      count("200");
     } else {
       bool sent = true;
       for (uint32_t i = 0; i < n && sent; ++i) sent = event(delta(i, "", nullptr, g.finish_reasons[i]));
       if (sent && a.include_usage) {
         Json last = ChunkObject(a.head, Json::array());
         last["usage"] = UsageObject(g);
+        last["timings"] = CompletionTimings(g);
         sent = event(last);
       }
       const std::string done = "data: [DONE]\n\n";
@@ -444,6 +555,181 @@ struct CompletionServer::Impl {
     }
     sink.done();
     return true;
+  }
+
+  // GET /props: llama-server's server properties, those this server has.
+  Json Props() const {
+    CompletionRequest defaults;
+    defaults.max_tokens = o.default_max_tokens;
+    return {{"default_generation_settings", {{"n_ctx", o.n_ctx}, {"params", GenerationSettings(defaults, o.n_ctx)}}},
+            {"total_slots", o.parallel},
+            {"model_alias", model_name},
+            {"model_path", ToValidUtf8(o.model_path)},
+            {"modalities", {{"vision", false}, {"audio", false}}},
+            {"chat_template", ToValidUtf8(chat_template)},
+            {"bos_token", model->has_bos() ? ToValidUtf8(model->TokenText(model->bos_token())) : ""},
+            {"eos_token", ""},
+            {"build_info", std::string("kvcodec ") + KVCODEC_VERSION},
+            {"endpoint_slots", true},
+            {"endpoint_props", false},
+            {"endpoint_metrics", true},
+            {"slot_save_path", ToValidUtf8(o.slot_save_path)}};
+  }
+
+  void HandleSlots(httplib::Response& res) {
+    CompletionRequest defaults;
+    defaults.max_tokens = o.default_max_tokens;
+    const Json params = GenerationSettings(defaults, o.n_ctx);
+    Json out = Json::array();
+    const std::vector<BatchScheduler::SequenceView> views = scheduler->Sequences();
+    for (size_t i = 0; i < views.size(); ++i)
+      out.push_back(SlotObject(static_cast<int32_t>(i), o.n_ctx, views[i], params));
+    res.set_content(DumpJson(out), "application/json");
+    metrics.CountRequest("slots", "200");
+  }
+
+  // POST /slots/{id}?action=save|restore|erase, as llama-server's: a saved slot is a record of
+  // the tokens its sequence holds (their KV is in the chunk store already); a restore fetches
+  // that KV into a free sequence, which the next request with that prefix continues.
+  void HandleSlotAction(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+    std::string text;
+    if (!ReadBody(req, res, reader, "slots", &text)) return;
+    const std::string id_text = req.matches.size() > 1 ? std::string(req.matches[1]) : "";
+    int32_t id = -1;
+    if (id_text.size() <= 6 && !id_text.empty() &&
+        std::all_of(id_text.begin(), id_text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      id = std::stoi(id_text);
+    }
+    if (id < 0 || id >= o.parallel) {
+      Reply(res, "slots", 400,
+            FormatMessage("no slot %s: this server has slots 0..%d", PrintableOneLine(id_text).c_str(), o.parallel - 1),
+            {"id_slot", "invalid_value"});
+      return;
+    }
+    const std::string action = req.get_param_value("action");
+    if (action == "erase") {
+      const uint32_t erased = scheduler->EraseSequence(id);
+      res.set_content(DumpJson(Json{{"id_slot", id}, {"n_erased", erased}}), "application/json");
+      metrics.CountRequest("slots", "200");
+      return;
+    }
+    if (action != "save" && action != "restore") {
+      Reply(res, "slots", 400, "the action must be save, restore or erase", {"action", "invalid_value"});
+      return;
+    }
+    if (o.slot_save_path.empty()) {
+      Reply(res, "slots", 501, "slot save and restore are off: start the server with --slot-save-path",
+            {"action", "not_supported"});
+      return;
+    }
+    if (!o.reuse) {
+      Reply(res, "slots", 501, "slot save and restore need reuse (the server runs with --no-reuse)",
+            {"action", "not_supported"});
+      return;
+    }
+    const Json body = Json::parse(text, nullptr, false);
+    const bool named =
+        !body.is_discarded() && body.is_object() && body.contains("filename") && body["filename"].is_string();
+    const std::string filename = named ? body["filename"].get<std::string>() : "";
+    if (Status valid = named ? CheckSlotFileName(filename) : InvalidArgument("the body must be {\"filename\": string}");
+        !valid.ok()) {
+      Reply(res, "slots", 400, valid.message(), {"filename", "invalid_value"});
+      return;
+    }
+    const std::string object = SlotRecordObjectName(model->fingerprint(), filename);
+    const auto t0 = SteadyClock::now();
+    if (action == "save") {
+      const std::vector<BatchScheduler::SequenceView> views = scheduler->Sequences();
+      const BatchScheduler::SequenceView& view = views[static_cast<size_t>(id)];
+      if (view.processing) {
+        Reply(res, "slots", 409, FormatMessage("slot %d is processing a request", id), {"id_slot", "slot_busy"});
+        return;
+      }
+      // Its chunks are queued for the store when its request finished: saved once they are in.
+      scheduler->WaitForStores();
+      const std::vector<uint8_t> record = SerializeSlotRecord({model->fingerprint(), view.held});
+      if (Status put = store->Put(object, record); !put.ok()) {
+        Reply(res, "slots", 500, "saving the slot failed: " + put.ToString());
+        return;
+      }
+      res.set_content(DumpJson(Json{{"id_slot", id},
+                                    {"filename", filename},
+                                    {"n_saved", view.held.size()},
+                                    {"n_written", record.size()},
+                                    {"timings", {{"save_ms", SecondsSince(t0) * 1e3}}}}),
+                      "application/json");
+      metrics.CountRequest("slots", "200");
+      return;
+    }
+    auto bytes = store->Get(object, uint64_t{kMaxSlotRecordTokens} * 4 + 64);
+    if (!bytes.ok()) {
+      const bool missing = bytes.status().code() == StatusCode::kNotFound;
+      Reply(res, "slots", missing ? 404 : 500,
+            missing ? "no slot file '" + PrintableOneLine(filename) + "' is saved for this model"
+                    : "reading the slot file failed: " + bytes.status().ToString(),
+            {"filename", missing ? "not_found" : ""});
+      return;
+    }
+    auto record = ParseSlotRecord(*bytes);
+    if (!record.ok()) {
+      Reply(res, "slots", 500, "the slot file is damaged: " + record.status().ToString());
+      return;
+    }
+    const uint32_t n_vocab = model->info().n_vocab;
+    const bool fits = record->tokens.size() + 1 <= o.n_ctx &&
+                      std::all_of(record->tokens.begin(), record->tokens.end(),
+                                  [&](int32_t t) { return static_cast<uint32_t>(t) < n_vocab; });
+    if (record->model != model->fingerprint() || !fits) {
+      Reply(res, "slots", 400, "the slot file does not fit this model and context", {"filename", "invalid_value"});
+      return;
+    }
+    uint64_t read_bytes = bytes->size();
+    const size_t n_restored = record->tokens.size();
+    if (n_restored > 0) {
+      // Restored as a request would be (its stored prefix fetched, the rest prefilled) that
+      // generates one greedy token; the sequence keeps the KV for the next request.
+      auto request = std::make_shared<ServeRequest>(std::move(record->tokens), GenerationOptions{1, 1, {}, {}, -1});
+      CancelOnExit guard{request};
+      scheduler->Submit(request);
+      Piece piece;
+      while (request->NextPiece(&piece, std::chrono::milliseconds(1000)) != ServeRequest::Next::kEnd) {
+      }
+      guard.request = nullptr;
+      if (!request->status().ok()) {
+        Reply(res, "slots", 500, "restoring the slot failed: " + request->status().ToString());
+        return;
+      }
+      read_bytes += request->generation().fetched_bytes;
+    }
+    res.set_content(DumpJson(Json{{"id_slot", id},
+                                  {"filename", filename},
+                                  {"n_restored", n_restored},
+                                  {"n_read", read_bytes},
+                                  {"timings", {{"restore_ms", SecondsSince(t0) * 1e3}}}}),
+                    "application/json");
+    metrics.CountRequest("slots", "200");
+  }
+
+  // POST /apply-template: {"messages"} -> {"prompt"}, the text a chat request would prefill.
+  void HandleApplyTemplate(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+    std::string text;
+    if (!ReadBody(req, res, reader, "apply_template", &text)) return;
+    const Json body = Json::parse(text, nullptr, false);
+    if (body.is_discarded() || !body.is_object() || !body.contains("messages")) {
+      Reply(res, "apply_template", 400, "the body must be {\"messages\": [...]}", {"messages", "invalid_value"});
+      return;
+    }
+    // The messages as a chat request's: same checks, same refusals.
+    Json chat = {{"messages", body["messages"]}};
+    RequestFault fault;
+    auto parsed = ParseCompletionRequest(DumpJson(chat), RequestDialect::kChat, {1, 1, 1}, &fault);
+    auto prompt = parsed.ok() ? FormatChat(parsed->messages) : Result<ChatPrompt>(parsed.status());
+    if (!prompt.ok()) {
+      Reply(res, "apply_template", 400, prompt.status().message(), fault);
+      return;
+    }
+    res.set_content(DumpJson(Json{{"prompt", ToValidUtf8(prompt->text)}}), "application/json");
+    metrics.CountRequest("apply_template", "200");
   }
 };
 
@@ -601,6 +887,15 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
                                                              : "the --chat-template given");
   impl->created =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  {
+    // What decides an answer besides the request: this build, the model and its chat prompts.
+    Xxh3Hasher h;
+    const std::string version = KVCODEC_VERSION;
+    h.Update(version.data(), version.size());
+    h.Update(impl->model->fingerprint().data(), impl->model->fingerprint().size());
+    h.Update(impl->chat_template.data(), impl->chat_template.size());
+    impl->system_fingerprint = "fp_" + HexString(h.Digest()).substr(0, 10);
+  }
   SchedulerOptions so2;
   so2.parallel = static_cast<uint32_t>(o.parallel);
   so2.fetch_threads = static_cast<uint32_t>(o.fetch_threads);
@@ -636,7 +931,7 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Create(const ServerO
     if (const std::string endpoint = Endpoint(r.path); !endpoint.empty()) {
       s->metrics.CountRequest(endpoint, std::to_string(r.status));
     }
-    return ErrorJson(r.message, ErrorType(r.status));
+    return ErrorJson({r.message, ErrorType(r.status)});
   };
   impl->http = std::make_unique<HttpServer>(std::move(http));
   return std::unique_ptr<CompletionServer>(new CompletionServer(std::move(impl)));
@@ -651,9 +946,23 @@ Status CompletionServer::Start() {
   http.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
     res.set_content(s.MetricsText(), "text/plain; version=0.0.4");
   });
-  // The one model served, as OpenAI lists models (model pickers ask for this first).
-  http.Get("/v1/models", [&s](const httplib::Request&, httplib::Response& res) {
-    res.set_content(DumpJson(ModelList(s.model_name, s.created)), "application/json");
+  // The one model served, as OpenAI lists models (model pickers ask for this first); /models is
+  // llama-server's name for it.
+  for (const char* path : {"/v1/models", "/models"}) {
+    http.Get(path, [&s](const httplib::Request&, httplib::Response& res) {
+      res.set_content(DumpJson(ModelList(s.model_name, s.created)), "application/json");
+      s.metrics.CountRequest("models", "200");
+    });
+  }
+  http.Get(R"(/v1/models/(.+))", [&s](const httplib::Request& req, httplib::Response& res) {
+    const std::string id = req.matches[1];
+    if (id != s.model_name) {
+      s.Reply(res, "models", 404,
+              "the model '" + PrintableOneLine(id) + "' does not exist: this server serves '" + s.model_name + "'",
+              {"model", "model_not_found"});
+      return;
+    }
+    res.set_content(DumpJson(ModelObject(s.model_name, s.created)), "application/json");
     s.metrics.CountRequest("models", "200");
   });
   http.Post("/tokenize", [&s](const httplib::Request& req, httplib::Response& res,
@@ -665,14 +974,40 @@ Status CompletionServer::Start() {
     if (const std::string endpoint = Endpoint(req.path); !endpoint.empty()) s.metrics.CountRequest(endpoint, "401");
     return httplib::Server::HandlerResponse::Handled;
   });
-  http.Post("/v1/completions",
-            [&s](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
-              s.HandleCompletion(req, res, reader, false);
-            });
-  http.Post("/v1/chat/completions",
-            [&s](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
-              s.HandleCompletion(req, res, reader, true);
-            });
+  // OpenAI's endpoints, llama-server's unprefixed chat path, and llama-server's native
+  // completion (/completion, and /completions as llama-server routes it).
+  const std::pair<const char*, RequestDialect> completions[] = {{"/v1/completions", RequestDialect::kCompletions},
+                                                                {"/v1/chat/completions", RequestDialect::kChat},
+                                                                {"/chat/completions", RequestDialect::kChat},
+                                                                {"/completion", RequestDialect::kLlamaCompletion},
+                                                                {"/completions", RequestDialect::kLlamaCompletion}};
+  for (const auto& [path, dialect] : completions) {
+    http.Post(path,
+              [&s, dialect](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+                s.HandleCompletion(req, res, reader, dialect);
+              });
+  }
+  http.Get("/props", [&s](const httplib::Request&, httplib::Response& res) {
+    res.set_content(DumpJson(s.Props()), "application/json");
+    s.metrics.CountRequest("props", "200");
+  });
+  http.Get("/slots", [&s](const httplib::Request&, httplib::Response& res) { s.HandleSlots(res); });
+  http.Post(R"(/slots/([^/]*))", [&s](const httplib::Request& req, httplib::Response& res,
+                                      const httplib::ContentReader& reader) { s.HandleSlotAction(req, res, reader); });
+  http.Post("/apply-template", [&s](const httplib::Request& req, httplib::Response& res,
+                                    const httplib::ContentReader& reader) { s.HandleApplyTemplate(req, res, reader); });
+  // Embeddings need a model run for them (llama-server's --embeddings); this server generates.
+  for (const char* path : {"/v1/embeddings", "/embeddings", "/embedding"}) {
+    http.Post(path, [&s](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+      std::string body;
+      if (!s.ReadBody(req, res, reader, "embeddings", &body)) return;
+      res.status = 501;
+      res.set_content(ErrorJson({"this server generates text and does not serve embeddings", "not_supported_error", "",
+                                 "not_supported"}),
+                      "application/json");
+      s.metrics.CountRequest("embeddings", "501");
+    });
+  }
   http.set_payload_max_length(s.o.max_body_bytes);  // bodies httplib reads itself (other paths)
   // A client that asks before sending its body (curl, for large ones) is told 413 instead of
   // "100 Continue", and sends nothing.
@@ -686,7 +1021,7 @@ Status CompletionServer::Start() {
     const std::string what = ExceptionText(e);
     KVC_LOG_ERROR("%s %s failed: %s", req.method.c_str(), PrintableOneLine(req.path).c_str(), what.c_str());
     res.status = 500;
-    res.set_content(ErrorJson("internal error: " + what, "server_error"), "application/json");
+    res.set_content(ErrorJson({"internal error: " + what, "server_error"}), "application/json");
     if (const std::string endpoint = Endpoint(req.path); !endpoint.empty()) s.metrics.CountRequest(endpoint, "500");
   });
   // Errors httplib answers itself (no route, a malformed or oversized or late request) get our
@@ -721,7 +1056,7 @@ Status CompletionServer::Start() {
         (res.status == 400 || res.status == 408 || res.status == 413 || res.status == 414 || res.status == 431)) {
       c->close = true;
     }
-    res.set_content(ErrorJson(message, ErrorType(res.status)), "application/json");
+    res.set_content(ErrorJson({message, ErrorType(res.status)}), "application/json");
     if (const std::string endpoint = Endpoint(req.path); !endpoint.empty()) {
       s.metrics.CountRequest(endpoint, std::to_string(res.status));
     }

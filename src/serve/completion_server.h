@@ -48,7 +48,8 @@ struct ServerOptions {
   // "role: content" lines for a model without one.
   std::string chat_template;
   // Non-empty: every endpoint but /health and /metrics needs "Authorization: Bearer <api_key>"
-  // (else a 401 JSON error); /metrics needs "Bearer <metrics_key>" when that is set.
+  // or "X-Api-Key: <api_key>" (else a 401 JSON error); /metrics needs "Bearer <metrics_key>" when
+  // that is set. Either may list several keys, separated by commas (as llama-server's --api-key).
   std::string api_key;
   std::string metrics_key;
   std::string host = "127.0.0.1";
@@ -81,6 +82,10 @@ struct ServerOptions {
   // The host-memory tier's limit in MiB (decoded chunks computed here lately, behind the hot
   // tier: BatchScheduler); 0: none. With reuse only.
   uint64_t cache_ram_mib = 1024;
+  // Non-empty: POST /slots/{id}?action=save|restore are on (llama-server's --slot-save-path). A
+  // saved slot is a record in the store naming the tokens its sequence held; their KV is in the
+  // store's chunks. `kvcodec serve` makes this folder the store when --store is not given.
+  std::string slot_save_path;
   // Store every rung the plan has even where readers will fetch only raw fp16 (a local store
   // with no link cap: RungsReadersFetch).
   bool store_every_rung = false;

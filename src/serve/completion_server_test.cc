@@ -890,6 +890,9 @@ TEST(ServerAuth, ApiKeyAndMetricsKey) {
   EXPECT_EQ(metrics->status, 200);
   EXPECT_EQ(Series(metrics->body, "kvcodec_requests_total{endpoint=\"completions\",status=\"401\"}"), 5)
       << metrics->body;
+  EXPECT_EQ(Series(metrics->body, "kvcodec_requests_total{endpoint=\"models\",status=\"401\"}"), 5) << metrics->body;
+  // llama-server's X-Api-Key header carries the key too.
+  EXPECT_EQ(c.Post("/v1/completions", {{"X-Api-Key", "sk-test"}}, body, "application/json")->status, 200);
   (*server)->Stop();
 
   o.metrics_key = "metrics-secret";
@@ -1783,6 +1786,127 @@ TEST_F(ReuseTiers, ConcurrentRequestsNeverContinueASequenceInUse) {
   for (std::thread& t : clients) t.join();
   EXPECT_TRUE(wrong.empty()) << wrong.size() << " wrong answers, the first: " << wrong.front();
   EXPECT_GT(Metric(*server, "kvcodec_reuse_hits_total{tier=\"hot\"}"), 0);
+}
+
+}  // namespace
+}  // namespace kvc
+
+namespace kvc {
+namespace {
+
+// OpenAI's contract: errors name the field and the reason, unknown fields and other models are
+// refused, every response has an id of its own and the server's system_fingerprint.
+TEST(ServerContract, ErrorsIdsAndFingerprintAsOpenAiHasThem) {
+  const auto dir = std::filesystem::temp_directory_path() / ("kvc-server-contract-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  ServerOptions o = TestServerOptions(dir / "store");
+  auto server = CompletionServer::Create(o);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  ASSERT_TRUE((*server)->Start().ok());
+  httplib::Client c("127.0.0.1", (*server)->port());
+  c.set_read_timeout(60, 0);
+  auto post = [&](const char* path, const Json& body) {
+    auto res = c.Post(path, body.dump(), "application/json");
+    EXPECT_TRUE(res);
+    return std::make_pair(res->status, Json::parse(res->body, nullptr, false));
+  };
+  auto [unknown_status, unknown] = post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 1}, {"foo", 1}});
+  EXPECT_EQ(unknown_status, 400);
+  EXPECT_EQ(unknown["error"]["param"], "foo");
+  EXPECT_EQ(unknown["error"]["code"], "unknown_parameter");
+  auto [model_status, model] =
+      post("/v1/chat/completions", {{"model", "gpt-4o"}, {"messages", {{{"role", "user"}, {"content", "x"}}}}});
+  EXPECT_EQ(model_status, 404);
+  EXPECT_EQ(model["error"]["code"], "model_not_found");
+  auto [long_status, too_long] = post("/v1/completions", {{"prompt", "In the beginning"}, {"max_tokens", o.n_ctx}});
+  EXPECT_EQ(long_status, 400);
+  EXPECT_EQ(too_long["error"]["code"], "context_length_exceeded");
+  EXPECT_EQ(too_long["error"]["param"], "prompt");
+  auto [ok1_status, ok1] = post("/v1/completions", {{"prompt", "In the beginning"}, {"max_tokens", 2}});
+  auto [ok2_status, ok2] = post("/v1/completions", {{"prompt", "In the beginning"}, {"max_tokens", 2}});
+  ASSERT_EQ(ok1_status, 200);
+  ASSERT_EQ(ok2_status, 200);
+  EXPECT_NE(ok1["id"], ok2["id"]);
+  EXPECT_GE(ok1["id"].get<std::string>().size(), 20u);
+  EXPECT_EQ(ok1["system_fingerprint"], ok2["system_fingerprint"]);
+  EXPECT_TRUE(ok1["system_fingerprint"].get<std::string>().starts_with("fp_"));
+  EXPECT_EQ(ok1["timings"]["predicted_n"], 2);
+  auto retrieved = c.Get("/v1/models/" + ok1["model"].get<std::string>());
+  ASSERT_TRUE(retrieved);
+  EXPECT_EQ(retrieved->status, 200);
+  EXPECT_EQ(Json::parse(retrieved->body)["id"], ok1["model"]);
+  EXPECT_EQ(c.Get("/v1/models/gpt-4o")->status, 404);
+  (*server)->Stop();
+  std::filesystem::remove_all(dir);
+}
+
+// llama-server's /completion, and its slots: a saved slot is restored after a restart from the
+// store, and the next request with its prompt continues the restored sequence.
+TEST(ServerLlamaApi, CompletionAndSlotsSurviveARestart) {
+  const auto dir = std::filesystem::temp_directory_path() / ("kvc-server-slots-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  ServerOptions o = TestServerOptions(dir / "store");
+  o.slot_save_path = (dir / "slots").string();
+  o.parallel = 2;
+  o.chunk_tokens = 8;        // the saved tokens span whole chunks and a tail
+  o.plan_recompute = false;  // and are fetched, however cheap their prefill here
+  const Json ask = {{"prompt", "And God said, Let there be light: and there was light. And God saw the light"},
+                    {"n_predict", 4},
+                    {"temperature", 0},
+                    {"return_tokens", true}};
+  std::string first_text;
+  {
+    auto server = CompletionServer::Create(o);
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    ASSERT_TRUE((*server)->Start().ok());
+    httplib::Client c("127.0.0.1", (*server)->port());
+    c.set_read_timeout(60, 0);
+    auto res = c.Post("/completion", ask.dump(), "application/json");
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200) << res->body;
+    const Json j = Json::parse(res->body);
+    first_text = j["content"];
+    EXPECT_EQ(j["stop"], true);
+    EXPECT_EQ(j["stop_type"], "limit");
+    EXPECT_EQ(j["tokens"].size(), 4u);
+    EXPECT_EQ(j["tokens_predicted"], 4);
+    EXPECT_EQ(j["timings"]["predicted_n"], 4);
+    const Json slots = Json::parse(c.Get("/slots")->body);
+    ASSERT_EQ(slots.size(), 2u);
+    int held = -1;
+    for (const Json& s : slots) {
+      if (s["n_cached_tokens"].get<int>() > 0) held = s["id"];
+    }
+    ASSERT_GE(held, 0) << slots.dump();
+    auto saved =
+        c.Post("/slots/" + std::to_string(held) + "?action=save", R"({"filename": "a.bin"})", "application/json");
+    ASSERT_EQ(saved->status, 200) << saved->body;
+    EXPECT_GT(Json::parse(saved->body)["n_saved"].get<int>(), 10);
+    EXPECT_EQ(c.Post("/slots/0?action=save", R"({"filename": "../a"})", "application/json")->status, 400);
+    EXPECT_EQ(c.Post("/slots/9?action=save", R"({"filename": "a"})", "application/json")->status, 400);
+    (*server)->Stop();
+  }
+  auto server = CompletionServer::Create(o);
+  ASSERT_TRUE(server.ok());
+  ASSERT_TRUE((*server)->Start().ok());
+  httplib::Client c("127.0.0.1", (*server)->port());
+  c.set_read_timeout(60, 0);
+  EXPECT_EQ(c.Post("/slots/0?action=restore", R"({"filename": "missing.bin"})", "application/json")->status, 404);
+  auto restored = c.Post("/slots/1?action=restore", R"({"filename": "a.bin"})", "application/json");
+  ASSERT_EQ(restored->status, 200) << restored->body;
+  const Json r = Json::parse(restored->body);
+  EXPECT_GT(r["n_restored"].get<int>(), 10);
+  EXPECT_GT(r["n_read"].get<int>(), 1000);  // the KV came from the store
+  // The same prompt now prefills only its last token, and says what it said before the restart.
+  auto again = c.Post("/completion", ask.dump(), "application/json");
+  ASSERT_EQ(again->status, 200);
+  const Json a = Json::parse(again->body);
+  EXPECT_EQ(a["content"], first_text);
+  EXPECT_EQ(a["timings"]["cache_n"].get<int>(), a["tokens_evaluated"].get<int>() - 1);
+  auto erased = c.Post("/slots/0?action=erase", "", "application/json");
+  EXPECT_EQ(erased->status, 200);
+  (*server)->Stop();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

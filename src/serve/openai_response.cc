@@ -17,15 +17,13 @@ double LogprobValue(float logprob) { return std::isfinite(logprob) ? logprob : -
 
 std::string DumpJson(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
-Json ErrorObject(const std::string& message, const std::string& type, const std::string& code) {
-  Json error = {{"message", message}, {"type", type}};
-  if (!code.empty()) error["code"] = code;
-  return Json{{"error", std::move(error)}};
+Json ErrorObject(const ApiError& e) {
+  const auto or_null = [](const std::string& s) { return s.empty() ? Json(nullptr) : Json(s); };
+  return Json{
+      {"error", {{"message", e.message}, {"type", e.type}, {"param", or_null(e.param)}, {"code", or_null(e.code)}}}};
 }
 
-std::string ErrorJson(const std::string& message, const std::string& type) {
-  return DumpJson(ErrorObject(message, type));
-}
+std::string ErrorJson(const ApiError& error) { return DumpJson(ErrorObject(error)); }
 
 const char* ErrorType(int status) { return status >= 500 ? "server_error" : "invalid_request_error"; }
 
@@ -95,6 +93,7 @@ Json CompletionObject(const ResponseHead& head, Json choices, Json usage) {
           {"object", head.chat ? "chat.completion" : "text_completion"},
           {"created", head.created},
           {"model", head.model},
+          {"system_fingerprint", head.system_fingerprint},
           {"choices", std::move(choices)},
           {"usage", std::move(usage)}};
 }
@@ -122,12 +121,16 @@ Json ChunkObject(const ResponseHead& head, Json choices) {
               {"object", head.chat ? "chat.completion.chunk" : "text_completion"},
               {"created", head.created},
               {"model", head.model},
+              {"system_fingerprint", head.system_fingerprint},
               {"choices", std::move(choices)}};
 }
 
+Json ModelObject(const std::string& model, int64_t created) {
+  return {{"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "kvcodec"}};
+}
+
 Json ModelList(const std::string& model, int64_t created) {
-  const Json entry = {{"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "kvcodec"}};
-  return Json{{"object", "list"}, {"data", Json::array({entry})}};
+  return Json{{"object", "list"}, {"data", Json::array({ModelObject(model, created)})}};
 }
 
 }  // namespace kvc

@@ -21,10 +21,19 @@ namespace kvc {
 // through becomes U+FFFD instead of an exception.
 std::string DumpJson(const nlohmann::json& j);
 
-// {"error": {"message", "type"[, "code"]}}; an empty `code` is left out, as OpenAI leaves it.
-nlohmann::json ErrorObject(const std::string& message, const std::string& type, const std::string& code = "");
+// What an error answer says: OpenAI's error object. `param` names the request field at fault and
+// `code` is OpenAI's machine-readable reason ("context_length_exceeded", "unknown_parameter",
+// "model_not_found", ...); either is null when empty, as OpenAI sends them (the SDKs read both).
+struct ApiError {
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;
+  std::string code;
+};
+// {"error": {"message", "type", "param", "code"}}.
+nlohmann::json ErrorObject(const ApiError& error);
 // ErrorObject's text.
-std::string ErrorJson(const std::string& message, const std::string& type);
+std::string ErrorJson(const ApiError& error);
 // The error "type" of an HTTP status: the server's fault or the request's.
 const char* ErrorType(int status);
 
@@ -48,6 +57,9 @@ struct ResponseHead {
   std::string id;
   int64_t created = 0;  // Unix seconds
   std::string model;
+  // What determines the answers besides the request (the build, the model, the chat template),
+  // as OpenAI's system_fingerprint: answers with one fingerprint and seed are reproducible.
+  std::string system_fingerprint;
 };
 
 // A choice of a whole (not streamed) response; `logprobs` is null when none were asked for.
@@ -64,6 +76,8 @@ nlohmann::json ChunkChoice(bool chat, uint32_t index, const std::string& text, b
 // "chat.completion.chunk" or "text_completion".
 nlohmann::json ChunkObject(const ResponseHead& head, nlohmann::json choices);
 
+// GET /v1/models/{id}: the one model served.
+nlohmann::json ModelObject(const std::string& model, int64_t created);
 // GET /v1/models: the one model served.
 nlohmann::json ModelList(const std::string& model, int64_t created);
 

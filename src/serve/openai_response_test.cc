@@ -9,13 +9,14 @@ namespace {
 
 using Json = nlohmann::json;
 
-TEST(OpenAiResponse, ErrorObjectHasMessageTypeAndCodeOnlyWhenGiven) {
-  EXPECT_EQ(ErrorJson("bad \"field\"", "invalid_request_error"),
-            R"({"error":{"message":"bad \"field\"","type":"invalid_request_error"}})");
-  const Json e = ErrorObject("no key", "invalid_request_error", "invalid_api_key");
-  EXPECT_EQ(e["error"]["code"], "invalid_api_key");
-  EXPECT_EQ(e["error"]["message"], "no key");
-  EXPECT_FALSE(ErrorObject("x", "server_error")["error"].contains("code"));
+TEST(OpenAiResponse, ErrorObjectAlwaysHasParamAndCodeNullWhenUnknown) {
+  EXPECT_EQ(ErrorJson({"bad \"field\""}),
+            R"({"error":{"code":null,"message":"bad \"field\"","param":null,"type":"invalid_request_error"}})");
+  const Json e = ErrorObject({"too long", "invalid_request_error", "messages", "context_length_exceeded"});
+  EXPECT_EQ(e["error"]["code"], "context_length_exceeded");
+  EXPECT_EQ(e["error"]["param"], "messages");
+  EXPECT_EQ(e["error"]["message"], "too long");
+  EXPECT_EQ(ErrorObject({"x", "server_error"})["error"]["type"], "server_error");
   EXPECT_STREQ(ErrorType(400), "invalid_request_error");
   EXPECT_STREQ(ErrorType(499), "invalid_request_error");
   EXPECT_STREQ(ErrorType(500), "server_error");
@@ -76,17 +77,19 @@ TEST(OpenAiResponse, OnlyAChatChoicesFirstDeltaNamesTheRole) {
 }
 
 TEST(OpenAiResponse, ObjectsAreNamedByEndpointAndStreaming) {
-  ResponseHead head{true, "chatcmpl-1", 1700000000, "kvtiny"};
+  ResponseHead head{true, "chatcmpl-1", 1700000000, "kvtiny", "fp_0123456789"};
   const Json chat =
       CompletionObject(head, Json::array({CompletionChoice(true, 0, "hi", "length", nullptr)}), Json::object());
   EXPECT_EQ(chat["object"], "chat.completion");
+  EXPECT_EQ(chat["system_fingerprint"], "fp_0123456789");
   EXPECT_EQ(chat["choices"][0]["message"], (Json{{"role", "assistant"}, {"content", "hi"}}));
   EXPECT_TRUE(chat["choices"][0]["logprobs"].is_null());
   EXPECT_EQ(ChunkObject(head, Json::array())["object"], "chat.completion.chunk");
   head.chat = false;
   EXPECT_EQ(CompletionObject(head, Json::array(), Json::object())["object"], "text_completion");
   EXPECT_EQ(DumpJson(ChunkObject(head, Json::array())),
-            R"({"choices":[],"created":1700000000,"id":"chatcmpl-1","model":"kvtiny","object":"text_completion"})");
+            R"({"choices":[],"created":1700000000,"id":"chatcmpl-1","model":"kvtiny","object":"text_completion",)"
+            R"("system_fingerprint":"fp_0123456789"})");
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <vector>
 
 #include "base/status.h"
 #include "serve/http_server.h"
@@ -10,37 +11,68 @@
 
 namespace kvc {
 
+namespace {
+
+// "a,b" -> {"a", "b"}: llama-server's --api-key takes several keys so.
+std::vector<std::string> SplitKeys(const std::string& keys) {
+  std::vector<std::string> out;
+  size_t begin = 0;
+  while (begin <= keys.size()) {
+    const size_t end = std::min(keys.find(',', begin), keys.size());
+    if (end > begin) out.push_back(keys.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return out;
+}
+
+// Compared in time that does not depend on where they differ.
+bool SameKey(const std::string& given, const std::string& key) {
+  unsigned char diff = given.size() == key.size() ? 0 : 1;
+  for (size_t i = 0; i < std::min(given.size(), key.size()); ++i) {
+    diff |= static_cast<unsigned char>(given[i] ^ key[i]);
+  }
+  return diff == 0;
+}
+
+}  // namespace
+
 RequestGuard::RequestGuard(const ServerOptions& options)
-    : api_key_(options.api_key),
-      metrics_key_(options.metrics_key),
+    : api_keys_(SplitKeys(options.api_key)),
+      metrics_keys_(SplitKeys(options.metrics_key)),
       max_body_bytes_(options.max_body_bytes),
       request_timeout_s_(options.request_timeout_s) {}
 
 // /health is never guarded: a load balancer's probe carries no key.
-const std::string& RequestGuard::KeyFor(const std::string& path) const {
-  static const std::string kNone;
+const std::vector<std::string>& RequestGuard::KeysFor(const std::string& path) const {
+  static const std::vector<std::string> kNone;
   if (path == "/health") return kNone;
-  if (path == "/metrics") return metrics_key_;
-  return api_key_;
+  if (path == "/metrics") return metrics_keys_;
+  return api_keys_;
 }
 
 bool RequestGuard::Unauthorized(const httplib::Request& req, httplib::Response& res) const {
-  const std::string& key = KeyFor(req.path);
-  if (key.empty()) return false;
-  const std::string header = req.get_header_value("Authorization");
-  const std::string expected = "Bearer " + key;
-  // Compared in time that does not depend on where they differ.
-  unsigned char diff = header.size() == expected.size() ? 0 : 1;
-  for (size_t i = 0; i < std::min(header.size(), expected.size()); ++i) {
-    diff |= static_cast<unsigned char>(header[i] ^ expected[i]);
+  const std::vector<std::string>& keys = KeysFor(req.path);
+  if (keys.empty()) return false;
+  // "Authorization: Bearer KEY" (OpenAI's), or "X-Api-Key: KEY" (llama-server takes both).
+  std::string header = req.get_header_value("Authorization");
+  std::string given;
+  if (header.starts_with("Bearer ")) {
+    given = header.substr(7);
+  } else if (header.empty()) {
+    given = req.get_header_value("X-Api-Key");
   }
-  if (diff == 0) return false;
+  bool valid = false;
+  if (!given.empty()) {
+    for (const std::string& key : keys) valid = SameKey(given, key) || valid;  // every key compared
+  }
+  if (valid) return false;
+  header = header.empty() ? req.get_header_value("X-Api-Key") : header;
   if (HttpConnection* c = CurrentHttpConnection(); c != nullptr) c->close = true;
   res.status = 401;
   res.set_header("WWW-Authenticate", "Bearer");
   const char* message = header.empty() ? "this server needs an API key: send \"Authorization: Bearer <key>\""
                                        : "the API key is not valid";
-  res.set_content(DumpJson(ErrorObject(message, "invalid_request_error", "invalid_api_key")), "application/json");
+  res.set_content(ErrorJson({message, "invalid_request_error", "", "invalid_api_key"}), "application/json");
   return true;
 }
 

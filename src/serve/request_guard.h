@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "serve/completion_server.h"
 
@@ -44,11 +45,11 @@ class RequestGuard {
   std::string TimeoutMessage() const;
 
  private:
-  // The key a path needs ("" none).
-  const std::string& KeyFor(const std::string& path) const;
+  // The keys a path takes (any one of them; none: no key needed).
+  const std::vector<std::string>& KeysFor(const std::string& path) const;
 
-  std::string api_key_;
-  std::string metrics_key_;
+  std::vector<std::string> api_keys_;
+  std::vector<std::string> metrics_keys_;
   size_t max_body_bytes_ = 0;
   double request_timeout_s_ = 0;
 };

@@ -26,12 +26,18 @@ std::string StopFilter::Push(std::string_view text) {
   const size_t searched_from = held_.size();
   held_.append(text);
   size_t first = std::string::npos;
+  const std::string* found = nullptr;
   for (const std::string& stop : stops_) {
     const size_t from = searched_from >= stop.size() ? searched_from - stop.size() + 1 : 0;
-    first = std::min(first, held_.find(stop, from));
+    const size_t at = held_.find(stop, from);
+    if (at < first) {
+      first = at;
+      found = &stop;
+    }
   }
   if (first != std::string::npos) {
     stopped_ = true;
+    stop_word_ = *found;
     std::string out = Emit(first);
     held_.clear();
     return out;

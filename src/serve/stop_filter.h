@@ -20,6 +20,8 @@ class StopFilter {
   std::string Finish();
 
   bool stopped() const { return stopped_; }
+  // The stop string that ended the text (the first found; empty while none has).
+  const std::string& stop_word() const { return stop_word_; }
   // Bytes returned so far.
   size_t emitted() const { return emitted_; }
 
@@ -30,6 +32,7 @@ class StopFilter {
   std::string held_;  // text not yet returned: the end of it may begin a stop string
   size_t emitted_ = 0;
   bool stopped_ = false;
+  std::string stop_word_;
 };
 
 }  // namespace kvc

@@ -2,10 +2,13 @@
 #include <pthread.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli_common.h"
 #include "commands.h"
@@ -20,11 +23,38 @@ struct ServeArgs {
   std::string scheduler = kvc::SchedulerName(kvc::ServerOptions{}.scheduler);
   bool no_reuse = false;
   bool no_hot_tier = false;
+  bool jinja = true;
+  std::string api_key_file;
   ServeArgs() { o.model_path = DefaultModel(); }
 };
 
+// llama-server's --api-key-file: a key per line; empty lines and lines starting with '#' skipped.
+kvc::Result<std::string> ReadApiKeys(const std::string& path, std::string keys) {
+  std::ifstream in(path);
+  if (!in) return kvc::NotFound("cannot read the API key file " + Printable(path));
+  std::string line;
+  while (std::getline(in, line)) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
+    if (line.empty() || line.front() == '#') continue;
+    if (line.find(',') != std::string::npos) {
+      return kvc::InvalidArgument("an API key in " + Printable(path) + " holds a comma, which separates keys");
+    }
+    keys += (keys.empty() ? "" : ",") + line;
+  }
+  if (keys.empty()) return kvc::InvalidArgument("the API key file " + Printable(path) + " holds no key");
+  return keys;
+}
+
 int RunServe(ServeArgs& a) {
   kvc::ServerOptions& o = a.o;
+  if (!a.api_key_file.empty()) {
+    auto keys = ReadApiKeys(a.api_key_file, o.api_key);
+    if (!keys.ok()) return Fail(keys.status());
+    o.api_key = *keys;
+  }
+  // llama-server keeps saved slots in this folder; here they are records in the chunk store,
+  // which is this folder unless --store names another.
+  if (!o.slot_save_path.empty() && o.store_url.empty()) o.store_url = "dir://" + o.slot_save_path;
   auto scheduler = kvc::ParseScheduler(a.scheduler);
   if (!scheduler.ok()) return Fail(scheduler.status());
   o.scheduler = *scheduler;
@@ -84,24 +114,34 @@ Command AddServeCommand(CLI::App* parent) {
   AddCalibrationOption(serve, &o.calibration);
   AddQualityOptions(serve, &o.profile, &o.quality);
   serve->add_option("--host", o.host, "Address to listen on")->capture_default_str();
-  serve->add_option("--alias", o.alias,
+  serve->add_option("-a,--alias", o.alias,
                     "Model id clients see in /v1/models and responses (default: the model's file name without .gguf)");
   serve->add_option("--chat-template", o.chat_template,
                     "Chat template: a llama.cpp built-in's name (chatml, llama3, mistral-v7, ...) or a template's "
                     "text (default: the model's own; without one, \"role: content\" lines)");
   serve
       ->add_option("--api-key", o.api_key,
-                   "Require \"Authorization: Bearer KEY\" on every endpoint but /health and /metrics")
+                   "Require \"Authorization: Bearer KEY\" (or \"X-Api-Key: KEY\") on every endpoint but /health and "
+                   "/metrics; several keys separated by commas")
       ->envname("KVCODEC_API_KEY");
+  serve->add_option("--api-key-file", sv->api_key_file,
+                    "File of API keys, one per line (lines starting with # skipped), as llama-server's");
+  serve->add_flag("--jinja,!--no-jinja", sv->jinja,
+                  "Accepted as llama-server's: chat prompts are always the model's chat template (or "
+                  "--chat-template), applied by llama.cpp's template matcher, which knows the common templates");
+  serve->add_option("--slot-save-path", o.slot_save_path,
+                    "Turn on POST /slots/{id}?action=save|restore (llama-server's); a saved slot is a record in the "
+                    "store, and this folder is the store unless --store names another");
   serve->add_option("--metrics-key", o.metrics_key, "Require \"Authorization: Bearer KEY\" on /metrics")
       ->envname("KVCODEC_METRICS_KEY");
   serve->add_option("--port", o.port, "Port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
   serve->add_option("--link-gbps", o.link_gbps, "Cap the fetch link at this rate (0: none)")->capture_default_str();
-  serve->add_option("--ctx", o.n_ctx, "Tokens per request (prompt + completion)")->capture_default_str();
+  serve->add_option("-c,--ctx,--ctx-size", o.n_ctx, "Tokens per request (prompt + completion)")->capture_default_str();
   serve->add_option("--max-tokens", o.default_max_tokens, "Completion tokens when a request does not say")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  serve->add_option("--threads", o.threads, "Threads for llama.cpp (0: the cores --fetch-threads leave)");
+  serve->add_option("-t,--threads", o.threads, "Threads for llama.cpp (0: the cores --fetch-threads leave)");
+  // And llama-server's -np (SpellOutLlamaServerFlags).
   serve->add_option("--parallel", o.parallel, "Requests decoded together (continuous batching)")->capture_default_str();
   serve
       ->add_option("--fetch-threads", o.fetch_threads,
@@ -129,6 +169,25 @@ Command AddServeCommand(CLI::App* parent) {
                   "Free a finished request's KV at once instead of keeping it in llama.cpp's memory for a later "
                   "request that shares its prefix");
   return {serve, [sv] { return RunServe(*sv); }};
+}
+
+std::vector<std::string> SpellOutLlamaServerFlags(std::vector<std::string> args) {
+  const auto serve = std::find(args.begin(), args.end(), "serve");
+  if (serve == args.end()) return args;
+  std::vector<std::string> out(args.begin(), serve + 1);
+  for (auto it = serve + 1; it != args.end(); ++it) {
+    if (*it == "-np") {
+      out.push_back("--parallel");
+    } else if (*it == "-fa" || *it == "--flash-attn") {
+      // llama-server's -fa takes on, off or auto (auto: on where the backend has it, as the CPU does).
+      const bool valued = it + 1 != args.end() && (it[1] == "on" || it[1] == "off" || it[1] == "auto");
+      if (!valued || it[1] != "off") out.push_back("--flash-attn");
+      if (valued) ++it;
+    } else {
+      out.push_back(*it);
+    }
+  }
+  return out;
 }
 
 }  // namespace kvcodec_cli

@@ -21,6 +21,9 @@ Command AddBenchCodecCommand(CLI::App* parent);
 Command AddBenchVideoCommand(CLI::App* parent);
 Command AddBenchRotQuantCommand(CLI::App* parent);
 Command AddServeCommand(CLI::App* parent);
+// A `serve` command line with llama-server's multi-letter one-dash flags (-np, -fa on|off|auto)
+// spelled as kvcodec's (--parallel, --flash-attn); any other command line as it is.
+std::vector<std::string> SpellOutLlamaServerFlags(std::vector<std::string> args);
 Command AddBenchTtftCommand(CLI::App* parent);
 Command AddBenchServeCommand(CLI::App* parent);
 Command AddRunCommand(CLI::App* parent);

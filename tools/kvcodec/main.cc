@@ -68,6 +68,15 @@ int Main(int argc, char** argv) {
   commands.push_back(kvcodec_cli::AddInspectCommand(&app));
   commands.push_back(kvcodec_cli::AddTokenizeCommand(&app));
 
+  // llama-server's flags of several letters after one dash, which CLI11 reads as bundled short
+  // flags: spelled out for `serve`, so a llama-server command line runs as it is.
+  std::vector<std::string> args = kvcodec_cli::SpellOutLlamaServerFlags(std::vector<std::string>(argv, argv + argc));
+  std::vector<char*> arg_pointers;
+  for (std::string& a : args) arg_pointers.push_back(a.data());
+  arg_pointers.push_back(nullptr);
+  argc = static_cast<int>(args.size());
+  argv = arg_pointers.data();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
