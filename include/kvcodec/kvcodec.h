@@ -202,9 +202,70 @@ KVC_API void kvc_kv_free(kvc_kv* kv);
 /* The cache's shape into *out (all zeros for a NULL kv). */
 KVC_API void kvc_kv_shape(const kvc_kv* kv, kvc_shape* out);
 /* llama.cpp's sequence-state bytes (llama_state_seq_get_data) <-> a KV cache: *out is the
- * caller's (kvc_kv_free, or for the bytes kvc_free). */
+ * caller's (kvc_kv_free, or for the bytes kvc_free). kvc_kv_to_llama_state writes V as
+ * kvc_kv_llama_v_trans says, so a state read here is written back in its own layout. A cache of
+ * keys alone (kvc_kv_keys_only) has no such state: KVC_UNSUPPORTED. */
 KVC_API kvc_status kvc_kv_from_llama_state(const uint8_t* data, size_t size, uint32_t n_kv_heads, kvc_kv** out);
 KVC_API kvc_status kvc_kv_to_llama_state(const kvc_kv* kv, uint8_t** out, size_t* out_size);
+/* How kvc_kv_to_llama_state lays out V: 1 transposed (how llama.cpp keeps V without flash
+ * attention), 0 as K is (a flash-attention context). llama.cpp refuses a state in the other
+ * layout than its context's. A cache from kvc_kv_from_llama_state has its state's, one from
+ * kvc_session_extract its session's (0 with flash_attn); any other (kvc_decode,
+ * kvc_kv_from_arrays) 1, until set: a .kvc file does not record it. -1 for a NULL kv. */
+KVC_API int kvc_kv_llama_v_trans(const kvc_kv* kv);
+/* v_trans: 0 or 1 (anything else is KVC_INVALID_ARGUMENT). */
+KVC_API kvc_status kvc_kv_set_llama_v_trans(kvc_kv* kv, int v_trans);
+/* Non-zero for a cache of keys alone, with no V (an MLA latent or indexer cache, from kvc_decode
+ * or kvc_kv_from_arrays); 0 for NULL. */
+KVC_API int kvc_kv_keys_only(const kvc_kv* kv);
+
+/* Where K or V lies in the caller's memory, for kvc_kv_from_arrays (which reads it) and
+ * kvc_kv_to_arrays (which writes it). Value (layer, token, head, channel) is the element at
+ *     base(layer) + token * token_stride + head * head_stride + channel * dim_stride
+ * counted in elements of the dtype, not bytes, where base(layer) is layers[layer] when `layers`
+ * is non-NULL, else data + layer * layer_stride. Any order of the four axes is described this
+ * way, none needs a copy first:
+ *   [layer][token][head][channel], dense (as a kvc_kv holds it): dim_stride 1, head_stride
+ *     head_dim, token_stride n_kv_heads * head_dim, layer_stride n_tokens * token_stride;
+ *   one [head][token][channel] buffer per layer (Hugging Face's past_key_values, batch 1):
+ *     layers, dim_stride 1, token_stride head_dim, head_stride n_tokens * head_dim;
+ *   V transposed, [layer][head][channel][token] (llama.cpp's without flash attention):
+ *     token_stride 1, dim_stride n_tokens, head_stride head_dim * n_tokens, layer_stride
+ *     n_kv_heads * head_stride.
+ * Strides are not negative (a negative one is refused). A stride only matters along an axis of
+ * more than one value; along one it is ignored. Reading, a stride may be 0 (one value repeated);
+ * writing, no two values may share an element. `size` is the bytes from data (or from each
+ * layers[l]) the caller lends: every element the description reaches must lie inside them, which
+ * the library checks (overflow included) before it touches any. Elements are copied byte-wise,
+ * so need no alignment. The arrays are only used during the call. */
+typedef struct kvc_kv_array {
+  void* data;          /* every layer, one after another layer_stride apart; NULL when `layers` is given
+                          (kvc_kv_from_arrays only reads: cast a const buffer) */
+  void* const* layers; /* n_layers pointers, one buffer per layer; NULL when `data` is given */
+  size_t size;         /* bytes of data, or of each layers[l] */
+  int64_t layer_stride;
+  int64_t token_stride;
+  int64_t head_stride;
+  int64_t dim_stride;
+} kvc_kv_array;
+
+/* A new KV cache (*out: the caller's, kvc_kv_free) holding a copy of the caller's K and V.
+ * shape: n_layers, n_kv_heads, head_dim (K's and V's alike) and n_tokens, each at least 1 and
+ * within the library's limits (the file format's: 1024 layers, 1024 heads, 4096 channels, 2^22
+ * tokens, 16 GiB), dtype (the arrays' element type, and the cache's), pos_begin (the first
+ * token's position, at least 0; positions follow). v NULL: a cache of keys alone. Refused with
+ * KVC_INVALID_ARGUMENT and a message naming the field: a NULL pointer, an unknown dtype, a size
+ * out of range, an array with both or neither of data and layers or a NULL layer, a negative
+ * stride, strides that reach past `size` or overflow. */
+KVC_API kvc_status kvc_kv_from_arrays(const kvc_shape* shape, const kvc_kv_array* k, const kvc_kv_array* v,
+                                      kvc_kv** out);
+/* Copies the cache into the caller's arrays (its shape: kvc_kv_shape) as dtype, converting where
+ * it differs from the cache's (to f16 or bf16: rounded to nearest, ties to even). v must be NULL
+ * exactly when the cache holds keys alone. Refused as kvc_kv_from_arrays refuses, and where the
+ * arrays would write two values into one element: a stride of 0 along an axis of several values,
+ * strides that interleave, two layers' buffers that meet, K and V starting at the same element
+ * (other overlaps of K with V are the caller's to avoid). On failure nothing is written. */
+KVC_API kvc_status kvc_kv_to_arrays(const kvc_kv* kv, kvc_dtype dtype, const kvc_kv_array* k, const kvc_kv_array* v);
 
 /* Encodes a KV cache (tokens [token_begin, token_begin + n_tokens) of it; n_tokens 0 = to the
  * end) into .kvc bytes (*out: the caller's, kvc_free). level NULL: the codec's default;

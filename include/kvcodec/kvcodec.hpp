@@ -309,6 +309,40 @@ inline Outcome<std::vector<uint8_t>> KvToLlamaState(const Kv& kv) {
   return TakeBytes(out, n);
 }
 
+// The layout kvc_kv_to_llama_state writes V in: true transposed (a context without flash
+// attention), false as K (with it). kvc_kv_llama_v_trans says which caches start with which.
+inline bool LlamaVTrans(const Kv& kv) { return kvc_kv_llama_v_trans(kv.get()) == 1; }
+inline std::optional<Error> SetLlamaVTrans(Kv& kv, bool v_trans) {
+  if (kvc_status s = kvc_kv_set_llama_v_trans(kv.get(), v_trans ? 1 : 0); s != KVC_OK) return LastError(s);
+  return std::nullopt;
+}
+inline bool KeysOnly(const Kv& kv) { return kvc_kv_keys_only(kv.get()) != 0; }
+
+// K or V of `shape` packed [layer][token][head][channel] in `data`, as a kvc_kv_array.
+inline kvc_kv_array DenseArray(const kvc_shape& shape, void* data) {
+  kvc_kv_array a{};
+  a.data = data;
+  a.dim_stride = 1;
+  a.head_stride = shape.head_dim;
+  a.token_stride = int64_t{shape.n_kv_heads} * shape.head_dim;
+  a.layer_stride = a.token_stride * shape.n_tokens;
+  a.size = static_cast<size_t>(a.layer_stride) * shape.n_layers * (shape.dtype == KVC_F32 ? 4 : 2);
+  return a;
+}
+
+// A copy of the caller's K and V (kvc_kv_array: any strides) as a cache; v nullptr: keys alone.
+inline Outcome<Kv> KvFromArrays(const kvc_shape& shape, const kvc_kv_array& k, const kvc_kv_array* v) {
+  kvc_kv* kv = nullptr;
+  if (kvc_status s = kvc_kv_from_arrays(&shape, &k, v, &kv); s != KVC_OK) return LastError(s);
+  return Kv(kv);
+}
+
+// The cache into the caller's arrays, as `dtype`; v nullptr exactly for a cache of keys alone.
+inline std::optional<Error> KvToArrays(const Kv& kv, kvc_dtype dtype, const kvc_kv_array& k, const kvc_kv_array* v) {
+  if (kvc_status s = kvc_kv_to_arrays(kv.get(), dtype, &k, v); s != KVC_OK) return LastError(s);
+  return std::nullopt;
+}
+
 inline Outcome<std::string> InspectJson(const std::vector<uint8_t>& bytes) {
   char* json = nullptr;
   if (kvc_status s = kvc_inspect_json(bytes.data(), bytes.size(), &json); s != KVC_OK) return LastError(s);

@@ -11,6 +11,7 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <type_traits>
 
 #include "base/hash.h"
 #include "base/thread_pool.h"
@@ -18,6 +19,7 @@
 #include "capi_support.h"
 #include "codecs/codec.h"
 #include "codecs/kvc_inspect.h"
+#include "kv_arrays.h"
 #include "kvcodec/kvcodec.h"
 #include "libav/video_decoder.h"
 #include "llama/chunk_state_json.h"
@@ -44,12 +46,16 @@ struct kvc_session {
   // The reuse path's workers, made on first use and kept: no threads started per call.
   std::unique_ptr<kvc::ThreadPool> pool;
   int32_t pool_fetch_threads = -1;
+  // V untransposed in its llama.cpp state: what the caches it gives out are written back as.
+  bool flash_attn = false;
 };
 struct kvc_store {
   std::unique_ptr<kvc::Store> store;
 };
 struct kvc_kv {
   kvc::KvCache cache;
+  // How kvc_kv_to_llama_state lays out V: the source state's, else llama.cpp's default layout.
+  bool llama_v_trans = true;
 };
 struct kvc_sampler {
   std::unique_ptr<kvc::TokenSampler> sampler;
@@ -184,7 +190,9 @@ kvc_status kvc_session_create(const kvc_model* model, const kvc_session_params* 
     if (!ValidDType(params->cache_type)) return Fail(kvc::InvalidArgument("invalid cache_type"));
     auto session = kvc::LlamaSession::Create(*model->model, ToSessionOptions(*params));
     if (!session.ok()) return Fail(session.status());
-    *out = new kvc_session{std::move(session).value(), model->model.get()};
+    auto* created = new kvc_session{std::move(session).value(), model->model.get()};
+    created->flash_attn = params->flash_attn != 0;
+    *out = created;
     return KVC_OK;
   });
 }
@@ -206,7 +214,7 @@ kvc_status kvc_session_extract(const kvc_session* session, kvc_kv** out) {
     if (session == nullptr || out == nullptr) return NullArgument("session or out");
     auto kv = session->session->ExtractKv();
     if (!kv.ok()) return Fail(kv.status());
-    *out = new kvc_kv{std::move(kv).value()};
+    *out = new kvc_kv{std::move(kv).value(), !session->flash_attn};
     return KVC_OK;
   });
 }
@@ -336,9 +344,10 @@ void kvc_kv_shape(const kvc_kv* kv, kvc_shape* out) {
 kvc_status kvc_kv_from_llama_state(const uint8_t* data, size_t size, uint32_t n_kv_heads, kvc_kv** out) {
   return Guard([&]() -> kvc_status {
     if (MissingInput(data, size) || out == nullptr) return NullArgument("data or out");
-    auto kv = kvc::ParseLlamaSeqState(std::span(data, size), n_kv_heads);
+    kvc::LlamaStateLayout layout;
+    auto kv = kvc::ParseLlamaSeqState(std::span(data, size), n_kv_heads, &layout);
     if (!kv.ok()) return Fail(kv.status());
-    *out = new kvc_kv{std::move(kv).value()};
+    *out = new kvc_kv{std::move(kv).value(), layout.v_trans};
     return KVC_OK;
   });
 }
@@ -348,10 +357,122 @@ kvc_status kvc_kv_to_llama_state(const kvc_kv* kv, uint8_t** out, size_t* out_si
     if (kv == nullptr || out == nullptr || out_size == nullptr) return NullArgument("argument");
     kvc::LlamaStateLayout layout;
     layout.dtype = kv->cache.dtype();
+    layout.v_trans = kv->llama_v_trans;
     auto blob = kvc::BuildLlamaSeqState(kv->cache, layout);
     if (!blob.ok()) return Fail(blob.status());
     *out = CopyBytes(*blob);
     *out_size = blob->size();
+    return KVC_OK;
+  });
+}
+
+int kvc_kv_llama_v_trans(const kvc_kv* kv) {
+  if (kv == nullptr) return -1;
+  return kv->llama_v_trans ? 1 : 0;
+}
+
+kvc_status kvc_kv_set_llama_v_trans(kvc_kv* kv, int v_trans) {
+  return Guard([&]() -> kvc_status {
+    if (kv == nullptr) return NullArgument("kv");
+    if (v_trans != 0 && v_trans != 1) {
+      return Fail(kvc::InvalidArgument(kvc::FormatMessage("v_trans is %d: 0 or 1", v_trans)));
+    }
+    kv->llama_v_trans = v_trans == 1;
+    return KVC_OK;
+  });
+}
+
+int kvc_kv_keys_only(const kvc_kv* kv) { return kv != nullptr && kv->cache.shape().keys_only ? 1 : 0; }
+
+}  // extern "C"
+
+namespace {
+
+// A kvc_dtype as C code may hand it over: any bits at all. Read as its underlying integer, since
+// a C++ load of an enum value outside its range is itself undefined.
+std::optional<kvc::DType> DTypeOf(const kvc_dtype& dtype) {
+  std::underlying_type_t<kvc_dtype> raw;
+  std::memcpy(&raw, &dtype, sizeof raw);
+  const auto value = static_cast<int64_t>(raw);
+  if (value < KVC_F32 || value > KVC_BF16) return std::nullopt;
+  return static_cast<kvc::DType>(value);
+}
+
+kvc::Status UnknownDType(const char* what, const kvc_dtype& dtype) {
+  std::underlying_type_t<kvc_dtype> raw;
+  std::memcpy(&raw, &dtype, sizeof raw);
+  return kvc::InvalidArgument(kvc::FormatMessage("%s %lld is not a kvc_dtype (KVC_F32, KVC_F16 or KVC_BF16)", what,
+                                                 static_cast<long long>(raw)));
+}
+
+}  // namespace
+
+extern "C" {
+
+kvc_status kvc_kv_from_arrays(const kvc_shape* shape, const kvc_kv_array* k, const kvc_kv_array* v, kvc_kv** out) {
+  return Guard([&]() -> kvc_status {
+    if (shape == nullptr || k == nullptr || out == nullptr) return NullArgument("shape, k or out");
+    const std::optional<kvc::DType> dtype = DTypeOf(shape->dtype);
+    if (!dtype) return Fail(UnknownDType("shape.dtype", shape->dtype));
+    kvc::KvShape s{shape->n_layers, shape->n_kv_heads, shape->head_dim, shape->n_tokens};
+    s.keys_only = v == nullptr;
+    // A cache of no tokens encodes to nothing and restores nothing: the caller's mistake.
+    if (s.n_tokens == 0) return Fail(kvc::InvalidArgument("shape.n_tokens is 0"));
+    if (kvc::Status valid = kvc::ValidateShape(s, *dtype); !valid.ok()) return Fail(valid.WithContext("shape"));
+    if (shape->pos_begin < 0) {
+      return Fail(kvc::InvalidArgument(
+          kvc::FormatMessage("shape.pos_begin is %d: positions start at 0 or later", shape->pos_begin)));
+    }
+    if (int64_t{shape->pos_begin} + s.n_tokens > INT32_MAX) {
+      return Fail(
+          kvc::InvalidArgument(kvc::FormatMessage("positions [%d, +%u) overflow int32", shape->pos_begin, s.n_tokens)));
+    }
+    const size_t elem = kvc::DTypeSize(*dtype);
+    auto k_layout = CheckArray("k", *k, s, elem, /*writing=*/false);
+    if (!k_layout.ok()) return Fail(k_layout.status());
+    std::optional<ArrayLayout> v_layout;
+    if (v != nullptr) {
+      auto checked = CheckArray("v", *v, s, elem, /*writing=*/false);
+      if (!checked.ok()) return Fail(checked.status());
+      v_layout = std::move(checked).value();
+    }
+    auto cache = kvc::KvCache::CreateForOverwrite(s, *dtype, shape->pos_begin);  // every value written below
+    if (!cache.ok()) return Fail(cache.status());
+    CopyIntoCache(*k_layout, kvc::KvKind::kKey, &*cache);
+    if (v_layout) CopyIntoCache(*v_layout, kvc::KvKind::kValue, &*cache);
+    *out = new kvc_kv{std::move(cache).value()};
+    return KVC_OK;
+  });
+}
+
+kvc_status kvc_kv_to_arrays(const kvc_kv* kv, kvc_dtype dtype, const kvc_kv_array* k, const kvc_kv_array* v) {
+  return Guard([&]() -> kvc_status {
+    if (kv == nullptr || k == nullptr) return NullArgument("kv or k");
+    const std::optional<kvc::DType> to = DTypeOf(dtype);
+    if (!to) return Fail(UnknownDType("dtype", dtype));
+    const kvc::KvShape& s = kv->cache.shape();
+    if (s.keys_only && v != nullptr) return Fail(kvc::InvalidArgument("v is given, but the cache holds keys alone"));
+    if (!s.keys_only && v == nullptr) return Fail(kvc::InvalidArgument("v is NULL, but the cache holds V"));
+    const size_t elem = kvc::DTypeSize(*to);
+    auto k_layout = CheckArray("k", *k, s, elem, /*writing=*/true);
+    if (!k_layout.ok()) return Fail(k_layout.status());
+    std::optional<ArrayLayout> v_layout;
+    if (v != nullptr) {
+      auto checked = CheckArray("v", *v, s, elem, /*writing=*/true);
+      if (!checked.ok()) return Fail(checked.status());
+      if (kvc::Status distinct = CheckDistinct(*k_layout, *checked); !distinct.ok()) return Fail(distinct);
+      v_layout = std::move(checked).value();
+    }
+    // Converted before the first write, so a failure (memory) leaves the arrays untouched.
+    std::optional<kvc::KvCache> converted;
+    if (*to != kv->cache.dtype()) {
+      auto c = kv->cache.ConvertTo(*to);
+      if (!c.ok()) return Fail(c.status());
+      converted = std::move(c).value();
+    }
+    const kvc::KvCache& source = converted ? *converted : kv->cache;
+    CopyFromCache(source, kvc::KvKind::kKey, *k_layout);
+    if (v_layout) CopyFromCache(source, kvc::KvKind::kValue, *v_layout);
     return KVC_OK;
   });
 }

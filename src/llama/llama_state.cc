@@ -39,7 +39,7 @@ int32_t GgmlFromDType(DType dtype) {
   return -1;
 }
 
-Result<KvCache> ParseLlamaSeqState(std::span<const uint8_t> blob, uint32_t n_kv_heads) {
+Result<KvCache> ParseLlamaSeqState(std::span<const uint8_t> blob, uint32_t n_kv_heads, LlamaStateLayout* layout) {
   ByteReader r(blob);
   uint32_t magic, n_stream;
   int32_t seq_id;
@@ -52,12 +52,14 @@ Result<KvCache> ParseLlamaSeqState(std::span<const uint8_t> blob, uint32_t n_kv_
 
   bool found = false;
   KvCache out;
+  LlamaStateLayout parsed{.n_stream = n_stream, .seq_id = seq_id};
   for (uint32_t s = 0; s < n_stream; ++s) {
     uint32_t cell_count;
     RETURN_IF_ERROR(r.U32(&cell_count, "cell_count"));
     if (cell_count == 0) continue;
     KVC_CHECK_CORRUPT(!found, "sequence has cells in more than one stream");
     found = true;
+    parsed.stream = s;
     KVC_CHECK_CORRUPT(cell_count <= kMaxTokens, "cell_count %u exceeds %u", cell_count, kMaxTokens);
     // Each cell's metadata is at least 12 bytes: reject counts the blob cannot hold before
     // allocating for them.
@@ -86,6 +88,7 @@ Result<KvCache> ParseLlamaSeqState(std::span<const uint8_t> blob, uint32_t n_kv_
     RETURN_IF_ERROR(r.U32(&n_layer, "n_layer"));
     KVC_CHECK_CORRUPT(v_trans <= 1, "v_trans %u is not 0 or 1", v_trans);
     KVC_CHECK_CORRUPT(n_layer >= 1 && n_layer <= kMaxLayers, "n_layer %u out of range", n_layer);
+    parsed.v_trans = v_trans == 1;
 
     DType dtype = DType::kF16;
     size_t row_elems = 0;
@@ -142,6 +145,8 @@ Result<KvCache> ParseLlamaSeqState(std::span<const uint8_t> blob, uint32_t n_kv_
   }
   KVC_CHECK_CORRUPT(found, "sequence state holds no cells");
   KVC_CHECK_CORRUPT(r.empty(), "%zu unexpected bytes after the sequence state", r.remaining());
+  parsed.dtype = out.dtype();
+  if (layout != nullptr) *layout = parsed;
   return out;
 }
 
@@ -219,6 +224,9 @@ size_t MetaBytes(uint32_t n_tokens, const LlamaStateLayout& layout) {
 Result<size_t> LlamaSeqStateBytes(const KvShape& shape, const LlamaStateLayout& layout) {
   if (layout.stream >= layout.n_stream) return InvalidArgument("stream index out of range");
   if (shape.n_tokens == 0) return InvalidArgument("nothing to restore (0 tokens)");
+  // Every writer sizes its buffer here first: a cache with no V (an MLA latent) never reaches
+  // the V rows it does not hold.
+  if (shape.keys_only) return Unsupported("a cache of keys alone has no llama.cpp KV state (it has no V)");
   const size_t layer_bytes = size_t{shape.n_tokens} * shape.row_elems() * DTypeSize(layout.dtype);
   const uint32_t streams_after = layout.n_stream - 1 - layout.stream;
   return MetaBytes(shape.n_tokens, layout) + size_t{2} * shape.n_layers * (kLayerHeaderBytes + layer_bytes) +

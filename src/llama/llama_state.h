@@ -38,7 +38,11 @@ struct LlamaStateLayout {
 
 // Parses a sequence state blob into a KvCache with the cache's own dtype. `n_kv_heads` splits
 // each row into heads. Cells are returned in position order; positions must be consecutive.
-Result<KvCache> ParseLlamaSeqState(std::span<const uint8_t> blob, uint32_t n_kv_heads);
+// `layout`, when given, receives how the blob was written (its v_trans above all: a context with
+// flash attention refuses a state whose V is transposed, and one without it the other way), so
+// the cache can be written back in the form its context takes.
+Result<KvCache> ParseLlamaSeqState(std::span<const uint8_t> blob, uint32_t n_kv_heads,
+                                   LlamaStateLayout* layout = nullptr);
 
 // Serialises `kv` (whose dtype must equal layout.dtype) as a blob llama_state_seq_set_data
 // accepts for a context with `layout`: into `out`, of exactly LlamaSeqStateBytes bytes (a

@@ -25,9 +25,15 @@ TEST_P(LlamaStateTest, BuildThenParseIsIdentity) {
   layout.v_trans = v_trans;
   auto blob = BuildLlamaSeqState(kv, layout);
   ASSERT_TRUE(blob.ok()) << blob.status().ToString();
-  auto parsed = ParseLlamaSeqState(*blob, 2);
+  LlamaStateLayout read;
+  read.v_trans = !v_trans;
+  auto parsed = ParseLlamaSeqState(*blob, 2, &read);
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   EXPECT_EQ(*parsed, kv);
+  // The layout it was written with comes back, so the cache can be written back as it came.
+  EXPECT_EQ(read.v_trans, v_trans);
+  EXPECT_EQ(read.dtype, dtype);
+  EXPECT_EQ(BuildLlamaSeqState(*parsed, read).value(), *blob);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, LlamaStateTest,
@@ -39,11 +45,16 @@ TEST(LlamaState, SeveralStreamsOneUsed) {
   LlamaStateLayout layout;
   layout.n_stream = 3;
   layout.stream = 1;
+  layout.seq_id = 5;
   auto blob = BuildLlamaSeqState(kv, layout);
   ASSERT_TRUE(blob.ok());
-  auto parsed = ParseLlamaSeqState(*blob, 2);
+  LlamaStateLayout read;
+  auto parsed = ParseLlamaSeqState(*blob, 2, &read);
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   EXPECT_EQ(*parsed, kv);
+  EXPECT_EQ(read.n_stream, 3u);
+  EXPECT_EQ(read.stream, 1u);
+  EXPECT_EQ(read.seq_id, 5);
 }
 
 // A chunk restored straight from the prefix buffer (a view) is the same blob as its own copy,
@@ -71,6 +82,15 @@ TEST(LlamaState, TransposedVAtEveryBlockRemainder) {
     EXPECT_EQ(ParseLlamaSeqState(blob, shape.n_kv_heads).value(), kv)
         << shape.n_kv_heads << "x" << shape.head_dim << " channels, " << shape.n_tokens << " tokens";
   }
+}
+
+TEST(LlamaState, ACacheOfKeysAloneHasNoState) {
+  KvShape shape{2, 2, 8, 4};
+  shape.keys_only = true;
+  const KvCache kv = RandomCache(shape, DType::kF16);
+  const auto blob = BuildLlamaSeqState(kv, {});
+  ASSERT_FALSE(blob.ok());
+  EXPECT_EQ(blob.status().code(), StatusCode::kUnsupported);
 }
 
 TEST(LlamaState, WritesIntoABufferOfExactlyTheStatesSize) {

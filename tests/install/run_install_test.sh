@@ -2,11 +2,15 @@
 # Installs the build into a temporary prefix and uses it as a user would: a C program through
 # pkg-config and a CMake project through find_package(kvcodec), each run on the test model. The
 # prefix is then moved, and both run again from the new place (the install is relocatable).
-# It also checks the shipped library exports the C API alone.
+# It also checks the shipped library exports the C API alone, that nothing installed names the
+# source or build tree, and that the installed command takes its model from --model or
+# $KVCODEC_MODEL alone.
 #   run_install_test.sh BUILD_DIR MODEL WORK_DIR
 set -euo pipefail
 build=$1 model=$2 work=$3
 here="$(cd "$(dirname "$0")" && pwd)"
+source_dir="$(cd "$here/../.." && pwd)"
+build_dir="$(cd "$build" && pwd)"
 fail() { echo "install test: $*" >&2; exit 1; }
 
 rm -rf "$work"
@@ -35,6 +39,28 @@ done
 echo "runpath: ${runpath:-none}"
 for f in include/kvcodec/kvcodec.h include/kvcodec/kvcodec.hpp; do [[ -f "$prefix/$f" ]] || fail "$f not installed"; done
 
+# No installed file names the tree it was built from (a default model path, a data folder, a
+# RUNPATH): the install must work once that tree is gone. Debug information names its sources,
+# as it should, so binaries are read without it.
+baked=0
+while IFS= read -r -d '' f; do
+  text="$f"
+  if [[ "$(head -c 4 "$f" | od -An -c | tr -d ' ')" == '177ELF' ]]; then
+    text="$work/stripped"
+    objcopy --strip-debug "$f" "$text" || fail "objcopy could not read $f"
+  fi
+  strings -a "$text" >"$work/strings.txt"  # whole, not piped into grep -q (pipefail would hide a match)
+  for tree in "$source_dir" "$build_dir"; do
+    if grep -F "$tree" "$work/strings.txt" >"$work/baked.txt"; then
+      echo "install test: ${f#"$prefix"/} names $tree: $(head -3 "$work/baked.txt" | tr '\n' ' ')" >&2
+      baked=1
+    fi
+  done
+done < <(find "$prefix" -type f -print0)
+rm -f "$work/stripped" "$work/strings.txt" "$work/baked.txt"
+[[ $baked == 0 ]] || fail "installed files name the source or build tree"
+echo "no installed file names $source_dir or $build_dir"
+
 build_consumers() {  # $1: prefix, $2: output folder
   local p=$1 out=$2
   mkdir -p "$out"
@@ -47,12 +73,23 @@ build_consumers() {  # $1: prefix, $2: output folder
 }
 run_consumers() {  # $1: output folder
   "$1/consumer_c" "$model" raw - || fail "the C program failed (raw)"
+  "$1/consumer_c" "$model" planes - || fail "the C program failed (planes)"
   "$1/consumer_c" "$model" quant 8 || fail "the C program failed (quant 8)"
   "$1/cmake/consumer" "$model" raw - || fail "the CMake project's program failed"
 }
 run_cli() {  # $1: prefix; the installed command line finds its library through its own RUNPATH
   "$1/bin/kvcodec" codecs >"$work/codecs.txt" || fail "the installed kvcodec command failed"
   grep -q '^kvtc ' "$work/codecs.txt" || fail "the installed kvcodec command listed no kvtc"
+  # Outside a checkout, without --model or $KVCODEC_MODEL, there is no model: one clear line.
+  echo "Call me Ishmael." >"$work/prompt.txt"
+  if (cd "$work" && env -u KVCODEC_MODEL "$1/bin/kvcodec" eval --docs 1 >"$work/no_model.out" 2>&1); then
+    fail "the installed kvcodec evaluated without a model"
+  fi
+  grep -q 'no model given: pass --model FILE or set KVCODEC_MODEL' "$work/no_model.out" ||
+    fail "kvcodec without a model: unexpected message: $(cat "$work/no_model.out")"
+  (cd "$work" && KVCODEC_MODEL="$model" "$1/bin/kvcodec" tokenize prompt.txt >"$work/tokens.txt") ||
+    fail "the installed kvcodec did not take its model from KVCODEC_MODEL"
+  [[ -s "$work/tokens.txt" ]] || fail "kvcodec tokenize printed no tokens"
 }
 
 build_consumers "$prefix" "$work/first"

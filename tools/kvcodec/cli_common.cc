@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 #include "base/utf8.h"
 #include "quality/token_file.h"
@@ -23,9 +24,15 @@ std::string Printable(const nlohmann::json& value) {
   return value.is_string() ? Printable(value.get_ref<const std::string&>()) : Printable(value.dump());
 }
 
+namespace {
+// Relative, so that no path of the machine that built the binary is compiled into it: from a
+// source checkout's root (where the scripts and the README's examples run) it is the test model.
+constexpr const char* kCheckoutTestModel = "models/kvtiny/kvtiny.gguf";
+}  // namespace
+
 std::string DefaultModel() {
   const char* env = std::getenv("KVCODEC_MODEL");
-  return env != nullptr ? env : KVCODEC_DEFAULT_MODEL;
+  return env != nullptr && *env != '\0' ? env : kCheckoutTestModel;
 }
 
 std::string JoinParams(const std::vector<std::string>& params) {
@@ -55,7 +62,17 @@ std::string FormatGbps(double gbps) {
 }
 
 void AddModelOption(CLI::App* app, std::string* model) {
-  app->add_option("--model", *model, "GGUF model")->capture_default_str();
+  app->add_option("-m,--model", *model, "GGUF model")->capture_default_str();
+  // Outside a checkout the default names nothing: say so before the command starts, rather than
+  // "model file not found" for a path the user never gave.
+  app->callback([model] {
+    std::error_code ec;
+    if (*model == kCheckoutTestModel && !std::filesystem::exists(*model, ec)) {
+      throw CLI::ValidationError("--model", "no model given: pass --model FILE or set KVCODEC_MODEL (the default, " +
+                                                std::string(kCheckoutTestModel) +
+                                                ", is the test model of a source checkout, run from its root)");
+    }
+  });
 }
 
 void AddThreadsOption(CLI::App* app, int* threads) {

@@ -29,7 +29,8 @@ std::string Printable(const std::string& text);
 // The same for a JSON member that holds a string.
 std::string Printable(const nlohmann::json& value);
 
-// $KVCODEC_MODEL, else the test model of the source tree.
+// $KVCODEC_MODEL, else models/kvtiny/kvtiny.gguf relative to the current directory (the test
+// model, run from a source checkout's root); no absolute path is compiled in.
 std::string DefaultModel();
 
 // Input limits: a .kvc or KV dump holds at most a 16 GiB cache (the library's own limit) plus its
