@@ -981,8 +981,9 @@ Status CompletionServer::Start() {
                                                                 {"/chat/completions", RequestDialect::kChat},
                                                                 {"/completion", RequestDialect::kLlamaCompletion},
                                                                 {"/completions", RequestDialect::kLlamaCompletion}};
-  for (const auto& [path, dialect] : completions) {
-    http.Post(path,
+  for (const auto& route : completions) {
+    const RequestDialect dialect = route.second;  // (clang 14 cannot capture a structured binding)
+    http.Post(route.first,
               [&s, dialect](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
                 s.HandleCompletion(req, res, reader, dialect);
               });
