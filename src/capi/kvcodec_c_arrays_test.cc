@@ -476,7 +476,9 @@ TEST(CApiArrays, ToArraysRefusesEveryBadDestinationAndWritesNothing) {
   EXPECT_EQ(kvc_kv_to_arrays(nullptr, s.dtype, &ko.desc, &vo.desc), KVC_INVALID_ARGUMENT);
   EXPECT_EQ(kvc_kv_to_arrays(kv.get(), s.dtype, nullptr, &vo.desc), KVC_INVALID_ARGUMENT);
   ExpectToRefused(kv.get(), s.dtype, &ko, &vo, &ko.desc, nullptr, "v is NULL, but the cache holds V");
-  for (int bad : {3, -1, 99}) {
+  // 3 only: passing C++ an enum value outside its range is undefined behaviour of the caller
+  // (tests/install/consumer.c passes -1 and 99, as C may).
+  for (int bad : {3}) {
     kvc_dtype dtype;
     std::memcpy(&dtype, &bad, sizeof bad);
     ExpectToRefused(kv.get(), dtype, &ko, &vo, &ko.desc, &vo.desc, "is not a kvc_dtype");

@@ -112,6 +112,12 @@ static int codec_round_trip(const char* what, kvc_kv* kv, const float_array* k, 
   if (!check(kvc_encode(kv, 0, 0, codec, level, NULL, fingerprint, &encoded, encoded_size), "kvc_encode")) goto done;
   if (!check(kvc_decode(encoded, *encoded_size, fingerprint, out), "kvc_decode")) goto done;
   if (!make_array(&s, DENSE, &k_out) || !make_array(&s, PER_LAYER_HEADS_FIRST, &v_out)) goto done;
+  /* A dtype of any other bits (legal to pass in C, where C++ could not) is refused, not read. */
+  if (kvc_kv_to_arrays(*out, (kvc_dtype)99, &k_out.desc, &v_out.desc) != KVC_INVALID_ARGUMENT ||
+      kvc_kv_to_arrays(*out, (kvc_dtype)-1, &k_out.desc, &v_out.desc) != KVC_INVALID_ARGUMENT) {
+    fprintf(stderr, "%s: kvc_kv_to_arrays took a dtype that is none of kvc_dtype's\n", what);
+    goto done;
+  }
   if (!check(kvc_kv_to_arrays(*out, KVC_F32, &k_out.desc, &v_out.desc), "kvc_kv_to_arrays")) goto done;
   double lo = 0, hi = 0;
   const double dk = max_diff(&s, k, &k_out, &lo, &hi), dv = max_diff(&s, v, &v_out, &lo, &hi);
