@@ -267,38 +267,37 @@ Status ReadMessages(const Json& body, CompletionRequest& r) {
 // The fields each dialect knows: OpenAI's (chat or completions), and the llama.cpp server's that
 // this server honours. Anything else is refused, as OpenAI refuses it.
 bool KnownField(const std::string& name, RequestDialect dialect) {
-  static const std::set<std::string, std::less<>> kBoth = {
-      "model", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n", "presence_penalty", "seed", "stop",
-      "stream", "stream_options", "temperature", "top_p", "user", "max_completion_tokens",
+  using Names = std::set<std::string, std::less<>>;
+  static const Names kBoth = {
+      "model", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "max_completion_tokens", "n",
+      "presence_penalty", "seed", "stop", "stream", "stream_options", "temperature", "top_p", "user",
       // refused by name where they do not apply (RefuseUnsupported says why)
       "echo", "response_format", "tools", "tool_choice", "functions", "function_call", "best_of", "suffix",
       // llama.cpp's, which llama-server takes on its OpenAI endpoints too
       "top_k", "min_p", "n_predict", "cache_prompt"};
-  static const std::set<std::string, std::less<>> kChat = {
-      "messages",         "max_completion_tokens", "top_logprobs", "response_format", "tools",
-      "tool_choice",      "parallel_tool_calls",   "functions",    "function_call",   "store",
-      "metadata",         "service_tier",          "modalities",   "prediction",      "audio",
-      "reasoning_effort", "web_search_options"};
-  static const std::set<std::string, std::less<>> kCompletions = {"prompt"};
-  static const std::set<std::string, std::less<>> kLlama = {"prompt",
-                                                            "n_predict",
-                                                            "temperature",
-                                                            "top_k",
-                                                            "top_p",
-                                                            "min_p",
-                                                            "stop",
-                                                            "stream",
-                                                            "cache_prompt",
-                                                            "seed",
-                                                            "n_probs",
-                                                            "presence_penalty",
-                                                            "frequency_penalty",
-                                                            "id_slot",
-                                                            "return_tokens",
-                                                            "n_keep",
-                                                            "model",
-                                                            "max_tokens",
-                                                            "stream_options"};
+  static const Names kChat = {"messages", "top_logprobs",     "parallel_tool_calls", "store",
+                              "metadata", "service_tier",     "modalities",          "prediction",
+                              "audio",    "reasoning_effort", "web_search_options"};
+  static const Names kCompletions = {"prompt"};
+  static const Names kLlama = {"prompt",
+                               "n_predict",
+                               "max_tokens",
+                               "temperature",
+                               "top_k",
+                               "top_p",
+                               "min_p",
+                               "stop",
+                               "stream",
+                               "stream_options",
+                               "cache_prompt",
+                               "seed",
+                               "n_probs",
+                               "presence_penalty",
+                               "frequency_penalty",
+                               "id_slot",
+                               "return_tokens",
+                               "n_keep",
+                               "model"};
   switch (dialect) {
     case RequestDialect::kLlamaCompletion:
       return kLlama.contains(name);

@@ -542,11 +542,14 @@ struct CompletionServer::Impl {
       count("200");
     } else {
       bool sent = true;
-      for (uint32_t i = 0; i < n && sent; ++i) sent = event(delta(i, "", nullptr, g.finish_reasons[i]));
+      for (uint32_t i = 0; i < n && sent; ++i) {
+        Json finish = delta(i, "", nullptr, g.finish_reasons[i]);
+        if (i + 1 == n) finish["timings"] = CompletionTimings(g);  // where llama-server sends them
+        sent = event(finish);
+      }
       if (sent && a.include_usage) {
         Json last = ChunkObject(a.head, Json::array());
         last["usage"] = UsageObject(g);
-        last["timings"] = CompletionTimings(g);
         sent = event(last);
       }
       const std::string done = "data: [DONE]\n\n";

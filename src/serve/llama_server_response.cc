@@ -1,7 +1,6 @@
 #include "serve/llama_server_response.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "base/utf8.h"
 #include "serve/openai_response.h"
@@ -71,13 +70,11 @@ Json NativeProbabilities(const std::vector<TokenLogprob>& tokens) {
   for (const TokenLogprob& t : tokens) {
     Json top = Json::array();
     for (const auto& [bytes, logprob] : t.top) {
-      top.push_back({{"token", ToValidUtf8(bytes)},
-                     {"bytes", TokenBytes(bytes)},
-                     {"logprob", std::isfinite(logprob) ? logprob : -9999.0}});
+      top.push_back({{"token", ToValidUtf8(bytes)}, {"bytes", TokenBytes(bytes)}, {"logprob", LogprobValue(logprob)}});
     }
     out.push_back({{"token", ToValidUtf8(t.bytes)},
                    {"bytes", TokenBytes(t.bytes)},
-                   {"logprob", std::isfinite(t.logprob) ? t.logprob : -9999.0},
+                   {"logprob", LogprobValue(t.logprob)},
                    {"top_logprobs", std::move(top)}});
   }
   return out;

@@ -10,10 +10,9 @@ namespace {
 
 using Json = nlohmann::json;
 
-// JSON cannot hold -inf: a probability that underflowed is reported as OpenAI reports it.
-double LogprobValue(float logprob) { return std::isfinite(logprob) ? logprob : -9999.0; }
-
 }  // namespace
+
+double LogprobValue(float logprob) { return std::isfinite(logprob) ? logprob : -9999.0; }
 
 std::string DumpJson(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 

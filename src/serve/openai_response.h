@@ -37,6 +37,10 @@ std::string ErrorJson(const ApiError& error);
 // The error "type" of an HTTP status: the server's fault or the request's.
 const char* ErrorType(int status);
 
+// A log-probability as JSON can hold it: -inf (a probability that underflowed) as OpenAI
+// reports it, -9999.
+double LogprobValue(float logprob);
+
 // A token's bytes as an array of numbers: a token may be part of a character, which a JSON
 // string cannot hold.
 nlohmann::json TokenBytes(const std::string& bytes);
