@@ -9,6 +9,9 @@
 # Without a device (no driver, no GPU) the tests report skipped and the NVDEC rows are absent;
 # the script still exits 0 and says so: "device": "none" in the JSON.
 # Usage: scripts/gpu_check.sh [OUT] (default results/gpu); MODEL picks the model (default kvtiny).
+# This is the in-tree variant: it needs this project's build, Debian libraries and Python. A lent
+# GPU machine has none of them: there, run the bundle of scripts/gpu_bundle.sh (same steps, its
+# JSON with a few more fields; README, "Building by hand").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-results/gpu}

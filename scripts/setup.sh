@@ -15,6 +15,7 @@ APT_PACKAGES=(
   libhiredis-dev redis-server libcpp-httplib-dev libssl-dev curl
   pybind11-dev python3-dev python3-numpy python3-pytest python3-hypothesis python3-torch python3-pip python3-setuptools
   python3-wheel python3-venv
+  patchelf debootstrap
 )
 
 log() { echo "[setup] $*" >&2; }
