@@ -516,7 +516,7 @@ struct CompletionServer::Impl {
           predicted += static_cast<uint32_t>(piece.tokens.size());
           text += piece.text;
           Json chunk = NativeCompletionChunk(piece.text, piece.tokens, predicted, a.prompt_tokens);
-          if (a.logprobs) chunk["completion_probabilities"] = NativeProbabilities(piece.logprobs);
+          if (a.logprobs) chunk["completion_probabilities"] = TokenLogprobEntries(piece.logprobs);
           sent = event(chunk);
         } else if (!piece.text.empty() || !piece.logprobs.empty()) {
           sent = event(delta(piece.choice, piece.text, &piece.logprobs, nullptr));
@@ -560,11 +560,16 @@ struct CompletionServer::Impl {
     return true;
   }
 
-  // GET /props: llama-server's server properties, those this server has.
-  Json Props() const {
+  // What a request that sets nothing generates with (/props, /slots).
+  Json DefaultGenerationSettings() const {
     CompletionRequest defaults;
     defaults.max_tokens = o.default_max_tokens;
-    return {{"default_generation_settings", {{"n_ctx", o.n_ctx}, {"params", GenerationSettings(defaults, o.n_ctx)}}},
+    return GenerationSettings(defaults, o.n_ctx);
+  }
+
+  // GET /props: llama-server's server properties, those this server has.
+  Json Props() const {
+    return {{"default_generation_settings", {{"n_ctx", o.n_ctx}, {"params", DefaultGenerationSettings()}}},
             {"total_slots", o.parallel},
             {"model_alias", model_name},
             {"model_path", ToValidUtf8(o.model_path)},
@@ -580,9 +585,7 @@ struct CompletionServer::Impl {
   }
 
   void HandleSlots(httplib::Response& res) {
-    CompletionRequest defaults;
-    defaults.max_tokens = o.default_max_tokens;
-    const Json params = GenerationSettings(defaults, o.n_ctx);
+    const Json params = DefaultGenerationSettings();
     Json out = Json::array();
     const std::vector<BatchScheduler::SequenceView> views = scheduler->Sequences();
     for (size_t i = 0; i < views.size(); ++i)

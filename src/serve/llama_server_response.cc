@@ -65,21 +65,6 @@ Json GenerationSettings(const CompletionRequest& r, uint32_t n_ctx) {
                                   : Json::array({"penalties", "top_k", "top_p", "min_p", "temperature"})}};
 }
 
-Json NativeProbabilities(const std::vector<TokenLogprob>& tokens) {
-  Json out = Json::array();
-  for (const TokenLogprob& t : tokens) {
-    Json top = Json::array();
-    for (const auto& [bytes, logprob] : t.top) {
-      top.push_back({{"token", ToValidUtf8(bytes)}, {"bytes", TokenBytes(bytes)}, {"logprob", LogprobValue(logprob)}});
-    }
-    out.push_back({{"token", ToValidUtf8(t.bytes)},
-                   {"bytes", TokenBytes(t.bytes)},
-                   {"logprob", LogprobValue(t.logprob)},
-                   {"top_logprobs", std::move(top)}});
-  }
-  return out;
-}
-
 Json NativeCompletionObject(const NativeCompletion& c, const CompletionRequest& r, const Generation& g,
                             uint32_t n_ctx) {
   Json out = {{"index", 0},
@@ -100,7 +85,7 @@ Json NativeCompletionObject(const NativeCompletion& c, const CompletionRequest& 
               {"stopping_word", c.stop_word},
               {"tokens_cached", g.prompt_tokens + g.completion_tokens},
               {"timings", CompletionTimings(g)}};
-  if (c.with_probabilities) out["completion_probabilities"] = NativeProbabilities(c.probabilities);
+  if (c.with_probabilities) out["completion_probabilities"] = TokenLogprobEntries(c.probabilities);
   return out;
 }
 

@@ -41,8 +41,6 @@ nlohmann::json NativeCompletionObject(const NativeCompletion& c, const Completio
 // A streamed event with a piece of text; `tokens_predicted` so far.
 nlohmann::json NativeCompletionChunk(const std::string& content, const std::vector<int32_t>& tokens,
                                      uint32_t tokens_predicted, uint32_t tokens_evaluated);
-// n_probs' entries: [{"token", "bytes", "logprob", "top_logprobs": [{"token", "bytes", "logprob"}]}].
-nlohmann::json NativeProbabilities(const std::vector<TokenLogprob>& tokens);
 
 // GET /slots: one entry per sequence.
 nlohmann::json SlotObject(int32_t id, uint32_t n_ctx, const BatchScheduler::SequenceView& view,

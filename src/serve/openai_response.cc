@@ -33,7 +33,7 @@ Json TokenBytes(const std::string& bytes) {
 }
 
 // A token's "token" string is its bytes made valid UTF-8; "bytes" keeps them exact.
-Json ChatLogprobs(const std::vector<TokenLogprob>& tokens) {
+Json TokenLogprobEntries(const std::vector<TokenLogprob>& tokens) {
   Json content = Json::array();
   for (const TokenLogprob& t : tokens) {
     Json top = Json::array();
@@ -45,7 +45,11 @@ Json ChatLogprobs(const std::vector<TokenLogprob>& tokens) {
                        {"bytes", TokenBytes(t.bytes)},
                        {"top_logprobs", std::move(top)}});
   }
-  return {{"content", std::move(content)}, {"refusal", nullptr}};
+  return content;
+}
+
+Json ChatLogprobs(const std::vector<TokenLogprob>& tokens) {
+  return {{"content", TokenLogprobEntries(tokens)}, {"refusal", nullptr}};
 }
 
 Json CompletionLogprobs(const std::vector<TokenLogprob>& tokens, size_t offset_base) {

@@ -49,6 +49,9 @@ nlohmann::json TokenBytes(const std::string& bytes);
 // "refusal": null}. Completions: parallel arrays, whose offsets count from `offset_base` (the
 // echoed prompt's bytes, which start the choice's text).
 nlohmann::json ChatLogprobs(const std::vector<TokenLogprob>& tokens);
+// The entries of ChatLogprobs' "content": [{"token", "logprob", "bytes", "top_logprobs": [{"token",
+// "logprob", "bytes"}]}], which llama-server's n_probs answers with too.
+nlohmann::json TokenLogprobEntries(const std::vector<TokenLogprob>& tokens);
 nlohmann::json CompletionLogprobs(const std::vector<TokenLogprob>& tokens, size_t offset_base);
 nlohmann::json LogprobsObject(bool chat, const std::vector<TokenLogprob>& tokens, size_t offset_base);
 
