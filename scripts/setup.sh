@@ -2,7 +2,8 @@
 # Installs what kvcodec needs on Debian 12 and builds it. Idempotent and quick when nothing
 # changed: apt runs only for missing packages, llama.cpp is cached outside the clone
 # (scripts/setup-llama.sh), and the build is incremental.
-#   scripts/setup.sh [preset...]    (default preset: dev)
+#   scripts/setup.sh [preset[:target]...]    (default preset: dev; target: build only that one,
+#                                             e.g. asan-ubsan:unit_tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,7 +19,7 @@ APT_PACKAGES=(
   patchelf debootstrap
 )
 
-log() { echo "[setup] $*" >&2; }
+log() { echo "[setup] $* (at ${SECONDS} s)" >&2; }
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -40,11 +41,14 @@ export KVCODEC_LLAMA_ROOT
 
 presets=("$@")
 ((${#presets[@]})) || presets=(dev)
-for preset in "${presets[@]}"; do
+for spec in "${presets[@]}"; do
+  preset=${spec%%:*}
+  target=()
+  [[ $spec == *:* ]] && target=(--target "${spec#*:}")
   if [[ ! -f "build/$preset/CMakeCache.txt" ]] || ! grep -q "KVCODEC_LLAMA_ROOT:PATH=$KVCODEC_LLAMA_ROOT\$" "build/$preset/CMakeCache.txt"; then
     log "configuring preset $preset"
     cmake --preset "$preset" -DKVCODEC_LLAMA_ROOT="$KVCODEC_LLAMA_ROOT" >/dev/null
   fi
-  log "building preset $preset"
-  cmake --build --preset "$preset" -j"$(nproc)"
+  log "building preset $preset${target[1]:+ (target ${target[1]})}"
+  cmake --build --preset "$preset" -j"$(nproc)" "${target[@]}"
 done

@@ -4,17 +4,21 @@
 # concurrent parts (store backends, fetch pipeline, the server's scheduler) under ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh dev asan-ubsan
-echo "== format"
+# Each phase's start, with the seconds since the run began, so a slow CI run shows where.
+phase() { echo "== $* (at ${SECONDS} s)"; }
+phase "setup: packages, llama.cpp, the dev build and the ASan+UBSan unit tests' build"
+# The ASan+UBSan pass runs the unit tests only: its build is their executables alone.
+scripts/setup.sh dev asan-ubsan:unit_tests
+phase "format"
 scripts/check_format.sh
-echo "== release: configures (the preset the demo and the results build, without tests)"
+phase "release: configures (the preset the demo and the results build, without tests)"
 cmake --preset release -DKVCODEC_LLAMA_ROOT="$(scripts/setup-llama.sh)" >/dev/null
 scripts/setup-test-tools.sh  # promtool and the OpenAI SDK, for tests/serve
-echo "== dev: all tests"
+phase "dev: all tests"
 ctest --preset dev -j2 --timeout 900
-echo "== asan-ubsan: unit tests and fuzz replays"
+phase "asan-ubsan: unit tests and fuzz replays"
 ctest --preset asan-ubsan -j2 -L unit --timeout 900
-echo "== tsan: store, fetch and the server"
+phase "tsan: store, fetch and the server"
 # The threaded parts. llama.cpp is not built with TSan: the server tests run with suppressions
 # for reports inside its libraries only (scripts/tsan.supp).
 KVCODEC_LLAMA_ROOT="$(scripts/setup-llama.sh)"  # cached: prints the install prefix
@@ -26,3 +30,4 @@ for t in build/tsan/src/fetch/fetch_test build/tsan/src/fetch/decoded_chunk_cach
          build/tsan/src/serve/completion_server_test build/tsan/src/serve/server_redis_test; do
   KVCODEC_THREADS=1 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/scripts/tsan.supp" "$t" --gtest_brief=1
 done
+phase "done"
