@@ -2,16 +2,16 @@
 # Runs every libFuzzer target for SECONDS (default 60) under ASan+UBSan on its seed corpus.
 # Exits non-zero when any target crashed, leaked, hung or could not run: its crash input is kept
 # under fuzz/crashes/<target>/ (or $KVCODEC_FUZZ_CRASHES/<target>/) to replay with
-# `build/asan-ubsan/.../<target>_fuzz <file>`.
+# `build/fuzz/.../<target>_fuzz <file>`.
 #   scripts/fuzz.sh [SECONDS] [target...]
 # KVCODEC_FUZZ_BUILD=DIR takes the targets from DIR, built by the caller, instead of building the
-# asan-ubsan preset first.
+# fuzz preset first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
-build=${KVCODEC_FUZZ_BUILD:-build/asan-ubsan}
-[[ -n "${KVCODEC_FUZZ_BUILD:-}" ]] || scripts/setup.sh asan-ubsan
+build=${KVCODEC_FUZZ_BUILD:-build/fuzz}
+[[ -n "${KVCODEC_FUZZ_BUILD:-}" ]] || scripts/setup.sh fuzz
 targets=("$@")
 if ((${#targets[@]} == 0)); then
   mapfile -t targets < <(find "$build" -name '*_fuzz' -type f -executable -printf '%f\n' | sed 's/_fuzz$//' | sort)

@@ -26,8 +26,24 @@ if [[ ! -f build/tsan/CMakeCache.txt ]]; then
   cmake --preset tsan -DKVCODEC_LLAMA_ROOT="$KVCODEC_LLAMA_ROOT" >/dev/null
 fi
 cmake --build build/tsan -j"$(nproc)" --target fetch_test decoded_chunk_cache_test read_buffers_test prefill_cost_test store_test redis_store_test completion_server_test server_redis_test
-for t in build/tsan/src/fetch/fetch_test build/tsan/src/fetch/decoded_chunk_cache_test build/tsan/src/fetch/read_buffers_test build/tsan/src/fetch/prefill_cost_test build/tsan/src/store/store_test build/tsan/src/store/redis_store_test \
-         build/tsan/src/serve/completion_server_test build/tsan/src/serve/server_redis_test; do
-  KVCODEC_THREADS=1 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/scripts/tsan.supp" "$t" --gtest_brief=1
-done
+# Two at a time (each runs its tests one after another; the Redis ones wait on servers), each
+# one's output shown whole when it fails and as its summary when it passes.
+tsan_run() {
+  local log
+  log=$(mktemp)
+  if KVCODEC_THREADS=1 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/scripts/tsan.supp" "$1" --gtest_brief=1 >"$log" 2>&1; then
+    echo "tsan: $1: $(grep -E '^\[  PASSED  \]' "$log")"
+    rm -f "$log"
+  else
+    cat "$log"
+    echo "tsan: $1 FAILED"
+    rm -f "$log"
+    return 1
+  fi
+}
+export -f tsan_run
+printf '%s\n' build/tsan/src/serve/completion_server_test build/tsan/src/fetch/fetch_test \
+  build/tsan/src/serve/server_redis_test build/tsan/src/store/store_test build/tsan/src/store/redis_store_test \
+  build/tsan/src/fetch/decoded_chunk_cache_test build/tsan/src/fetch/read_buffers_test build/tsan/src/fetch/prefill_cost_test |
+  xargs -P 2 -I{} bash -c 'tsan_run "$1"' _ {}
 phase "done"
