@@ -135,8 +135,8 @@ function(kvcodec_module name)
 endfunction()
 
 # unit_tests: every executable the ctest label `unit` runs, so a build that only runs those
-# (scripts/test.sh's ASan+UBSan pass) builds them alone and not the CLI, the model tests and
-# the libFuzzer binaries (about half of that preset's compile time).
+# (scripts/test.sh's ASan+UBSan pass) builds them alone, not the CLI and the model tests
+# (nearly half of that preset's compile time).
 if(KVCODEC_BUILD_TESTS AND NOT TARGET unit_tests)
   add_custom_target(unit_tests)
 endif()

@@ -29,17 +29,17 @@ cmake --build build/tsan -j"$(nproc)" --target fetch_test decoded_chunk_cache_te
 # Two at a time (each runs its tests one after another; the Redis ones wait on servers), each
 # one's output shown whole when it fails and as its summary when it passes.
 tsan_run() {
-  local log
+  local log rc=0
   log=$(mktemp)
-  if KVCODEC_THREADS=1 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/scripts/tsan.supp" "$1" --gtest_brief=1 >"$log" 2>&1; then
+  KVCODEC_THREADS=1 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/scripts/tsan.supp" "$1" --gtest_brief=1 >"$log" 2>&1 || rc=$?
+  if ((rc == 0)); then
     echo "tsan: $1: $(grep -E '^\[  PASSED  \]' "$log")"
-    rm -f "$log"
   else
     cat "$log"
-    echo "tsan: $1 FAILED"
-    rm -f "$log"
-    return 1
+    echo "tsan: $1 FAILED (exit $rc)"
   fi
+  rm -f "$log"
+  return $((rc != 0))
 }
 export -f tsan_run
 printf '%s\n' build/tsan/src/serve/completion_server_test build/tsan/src/fetch/fetch_test \
