@@ -23,7 +23,7 @@ bool SameLayout(const AttentionSection& a, const AttentionSection& b) {
       a.v_trans != b.v_trans || a.k.size() != b.k.size() || a.v.size() != b.v.size()) {
     return false;
   }
-  for (const auto [x, y] : {std::pair{&a.k, &b.k}, std::pair{&a.v, &b.v}}) {
+  for (const auto& [x, y] : {std::pair{&a.k, &b.k}, std::pair{&a.v, &b.v}}) {
     for (size_t l = 0; l < x->size(); ++l) {
       const StateTensor &s = (*x)[l], &t = (*y)[l];
       if (s.ggml_type != t.ggml_type || s.row_bytes != t.row_bytes || s.elem_bytes != t.elem_bytes) return false;
@@ -120,7 +120,7 @@ Result<ChunkState> SliceChunk(const SeqState& whole, const std::vector<bool>& at
                            .v = {}};
     cells.cell_ext.assign(a->cell_ext.begin() + static_cast<ptrdiff_t>(first * a->cell_ext_bytes),
                           a->cell_ext.begin() + static_cast<ptrdiff_t>((first + chunk_tokens) * a->cell_ext_bytes));
-    for (const auto [from, into] : {std::pair{&a->k, &cells.k}, std::pair{&a->v, &cells.v}}) {
+    for (const auto& [from, into] : {std::pair{&a->k, &cells.k}, std::pair{&a->v, &cells.v}}) {
       for (const StateTensor& t : *from) {
         into->push_back(
             {t.ggml_type, t.elem_bytes, t.row_bytes,
@@ -163,7 +163,7 @@ Result<SeqState> ComposePrefixState(std::span<const ChunkState> chunks) {
       if (!SameLayout(joined, next_cells)) return InvalidArgument("a token section's layout differs between chunks");
       joined.n_cells += next_cells.n_cells;
       joined.cell_ext.insert(joined.cell_ext.end(), next_cells.cell_ext.begin(), next_cells.cell_ext.end());
-      for (const auto [into, from] : {std::pair{&joined.k, &next_cells.k}, std::pair{&joined.v, &next_cells.v}}) {
+      for (const auto& [into, from] : {std::pair{&joined.k, &next_cells.k}, std::pair{&joined.v, &next_cells.v}}) {
         for (size_t l = 0; l < into->size(); ++l) {
           (*into)[l].rows.insert((*into)[l].rows.end(), (*from)[l].rows.begin(), (*from)[l].rows.end());
         }

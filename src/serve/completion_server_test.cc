@@ -1558,7 +1558,9 @@ class ReuseTiers : public ::testing::Test {
     for (int i = 0; i < n; ++i) {
       const auto logits = session->Logits(-1);
       out.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
-      if (i + 1 < n) EXPECT_TRUE(session->Eval(std::span(&out.back(), 1), false).ok());
+      if (i + 1 < n) {
+        EXPECT_TRUE(session->Eval(std::span(&out.back(), 1), false).ok());
+      }
     }
     return out;
   }

@@ -112,7 +112,9 @@ TEST_P(StoreContract, GetIntoReadsWhatGetReadsIntoTheBuffer) {
     EXPECT_EQ(std::vector<uint8_t>(got->begin(), got->end()), a);
     EXPECT_TRUE(got->data() >= buffer.data() && got->data() + got->size() <= buffer.data() + buffer.size())
         << "the object lies in the buffer";
-    if (GetParam().name.rfind("disk", 0) == 0) EXPECT_EQ(buffer.data(), storage) << "its storage reused";
+    if (GetParam().name.rfind("disk", 0) == 0) {
+      EXPECT_EQ(buffer.data(), storage) << "its storage reused";
+    }
   }
   EXPECT_EQ(store->GetInto("absent", 1000, buffer).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(store->GetInto("into", 999, buffer).status().code(), StatusCode::kCorrupt);
