@@ -15,7 +15,8 @@
 #      CLI_BUILD (default build/release), TEST_BUILD (default build/dev: the release preset builds
 #      no tests; dev is optimised too), MODEL (default models/kvtiny/kvtiny.gguf), BUNDLE_MODEL=0
 #      leaves the model out (18 MB of the 35: run.sh then reads $MODEL or the checkout's
-#      models/kvtiny, which travels with the working tree anyway).
+#      models/kvtiny, for a checkout that travels with its models: not the one that
+#      scripts/gpu_device_tree.sh makes, which leaves the GGUF files behind).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out_dir=${1:?usage: scripts/gpu_bundle.sh OUT_DIR}
@@ -31,16 +32,13 @@ cli=$cli_build/tools/kvcodec/kvcodec
 test_bin=$test_build/src/libav/libav_test
 llama_native="$(scripts/setup-llama.sh)"
 export KVCODEC_LLAMA_ROOT=$llama_native
-if [[ ! -x $cli ]]; then
-  [[ -f $cli_build/CMakeCache.txt ]] || cmake --preset release >/dev/null
-  log "building kvcodec_cli in $cli_build"
-  cmake --build "$cli_build" -j"$(nproc)" --target kvcodec_cli >/dev/null
-fi
-if [[ ! -x $test_bin ]]; then
-  [[ -f $test_build/CMakeCache.txt ]] || cmake --preset dev >/dev/null
-  log "building libav_test in $test_build"
-  cmake --build "$test_build" -j"$(nproc)" --target libav_test >/dev/null
-fi
+# Built every time (incremental): a bundle of an older build would check older code.
+[[ -f $cli_build/CMakeCache.txt ]] || cmake --preset release >/dev/null
+log "building kvcodec_cli in $cli_build"
+cmake --build "$cli_build" -j"$(nproc)" --target kvcodec_cli >/dev/null
+[[ -f $test_build/CMakeCache.txt ]] || cmake --preset dev >/dev/null
+log "building libav_test in $test_build"
+cmake --build "$test_build" -j"$(nproc)" --target libav_test >/dev/null
 llama_portable=${LLAMA_PREFIX:-$(scripts/gpu_bundle/portable-llama.sh)}
 
 # What runs for real; every other library in the closure becomes a stub. The C library's own
