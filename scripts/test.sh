@@ -25,7 +25,10 @@ KVCODEC_LLAMA_ROOT="$(scripts/setup-llama.sh)"  # cached: prints the install pre
 if [[ ! -f build/tsan/CMakeCache.txt ]]; then
   cmake --preset tsan -DKVCODEC_LLAMA_ROOT="$KVCODEC_LLAMA_ROOT" >/dev/null
 fi
-cmake --build build/tsan -j"$(nproc)" --target fetch_test decoded_chunk_cache_test read_buffers_test prefill_cost_test store_test redis_store_test completion_server_test server_redis_test
+# Longest first, so the pair running at the end is short.
+tsan_tests=(serve/completion_server_test fetch/fetch_test serve/server_redis_test store/store_test store/redis_store_test
+            fetch/decoded_chunk_cache_test fetch/read_buffers_test fetch/prefill_cost_test)
+cmake --build build/tsan -j"$(nproc)" --target "${tsan_tests[@]##*/}"
 # Two at a time (each runs its tests one after another; the Redis ones wait on servers), each
 # one's output shown whole when it fails and as its summary when it passes.
 tsan_run() {
@@ -42,8 +45,5 @@ tsan_run() {
   return $((rc != 0))
 }
 export -f tsan_run
-printf '%s\n' build/tsan/src/serve/completion_server_test build/tsan/src/fetch/fetch_test \
-  build/tsan/src/serve/server_redis_test build/tsan/src/store/store_test build/tsan/src/store/redis_store_test \
-  build/tsan/src/fetch/decoded_chunk_cache_test build/tsan/src/fetch/read_buffers_test build/tsan/src/fetch/prefill_cost_test |
-  xargs -P 2 -I{} bash -c 'tsan_run "$1"' _ {}
+printf 'build/tsan/src/%s\n' "${tsan_tests[@]}" | xargs -P 2 -I{} bash -c 'tsan_run "$1"' _ {}
 phase "done"
